@@ -1,0 +1,151 @@
+// Package redistest starts real redis-server processes for tests, on a free
+// loopback port, without persistence, and stops them by pid when the test
+// ends.
+//
+// When redis-server is not installed the test is skipped — except under CI
+// (CI=true), where a missing server is a failure, never a silent skip.
+package redistest
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Server is one redis-server process.
+type Server struct {
+	t    testing.TB
+	bin     string
+	logPath string
+	Addr string // 127.0.0.1:port
+	Port int
+	cmd  *exec.Cmd
+	args []string
+}
+
+// Start runs a redis-server for the test and stops it at cleanup.
+func Start(t testing.TB, extra ...string) *Server {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("redis-server not found under CI (.ci/run installs it): %v", err)
+		}
+		t.Skipf("redis-server not installed (apt-get install -y redis-server): %v", err)
+	}
+	port := FreePort(t)
+	dir := t.TempDir()
+	s := &Server{t: t, bin: bin, logPath: dir + "/redis.log", Port: port, Addr: "127.0.0.1:" + strconv.Itoa(port)}
+	s.args = append([]string{
+		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no",
+		"--dir", dir, "--loglevel", "warning",
+	}, extra...)
+	s.start()
+	t.Cleanup(s.Stop)
+	return s
+}
+
+func (s *Server) start() {
+	s.t.Helper()
+	cmd := exec.Command(s.bin, s.args...)
+	// The server's own log goes to a file kept with the test's temp dir.
+	logf, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		s.t.Fatalf("redistest: %v", err)
+	}
+	defer logf.Close()
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		s.t.Fatalf("redistest: start redis-server: %v", err)
+	}
+	s.cmd = cmd
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", s.Addr, 100*time.Millisecond)
+		if err == nil {
+			fmt.Fprint(c, "PING\r\n")
+			line, _ := bufio.NewReader(c).ReadString('\n')
+			c.Close()
+			if strings.HasPrefix(line, "+PONG") {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			s.Stop()
+			out, _ := os.ReadFile(s.logPath)
+			s.t.Fatalf("redistest: redis-server on %s did not answer within 10s; its log:\n%s", s.Addr, out)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// PID is the server's process id.
+func (s *Server) PID() int { return s.cmd.Process.Pid }
+
+// Stop kills the server by its pid and waits for it. Safe to call twice.
+func (s *Server) Stop() {
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+	s.cmd = nil
+}
+
+// Restart stops the server and starts an empty one on the same port.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.Stop()
+	s.start()
+}
+
+// Signal sends sig to the server (SIGSTOP/SIGCONT to stall it).
+func (s *Server) Signal(sig syscall.Signal) {
+	s.t.Helper()
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		s.t.Fatalf("redistest: signal %v: %v", sig, err)
+	}
+}
+
+// URL is the redis:// URL of the server.
+func (s *Server) URL() string { return "redis://" + s.Addr + "/0" }
+
+// Client returns a go-redis client for the server, closed at cleanup.
+func (s *Server) Client() *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	s.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// FlushAll empties the server.
+func (s *Server) FlushAll() {
+	s.t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	defer c.Close()
+	if err := c.FlushAll(context.Background()).Err(); err != nil {
+		s.t.Fatalf("redistest: flushall: %v", err)
+	}
+}
+
+// FreePort returns a TCP port free on 127.0.0.1 at the time of the call.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("redistest: free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}

@@ -1,0 +1,458 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/slotd/slotd/integration/redistest"
+	"github.com/slotd/slotd/lock"
+)
+
+// harness is one store under the conformance suite, with the means to look
+// under it.
+type harness struct {
+	store lock.Store
+	// now is the store's clock.
+	now func() time.Time
+	// expire makes d pass for the store's TTLs (not its clock).
+	expire func(d time.Duration)
+	// ttls lists every key with its TTL (<= 0: none).
+	ttls func() map[string]time.Duration
+	// plant writes a raw value with a TTL.
+	plant func(key, value string)
+}
+
+var testSeq atomic.Int64
+
+// uniqueSlot returns a slot no other test uses, open now by the store's clock.
+func uniqueSlot(t *testing.T, h harness) lock.Slot {
+	now := h.now()
+	return lock.Slot{
+		Task:     fmt.Sprintf("%s-%d", strings.ReplaceAll(t.Name(), "/", "."), testSeq.Add(1)),
+		ID:       now.UTC().Format("20060102150405"),
+		Time:     now.Add(-time.Second),
+		Deadline: now.Add(time.Hour),
+	}
+}
+
+var policy = lock.Policy{Lease: 10 * time.Second, DoneTTL: time.Hour, MaxAttempts: 3}
+
+func memoryHarness(t *testing.T) harness {
+	var mu sync.Mutex
+	clock := time.Date(2024, 1, 15, 14, 0, 0, 0, time.UTC)
+	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	m := lock.NewMemory(now)
+	return harness{
+		store: m,
+		now:   now,
+		expire: func(d time.Duration) {
+			mu.Lock()
+			clock = clock.Add(d)
+			mu.Unlock()
+		},
+		ttls:  m.TTLs,
+		plant: func(k, v string) { m.Set(k, v, time.Hour) },
+	}
+}
+
+func redisHarness(t *testing.T) harness {
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	r := lock.NewRedis(rdb, "slotd")
+	t.Cleanup(func() { r.Close() })
+	ctx := context.Background()
+	if err := r.Subscribe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	keys := func() []string {
+		ks, err := rdb.Keys(ctx, "*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ks
+	}
+	return harness{
+		store: r,
+		now: func() time.Time {
+			tm, err := rdb.Time(ctx).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return tm
+		},
+		// Redis's clock cannot be moved, so passing time is shown to the
+		// keys: each TTL shrinks by d and a key whose TTL runs out goes.
+		expire: func(d time.Duration) {
+			for _, k := range keys() {
+				ttl := rdb.PTTL(ctx, k).Val()
+				if ttl <= d {
+					rdb.Del(ctx, k)
+				} else {
+					rdb.PExpire(ctx, k, ttl-d)
+				}
+			}
+		},
+		ttls: func() map[string]time.Duration {
+			out := map[string]time.Duration{}
+			for _, k := range keys() {
+				out[k] = rdb.PTTL(ctx, k).Val()
+			}
+			return out
+		},
+		plant: func(k, v string) { rdb.Set(ctx, k, v, time.Hour) },
+	}
+}
+
+// TestConformance runs the same suite against both stores.
+func TestConformance(t *testing.T) {
+	stores := map[string]func(*testing.T) harness{
+		"memory": memoryHarness,
+		"redis":  redisHarness,
+	}
+	for name, mk := range stores {
+		t.Run(name, func(t *testing.T) {
+			h := mk(t)
+			for _, c := range conformance {
+				t.Run(c.name, func(t *testing.T) { c.run(t, h) })
+			}
+		})
+	}
+}
+
+var conformance = []struct {
+	name string
+	run  func(*testing.T, harness)
+}{
+	{"OneWinnerAmongConcurrentClaims", testOneWinner},
+	{"StaleHolderChangesNothing", testStaleHolder},
+	{"AttemptsCapped", testAttemptsCapped},
+	{"EveryKeyHasTTL", testEveryKeyHasTTL},
+	{"EarlyClaimRefused", testEarly},
+	{"LateClaimRefused", testLate},
+	{"CompleteIsFinalAndIdempotent", testComplete},
+	{"ReleaseWakesWatchers", testReleaseWakes},
+	{"RenewExtendsOnlyOwnLease", testRenew},
+	{"ForeignValueLeftAlone", testForeign},
+	{"StateReadsBack", testState},
+}
+
+func mustClaim(t *testing.T, h harness, slot lock.Slot, replica string, want lock.Result) lock.Claim {
+	t.Helper()
+	c, err := h.store.Claim(context.Background(), slot, replica, policy)
+	if err != nil {
+		t.Fatalf("claim by %s: %v", replica, err)
+	}
+	if c.Result != want {
+		t.Fatalf("claim by %s = %v, want %v (%+v)", replica, c.Result, want, c)
+	}
+	return c
+}
+
+func testOneWinner(t *testing.T, h harness) {
+	slot := uniqueSlot(t, h)
+	const n = 24
+	var wg sync.WaitGroup
+	results := make([]lock.Claim, n)
+	errs := make([]error, n)
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			results[i], errs[i] = h.store.Claim(context.Background(), slot, fmt.Sprintf("r%d", i), policy)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	winners := 0
+	for i, c := range results {
+		if errs[i] != nil {
+			t.Fatalf("claim %d: %v", i, errs[i])
+		}
+		switch c.Result {
+		case lock.Won:
+			winners++
+			if c.Attempt != 1 {
+				t.Errorf("winner attempt = %d, want 1", c.Attempt)
+			}
+		case lock.Held:
+			if c.Wait <= 0 || c.Wait > policy.Lease {
+				t.Errorf("held: wait %v outside (0, lease]", c.Wait)
+			}
+		default:
+			t.Errorf("claim %d = %v, want won or held", i, c.Result)
+		}
+	}
+	if winners != 1 {
+		t.Fatalf("%d winners among %d contenders, want exactly 1", winners, n)
+	}
+}
+
+func testStaleHolder(t *testing.T, h harness) {
+	ctx := context.Background()
+	slot := uniqueSlot(t, h)
+	a := mustClaim(t, h, slot, "a", lock.Won)
+	h.expire(policy.Lease + time.Millisecond) // a paused past its lease
+	b := mustClaim(t, h, slot, "b", lock.Won)
+	if b.Attempt != a.Attempt+1 {
+		t.Fatalf("b attempt = %d, want %d", b.Attempt, a.Attempt+1)
+	}
+	if lock.Token(slot.Time, b.Attempt) <= lock.Token(slot.Time, a.Attempt) {
+		t.Fatal("b's fencing token is not above a's")
+	}
+	stale := lock.Owner{Replica: "a", Attempt: a.Attempt}
+	for name, op := range map[string]func() error{
+		"renew":    func() error { return h.store.Renew(ctx, slot, stale, policy.Lease) },
+		"complete": func() error { return h.store.Complete(ctx, slot, stale, policy.DoneTTL) },
+		"release":  func() error { return h.store.Release(ctx, slot, stale) },
+	} {
+		if err := op(); !errors.Is(err, lock.ErrNotHeld) {
+			t.Errorf("stale %s: err = %v, want ErrNotHeld", name, err)
+		}
+	}
+	// Same replica name, earlier attempt: still stale.
+	if err := h.store.Release(ctx, slot, lock.Owner{Replica: "b", Attempt: a.Attempt}); !errors.Is(err, lock.ErrNotHeld) {
+		t.Errorf("release with b's name and a's attempt: err = %v, want ErrNotHeld", err)
+	}
+	st, err := h.store.State(ctx, slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Status != "running" || st.Holder != "b" || st.Attempt != b.Attempt {
+		t.Fatalf("state after stale writes = %+v, want running by b attempt %d", st, b.Attempt)
+	}
+}
+
+func testAttemptsCapped(t *testing.T, h harness) {
+	ctx := context.Background()
+	slot := uniqueSlot(t, h)
+	var tokens []int64
+	for i := 1; i <= policy.MaxAttempts; i++ {
+		c := mustClaim(t, h, slot, "r", lock.Won)
+		if c.Attempt != i {
+			t.Fatalf("attempt = %d, want %d", c.Attempt, i)
+		}
+		tokens = append(tokens, lock.Token(slot.Time, c.Attempt))
+		if i%2 == 0 {
+			h.expire(policy.Lease) // a crash: the lease runs out
+		} else if err := h.store.Release(ctx, slot, lock.Owner{Replica: "r", Attempt: i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 1; i < len(tokens); i++ {
+		if tokens[i] <= tokens[i-1] {
+			t.Fatalf("tokens not increasing: %v", tokens)
+		}
+	}
+	c := mustClaim(t, h, slot, "other", lock.Exhausted)
+	if c.Attempt != policy.MaxAttempts {
+		t.Fatalf("exhausted after %d attempts, want %d", c.Attempt, policy.MaxAttempts)
+	}
+	st, _ := h.store.State(ctx, slot)
+	if st.Attempts != policy.MaxAttempts || st.Status != "free" {
+		t.Fatalf("state = %+v, want free with %d attempts", st, policy.MaxAttempts)
+	}
+}
+
+func testEveryKeyHasTTL(t *testing.T, h harness) {
+	ctx := context.Background()
+	check := func(when string) {
+		t.Helper()
+		ttls := h.ttls()
+		if len(ttls) == 0 {
+			t.Fatalf("%s: no keys at all", when)
+		}
+		for k, ttl := range ttls {
+			if ttl <= 0 {
+				t.Errorf("%s: key %q has no TTL (%v)", when, k, ttl)
+			}
+		}
+	}
+	slot := uniqueSlot(t, h)
+	c := mustClaim(t, h, slot, "r", lock.Won)
+	check("after claim")
+	own := lock.Owner{Replica: "r", Attempt: c.Attempt}
+	if err := h.store.Renew(ctx, slot, own, policy.Lease); err != nil {
+		t.Fatal(err)
+	}
+	check("after renew")
+	if err := h.store.Release(ctx, slot, own); err != nil {
+		t.Fatal(err)
+	}
+	check("after release")
+	c = mustClaim(t, h, slot, "r", lock.Won)
+	if err := h.store.Complete(ctx, slot, lock.Owner{Replica: "r", Attempt: c.Attempt}, policy.DoneTTL); err != nil {
+		t.Fatal(err)
+	}
+	check("after complete")
+}
+
+func testEarly(t *testing.T, h harness) {
+	slot := uniqueSlot(t, h)
+	now := h.now()
+	slot.Time = now.Add(time.Hour)
+	slot.Deadline = now.Add(2 * time.Hour)
+	c := mustClaim(t, h, slot, "r", lock.Early)
+	if c.Wait < 59*time.Minute || c.Wait > time.Hour {
+		t.Fatalf("early wait = %v, want about 1h", c.Wait)
+	}
+	for k := range h.ttls() {
+		if strings.Contains(k, slot.Task) {
+			t.Fatalf("early claim wrote %q", k)
+		}
+	}
+	// Within the tolerance the claim goes through.
+	p := policy
+	p.Tolerance = time.Hour + time.Minute
+	if c, err := h.store.Claim(context.Background(), slot, "r", p); err != nil || c.Result != lock.Won {
+		t.Fatalf("claim within tolerance = %v, %v; want won", c.Result, err)
+	}
+}
+
+func testLate(t *testing.T, h harness) {
+	slot := uniqueSlot(t, h)
+	now := h.now()
+	slot.Time = now.Add(-2 * time.Hour)
+	slot.Deadline = now.Add(-time.Hour)
+	mustClaim(t, h, slot, "r", lock.Late)
+}
+
+func testComplete(t *testing.T, h harness) {
+	ctx := context.Background()
+	slot := uniqueSlot(t, h)
+	c := mustClaim(t, h, slot, "winner", lock.Won)
+	own := lock.Owner{Replica: "winner", Attempt: c.Attempt}
+	if err := h.store.Complete(ctx, slot, own, policy.DoneTTL); err != nil {
+		t.Fatal(err)
+	}
+	// A retry after a lost reply succeeds again and changes nothing.
+	if err := h.store.Complete(ctx, slot, own, policy.DoneTTL); err != nil {
+		t.Fatalf("second complete: %v", err)
+	}
+	// Release and renew of a done slot change nothing.
+	if err := h.store.Release(ctx, slot, own); !errors.Is(err, lock.ErrNotHeld) {
+		t.Fatalf("release after complete: %v, want ErrNotHeld", err)
+	}
+	if err := h.store.Renew(ctx, slot, own, policy.Lease); !errors.Is(err, lock.ErrNotHeld) {
+		t.Fatalf("renew after complete: %v, want ErrNotHeld", err)
+	}
+	h.expire(policy.Lease * 2) // far past the lease: the done marker stays
+	d := mustClaim(t, h, slot, "other", lock.Done)
+	if d.Holder != "winner" || d.Attempt != c.Attempt {
+		t.Fatalf("done claim = %+v, want holder winner attempt %d", d, c.Attempt)
+	}
+	for k, ttl := range h.ttls() {
+		if strings.Contains(k, slot.Task) && ttl < policy.DoneTTL-policy.Lease*3 {
+			t.Errorf("key %q TTL %v, want about done TTL %v", k, ttl, policy.DoneTTL)
+		}
+	}
+}
+
+func testReleaseWakes(t *testing.T, h harness) {
+	ctx := context.Background()
+	slot := uniqueSlot(t, h)
+	other := uniqueSlot(t, h)
+	w := h.store.Watch(slot)
+	defer w.Stop()
+	wo := h.store.Watch(other)
+	defer wo.Stop()
+	c := mustClaim(t, h, slot, "a", lock.Won)
+	mustClaim(t, h, slot, "b", lock.Held)
+	if err := h.store.Release(ctx, slot, lock.Owner{Replica: "a", Attempt: c.Attempt}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-w.C():
+	case <-time.After(5 * time.Second):
+		t.Fatal("watcher not woken within 5s of the release")
+	}
+	select {
+	case <-wo.C():
+		t.Fatal("watcher of another slot was woken")
+	default:
+	}
+	mustClaim(t, h, slot, "b", lock.Won)
+}
+
+func testRenew(t *testing.T, h harness) {
+	ctx := context.Background()
+	slot := uniqueSlot(t, h)
+	c := mustClaim(t, h, slot, "a", lock.Won)
+	own := lock.Owner{Replica: "a", Attempt: c.Attempt}
+	h.expire(policy.Lease - time.Second)
+	if err := h.store.Renew(ctx, slot, own, policy.Lease); err != nil {
+		t.Fatal(err)
+	}
+	h.expire(policy.Lease - time.Second) // would have expired without the renewal
+	st, err := h.store.State(ctx, slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Status != "running" || st.Holder != "a" {
+		t.Fatalf("after renew: %+v, want running by a", st)
+	}
+	if err := h.store.Renew(ctx, slot, lock.Owner{Replica: "b", Attempt: c.Attempt}, policy.Lease); !errors.Is(err, lock.ErrNotHeld) {
+		t.Fatalf("renew by non-holder: %v, want ErrNotHeld", err)
+	}
+}
+
+func testForeign(t *testing.T, h harness) {
+	ctx := context.Background()
+	slot := uniqueSlot(t, h)
+	state, attempts := lock.Keys("slotd", slot)
+	h.plant(state, "somebody else's value")
+	if _, err := h.store.Claim(ctx, slot, "r", policy); !errors.Is(err, lock.ErrForeign) {
+		t.Fatalf("claim over foreign state: %v, want ErrForeign", err)
+	}
+	if err := h.store.Release(ctx, slot, lock.Owner{Replica: "r", Attempt: 1}); !errors.Is(err, lock.ErrNotHeld) {
+		t.Fatalf("release of foreign state: %v, want ErrNotHeld", err)
+	}
+	slot2 := uniqueSlot(t, h)
+	_, attempts = lock.Keys("slotd", slot2)
+	h.plant(attempts, "not a number")
+	if _, err := h.store.Claim(ctx, slot2, "r", policy); !errors.Is(err, lock.ErrForeign) {
+		t.Fatalf("claim over foreign counter: %v, want ErrForeign", err)
+	}
+	if st, _ := h.store.State(ctx, slot2); st.Status != "free" {
+		t.Fatalf("foreign counter slot state = %+v, want untouched free", st)
+	}
+}
+
+func testState(t *testing.T, h harness) {
+	ctx := context.Background()
+	slot := uniqueSlot(t, h)
+	if st, err := h.store.State(ctx, slot); err != nil || st.Status != "free" || st.Attempts != 0 {
+		t.Fatalf("fresh state = %+v, %v", st, err)
+	}
+	c := mustClaim(t, h, slot, "host-1:42", lock.Won) // replica ids may hold colons
+	st, err := h.store.State(ctx, slot)
+	if err != nil || st.Status != "running" || st.Holder != "host-1:42" || st.Attempt != 1 || st.Attempts != 1 || st.TTL <= 0 {
+		t.Fatalf("running state = %+v, %v", st, err)
+	}
+	if err := h.store.Complete(ctx, slot, lock.Owner{Replica: "host-1:42", Attempt: c.Attempt}, policy.DoneTTL); err != nil {
+		t.Fatal(err)
+	}
+	st, err = h.store.State(ctx, slot)
+	if err != nil || st.Status != "done" || st.Holder != "host-1:42" || st.Finished.IsZero() {
+		t.Fatalf("done state = %+v, %v", st, err)
+	}
+	if d := st.Finished.Sub(h.now()); d > time.Second || d < -time.Minute {
+		t.Fatalf("finished %v, not near the store's now %v", st.Finished, h.now())
+	}
+}
+
+// The Redis store must hold a claim's keys on one Cluster hash slot.
+func TestKeysShareHashTag(t *testing.T) {
+	slot := lock.Slot{Task: "report", ID: "2024011514"}
+	state, attempts := lock.Keys("slotd", slot)
+	if state != "slotd:{report:2024011514}" || attempts != "slotd:{report:2024011514}:attempts" {
+		t.Fatalf("keys = %q, %q", state, attempts)
+	}
+}

@@ -1,0 +1,214 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Lease is a won claim kept alive by exactly one watchdog goroutine.
+//
+// The watchdog renews every lease/3. The lease is taken to be valid until
+// lease (minus a safety margin) after the last renewal that Redis confirmed
+// was SENT — measured on the monotonic clock, so a wall-clock step changes
+// nothing. When no renewal is confirmed by then, or Redis answers that the
+// slot is no longer ours, the watchdog cancels Context with cause
+// ErrLeaseLost and stops: the task must stop before a peer can have taken the
+// slot over.
+type Lease struct {
+	store Store
+	slot  Slot
+	owner Owner
+	ttl   time.Duration
+	token int64
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	stopWatchdog context.CancelFunc
+	done         chan struct{}
+
+	mu       sync.Mutex
+	lastSent time.Time // send time of the last confirmed claim or renewal
+	lost     bool
+	renewals int
+}
+
+// Renewed and lost are reported through these hooks when set, for metrics.
+type LeaseHooks struct {
+	Renewed func()         // a renewal was confirmed
+	Lost    func(err error) // the lease was lost; err says why
+}
+
+// Hold starts the watchdog of claim c, which must be Won, on slot with the
+// lease it was claimed with. The lease's Context is derived from parent. If
+// the claim's reply came back too late to leave any validity, the lease is
+// lost at once.
+func Hold(parent context.Context, s Store, slot Slot, replica string, c Claim, lease time.Duration, hooks LeaseHooks) *Lease {
+	l := &Lease{
+		store:    s,
+		slot:     slot,
+		owner:    Owner{Replica: replica, Attempt: c.Attempt},
+		ttl:      lease,
+		token:    Token(slot.Time, c.Attempt),
+		lastSent: c.Sent,
+		done:     make(chan struct{}),
+	}
+	l.ctx, l.cancel = context.WithCancelCause(parent)
+	var wctx context.Context
+	wctx, l.stopWatchdog = context.WithCancel(context.Background())
+	go l.watchdog(wctx, hooks)
+	return l
+}
+
+// Context is cancelled with cause ErrLeaseLost when the lease is lost, and
+// when the parent given to Hold is done.
+func (l *Lease) Context() context.Context { return l.ctx }
+
+// Token is the attempt's fencing token.
+func (l *Lease) Token() int64 { return l.token }
+
+// Owner is the attempt holding the lease.
+func (l *Lease) Owner() Owner { return l.owner }
+
+// Lost reports whether the watchdog gave the lease up.
+func (l *Lease) Lost() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lost
+}
+
+// margin is how long before the lease could run out the watchdog declares
+// it lost: a tenth of the lease, for the task to stop and for clock drift
+// between this host and Redis.
+func (l *Lease) margin() time.Duration { return l.ttl / 10 }
+
+// validUntil is the end of the lease as far as this process can prove it.
+func (l *Lease) validUntil() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lastSent.Add(l.ttl - l.margin())
+}
+
+func (l *Lease) watchdog(ctx context.Context, hooks LeaseHooks) {
+	defer close(l.done)
+	interval := l.ttl / 3
+	retry := max(interval/8, time.Millisecond)
+	next := interval
+	for {
+		until := time.Until(l.validUntil())
+		if until <= 0 {
+			l.lose(hooks, errors.New("no renewal confirmed within the lease"))
+			return
+		}
+		t := time.NewTimer(min(next, until))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		until = time.Until(l.validUntil())
+		if until <= 0 {
+			l.lose(hooks, errors.New("no renewal confirmed within the lease"))
+			return
+		}
+		sent := time.Now()
+		rctx, cancel := context.WithTimeout(ctx, until)
+		err := l.store.Renew(rctx, l.slot, l.owner, l.ttl)
+		cancel()
+		switch {
+		case err == nil:
+			l.mu.Lock()
+			l.lastSent = sent
+			l.renewals++
+			l.mu.Unlock()
+			if hooks.Renewed != nil {
+				hooks.Renewed()
+			}
+			next = interval
+		case errors.Is(err, ErrNotHeld):
+			l.lose(hooks, err)
+			return
+		case ctx.Err() != nil:
+			return
+		default:
+			// Unknown outcome: try again soon while the lease may still be ours.
+			next = retry
+		}
+	}
+}
+
+func (l *Lease) lose(hooks LeaseHooks, why error) {
+	l.mu.Lock()
+	l.lost = true
+	l.mu.Unlock()
+	l.cancel(fmt.Errorf("%w: %s: %w", ErrLeaseLost, l.slot, why))
+	if hooks.Lost != nil {
+		hooks.Lost(why)
+	}
+}
+
+// stop ends the watchdog and waits for it. It reports whether the lease is
+// still valid, and until when.
+func (l *Lease) stop() (time.Time, bool) {
+	l.stopWatchdog()
+	<-l.done
+	l.mu.Lock()
+	lost := l.lost
+	l.mu.Unlock()
+	until := l.validUntil()
+	return until, !lost && time.Now().Before(until)
+}
+
+// Complete stops the watchdog and marks the slot done. It retries errors of
+// unknown outcome while the lease may still be valid; the script answers
+// success again when a lost reply had in fact completed the slot. It returns
+// ErrLeaseLost if the lease was lost before the slot could be completed.
+func (l *Lease) Complete(ctx context.Context, doneTTL time.Duration) error {
+	return l.finish(ctx, "complete", func(ctx context.Context) error {
+		return l.store.Complete(ctx, l.slot, l.owner, doneTTL)
+	})
+}
+
+// Release stops the watchdog and gives the slot back so a peer may retry
+// at once. ErrNotHeld from the store is not an error here: the slot is not
+// ours either way.
+func (l *Lease) Release(ctx context.Context) error {
+	err := l.finish(ctx, "release", func(ctx context.Context) error {
+		return l.store.Release(ctx, l.slot, l.owner)
+	})
+	if errors.Is(err, ErrNotHeld) || errors.Is(err, ErrLeaseLost) {
+		return nil
+	}
+	return err
+}
+
+func (l *Lease) finish(ctx context.Context, op string, f func(context.Context) error) error {
+	defer l.cancel(context.Canceled)
+	until, valid := l.stop()
+	if !valid {
+		return fmt.Errorf("lock: %s %s attempt %d: %w", op, l.slot, l.owner.Attempt, ErrLeaseLost)
+	}
+	wait := max(l.ttl/30, time.Millisecond)
+	for {
+		cctx, cancel := context.WithDeadline(ctx, until)
+		err := f(cctx)
+		cancel()
+		if err == nil || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrForeign) {
+			return err
+		}
+		left := time.Until(until)
+		if left <= 0 || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(min(wait, left)):
+		}
+		wait = min(wait*2, l.ttl/3)
+	}
+}

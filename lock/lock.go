@@ -1,0 +1,252 @@
+// Package lock is slotd's slot protocol: who may run one slot of one task,
+// how many times, and how the others learn that they may try again.
+//
+// A slot is a task name plus a scheduled time. Replicas race to Claim it; the
+// winner holds it under a short lease that a Lease watchdog renews, and then
+// either Completes it (a long-lived done marker: nobody runs the slot again) or
+// Releases it (peers watching the slot are woken to retry). A per-slot counter
+// caps the attempts and yields the fencing token.
+//
+// Guarantees, for every Store implementation (Redis and Memory pass one
+// conformance suite):
+//   - at most one holder per slot while its lease is valid;
+//   - renew, complete and release change nothing unless the caller is the
+//     current holder (each is one atomic compare-then-write);
+//   - attempts never exceed Policy.MaxAttempts;
+//   - every key written has a TTL;
+//   - a claim before the slot time by the store's clock (minus
+//     Policy.Tolerance) or at or after the deadline is refused.
+//
+// Keys (prefix "slotd"; the braces are a Redis Cluster hash tag so one slot's
+// keys share a shard):
+//
+//	slotd:{<task>:<slot id>}           "run:<replica>:<attempt>" (TTL lease) or
+//	                                   "done:<replica>:<attempt>:<unix ms>" (TTL done TTL)
+//	slotd:{<task>:<slot id>}:attempts  INCR per claim (TTL >= done TTL)
+//	slotd:released                     pub/sub channel; message = state key
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Errors returned by Store methods and carried as context causes.
+var (
+	// ErrNotHeld: the caller is not the slot's current holder (its lease ran
+	// out, or another attempt holds it). Nothing was changed.
+	ErrNotHeld = errors.New("lock: not held")
+	// ErrLeaseLost is the cause of a Lease's context when the lease could not
+	// be renewed in time. The task must stop; the slot is not completed.
+	ErrLeaseLost = errors.New("lock: lease lost")
+	// ErrForeign: a slot key holds a value slotd did not write. slotd leaves
+	// it alone and does not run the slot.
+	ErrForeign = errors.New("lock: foreign value in slot key")
+)
+
+// Slot names one scheduled run of one task.
+type Slot struct {
+	Task     string    // task name
+	ID       string    // slot id, e.g. "2024011514"
+	Time     time.Time // scheduled time; no claim succeeds before it
+	Deadline time.Time // end of the slot window; no claim succeeds at or after it
+}
+
+func (s Slot) String() string { return s.Task + ":" + s.ID }
+
+// Policy is what a claim needs to know about the task.
+type Policy struct {
+	Lease       time.Duration // how long a claim holds without renewal
+	DoneTTL     time.Duration // how long the done marker and the counter live
+	MaxAttempts int           // cap on claims won per slot
+	Tolerance   time.Duration // how early, by the store's clock, a claim may start
+}
+
+// Result is the outcome of a claim.
+type Result int
+
+// Claim results.
+const (
+	Won       Result = iota + 1 // the caller holds the slot
+	Held                        // another attempt holds it; Claim.Wait is its remaining lease
+	Done                        // the slot succeeded
+	Exhausted                   // MaxAttempts attempts were made, none succeeded
+	Early                       // the slot time has not come; Claim.Wait says how long until it does
+	Late                        // the slot window has closed
+)
+
+var resultNames = [...]string{"", "won", "held", "done", "exhausted", "early", "late"}
+
+func (r Result) String() string {
+	if r > 0 && int(r) < len(resultNames) {
+		return resultNames[r]
+	}
+	return "Result(" + strconv.Itoa(int(r)) + ")"
+}
+
+// Claim is the answer to Store.Claim.
+type Claim struct {
+	Result  Result
+	Attempt int           // Won: the caller's attempt; Held, Done: the holder's; Exhausted: attempts made
+	Holder  string        // Held, Done: the holder's replica id
+	Wait    time.Duration // Held: the holder's remaining lease; Early: time until the slot time
+	Now     time.Time     // the store's clock when it decided
+	Sent    time.Time     // local time (with its monotonic reading) when the claim was sent
+}
+
+// Owner identifies one attempt: the replica and its attempt number.
+type Owner struct {
+	Replica string
+	Attempt int
+}
+
+func (o Owner) value() string { return "run:" + o.Replica + ":" + strconv.Itoa(o.Attempt) }
+func (o Owner) donePrefix() string {
+	return "done:" + o.Replica + ":" + strconv.Itoa(o.Attempt) + ":"
+}
+
+// Token is the fencing token of an attempt: slot_unix_seconds*1000 + attempt.
+// Slot times of one task are at least a second apart and attempts are capped
+// below 1000, so the token of every attempt is greater than that of every
+// earlier attempt of the same task, in this slot or an earlier one. A
+// downstream store that keeps the highest token it has accepted per task can
+// reject a stale writer whose lease ran out while it was paused.
+func Token(slot time.Time, attempt int) int64 {
+	return slot.Unix()*1000 + int64(attempt)
+}
+
+// MaxAttempts is the largest attempt cap Token can encode.
+const MaxAttempts = 999
+
+// State is a read of one slot's keys, for status pages and tests.
+type State struct {
+	Status   string        // "free", "running", "done" or "foreign"
+	Holder   string        // running/done: replica
+	Attempt  int           // running/done: that attempt's number
+	Attempts int           // attempts counted so far
+	Finished time.Time     // done: when, by the store's clock
+	TTL      time.Duration // running: lease left; done: marker left
+	Value    string        // the raw state value
+}
+
+// Store is the slot protocol. Redis and Memory implement it.
+type Store interface {
+	// Claim tries to take slot for replica. A result other than Won is not an
+	// error. An error means the outcome is unknown: the caller must not run
+	// the task (the lease, if any, simply expires).
+	Claim(ctx context.Context, slot Slot, replica string, p Policy) (Claim, error)
+	// Renew extends owner's lease. ErrNotHeld if owner does not hold slot.
+	Renew(ctx context.Context, slot Slot, owner Owner, lease time.Duration) error
+	// Complete marks slot done by owner for doneTTL. It succeeds again if
+	// owner already completed it. ErrNotHeld if owner does not hold slot.
+	Complete(ctx context.Context, slot Slot, owner Owner, doneTTL time.Duration) error
+	// Release frees slot and wakes its watchers. ErrNotHeld if owner does
+	// not hold it.
+	Release(ctx context.Context, slot Slot, owner Owner) error
+	// Watch reports releases of slot until stopped.
+	Watch(slot Slot) *Watch
+	// State reads slot's keys.
+	State(ctx context.Context, slot Slot) (State, error)
+	// Time is the store's clock, against which slot times are checked.
+	Time(ctx context.Context) (time.Time, error)
+}
+
+// Keys returns the state and attempts keys of slot under prefix.
+func Keys(prefix string, slot Slot) (state, attempts string) {
+	state = prefix + ":{" + slot.Task + ":" + slot.ID + "}"
+	return state, state + ":attempts"
+}
+
+// parseValue reads "run:<replica>:<attempt>" or
+// "done:<replica>:<attempt>:<unix ms>". Replica ids may contain colons, so
+// the numbers are taken from the right.
+func parseValue(v string) (st State, err error) {
+	st.Value = v
+	kind, rest, _ := strings.Cut(v, ":")
+	switch kind {
+	case "run":
+		st.Status = "running"
+	case "done":
+		st.Status = "done"
+		i := strings.LastIndexByte(rest, ':')
+		if i < 0 {
+			return State{Status: "foreign", Value: v}, fmt.Errorf("%w: %q", ErrForeign, v)
+		}
+		ms, err := strconv.ParseInt(rest[i+1:], 10, 64)
+		if err != nil {
+			return State{Status: "foreign", Value: v}, fmt.Errorf("%w: %q", ErrForeign, v)
+		}
+		st.Finished = time.UnixMilli(ms).UTC()
+		rest = rest[:i]
+	default:
+		return State{Status: "foreign", Value: v}, fmt.Errorf("%w: %q", ErrForeign, v)
+	}
+	i := strings.LastIndexByte(rest, ':')
+	if i <= 0 {
+		return State{Status: "foreign", Value: v}, fmt.Errorf("%w: %q", ErrForeign, v)
+	}
+	n, err := strconv.Atoi(rest[i+1:])
+	if err != nil || n < 1 {
+		return State{Status: "foreign", Value: v}, fmt.Errorf("%w: %q", ErrForeign, v)
+	}
+	st.Holder, st.Attempt = rest[:i], n
+	return st, nil
+}
+
+// Watch delivers a signal on C each time a holder releases the watched slot.
+// Signals do not queue beyond one: a waiter that was busy sees one pending
+// signal, which is all it needs to claim again.
+type Watch struct {
+	c    chan struct{}
+	stop func()
+}
+
+// C is the channel on which releases are signalled.
+func (w *Watch) C() <-chan struct{} { return w.c }
+
+// Stop ends the watch. It is safe to call more than once.
+func (w *Watch) Stop() { w.stop() }
+
+func (w *Watch) notify() {
+	select {
+	case w.c <- struct{}{}:
+	default:
+	}
+}
+
+// watchers is the registry behind Watch, shared by both stores: keys are
+// state keys, and one notification wakes every watcher of that key.
+type watchers struct {
+	m map[string]map[*Watch]struct{}
+}
+
+func (ws *watchers) add(key string, w *Watch) {
+	if ws.m == nil {
+		ws.m = map[string]map[*Watch]struct{}{}
+	}
+	set := ws.m[key]
+	if set == nil {
+		set = map[*Watch]struct{}{}
+		ws.m[key] = set
+	}
+	set[w] = struct{}{}
+}
+
+func (ws *watchers) remove(key string, w *Watch) {
+	if set := ws.m[key]; set != nil {
+		delete(set, w)
+		if len(set) == 0 {
+			delete(ws.m, key)
+		}
+	}
+}
+
+func (ws *watchers) notify(key string) {
+	for w := range ws.m[key] {
+		w.notify()
+	}
+}

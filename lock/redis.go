@@ -1,0 +1,267 @@
+package lock
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed claim.lua
+	claimLua    string
+	claimScript = redis.NewScript(claimLua)
+	//go:embed renew.lua
+	renewLua    string
+	renewScript = redis.NewScript(renewLua)
+	//go:embed complete.lua
+	completeLua    string
+	completeScript = redis.NewScript(completeLua)
+	//go:embed release.lua
+	releaseLua    string
+	releaseScript = redis.NewScript(releaseLua)
+)
+
+// Client is the part of go-redis that Redis needs; a *redis.Client,
+// *redis.ClusterClient or sentinel failover client all satisfy it.
+type Client interface {
+	redis.Scripter
+	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+	Time(ctx context.Context) *redis.TimeCmd
+	Pipeline() redis.Pipeliner
+}
+
+// Redis is the slot protocol on a Redis server: each state change is one Lua
+// script that checks ownership before it writes.
+type Redis struct {
+	rdb     Client
+	prefix  string
+	channel string
+
+	mu      sync.Mutex
+	watch   watchers
+	ps      *redis.PubSub // one subscription per process, started by the first Watch
+	psDone  chan struct{}
+	closing bool
+}
+
+// NewRedis returns the slot protocol on rdb, with keys under prefix.
+// It does no I/O; Close stops the pub/sub subscription Watch may start.
+func NewRedis(rdb Client, prefix string) *Redis {
+	return &Redis{rdb: rdb, prefix: prefix, channel: prefix + ":released"}
+}
+
+// Claim implements Store.
+func (r *Redis) Claim(ctx context.Context, slot Slot, replica string, p Policy) (Claim, error) {
+	state, attempts := Keys(r.prefix, slot)
+	sent := time.Now()
+	res, err := claimScript.Run(ctx, r.rdb, []string{state, attempts},
+		replica,
+		p.Lease.Milliseconds(),
+		p.MaxAttempts,
+		slot.Time.Add(-p.Tolerance).UnixMilli(),
+		slot.Deadline.UnixMilli(),
+		p.DoneTTL.Milliseconds(),
+	).Slice()
+	if err != nil {
+		return Claim{}, fmt.Errorf("lock: claim %s: %w", slot, err)
+	}
+	c, err := decodeClaim(res)
+	if err != nil {
+		return Claim{}, fmt.Errorf("lock: claim %s: %w", slot, err)
+	}
+	c.Sent = sent
+	return c, nil
+}
+
+// decodeClaim turns claim.lua's reply into a Claim.
+func decodeClaim(res []any) (Claim, error) {
+	if len(res) != 5 {
+		return Claim{}, fmt.Errorf("unexpected reply %v", res)
+	}
+	kind, _ := res[0].(string)
+	n, _ := res[1].(int64)
+	ms, _ := res[2].(int64)
+	now, _ := res[3].(int64)
+	value, _ := res[4].(string)
+	c := Claim{Attempt: int(n), Wait: time.Duration(ms) * time.Millisecond, Now: time.UnixMilli(now).UTC()}
+	switch kind {
+	case "won":
+		c.Result = Won
+		c.Wait = 0
+	case "held", "done":
+		st, err := parseValue(value)
+		if err != nil {
+			return Claim{}, err
+		}
+		c.Result, c.Holder, c.Attempt = Held, st.Holder, st.Attempt
+		if kind == "done" {
+			c.Result = Done
+		}
+	case "exhausted":
+		c.Result = Exhausted
+	case "early":
+		c.Result = Early
+	case "late":
+		c.Result = Late
+	case "foreign":
+		return Claim{}, fmt.Errorf("%w: %q", ErrForeign, value)
+	default:
+		return Claim{}, fmt.Errorf("unexpected reply %v", res)
+	}
+	return c, nil
+}
+
+// Renew implements Store.
+func (r *Redis) Renew(ctx context.Context, slot Slot, owner Owner, lease time.Duration) error {
+	state, _ := Keys(r.prefix, slot)
+	return r.compare(ctx, "renew", slot, owner, renewScript, []string{state}, owner.value(), lease.Milliseconds())
+}
+
+// Complete implements Store.
+func (r *Redis) Complete(ctx context.Context, slot Slot, owner Owner, doneTTL time.Duration) error {
+	state, attempts := Keys(r.prefix, slot)
+	return r.compare(ctx, "complete", slot, owner, completeScript, []string{state, attempts},
+		owner.value(), owner.donePrefix(), doneTTL.Milliseconds())
+}
+
+// Release implements Store.
+func (r *Redis) Release(ctx context.Context, slot Slot, owner Owner) error {
+	state, _ := Keys(r.prefix, slot)
+	return r.compare(ctx, "release", slot, owner, releaseScript, []string{state}, owner.value(), r.channel)
+}
+
+// compare runs one of the owner-checked scripts, which answer 1 or 0.
+func (r *Redis) compare(ctx context.Context, op string, slot Slot, owner Owner, s *redis.Script, keys []string, args ...any) error {
+	n, err := s.Run(ctx, r.rdb, keys, args...).Int()
+	if err != nil {
+		return fmt.Errorf("lock: %s %s attempt %d: %w", op, slot, owner.Attempt, err)
+	}
+	if n != 1 {
+		return fmt.Errorf("lock: %s %s attempt %d: %w", op, slot, owner.Attempt, ErrNotHeld)
+	}
+	return nil
+}
+
+// State implements Store.
+func (r *Redis) State(ctx context.Context, slot Slot) (State, error) {
+	state, attempts := Keys(r.prefix, slot)
+	p := r.rdb.Pipeline()
+	get := p.Get(ctx, state)
+	ttl := p.PTTL(ctx, state)
+	cnt := p.Get(ctx, attempts)
+	if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return State{}, fmt.Errorf("lock: state %s: %w", slot, err)
+	}
+	var st State
+	if v, err := get.Result(); err == nil {
+		st, err = parseValue(v)
+		if err != nil {
+			return st, fmt.Errorf("lock: state %s: %w", slot, err)
+		}
+		st.TTL = ttl.Val()
+	} else {
+		st.Status = "free"
+	}
+	if c, err := cnt.Result(); err == nil {
+		n, err := strconv.Atoi(c)
+		if err != nil {
+			return st, fmt.Errorf("lock: state %s: attempts %w: %q", slot, ErrForeign, c)
+		}
+		st.Attempts = n
+	}
+	return st, nil
+}
+
+// Time implements Store with the server's TIME.
+func (r *Redis) Time(ctx context.Context) (time.Time, error) {
+	t, err := r.rdb.Time(ctx).Result()
+	if err != nil {
+		return time.Time{}, fmt.Errorf("lock: time: %w", err)
+	}
+	return t.UTC(), nil
+}
+
+// Watch implements Store. All watches share one pub/sub subscription to the
+// prefix's release channel; a notification lost while the subscription
+// reconnects costs only promptness, since watchers also wake when the
+// holder's lease runs out.
+func (r *Redis) Watch(slot Slot) *Watch {
+	key, _ := Keys(r.prefix, slot)
+	w := &Watch{c: make(chan struct{}, 1)}
+	w.stop = sync.OnceFunc(func() {
+		r.mu.Lock()
+		r.watch.remove(key, w)
+		r.mu.Unlock()
+	})
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.watch.add(key, w)
+	if r.ps == nil && !r.closing {
+		r.subscribe()
+	}
+	return w
+}
+
+// Subscribe starts the release subscription and waits until Redis has
+// confirmed it, so that a release published after it returns is not missed.
+// Watch starts the subscription by itself; calling Subscribe first only
+// closes the window in which the very first notification could be missed.
+func (r *Redis) Subscribe(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closing {
+		return errors.New("lock: subscribe: store closed")
+	}
+	if r.ps != nil {
+		return nil
+	}
+	ps := r.rdb.Subscribe(ctx, r.channel)
+	if _, err := ps.Receive(ctx); err != nil {
+		_ = ps.Close()
+		return fmt.Errorf("lock: subscribe %s: %w", r.channel, err)
+	}
+	r.start(ps)
+	return nil
+}
+
+// subscribe starts the subscription without waiting; called with r.mu held.
+func (r *Redis) subscribe() {
+	r.start(r.rdb.Subscribe(context.Background(), r.channel))
+}
+
+// start runs the one goroutine that fans notifications out to watchers;
+// called with r.mu held. go-redis reconnects and resubscribes by itself.
+func (r *Redis) start(ps *redis.PubSub) {
+	r.ps = ps
+	r.psDone = make(chan struct{})
+	ch := ps.Channel(redis.WithChannelHealthCheckInterval(30 * time.Second))
+	go func() {
+		defer close(r.psDone)
+		for msg := range ch {
+			r.mu.Lock()
+			r.watch.notify(msg.Payload)
+			r.mu.Unlock()
+		}
+	}()
+}
+
+// Close stops the release subscription and waits for its goroutine. It does
+// not close the go-redis client, which the caller owns.
+func (r *Redis) Close() error {
+	r.mu.Lock()
+	r.closing = true
+	ps, done := r.ps, r.psDone
+	r.mu.Unlock()
+	if ps == nil {
+		return nil
+	}
+	err := ps.Close()
+	<-done
+	return err
+}
