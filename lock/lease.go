@@ -38,7 +38,7 @@ type Lease struct {
 
 // Renewed and lost are reported through these hooks when set, for metrics.
 type LeaseHooks struct {
-	Renewed func()         // a renewal was confirmed
+	Renewed func()          // a renewal was confirmed
 	Lost    func(err error) // the lease was lost; err says why
 }
 
@@ -145,10 +145,10 @@ func (l *Lease) lose(hooks LeaseHooks, why error) {
 	l.mu.Lock()
 	l.lost = true
 	l.mu.Unlock()
-	l.cancel(fmt.Errorf("%w: %s: %w", ErrLeaseLost, l.slot, why))
 	if hooks.Lost != nil {
 		hooks.Lost(why)
 	}
+	l.cancel(fmt.Errorf("%w: %s: %w", ErrLeaseLost, l.slot, why))
 }
 
 // stop ends the watchdog and waits for it. It reports whether the lease is

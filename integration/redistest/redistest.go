@@ -24,13 +24,13 @@ import (
 
 // Server is one redis-server process.
 type Server struct {
-	t    testing.TB
+	t       testing.TB
 	bin     string
 	logPath string
-	Addr string // 127.0.0.1:port
-	Port int
-	cmd  *exec.Cmd
-	args []string
+	Addr    string // 127.0.0.1:port
+	Port    int
+	cmd     *exec.Cmd
+	args    []string
 }
 
 // Start runs a redis-server for the test and stops it at cleanup.

@@ -1,0 +1,51 @@
+package retry_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/slotd/slotd/retry"
+)
+
+func TestDelayBounds(t *testing.T) {
+	b := retry.Backoff{Min: 10 * time.Millisecond, Max: time.Second}
+	for _, tc := range []struct {
+		n        int
+		min, max time.Duration
+	}{
+		{0, 10 * time.Millisecond, 10 * time.Millisecond},
+		{1, 10 * time.Millisecond, 20 * time.Millisecond},
+		{3, 10 * time.Millisecond, 80 * time.Millisecond},
+		{7, 10 * time.Millisecond, time.Second},
+		{100, 10 * time.Millisecond, time.Second}, // no overflow
+	} {
+		seen := map[time.Duration]bool{}
+		for range 2000 {
+			d := b.Delay(tc.n)
+			if d < tc.min || d > tc.max {
+				t.Fatalf("Delay(%d) = %v outside [%v, %v]", tc.n, d, tc.min, tc.max)
+			}
+			seen[d] = true
+		}
+		if tc.max > tc.min && len(seen) < 10 {
+			t.Errorf("Delay(%d) took only %d distinct values: not jittered", tc.n, len(seen))
+		}
+	}
+}
+
+func TestDelayDegenerate(t *testing.T) {
+	if d := (retry.Backoff{}).Delay(3); d != 0 {
+		t.Fatalf("zero Backoff waits %v", d)
+	}
+	if d := (retry.Backoff{Min: time.Second, Max: time.Millisecond}).Delay(5); d != time.Second {
+		t.Fatalf("Max below Min: %v, want Min", d)
+	}
+}
+
+func ExampleBackoff() {
+	b := retry.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
+	d := b.Delay(4) // somewhere in [100ms, 1.6s]
+	fmt.Println(d >= 100*time.Millisecond && d <= 1600*time.Millisecond)
+	// Output: true
+}
