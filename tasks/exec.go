@@ -1,0 +1,331 @@
+package tasks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unicode/utf8"
+)
+
+func init() { Register("exec", newExec) }
+
+// Defaults of the exec plugin's parameters.
+const (
+	DefaultExecGrace     = 10 * time.Second
+	DefaultExecMaxOutput = 64 << 10
+)
+
+// outputDrain bounds how long Run waits, once the command's process group
+// is gone, for the end of its output. Only a process that left the group
+// (setsid, a double fork into a new group) can keep the pipe open longer,
+// and it must not hold the attempt hostage.
+const outputDrain = 2 * time.Second
+
+// errTailMax bounds the output quoted in an error message; the whole
+// bounded output is in ExitError.Output and in the log.
+const errTailMax = 1 << 10
+
+// envNames are the variables Run sets from the slot's Run. They cannot be
+// set through the env parameter: a task must be able to trust them.
+var envNames = []string{
+	"SLOTD_TASK", "SLOTD_SLOT", "SLOTD_SLOT_TIME",
+	"SLOTD_ATTEMPT", "SLOTD_FENCING_TOKEN", "SLOTD_REPLICA",
+}
+
+type execParams struct {
+	Command   []string          `toml:"command"`
+	Dir       string            `toml:"dir"`
+	Env       map[string]string `toml:"env"`
+	Grace     Duration          `toml:"grace"`
+	MaxOutput int               `toml:"max_output"`
+}
+
+type execTask struct {
+	path      string   // resolved at load, so a PATH lookup cannot fail later
+	argv      []string // as configured: argv[0] is what the command sees
+	dir       string
+	env       []string // "K=V" from the env parameter, sorted
+	grace     time.Duration
+	maxOutput int
+	log       *slog.Logger
+}
+
+func newExec(params map[string]any, log *slog.Logger) (Task, error) {
+	p := execParams{
+		Grace:     Duration{DefaultExecGrace},
+		MaxOutput: DefaultExecMaxOutput,
+	}
+	if err := Decode(params, &p); err != nil {
+		return nil, fmt.Errorf("tasks: exec: %w", err)
+	}
+	switch {
+	case p.Command == nil:
+		return nil, errors.New(`tasks: exec: parameter "command" is required`)
+	case len(p.Command) == 0:
+		return nil, errors.New(`tasks: exec: parameter "command" is empty`)
+	case p.Command[0] == "":
+		return nil, errors.New(`tasks: exec: parameter "command": the program name is empty`)
+	case p.Grace.Duration <= 0:
+		return nil, fmt.Errorf(`tasks: exec: parameter "grace": must be positive, not %q`, p.Grace)
+	case p.MaxOutput <= 0:
+		return nil, fmt.Errorf(`tasks: exec: parameter "max_output": must be positive, not %d`, p.MaxOutput)
+	}
+	for _, a := range p.Command {
+		if strings.IndexByte(a, 0) >= 0 {
+			return nil, fmt.Errorf(`tasks: exec: parameter "command": argument %q contains a NUL byte`, a)
+		}
+	}
+
+	path := p.Command[0]
+	if !strings.Contains(path, "/") {
+		// Resolve now so that a typo is a load error, not a failure at
+		// the first fire time hours later.
+		var err error
+		if path, err = exec.LookPath(path); err != nil {
+			return nil, fmt.Errorf(`tasks: exec: parameter "command": %q not found: %w`, p.Command[0], err)
+		}
+	}
+
+	env := make([]string, 0, len(p.Env))
+	for k, v := range p.Env {
+		switch {
+		case k == "" || strings.ContainsAny(k, "=\x00"):
+			return nil, fmt.Errorf(`tasks: exec: parameter "env": bad variable name %q`, k)
+		case strings.IndexByte(v, 0) >= 0:
+			return nil, fmt.Errorf(`tasks: exec: parameter "env": value of %s contains a NUL byte`, k)
+		}
+		for _, n := range envNames {
+			if k == n {
+				return nil, fmt.Errorf(`tasks: exec: parameter "env": %s is set by slotd`, k)
+			}
+		}
+		env = append(env, k+"="+v)
+	}
+	slices.Sort(env) // map order is random; keep runs reproducible
+
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &execTask{
+		path:      path,
+		argv:      p.Command,
+		dir:       p.Dir,
+		env:       env,
+		grace:     p.Grace.Duration,
+		maxOutput: p.MaxOutput,
+		log:       log,
+	}, nil
+}
+
+// ExitError is the error of an exec task whose command did not succeed:
+// it exited with a non-zero status, was killed by a signal, or was stopped
+// because its context was done. Callers can record Output in history.
+type ExitError struct {
+	ExitCode int            // exit status; -1 if a signal ended the command
+	Signal   syscall.Signal // the signal that ended the command, or 0
+	Output   string         // combined stdout and stderr, bounded, valid UTF-8
+
+	// Cause is why slotd stopped the command (context.Cause of the task's
+	// context: a timeout, a lost lease, shutdown), or nil if the command
+	// ended on its own. errors.Is sees through to it.
+	Cause error
+}
+
+func (e *ExitError) Error() string {
+	var b strings.Builder
+	if e.Cause != nil {
+		fmt.Fprintf(&b, "stopped (%v): ", e.Cause)
+	}
+	if e.Signal != 0 {
+		fmt.Fprintf(&b, "signal: %v", e.Signal)
+	} else {
+		fmt.Fprintf(&b, "exit status %d", e.ExitCode)
+	}
+	if tail := outputTail(e.Output, errTailMax); tail != "" {
+		fmt.Fprintf(&b, "; output: %q", tail)
+	}
+	return b.String()
+}
+
+func (e *ExitError) Unwrap() error { return e.Cause }
+
+// outputTail returns about the last n bytes of s, starting at a rune.
+func outputTail(s string, n int) string {
+	s = strings.TrimSpace(s)
+	if len(s) <= n {
+		return s
+	}
+	s = s[len(s)-n:]
+	for len(s) > 0 && !utf8.RuneStart(s[0]) {
+		s = s[1:]
+	}
+	return "..." + s
+}
+
+// Run runs the command in a process group of its own. When ctx is done the
+// group gets SIGTERM, and SIGKILL after the grace. Whatever is left of the
+// group when the command exits is killed too: it would otherwise outlive the
+// attempt and its lease, and could overlap the next attempt.
+func (t *execTask) Run(ctx context.Context) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("tasks: exec: %s: not started: %w", t.argv[0], context.Cause(ctx))
+	}
+	start := time.Now()
+
+	cmd := exec.CommandContext(ctx, t.path, t.argv[1:]...)
+	cmd.Args[0] = t.argv[0]
+	cmd.Dir = t.dir
+	cmd.Env = t.environ(ctx, cmd.Environ()) // with PWD matching Dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var stopped atomic.Bool
+	cmd.Cancel = func() error {
+		stopped.Store(true)
+		err := syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+		if errors.Is(err, syscall.ESRCH) {
+			return os.ErrProcessDone
+		}
+		return err
+	}
+	// After the grace, exec kills the group's leader; the rest of the group
+	// goes with the clean-up below, as soon as Wait returns.
+	cmd.WaitDelay = t.grace
+
+	// Our own pipe rather than exec's: exec would make Wait wait for every
+	// holder of the pipe, including grandchildren that outlive the command.
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("tasks: exec: %w", err)
+	}
+	defer pr.Close()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	err = cmd.Start()
+	pw.Close() // the child has its copy; ours would keep the pipe open
+	if err != nil {
+		if ctx.Err() != nil {
+			err = context.Cause(ctx)
+		}
+		return fmt.Errorf("tasks: exec: start %s: %w", t.argv[0], err)
+	}
+
+	out := newCapture(t.maxOutput)
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		io.Copy(out, pr) // out never fails; a read error just ends the output
+	}()
+
+	waitErr := cmd.Wait()
+	// A group lives on while it has members, and its id cannot be reused
+	// until it is empty; ESRCH means nothing was left.
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	pr.SetReadDeadline(time.Now().Add(outputDrain))
+	<-copied
+
+	state := cmd.ProcessState
+	if state == nil { // Wait failed before the command ended; not seen on Unix
+		return fmt.Errorf("tasks: exec: %s: %w", t.argv[0], waitErr)
+	}
+	xe := &ExitError{ExitCode: state.ExitCode(), Output: out.String()}
+	if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		xe.Signal = ws.Signal()
+	}
+	if stopped.Load() {
+		// Even a clean exit on SIGTERM is a failure: the attempt was cut
+		// short and must not mark the slot done.
+		xe.Cause = context.Cause(ctx)
+	}
+
+	attrs := []slog.Attr{
+		slog.Int("exit_code", xe.ExitCode),
+		slog.Duration("duration", time.Since(start)),
+		slog.String("output", xe.Output),
+		slog.Int64("output_bytes", out.total),
+	}
+	if r, ok := RunFrom(ctx); ok {
+		attrs = append(attrs, slog.String("slot", r.Slot), slog.Int("attempt", r.Attempt))
+	}
+	if xe.Signal != 0 {
+		attrs = append(attrs, slog.String("signal", xe.Signal.String()))
+	}
+	if state.Success() && xe.Cause == nil {
+		t.log.LogAttrs(ctx, slog.LevelInfo, "command succeeded", attrs...)
+		return nil
+	}
+	err = fmt.Errorf("tasks: exec: %s: %w", t.argv[0], xe)
+	t.log.LogAttrs(ctx, slog.LevelWarn, "command failed", append(attrs, slog.Any("err", err))...)
+	return err
+}
+
+// environ is base (the daemon's environment), then the env parameter, then
+// the slot's facts; exec keeps the last of duplicate names.
+func (t *execTask) environ(ctx context.Context, base []string) []string {
+	env := append(base, t.env...)
+	r, ok := RunFrom(ctx)
+	if !ok {
+		return env
+	}
+	return append(env,
+		"SLOTD_TASK="+r.Task,
+		"SLOTD_SLOT="+r.Slot,
+		"SLOTD_SLOT_TIME="+r.SlotTime.UTC().Format(time.RFC3339),
+		"SLOTD_ATTEMPT="+strconv.Itoa(r.Attempt),
+		"SLOTD_FENCING_TOKEN="+strconv.FormatInt(r.Token, 10),
+		"SLOTD_REPLICA="+r.Replica,
+	)
+}
+
+// capture keeps the first and the last bytes written to it, up to a fixed
+// total, so that a command writing gigabytes costs a bounded amount of memory.
+// It grows as output arrives: most commands write little.
+type capture struct {
+	head, tail       []byte // the first bytes; a ring of the last bytes
+	headMax, tailMax int
+	pos              int   // the oldest byte in tail; 0 until the ring wraps
+	total            int64 // bytes written
+}
+
+func newCapture(max int) *capture {
+	return &capture{headMax: max / 2, tailMax: max - max/2}
+}
+
+func (c *capture) Write(p []byte) (int, error) {
+	n := len(p)
+	c.total += int64(n)
+	k := min(c.headMax-len(c.head), len(p))
+	c.head, p = append(c.head, p[:k]...), p[k:]
+
+	if len(p) >= c.tailMax {
+		c.tail, c.pos = append(c.tail[:0], p[len(p)-c.tailMax:]...), 0
+		return n, nil
+	}
+	k = min(c.tailMax-len(c.tail), len(p))
+	c.tail, p = append(c.tail, p[:k]...), p[k:]
+	for len(p) > 0 { // the ring is full: overwrite the oldest bytes
+		k = copy(c.tail[c.pos:], p)
+		c.pos, p = (c.pos+k)%c.tailMax, p[k:]
+	}
+	return n, nil
+}
+
+// String returns the kept bytes, with a marker where bytes were dropped, as
+// valid UTF-8: the output goes into logs, JSON and Redis.
+func (c *capture) String() string {
+	var b strings.Builder
+	b.Write(c.head)
+	if omitted := c.total - int64(len(c.head)+len(c.tail)); omitted > 0 {
+		fmt.Fprintf(&b, "...[%d bytes omitted]...", omitted)
+	}
+	b.Write(c.tail[c.pos:])
+	b.Write(c.tail[:c.pos])
+	return strings.ToValidUTF8(b.String(), "\uFFFD")
+}

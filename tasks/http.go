@@ -1,0 +1,239 @@
+package tasks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+func init() { Register("http", newHTTP) }
+
+// DefaultHTTPTimeout is the default of the http plugin's timeout parameter.
+const DefaultHTTPTimeout = 30 * time.Second
+
+const (
+	// bodyQuoteMax bounds the response body kept for errors and logs.
+	bodyQuoteMax = 1 << 10
+	// bodyDrainMax bounds what is read past that, to let the connection be
+	// reused; a larger body costs a new connection, not memory or time.
+	bodyDrainMax = 64 << 10
+)
+
+// slotHeaders are the headers Run sets from the slot's Run. They cannot be
+// set through the headers parameter: the receiver must be able to trust them.
+var slotHeaders = []string{
+	"Slotd-Task", "Slotd-Slot", "Slotd-Slot-Time",
+	"Slotd-Attempt", "Slotd-Fencing-Token", "Slotd-Replica",
+}
+
+type httpParams struct {
+	URL     string            `toml:"url"`
+	Method  string            `toml:"method"`
+	Headers map[string]string `toml:"headers"`
+	Body    string            `toml:"body"`
+	Timeout Duration          `toml:"timeout"`
+	Expect  []int             `toml:"expect"`
+}
+
+type httpTask struct {
+	url     *url.URL
+	method  string
+	header  http.Header
+	host    string // a Host header, which net/http takes from Request.Host
+	body    string
+	timeout time.Duration
+	expect  []int // nil: any 2xx
+	client  *http.Client
+	log     *slog.Logger
+}
+
+func newHTTP(params map[string]any, log *slog.Logger) (Task, error) {
+	p := httpParams{Method: http.MethodGet, Timeout: Duration{DefaultHTTPTimeout}}
+	if err := Decode(params, &p); err != nil {
+		return nil, fmt.Errorf("tasks: http: %w", err)
+	}
+	if p.URL == "" {
+		return nil, errors.New(`tasks: http: parameter "url" is required`)
+	}
+	u, err := url.Parse(p.URL)
+	if err != nil {
+		return nil, fmt.Errorf(`tasks: http: parameter "url": %w`, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf(`tasks: http: parameter "url": scheme must be http or https, not %q`, u.Scheme)
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf(`tasks: http: parameter "url": no host in %q`, u.Redacted())
+	}
+	// Methods are case-sensitive, but no operator who writes "post" means
+	// anything other than POST.
+	method := strings.ToUpper(p.Method)
+	if !isToken(method) {
+		return nil, fmt.Errorf(`tasks: http: parameter "method": bad method %q`, p.Method)
+	}
+	if p.Timeout.Duration <= 0 {
+		return nil, fmt.Errorf(`tasks: http: parameter "timeout": must be positive, not %q`, p.Timeout)
+	}
+	if p.Expect != nil && len(p.Expect) == 0 {
+		return nil, errors.New(`tasks: http: parameter "expect" is empty: no response could succeed`)
+	}
+	for _, code := range p.Expect {
+		if code < 100 || code > 999 {
+			return nil, fmt.Errorf(`tasks: http: parameter "expect": bad status code %d`, code)
+		}
+	}
+
+	t := &httpTask{
+		url:     u,
+		method:  method,
+		header:  make(http.Header, len(p.Headers)),
+		body:    p.Body,
+		timeout: p.Timeout.Duration,
+		expect:  p.Expect,
+		client:  &http.Client{},
+		log:     log,
+	}
+	for k, v := range p.Headers {
+		if !isToken(k) {
+			return nil, fmt.Errorf(`tasks: http: parameter "headers": bad header name %q`, k)
+		}
+		if strings.ContainsAny(v, "\r\n\x00") {
+			return nil, fmt.Errorf(`tasks: http: parameter "headers": value of %s contains a line break or NUL`, k)
+		}
+		k = http.CanonicalHeaderKey(k)
+		for _, h := range slotHeaders {
+			if k == h {
+				return nil, fmt.Errorf(`tasks: http: parameter "headers": %s is set by slotd`, k)
+			}
+		}
+		if k == "Host" {
+			t.host = v
+			continue
+		}
+		t.header.Set(k, v)
+	}
+	if t.log == nil {
+		t.log = slog.New(slog.DiscardHandler)
+	}
+	return t, nil
+}
+
+// isToken reports whether s is an HTTP token (RFC 9110 section 5.6.2), the
+// syntax of both methods and header names.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range []byte(s) {
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// StatusError is the error of an http task whose response had a status it
+// does not accept. Callers can record Body in history.
+type StatusError struct {
+	StatusCode int    // e.g. 503
+	Status     string // e.g. "503 Service Unavailable"
+	Body       string // the start of the response body, valid UTF-8
+}
+
+func (e *StatusError) Error() string {
+	if e.Body == "" {
+		return "status " + e.Status
+	}
+	return fmt.Sprintf("status %s; body: %q", e.Status, e.Body)
+}
+
+func (t *httpTask) accepts(code int) bool {
+	if t.expect == nil {
+		return 200 <= code && code <= 299
+	}
+	for _, c := range t.expect {
+		if c == code {
+			return true
+		}
+	}
+	return false
+}
+
+// Run sends the request; the response's status decides success. The
+// request, body included, must complete within the timeout.
+func (t *httpTask) Run(ctx context.Context) error {
+	start := time.Now()
+	target := t.method + " " + t.url.Redacted()
+	parent := ctx
+	ctx, cancel := context.WithTimeout(ctx, t.timeout)
+	defer cancel()
+
+	req, err := http.NewRequestWithContext(ctx, t.method, t.url.String(), strings.NewReader(t.body))
+	if err != nil {
+		return fmt.Errorf("tasks: http: %s: %w", target, err)
+	}
+	req.Header = t.header.Clone()
+	req.Host = t.host
+	if r, ok := RunFrom(parent); ok {
+		req.Header.Set("Slotd-Task", r.Task)
+		req.Header.Set("Slotd-Slot", r.Slot)
+		req.Header.Set("Slotd-Slot-Time", r.SlotTime.UTC().Format(time.RFC3339))
+		req.Header.Set("Slotd-Attempt", strconv.Itoa(r.Attempt))
+		req.Header.Set("Slotd-Fencing-Token", strconv.FormatInt(r.Token, 10))
+		req.Header.Set("Slotd-Replica", r.Replica)
+	}
+
+	resp, err := t.client.Do(req)
+	var body []byte
+	if err == nil {
+		body, err = io.ReadAll(io.LimitReader(resp.Body, bodyQuoteMax))
+		if err == nil {
+			_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, bodyDrainMax))
+		}
+		resp.Body.Close()
+	}
+	switch {
+	case err == nil:
+	case parent.Err() != nil:
+		// The client reports a bare "context canceled"; the caller needs
+		// to know why (a lost lease, shutdown).
+		err = fmt.Errorf("tasks: http: %s: stopped: %w", target, context.Cause(parent))
+	case ctx.Err() != nil:
+		err = fmt.Errorf("tasks: http: %s: no response within %v: %w", target, t.timeout, context.DeadlineExceeded)
+	default:
+		err = fmt.Errorf("tasks: http: %s: %w", target, err)
+	}
+	if err != nil {
+		t.log.LogAttrs(parent, slog.LevelWarn, "request failed",
+			slog.Duration("duration", time.Since(start)), slog.Any("err", err))
+		return err
+	}
+
+	se := &StatusError{
+		StatusCode: resp.StatusCode,
+		Status:     resp.Status,
+		Body:       strings.ToValidUTF8(string(body), "\uFFFD"),
+	}
+	attrs := []slog.Attr{
+		slog.Int("status_code", resp.StatusCode),
+		slog.Duration("duration", time.Since(start)),
+		slog.String("body", se.Body),
+	}
+	if t.accepts(resp.StatusCode) {
+		t.log.LogAttrs(parent, slog.LevelInfo, "request succeeded", attrs...)
+		return nil
+	}
+	err = fmt.Errorf("tasks: http: %s: %w", target, se)
+	t.log.LogAttrs(parent, slog.LevelWarn, "request failed", append(attrs, slog.Any("err", err))...)
+	return err
+}
