@@ -187,6 +187,7 @@ func (t *execTask) Run(ctx context.Context) error {
 	cmd.Dir = t.dir
 	cmd.Env = t.environ(ctx, cmd.Environ()) // with PWD matching Dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	orphanSignal(cmd.SysProcAttr)
 	var stopped atomic.Bool
 	cmd.Cancel = func() error {
 		stopped.Store(true)

@@ -1,0 +1,286 @@
+// Package cli is slotd's command line: run, validate and version. It is a
+// package rather than part of main so that a custom binary — slotd plus
+// plugins of its own — is a three-line main that imports its plugins and
+// calls Main (see cmd/slotd-custom).
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+	"time"
+
+	"github.com/lmittmann/tint"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/scheduler"
+	"github.com/slotd/slotd/tasks"
+)
+
+// Exit codes (SPEC §6).
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+)
+
+// Version is set at build time with -ldflags "-X .../cli.Version=v1.2.3";
+// otherwise it comes from the module's build info.
+var Version = ""
+
+func version() string {
+	if Version != "" {
+		return Version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
+}
+
+const usage = `usage: slotd <command> [flags]
+
+commands:
+  run       -config FILE   run the daemon
+  validate  -config FILE   check the config; print each task's next slots
+  version                  print the version
+`
+
+// Main runs the command line and returns the process exit code. SIGTERM and
+// SIGINT stop `run` gracefully.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	switch cmd, rest := args[0], args[1:]; cmd {
+	case "run":
+		return cmdRun(ctx, rest, stdout, stderr)
+	case "validate":
+		return cmdValidate(rest, stdout, stderr)
+	case "version", "-version", "--version":
+		fmt.Fprintf(stdout, "slotd %s\n", version())
+		return exitOK
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	default:
+		fmt.Fprintf(stderr, "slotd: unknown command %q\n%s", cmd, usage)
+		return exitUsage
+	}
+}
+
+// configFlag parses `-config FILE` (and nothing else besides extra).
+func parseFlags(name string, args []string, stderr io.Writer, extra func(*flag.FlagSet)) (string, bool) {
+	fs := flag.NewFlagSet("slotd "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "config.toml", "configuration file")
+	if extra != nil {
+		extra(fs)
+	}
+	if err := fs.Parse(args); err != nil {
+		return "", false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "slotd %s: unexpected argument %q\n", name, fs.Arg(0))
+		return "", false
+	}
+	return *path, true
+}
+
+func cmdValidate(args []string, stdout, stderr io.Writer) int {
+	n := 3
+	path, ok := parseFlags("validate", args, stderr, func(fs *flag.FlagSet) {
+		fs.IntVar(&n, "n", 3, "how many fire times to print per task")
+	})
+	if !ok {
+		return exitUsage
+	}
+	cfg, err := scheduler.LoadConfig(path, slog.New(slog.DiscardHandler))
+	if err != nil {
+		fmt.Fprintf(stderr, "slotd: %v\n", err)
+		return exitUsage
+	}
+	now := time.Now()
+	for i := range cfg.Tasks {
+		t := &cfg.Tasks[i]
+		tz := t.Timezone
+		if tz == "" {
+			tz = "UTC"
+		}
+		fmt.Fprintf(stdout, "task %s: schedule %q (%s), plugin %s, slot ids by %s, window %s\n",
+			t.Name, t.Spec, tz, t.Plugin, t.Schedule.Resolution(), t.Window())
+		at := now
+		for range n {
+			if at = t.Schedule.Next(at); at.IsZero() {
+				break
+			}
+			fmt.Fprintf(stdout, "  %s  slot %s  deadline %s\n", at.UTC().Format(time.RFC3339),
+				t.Schedule.SlotID(at), t.SlotDeadline(at).UTC().Format(time.RFC3339))
+		}
+	}
+	store := "embedded in-memory store (one replica)"
+	if cfg.RedisURL != "" {
+		store = "redis"
+	}
+	fmt.Fprintf(stdout, "config ok: %d tasks, %s, replica %s\n", len(cfg.Tasks), store, cfg.Replica)
+	return exitOK
+}
+
+func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	path, ok := parseFlags("run", args, stderr, nil)
+	if !ok {
+		return exitUsage
+	}
+	// Load twice: once to learn the [log] settings, once more so that the
+	// plugins are built with the logger those settings describe.
+	cfg, err := scheduler.LoadConfig(path, slog.New(slog.DiscardHandler))
+	if err != nil {
+		fmt.Fprintf(stderr, "slotd: %v\n", err)
+		return exitUsage
+	}
+	base := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)
+	log := base.With("replica", cfg.Replica)
+	if cfg, err = scheduler.LoadConfig(path, log); err != nil {
+		fmt.Fprintf(stderr, "slotd: %v\n", err)
+		return exitUsage
+	}
+	redis.SetLogger(redisLogger{log.With("component", "redis")})
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := run(ctx, cfg, base); err != nil {
+		log.Error("slotd failed", "err", err)
+		return exitError
+	}
+	return exitOK
+}
+
+// run is the daemon: store, metrics, HTTP, scheduler; torn down in reverse.
+// log is not yet scoped to the replica: the scheduler adds that itself.
+func run(ctx context.Context, cfg *scheduler.Config, log *slog.Logger) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name:        "slotd_build_info",
+		Help:        "Always 1; the labels say which slotd runs.",
+		ConstLabels: prometheus.Labels{"version": version()},
+	}, func() float64 { return 1 }))
+
+	var store lock.Store
+	if cfg.RedisURL == "" {
+		log.Warn("no [redis] url: using the embedded in-memory store; slots are not shared with other replicas")
+		store = lock.NewMemory(nil)
+	} else {
+		opt, err := redis.ParseURL(cfg.RedisURL)
+		if err != nil {
+			return fmt.Errorf("redis url: %w", err)
+		}
+		rdb := redis.NewClient(opt)
+		defer rdb.Close()
+		r := lock.NewRedis(rdb, cfg.Prefix)
+		defer r.Close()
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if err := r.Subscribe(sctx); err != nil {
+			// Not fatal: watches subscribe again by themselves, and claims fail
+			// closed until Redis answers.
+			log.Warn("release notifications not subscribed yet", "err", err)
+		}
+		cancel()
+		store = r
+	}
+
+	sched := scheduler.New(cfg, store, scheduler.WithLogger(log), scheduler.WithRegisterer(reg))
+
+	if cfg.Listen != "off" {
+		ln, err := net.Listen("tcp", cfg.Listen)
+		if err != nil {
+			return fmt.Errorf("http listen: %w", err)
+		}
+		srv := &http.Server{Handler: handler(reg, sched, cfg), ReadHeaderTimeout: 5 * time.Second}
+		served := make(chan struct{})
+		go func() {
+			defer close(served)
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("http server", "err", err)
+			}
+		}()
+		log.Info("http listening", "addr", ln.Addr().String())
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(sctx)
+			<-served
+		}()
+	}
+	log.Info("slotd starting", "version", version(), "replica", cfg.Replica, "tasks", len(cfg.Tasks),
+		"plugins", tasks.Plugins())
+	return sched.Run(ctx)
+}
+
+// handler serves /metrics, /healthz and /readyz.
+func handler(reg *prometheus.Registry, sched *scheduler.Scheduler, cfg *scheduler.Config) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		ok, skew := sched.Healthy()
+		switch {
+		case !ok:
+			http.Error(w, "not ready: store unreachable", http.StatusServiceUnavailable)
+		case cfg.MaxClockSkew > 0 && skew.Abs() > cfg.MaxClockSkew:
+			http.Error(w, fmt.Sprintf("not ready: clock skew %v exceeds max_clock_skew %v", skew, cfg.MaxClockSkew),
+				http.StatusServiceUnavailable)
+		default:
+			fmt.Fprintln(w, "ready")
+		}
+	})
+	return mux
+}
+
+// newLogger returns tint on a terminal and JSON otherwise, unless format
+// says which.
+func newLogger(w io.Writer, level slog.Level, format string) *slog.Logger {
+	if format == "auto" || format == "" {
+		format = "json"
+		if f, ok := w.(*os.File); ok {
+			if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+				format = "text"
+			}
+		}
+	}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level, ReplaceAttr: durationString}))
+	}
+	return slog.New(tint.NewHandler(w, &tint.Options{Level: level, TimeFormat: time.TimeOnly}))
+}
+
+// redisLogger sends go-redis's own messages (reconnects, pool errors) through
+// slog, so that a JSON log stays JSON.
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.WarnContext(ctx, fmt.Sprintf(format, v...))
+}
+
+// durationString writes durations as "1.5s" rather than nanoseconds.
+func durationString(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
+}

@@ -1,0 +1,436 @@
+// Package scheduler is slotd's daemon core: it loads the configuration,
+// computes every task's slots from its schedule, and on each replica races
+// for them through a lock.Store, runs the slots it wins under a lease
+// watchdog, and watches the slots a peer holds until they are done,
+// exhausted or past their deadline.
+//
+// Guarantees, given a store that keeps the lock package's (see lock):
+//   - a slot's attempts start no earlier than its slot time by the store's
+//     clock and never after its deadline;
+//   - an attempt runs only while its lease holds; a lost lease cancels it
+//     (context cause lock.ErrLeaseLost) and the slot is not marked done;
+//   - a failed attempt is released at once and every replica watching the
+//     slot is woken to retry it, up to the task's max_attempts;
+//   - a replica that cannot reach the store runs nothing, and keeps trying
+//     to claim within the slot window;
+//   - on shutdown no new attempt starts, running ones get shutdown_grace to
+//     finish, and then are cancelled and their slots released for a peer.
+package scheduler
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/retry"
+	"github.com/slotd/slotd/tasks"
+)
+
+// Causes of a task's context being cancelled, besides lock.ErrLeaseLost.
+var (
+	// ErrTimeout: the attempt ran longer than the task's timeout.
+	ErrTimeout = errors.New("scheduler: task timed out")
+	// ErrShutdown: the daemon is stopping and the grace period is over.
+	ErrShutdown = errors.New("scheduler: shutting down")
+)
+
+// Scheduler runs one replica's share of the configured tasks.
+type Scheduler struct {
+	cfg     *Config
+	store   lock.Store
+	clock   Clock
+	log     *slog.Logger
+	reg     prometheus.Registerer
+	m       *metrics
+	replica string
+
+	// backoff spaces claims after store errors; handoff is the short,
+	// jittered pause before a replica retries a slot it just failed, which
+	// lets a woken peer go first.
+	backoff retry.Backoff
+	handoff retry.Backoff
+	// skewEvery is how often the store's clock is compared with ours.
+	skewEvery time.Duration
+
+	offset  atomic.Int64 // store clock minus ours, ns; the timer loop fires on the store's time
+	skew    atomic.Int64 // as last measured, ns
+	storeOK atomic.Bool
+
+	wg sync.WaitGroup // one per slot being worked on
+}
+
+// Option configures a Scheduler.
+type Option func(*Scheduler)
+
+// WithClock replaces the system clock, for tests.
+func WithClock(c Clock) Option { return func(s *Scheduler) { s.clock = c } }
+
+// WithLogger sets the logger (default: slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(s *Scheduler) { s.log = l } }
+
+// WithRegisterer registers the scheduler's metrics with reg (default: a
+// private registry, i.e. not exported).
+func WithRegisterer(reg prometheus.Registerer) Option { return func(s *Scheduler) { s.reg = reg } }
+
+// New returns a scheduler for cfg's tasks on store. It does no I/O.
+func New(cfg *Config, store lock.Store, opts ...Option) *Scheduler {
+	s := &Scheduler{
+		cfg:       cfg,
+		store:     store,
+		clock:     realClock{},
+		log:       slog.Default(),
+		replica:   cfg.Replica,
+		backoff:   retry.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second},
+		handoff:   retry.Backoff{Min: 20 * time.Millisecond, Max: 200 * time.Millisecond},
+		skewEvery: 30 * time.Second,
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.reg == nil {
+		s.reg = prometheus.NewRegistry()
+	}
+	s.m = newMetrics(s.reg)
+	s.log = s.log.With("replica", s.replica)
+	return s
+}
+
+// Healthy reports whether the store answered its last check, and the clock
+// skew against the store as last measured.
+func (s *Scheduler) Healthy() (storeOK bool, skew time.Duration) {
+	return s.storeOK.Load(), time.Duration(s.skew.Load())
+}
+
+// now is the store's time as this replica best knows it.
+func (s *Scheduler) now() time.Time {
+	return s.clock.Now().Add(time.Duration(s.offset.Load()))
+}
+
+// Run fires the tasks' slots until ctx is done, then shuts down: it stops
+// claiming, gives running attempts shutdown_grace to finish, then cancels
+// them and releases their slots. It returns when every slot goroutine has
+// ended.
+func (s *Scheduler) Run(ctx context.Context) error {
+	// Attempts run under hard, which outlives ctx by the grace period.
+	hard, cancelHard := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancelHard(ErrShutdown)
+
+	s.checkClock(ctx)
+	var bg sync.WaitGroup
+	bg.Add(1)
+	go func() {
+		defer bg.Done()
+		s.clockLoop(ctx)
+	}()
+
+	s.log.Info("scheduler started", "tasks", len(s.cfg.Tasks), "store_ok", s.storeOK.Load(),
+		"clock_skew", time.Duration(s.skew.Load()))
+	s.fireLoop(ctx, hard)
+
+	s.log.Info("shutting down: no new attempts", "grace", s.cfg.ShutdownGrace)
+	done := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(done)
+	}()
+	grace := s.clock.NewTimer(s.cfg.ShutdownGrace)
+	select {
+	case <-done:
+		grace.Stop()
+	case <-grace.C():
+		s.log.Warn("shutdown grace over: cancelling running attempts and releasing their slots")
+		cancelHard(ErrShutdown)
+		<-done
+	}
+	bg.Wait()
+	s.log.Info("scheduler stopped")
+	return nil
+}
+
+// entry is one task in the timer heap.
+type entry struct {
+	task *Task
+	next time.Time
+}
+
+type entries []*entry
+
+func (h entries) Len() int           { return len(h) }
+func (h entries) Less(i, j int) bool { return h[i].next.Before(h[j].next) }
+func (h entries) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *entries) Push(x any)        { *h = append(*h, x.(*entry)) }
+func (h *entries) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}
+
+// fireLoop is the one goroutine that owns the timer. It starts a slot
+// goroutine at each fire time, and at start-up for a window still open when
+// the task's catchup is "latest".
+func (s *Scheduler) fireLoop(ctx, hard context.Context) {
+	now := s.now()
+	h := make(entries, 0, len(s.cfg.Tasks))
+	for i := range s.cfg.Tasks {
+		t := &s.cfg.Tasks[i]
+		if t.Catchup == "latest" {
+			if slot, ok := t.Schedule.Latest(now); ok && now.Before(t.SlotDeadline(slot)) {
+				s.startSlot(ctx, hard, t, slot)
+			}
+		}
+		if next := t.Schedule.Next(now); !next.IsZero() {
+			h = append(h, &entry{task: t, next: next})
+		}
+	}
+	heap.Init(&h)
+	for len(h) > 0 {
+		wait := h[0].next.Sub(s.now())
+		timer := s.clock.NewTimer(max(wait, 0))
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-timer.C():
+		}
+		now := s.now()
+		for len(h) > 0 && !h[0].next.After(now) {
+			e := h[0]
+			// A fire time that passed while this process was stalled still
+			// runs if its window is open; each slot is claimed by its own id,
+			// so a late start cannot run a slot twice.
+			if now.Before(e.task.SlotDeadline(e.next)) {
+				s.startSlot(ctx, hard, e.task, e.next)
+			} else {
+				s.m.missed.WithLabelValues(e.task.Name).Inc()
+				s.log.Warn("slot missed: its window closed before this replica could fire it",
+					"task", e.task.Name, "slot", e.task.Schedule.SlotID(e.next))
+			}
+			if e.next = e.task.Schedule.Next(e.next); e.next.IsZero() {
+				heap.Pop(&h)
+			} else {
+				heap.Fix(&h, 0)
+			}
+		}
+	}
+	<-ctx.Done()
+}
+
+func (s *Scheduler) startSlot(ctx, hard context.Context, t *Task, at time.Time) {
+	slot := lock.Slot{Task: t.Name, ID: t.Schedule.SlotID(at), Time: at.UTC(), Deadline: t.SlotDeadline(at).UTC()}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.work(ctx, hard, t, slot)
+	}()
+}
+
+// work sees one slot through on this replica: claim, run if won, and
+// otherwise watch until the slot is done, exhausted or past its deadline.
+func (s *Scheduler) work(ctx, hard context.Context, t *Task, slot lock.Slot) {
+	log := s.log.With("task", t.Name, "slot", slot.ID)
+	// Watch before the first claim, so a release that follows it is seen.
+	w := s.store.Watch(slot)
+	defer w.Stop()
+	p := lock.Policy{Lease: t.Lease, DoneTTL: t.DoneTTL, MaxAttempts: t.MaxAttempts}
+	failures := 0
+	var last lock.Result
+	for ctx.Err() == nil {
+		if !s.now().Before(slot.Deadline) {
+			// A holder still running past the deadline reports for itself.
+			if last != lock.Held {
+				s.m.missed.WithLabelValues(t.Name).Inc()
+				log.Warn("slot window closed without a success", "deadline", slot.Deadline)
+			}
+			return
+		}
+		cctx, cancel := context.WithTimeout(ctx, t.Lease/3)
+		c, err := s.store.Claim(cctx, slot, s.replica, p)
+		cancel()
+		last = c.Result
+		var wait time.Duration
+		switch {
+		case err != nil:
+			s.m.claims.WithLabelValues(t.Name, resultError).Inc()
+			wait = s.backoff.Delay(failures)
+			failures++
+			if ctx.Err() == nil {
+				log.Warn("claim failed; not running, will retry", "err", err, "retry_in", wait)
+			}
+		case c.Result == lock.Won:
+			s.m.claims.WithLabelValues(t.Name, c.Result.String()).Inc()
+			if s.attempt(ctx, hard, t, slot, c, log) {
+				return
+			}
+			if c.Attempt >= t.MaxAttempts {
+				s.m.exhausted.WithLabelValues(t.Name).Inc()
+				log.Error("slot exhausted: its last allowed attempt failed", "attempts", c.Attempt)
+				return
+			}
+			// Our own release woke us too; let a peer go first.
+			select {
+			case <-w.C():
+			default:
+			}
+			wait = s.handoff.Delay(0)
+		default:
+			s.m.claims.WithLabelValues(t.Name, c.Result.String()).Inc()
+			switch c.Result {
+			case lock.Done, lock.Exhausted:
+				log.Debug("slot settled", "result", c.Result, "holder", c.Holder, "attempt", c.Attempt)
+				return
+			case lock.Late:
+				s.m.missed.WithLabelValues(t.Name).Inc()
+				log.Warn("slot window closed without a success", "deadline", slot.Deadline)
+				return
+			case lock.Held:
+				// Woken early by a release; otherwise try when the lease would
+				// run out, with a little jitter so watchers do not stampede.
+				wait = c.Wait + s.handoff.Delay(0)
+			case lock.Early:
+				wait = c.Wait
+			}
+		}
+		wait = min(wait, slot.Deadline.Sub(s.now()))
+		timer := s.clock.NewTimer(max(wait, 0))
+		select {
+		case <-ctx.Done():
+		case <-w.C():
+		case <-timer.C():
+		}
+		timer.Stop()
+	}
+}
+
+// attempt runs a won claim and completes or releases the slot. It reports
+// whether the slot was completed.
+func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, c lock.Claim, log *slog.Logger) bool {
+	log = log.With("attempt", c.Attempt)
+	lease := lock.Hold(hard, s.store, slot, s.replica, c, t.Lease, lock.LeaseHooks{
+		Renewed: s.m.renewals.WithLabelValues(t.Name).Inc,
+		Lost: func(err error) {
+			s.m.leaseLosses.WithLabelValues(t.Name).Inc()
+			log.Error("lease lost: cancelling the task", "err", err)
+		},
+	})
+	log = log.With("token", lease.Token())
+	run := tasks.Run{
+		Task: t.Name, Slot: slot.ID, SlotTime: slot.Time, Attempt: c.Attempt,
+		Token: lease.Token(), Replica: s.replica,
+	}
+	tctx, cancel := context.WithTimeoutCause(lease.Context(), t.Timeout, ErrTimeout)
+	defer cancel()
+	start := s.now()
+	s.m.startDelay.WithLabelValues(t.Name).Observe(max(start.Sub(slot.Time), 0).Seconds())
+	s.m.running.WithLabelValues(t.Name).Inc()
+	log.Info("attempt started", "delay", start.Sub(slot.Time))
+	err := runTask(tasks.WithRun(tctx, run), t.Job)
+	s.m.running.WithLabelValues(t.Name).Dec()
+	took := s.now().Sub(start)
+	s.m.duration.WithLabelValues(t.Name).Observe(took.Seconds())
+
+	// Finishing must outlive shutdown; the lease bounds it.
+	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), t.Lease)
+	defer fcancel()
+	if err == nil && tctx.Err() == nil {
+		if ferr := lease.Complete(fctx, t.DoneTTL); ferr != nil {
+			// The task ran but the slot is not marked done: a peer may run it
+			// again after the lease; the fencing token tells them apart.
+			s.m.runs.WithLabelValues(t.Name, outcomeLeaseLost).Inc()
+			s.m.releaseFailed.WithLabelValues(t.Name).Inc()
+			log.Error("task succeeded but the slot could not be marked done", "err", ferr, "duration", took)
+			return false
+		}
+		s.m.runs.WithLabelValues(t.Name, outcomeSuccess).Inc()
+		s.m.lastSuccess.WithLabelValues(t.Name).Set(float64(slot.Time.Unix()))
+		log.Info("attempt succeeded", "duration", took)
+		return true
+	}
+	outcome := outcomeFailure
+	switch cause := context.Cause(tctx); {
+	case errors.Is(cause, lock.ErrLeaseLost):
+		outcome = outcomeLeaseLost
+	case errors.Is(cause, ErrTimeout):
+		outcome = outcomeTimeout
+	case errors.Is(cause, ErrShutdown):
+		outcome = outcomeCanceled
+	}
+	if err == nil {
+		err = context.Cause(tctx)
+	}
+	s.m.runs.WithLabelValues(t.Name, outcome).Inc()
+	log.Warn("attempt failed", "outcome", outcome, "err", err, "duration", took)
+	if rerr := lease.Release(fctx); rerr != nil {
+		s.m.releaseFailed.WithLabelValues(t.Name).Inc()
+		log.Error("release failed; the slot frees when its lease runs out", "err", rerr)
+	}
+	return false
+}
+
+// runTask runs job, turning a panic into an error so that one bad plugin
+// cannot take the daemon down.
+func runTask(ctx context.Context, job tasks.Task) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("task panicked: %v\n%s", r, debug.Stack())
+		}
+	}()
+	return job.Run(ctx)
+}
+
+// clockLoop measures the store's reachability and clock skew periodically.
+func (s *Scheduler) clockLoop(ctx context.Context) {
+	for {
+		t := s.clock.NewTimer(s.skewEvery)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
+		s.checkClock(ctx)
+	}
+}
+
+// checkClock asks the store for its time once. The offset it measures is
+// applied to the timer loop, so a replica whose clock is off still fires on
+// the store's time; claims are checked against the store's clock anyway.
+func (s *Scheduler) checkClock(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	t0 := s.clock.Now()
+	st, err := s.store.Time(cctx)
+	t1 := s.clock.Now()
+	if err != nil {
+		if s.storeOK.Swap(false) || s.skew.Load() == 0 {
+			s.log.Warn("store unreachable", "err", err)
+		}
+		s.m.redisUp.Set(0)
+		return
+	}
+	if !s.storeOK.Swap(true) {
+		s.log.Info("store reachable")
+	}
+	s.m.redisUp.Set(1)
+	rtt := t1.Sub(t0)
+	skew := st.Sub(t0.Add(rtt / 2))
+	// Below the measurement's own uncertainty the skew is noise.
+	if skew.Abs() <= rtt/2+time.Millisecond {
+		skew = 0
+	}
+	s.skew.Store(int64(skew))
+	s.offset.Store(int64(skew))
+	s.m.clockSkew.Set(skew.Seconds())
+	if limit := s.cfg.MaxClockSkew; limit > 0 && skew.Abs() > limit {
+		s.log.Warn("clock skew against the store exceeds max_clock_skew", "skew", skew, "max", limit)
+	}
+}

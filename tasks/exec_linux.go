@@ -1,0 +1,10 @@
+package tasks
+
+import "syscall"
+
+// orphanSignal makes the kernel kill the command if the daemon dies without
+// cancelling it (kill -9, OOM): the attempt's lease will run out and a peer
+// retry it, and a survivor would overlap that retry. The signal is tied to
+// the forking OS thread, which the Go runtime never ends for an unlocked
+// goroutine such as Run's.
+func orphanSignal(a *syscall.SysProcAttr) { a.Pdeathsig = syscall.SIGKILL }
