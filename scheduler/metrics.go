@@ -21,6 +21,7 @@ type metrics struct {
 	redisUp       prometheus.Gauge
 	clockSkew     prometheus.Gauge
 	releaseFailed *prometheus.CounterVec // task
+	window        *prometheus.GaugeVec   // task
 }
 
 // Claim results beyond lock.Result's: the claim failed.
@@ -92,8 +93,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "slotd_finish_errors_total",
 			Help: "Completions or releases that failed; the slot's lease then runs out on its own.",
 		}, task),
+		window: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "slotd_task_window_seconds",
+			Help: "The task's slot window (deadline, or the longest gap between fire times): alerts scale with it.",
+		}, task),
 	}
-	reg.MustRegister(m.claims, m.runs, m.duration, m.startDelay, m.renewals, m.leaseLosses,
+	reg.MustRegister(m.window, m.claims, m.runs, m.duration, m.startDelay, m.renewals, m.leaseLosses,
 		m.exhausted, m.missed, m.lastSuccess, m.running, m.redisUp, m.clockSkew, m.releaseFailed)
 	return m
 }

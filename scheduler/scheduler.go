@@ -58,8 +58,9 @@ type Scheduler struct {
 	// lets a woken peer go first.
 	backoff retry.Backoff
 	handoff retry.Backoff
-	// skewEvery is how often the store's clock is compared with ours.
-	skewEvery time.Duration
+	// checkEvery is how often the store's clock is compared with ours while
+	// it answers; recheckEvery, while it does not.
+	checkEvery, recheckEvery time.Duration
 
 	offset  atomic.Int64 // store clock minus ours, ns; the timer loop fires on the store's time
 	skew    atomic.Int64 // as last measured, ns
@@ -91,7 +92,8 @@ func New(cfg *Config, store lock.Store, opts ...Option) *Scheduler {
 		replica:   cfg.Replica,
 		backoff:   retry.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second},
 		handoff:   retry.Backoff{Min: 20 * time.Millisecond, Max: 200 * time.Millisecond},
-		skewEvery: 30 * time.Second,
+		checkEvery:   10 * time.Second,
+		recheckEvery: time.Second,
 	}
 	for _, o := range opts {
 		o(s)
@@ -100,6 +102,9 @@ func New(cfg *Config, store lock.Store, opts ...Option) *Scheduler {
 		s.reg = prometheus.NewRegistry()
 	}
 	s.m = newMetrics(s.reg)
+	for i := range cfg.Tasks {
+		s.m.window.WithLabelValues(cfg.Tasks[i].Name).Set(cfg.Tasks[i].Window().Seconds())
+	}
 	s.log = s.log.With("replica", s.replica)
 	return s
 }
@@ -390,7 +395,11 @@ func runTask(ctx context.Context, job tasks.Task) (err error) {
 // clockLoop measures the store's reachability and clock skew periodically.
 func (s *Scheduler) clockLoop(ctx context.Context) {
 	for {
-		t := s.clock.NewTimer(s.skewEvery)
+		every := s.checkEvery
+		if !s.storeOK.Load() {
+			every = s.recheckEvery
+		}
+		t := s.clock.NewTimer(every)
 		select {
 		case <-ctx.Done():
 			t.Stop()
