@@ -8,7 +8,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -622,11 +622,11 @@ func (t table) sub(key string, allowed []string) table {
 func (t table) checkKeys(allowed []string) {
 	var unknown []string
 	for k := range t.m {
-		if !contains(allowed, k) {
+		if !slices.Contains(allowed, k) {
 			unknown = append(unknown, k)
 		}
 	}
-	sort.Strings(unknown)
+	slices.Sort(unknown)
 	for _, k := range unknown {
 		full := toml.Key{k}
 		if t.path != "" {
@@ -634,15 +634,6 @@ func (t table) checkKeys(allowed []string) {
 		}
 		t.p.add(fmt.Errorf("%sunknown key %q (known keys here: %s)", t.prefix(), full.String(), strings.Join(allowed, ", ")))
 	}
-}
-
-func contains(list []string, s string) bool {
-	for _, e := range list {
-		if e == s {
-			return true
-		}
-	}
-	return false
 }
 
 // str returns the string at key; false if it is absent or not a string

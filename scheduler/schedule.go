@@ -91,9 +91,9 @@ type Schedule struct {
 	maxGap time.Duration
 }
 
-// Sampling parameters. The anchor is fixed so that the derived resolution and
-// window never depend on the current time: every replica, whenever it
-// starts, names the same slot the same way.
+// The span analysed at parse time. It is fixed so that the derived
+// resolution and window never depend on the current time: every replica,
+// whenever it starts, names the same slot the same way.
 var (
 	sampleAnchor = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
 	// Changes of UTC offset are examined up to here, and so are all fires
@@ -281,15 +281,21 @@ func (s *Schedule) Latest(t time.Time) (time.Time, bool) {
 		}
 		hi = u
 	}
+	return s.bisect(lo, hi, t), true
+}
+
+// bisect returns the latest fire time <= t, given whole seconds lo < hi
+// with Next(lo) <= t < Next(hi).
+func (s *Schedule) bisect(lo, hi, t time.Time) time.Time {
 	for hi.Sub(lo) > time.Second {
 		mid := lo.Add(hi.Sub(lo) / 2).Truncate(time.Second)
-		if fired(mid) {
+		if n := s.Next(mid); !n.IsZero() && !n.After(t) {
 			lo = mid
 		} else {
 			hi = mid
 		}
 	}
-	return s.Next(lo), true
+	return s.Next(lo)
 }
 
 // SlotID returns the id of the slot that fires at slot: its UTC time at the
@@ -298,13 +304,15 @@ func (s *Schedule) SlotID(slot time.Time) string {
 	return slot.UTC().Format(s.res.Layout())
 }
 
-// Resolution returns the coarsest resolution at which consecutive fire times
-// have distinct slot ids. It depends only on the spec and zone.
+// Resolution returns the resolution of slot ids: the coarsest at which
+// consecutive fire times have distinct ids. It depends only on the spec and
+// zone. See cronResolution for how it is derived for cron specs.
 func (s *Schedule) Resolution() Resolution { return s.res }
 
 // MaxGap returns the longest interval between consecutive fire times, which
-// is the default slot window. For cron specs it is measured over the 8 years
-// from 2024-01-01; for "@every D" it is D.
+// is the default slot window: D for "@every D"; for a cron spec, the longest
+// gap over the 8 years from 2024-01-01 (until 2100 for one that fires at most
+// monthly) and at every change of the zone's UTC offset until 2100.
 func (s *Schedule) MaxGap() time.Duration { return s.maxGap }
 
 // String returns the spec and its zone, e.g. "0 9 * * 1 in Europe/Paris".
@@ -527,9 +535,8 @@ func (z *zoneTable) lookup(unix int64) (zonePeriod, bool) {
 	return z.periods[i], true
 }
 
-// walk calls fn(prev, next) for consecutive fires of spec, starting with the
-// first fire after from and stopping after the pair whose prev is past until
-// or after limit pairs.
+// walk calls fn(prev, next) for consecutive fires of spec, from the first
+// fire after from, for every prev up to until, and at most limit times.
 func walk(spec *cron.SpecSchedule, zones *zoneTable, from, until time.Time, limit int, fn func(prev, next time.Time)) {
 	prev := cronNext(spec, zones, from)
 	for i := 0; i < limit && !prev.IsZero() && !prev.After(until); i++ {
@@ -566,21 +573,7 @@ func setBits(field uint64) []int {
 // still separates: a month counts as 31 days, a year as 366.
 func (s *Schedule) cronResolution(straddle gapRange) Resolution {
 	c := s.cron
-	var res Resolution
-	switch {
-	case countBits(c.Second) > 1:
-		res = Second
-	case countBits(c.Minute) > 1:
-		res = Minute
-	case countBits(c.Hour) > 1:
-		res = Hour
-	case c.Dom&c.Dow&starBit != 0 || c.Dow&starBit == 0 || countBits(c.Dom) > 1:
-		res = Day
-	case countBits(c.Month) > 1:
-		res = Month
-	default:
-		res = Year
-	}
+	res := structuralResolution(c)
 	if s.zones == nil {
 		return res
 	}
@@ -619,6 +612,25 @@ func (s *Schedule) cronResolution(straddle gapRange) Resolution {
 	return Second
 }
 
+// structuralResolution is the coarsest resolution at which the fields of
+// spec allow at most one fire per bucket (of the wall clock).
+func structuralResolution(c *cron.SpecSchedule) Resolution {
+	switch {
+	case countBits(c.Second) > 1:
+		return Second
+	case countBits(c.Minute) > 1:
+		return Minute
+	case countBits(c.Hour) > 1:
+		return Hour
+	case c.Dom&c.Dow&starBit != 0 || c.Dow&starBit == 0 || countBits(c.Dom) > 1:
+		return Day
+	case countBits(c.Month) > 1:
+		return Month
+	default:
+		return Year
+	}
+}
+
 // gapRange is the smallest and largest of some gaps between consecutive fires.
 type gapRange struct{ min, max time.Duration }
 
@@ -631,25 +643,46 @@ func (s *Schedule) straddlingGaps() gapRange {
 		return g
 	}
 	from, until := sampleAnchor.Unix(), analysisEnd.Unix()
-	ps := s.zones.periods
-	for i := 1; i < len(ps); i++ {
-		change := ps[i].start
-		if change <= from || change >= until || ps[i].offset == ps[i-1].offset {
-			continue
+	var before, after time.Time // the last pair measured
+	for _, p := range s.zones.periods {
+		change := time.Unix(p.start, 0).UTC()
+		if p.start <= from || p.start >= until || (before.Before(change) && !after.Before(change)) {
+			continue // outside the range, or straddled by the last pair already
 		}
-		before, ok := s.Latest(time.Unix(change-1, 0))
-		if !ok {
-			continue
+		last := change.Add(-time.Second)
+		next := s.Next(last)
+		if !after.IsZero() && after.Before(change) {
+			// The last pair ended before this change: step from its end
+			// through the few fires of a sparse schedule, bisect the many
+			// of a dense one.
+			before = after
+			for i := 0; ; i++ {
+				n := s.Next(before)
+				if n.After(last) {
+					break
+				}
+				if i == 8 {
+					before = s.bisect(n.Add(-time.Second), last, last)
+					break
+				}
+				before = n
+			}
+		} else {
+			var ok bool
+			if before, ok = s.Latest(last); !ok {
+				continue
+			}
 		}
-		gap := s.Next(before).Sub(before)
+		after = next
+		gap := after.Sub(before)
 		g.min, g.max = min(g.min, gap), max(g.max, gap)
 	}
 	return g
 }
 
 // cronMaxGap measures the longest gap between consecutive fires over the 8
-// years from the anchor, and across every change of UTC offset until
-// analysisEnd. Walking every fire of a dense spec ("* * 9-17 * * *" fires
+// years from the anchor (until analysisEnd for schedules that fire at most
+// monthly), and across every change of UTC offset until analysisEnd. Walking every fire of a dense spec ("* * 9-17 * * *" fires
 // 32,400 times a day) is too slow and a capped walk would miss the overnight
 // gap, so it first folds the seconds, the minutes and (with no change of
 // offset) the hours field into their first value, which is exact while
@@ -679,6 +712,11 @@ func (s *Schedule) cronMaxGap(straddle gapRange) time.Duration {
 		best = max(best, maxStep(hours)*time.Hour-shrink)
 		shrink += time.Duration(hours[len(hours)-1]-hours[0]) * time.Hour
 		c.Hour = 1 << hours[0]
+	}
+	if structuralResolution(&c) <= Month {
+		// At most 12 fires a year: walk them all, to catch the 8 years
+		// between Feb 29, 2096 and Feb 29, 2104.
+		until = analysisEnd
 	}
 	var sampled time.Duration
 	walk(&c, s.zones, sampleAnchor, until, maxGapSampleFires, func(prev, next time.Time) {

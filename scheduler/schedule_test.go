@@ -343,7 +343,8 @@ func TestMaxGap(t *testing.T) {
 		{"@weekly", "", 7 * day},
 		{"@monthly", "", 31 * day},
 		{"@yearly", "", 366 * day},
-		{"0 0 29 2 *", "", 1461 * day},
+		{"0 0 29 2 *", "", 2921 * day}, // 2096-02-29 to 2104-02-29
+		{"0 0 29 2 *", "Europe/London", 2921 * day},
 		// Dense during the day, idle overnight: a capped walk would say 1s.
 		{"* * 9-17 * * *", "", 15*time.Hour + time.Second},
 		{"* * 9-17 * * *", "Europe/London", 16*time.Hour + time.Second},
