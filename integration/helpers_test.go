@@ -3,8 +3,11 @@ package integration
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -531,4 +534,40 @@ func sortedSlots(m map[string][]event) []string {
 	}
 	slices.Sort(ids)
 	return ids
+}
+
+// httpAddr waits until the replica logs the address its HTTP server
+// listens on (config() asks for 127.0.0.1:0) and returns it, host:port.
+// The log must be JSON, as config() sets it.
+func (r *replica) httpAddr(timeout time.Duration) string {
+	r.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		for line := range strings.Lines(r.log()) {
+			var rec struct{ Msg, Addr string }
+			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "http listening" && rec.Addr != "" {
+				return rec.Addr
+			}
+		}
+		if !r.running() {
+			r.t.Fatalf("replica %s exited before its HTTP server listened:\n%s", r.name, tail(r.log(), 20))
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("replica %s: no \"http listening\" line in its log within %v", r.name, timeout)
+		}
+		time.Sleep(poll)
+	}
+}
+
+// httpGet fetches http://addr+path and returns the status code and body;
+// err is a transport error (nothing answered).
+func httpGet(addr, path string) (int, string, error) {
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get("http://" + addr + path)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
 }

@@ -51,6 +51,7 @@ type Scheduler struct {
 	log     *slog.Logger
 	reg     prometheus.Registerer
 	m       *metrics
+	hist    History // nil: attempts are not recorded
 	replica string
 
 	// backoff spaces claims after store errors; handoff is the short,
@@ -82,16 +83,19 @@ func WithLogger(l *slog.Logger) Option { return func(s *Scheduler) { s.log = l }
 // private registry, i.e. not exported).
 func WithRegisterer(reg prometheus.Registerer) Option { return func(s *Scheduler) { s.reg = reg } }
 
+// WithHistory records every attempt's outcome in h (default: not recorded).
+func WithHistory(h History) Option { return func(s *Scheduler) { s.hist = h } }
+
 // New returns a scheduler for cfg's tasks on store. It does no I/O.
 func New(cfg *Config, store lock.Store, opts ...Option) *Scheduler {
 	s := &Scheduler{
-		cfg:       cfg,
-		store:     store,
-		clock:     realClock{},
-		log:       slog.Default(),
-		replica:   cfg.Replica,
-		backoff:   retry.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second},
-		handoff:   retry.Backoff{Min: 20 * time.Millisecond, Max: 200 * time.Millisecond},
+		cfg:          cfg,
+		store:        store,
+		clock:        realClock{},
+		log:          slog.Default(),
+		replica:      cfg.Replica,
+		backoff:      retry.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second},
+		handoff:      retry.Backoff{Min: 20 * time.Millisecond, Max: 200 * time.Millisecond},
 		checkEvery:   10 * time.Second,
 		recheckEvery: time.Second,
 	}
@@ -342,6 +346,10 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 	s.m.running.WithLabelValues(t.Name).Dec()
 	took := s.now().Sub(start)
 	s.m.duration.WithLabelValues(t.Name).Observe(took.Seconds())
+	entry := HistoryEntry{
+		Slot: slot.ID, SlotTime: slot.Time, Attempt: c.Attempt, Token: lease.Token(),
+		Replica: s.replica, Started: start, Duration: took,
+	}
 
 	// Finishing must outlive shutdown; the lease bounds it.
 	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), t.Lease)
@@ -353,11 +361,15 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 			s.m.runs.WithLabelValues(t.Name, outcomeLeaseLost).Inc()
 			s.m.releaseFailed.WithLabelValues(t.Name).Inc()
 			log.Error("task succeeded but the slot could not be marked done", "err", ferr, "duration", took)
+			entry.Outcome, entry.Error = outcomeLeaseLost, "task succeeded but the slot could not be marked done: "+ferr.Error()
+			s.record(ctx, t.Name, entry, log)
 			return false
 		}
 		s.m.runs.WithLabelValues(t.Name, outcomeSuccess).Inc()
 		s.m.lastSuccess.WithLabelValues(t.Name).Set(float64(slot.Time.Unix()))
 		log.Info("attempt succeeded", "duration", took)
+		entry.Outcome = outcomeSuccess
+		s.record(ctx, t.Name, entry, log)
 		return true
 	}
 	outcome := outcomeFailure
@@ -378,6 +390,8 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 		s.m.releaseFailed.WithLabelValues(t.Name).Inc()
 		log.Error("release failed; the slot frees when its lease runs out", "err", rerr)
 	}
+	entry.Outcome, entry.Error = outcome, err.Error()
+	s.record(ctx, t.Name, entry, log)
 	return false
 }
 
