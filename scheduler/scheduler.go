@@ -321,7 +321,9 @@ func (s *Scheduler) work(ctx, hard context.Context, t *Task, slot lock.Slot) {
 }
 
 // attempt runs a won claim and completes or releases the slot. It reports
-// whether the slot was completed.
+// whether this replica is finished with the slot: the task succeeded — even
+// if the slot could not then be marked done, since running it again here
+// would only add a duplicate (a peer may still, after the lease).
 func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, c lock.Claim, log *slog.Logger) bool {
 	log = log.With("attempt", c.Attempt)
 	lease := lock.Hold(hard, s.store, slot, s.replica, c, t.Lease, lock.LeaseHooks{
