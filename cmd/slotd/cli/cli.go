@@ -1,7 +1,7 @@
-// Package cli is slotd's command line: run, validate and version. It is a
-// package rather than part of main so that a custom binary — slotd plus
-// plugins of its own — is a three-line main that imports its plugins and
-// calls Main (see cmd/slotd-custom).
+// Package cli is slotd's command line: run, validate, status, history,
+// rerun and version. It is a package rather than part of main so that a
+// custom binary — slotd plus plugins of its own — is a three-line main that
+// imports its plugins and calls Main (see cmd/slotd-custom).
 package cli
 
 import (
@@ -54,9 +54,15 @@ func version() string {
 const usage = `usage: slotd <command> [flags]
 
 commands:
-  run       -config FILE   run the daemon
-  validate  -config FILE   check the config; print each task's next slots
-  version                  print the version
+  run       -config FILE                      run the daemon
+  validate  -config FILE [-n 3]               check the config; print each task's next slots
+  status    -config FILE [-json] [-n 10]      the fleet's recent slots per task, from Redis
+  history   -config FILE [-json] [-n 20] TASK the task's latest attempts, newest first
+  rerun     -config FILE [-force] TASK SLOT   clear a slot's done marker and attempts so it
+                                              may run again within its window
+  version                                     print the version
+
+exit status: 0 ok, 2 usage or configuration error, 1 otherwise
 `
 
 // Main runs the command line and returns the process exit code. SIGTERM and
@@ -71,6 +77,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return cmdRun(ctx, rest, stdout, stderr)
 	case "validate":
 		return cmdValidate(rest, stdout, stderr)
+	case "status":
+		return cmdStatus(ctx, rest, stdout, stderr)
+	case "history":
+		return cmdHistory(ctx, rest, stdout, stderr)
+	case "rerun":
+		return cmdRerun(ctx, rest, stdout, stderr)
 	case "version", "-version", "--version":
 		fmt.Fprintf(stdout, "slotd %s\n", version())
 		return exitOK
@@ -180,9 +192,11 @@ func run(ctx context.Context, cfg *scheduler.Config, log *slog.Logger) error {
 	}, func() float64 { return 1 }))
 
 	var store lock.Store
+	var hist scheduler.History
 	if cfg.RedisURL == "" {
 		log.Warn("no [redis] url: using the embedded in-memory store; slots are not shared with other replicas")
 		store = lock.NewMemory(nil)
+		hist = scheduler.NewMemoryHistory(0)
 	} else {
 		opt, err := redis.ParseURL(cfg.RedisURL)
 		if err != nil {
@@ -200,16 +214,18 @@ func run(ctx context.Context, cfg *scheduler.Config, log *slog.Logger) error {
 		}
 		cancel()
 		store = r
+		hist = scheduler.NewRedisHistory(rdb, cfg.Prefix, scheduler.HistoryTTL(cfg))
 	}
 
-	sched := scheduler.New(cfg, store, scheduler.WithLogger(log), scheduler.WithRegisterer(reg))
+	sched := scheduler.New(cfg, store, scheduler.WithLogger(log), scheduler.WithRegisterer(reg),
+		scheduler.WithHistory(hist))
 
 	if cfg.Listen != "off" {
 		ln, err := net.Listen("tcp", cfg.Listen)
 		if err != nil {
 			return fmt.Errorf("http listen: %w", err)
 		}
-		srv := &http.Server{Handler: handler(reg, sched, cfg), ReadHeaderTimeout: 5 * time.Second}
+		srv := &http.Server{Handler: handler(reg, sched, cfg, store, hist), ReadHeaderTimeout: 5 * time.Second}
 		served := make(chan struct{})
 		go func() {
 			defer close(served)
@@ -230,8 +246,9 @@ func run(ctx context.Context, cfg *scheduler.Config, log *slog.Logger) error {
 	return sched.Run(ctx)
 }
 
-// handler serves /metrics, /healthz and /readyz.
-func handler(reg *prometheus.Registry, sched *scheduler.Scheduler, cfg *scheduler.Config) http.Handler {
+// handler serves /metrics, /healthz, /readyz, and the fleet view from
+// store and hist: /api/v1/tasks and the status page at /.
+func handler(reg *prometheus.Registry, sched *scheduler.Scheduler, cfg *scheduler.Config, store lock.Store, hist scheduler.History) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -249,6 +266,7 @@ func handler(reg *prometheus.Registry, sched *scheduler.Scheduler, cfg *schedule
 			fmt.Fprintln(w, "ready")
 		}
 	})
+	statusRoutes(mux, cfg, store, hist)
 	return mux
 }
 

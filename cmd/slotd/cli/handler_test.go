@@ -1,0 +1,173 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/scheduler"
+)
+
+// served is a daemon's HTTP handler over a Memory store and history, as
+// `slotd run` builds it on the embedded store, without running the
+// scheduler.
+type served struct {
+	t     *testing.T
+	cfg   *scheduler.Config
+	store lock.Store
+	hist  *scheduler.MemoryHistory
+	h     http.Handler
+}
+
+func newServed(t *testing.T, store lock.Store) *served {
+	t.Helper()
+	cfg, err := scheduler.ParseConfig([]byte(`[daemon]
+replica = "r1"
+[http]
+listen = "off"
+`+sharedTasks), "test.toml", slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hist := scheduler.NewMemoryHistory(0)
+	reg := prometheus.NewRegistry()
+	sched := scheduler.New(cfg, store, scheduler.WithRegisterer(reg), scheduler.WithLogger(slog.New(slog.DiscardHandler)))
+	return &served{t: t, cfg: cfg, store: store, hist: hist, h: handler(reg, sched, cfg, store, hist)}
+}
+
+func (s *served) get(path string) (*http.Response, string) {
+	s.t.Helper()
+	rec := httptest.NewRecorder()
+	s.h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+	res := rec.Result()
+	body, _ := io.ReadAll(res.Body)
+	return res, string(body)
+}
+
+// seed completes report's latest slot and fails backup's latest slot once,
+// with an error that holds markup; it returns both slots.
+func (s *served) seed() (done, failed lock.Slot) {
+	s.t.Helper()
+	ctx := context.Background()
+	now := time.Now()
+	for i, name := range []string{"report", "backup"} {
+		task, _ := findTask(s.cfg, name)
+		at, _ := task.Schedule.Latest(now)
+		slot := task.Slot(at)
+		c, err := s.store.Claim(ctx, slot, "r1", lock.Policy{Lease: time.Minute, DoneTTL: task.DoneTTL, MaxAttempts: task.MaxAttempts})
+		if err != nil || c.Result != lock.Won {
+			s.t.Fatalf("claim %s: %+v %v", slot, c, err)
+		}
+		owner := lock.Owner{Replica: "r1", Attempt: c.Attempt}
+		e := scheduler.HistoryEntry{Slot: slot.ID, SlotTime: slot.Time, Attempt: 1, Token: lock.Token(slot.Time, 1),
+			Replica: "r1", Started: now, Duration: time.Second}
+		if i == 0 {
+			err, e.Outcome, done = s.store.Complete(ctx, slot, owner, task.DoneTTL), "success", slot
+		} else {
+			err, e.Outcome, e.Error, failed = s.store.Release(ctx, slot, owner), "failure", `<script>alert("pwned")</script> & more`, slot
+		}
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		if err := s.hist.Append(ctx, name, e); err != nil {
+			s.t.Fatal(err)
+		}
+	}
+	return done, failed
+}
+
+// /api/v1/tasks is the status JSON, computed live.
+func TestTasksAPI(t *testing.T) {
+	s := newServed(t, lock.NewMemory(nil))
+	done, failed := s.seed()
+	res, body := s.get("/api/v1/tasks?n=2")
+	if res.StatusCode != http.StatusOK || !strings.HasPrefix(res.Header.Get("Content-Type"), "application/json") {
+		t.Fatalf("GET /api/v1/tasks: %s %s\n%s", res.Status, res.Header.Get("Content-Type"), body)
+	}
+	var rep scheduler.StatusReport
+	if err := json.Unmarshal([]byte(body), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, body)
+	}
+	if len(rep.Tasks) != 2 || len(rep.Tasks[0].Slots) != 2 || rep.Now.IsZero() {
+		t.Fatalf("GET /api/v1/tasks?n=2:\n%s", body)
+	}
+	if got := rep.Tasks[0].Slots[0]; got.ID != done.ID || got.Phase != "done" || got.Replica != "r1" || got.Last == nil || got.Last.Outcome != "success" {
+		t.Errorf("report's latest slot: %+v", got)
+	}
+	if got := rep.Tasks[1].Slots[0]; got.ID != failed.ID || got.Phase != "retrying" || got.Last == nil || !strings.Contains(got.Last.Error, "<script>") {
+		t.Errorf("backup's latest slot: %+v", got)
+	}
+	// Live: a change in the store shows at once.
+	task, _ := findTask(s.cfg, "backup")
+	if _, err := s.store.Claim(context.Background(), failed, "r2", lock.Policy{Lease: time.Minute, DoneTTL: task.DoneTTL, MaxAttempts: 3}); err != nil {
+		t.Fatal(err)
+	}
+	_, body = s.get("/api/v1/tasks")
+	rep = scheduler.StatusReport{}
+	if err := json.Unmarshal([]byte(body), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if got := rep.Tasks[1].Slots[0]; got.Phase != "running" || got.Replica != "r2" || len(rep.Tasks[1].Slots) != defaultStatusSlots {
+		t.Errorf("after a new claim: %+v (%d slots)", got, len(rep.Tasks[1].Slots))
+	}
+}
+
+// / is the status page: the tasks and their slots with their phases, every
+// value escaped, refreshing itself.
+func TestStatusPage(t *testing.T) {
+	s := newServed(t, lock.NewMemory(nil))
+	done, failed := s.seed()
+	res, body := s.get("/")
+	if res.StatusCode != http.StatusOK || res.Header.Get("Content-Type") != "text/html; charset=utf-8" {
+		t.Fatalf("GET /: %s %s", res.Status, res.Header.Get("Content-Type"))
+	}
+	for _, want := range []string{
+		`<meta http-equiv="refresh" content="5">`,
+		`data-task="report"`, `<h2>report</h2>`, `<h2>backup</h2>`,
+		`data-slot="` + done.ID + `" data-phase="done"`,
+		`data-slot="` + failed.ID + `" data-phase="retrying"`,
+		`&lt;script&gt;alert(&#34;pwned&#34;)&lt;/script&gt; &amp; more`,
+		`served by <span class="mono">r1</span>`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("page lacks %s", want)
+		}
+	}
+	if strings.Contains(body, "<script") {
+		t.Errorf("page holds a <script> element: the task's error is not escaped")
+	}
+	if res, _ := s.get("/nosuchpage"); res.StatusCode != http.StatusNotFound {
+		t.Errorf("GET /nosuchpage: %s, want 404", res.Status)
+	}
+}
+
+// When the store does not answer, both say so with 503; the page escapes
+// the error too.
+func TestStatusStoreDown(t *testing.T) {
+	s := newServed(t, downStore{lock.NewMemory(nil)})
+	res, body := s.get("/api/v1/tasks")
+	var e struct{ Error string }
+	if res.StatusCode != http.StatusServiceUnavailable || json.Unmarshal([]byte(body), &e) != nil || !strings.Contains(e.Error, "<down>") {
+		t.Errorf("GET /api/v1/tasks with the store down: %s\n%s", res.Status, body)
+	}
+	res, body = s.get("/")
+	if res.StatusCode != http.StatusServiceUnavailable || !strings.Contains(body, "&lt;down&gt;") || strings.Contains(body, "<down>") {
+		t.Errorf("GET / with the store down: %s\n%s", res.Status, body)
+	}
+}
+
+type downStore struct{ lock.Store }
+
+func (downStore) Time(context.Context) (time.Time, error) {
+	return time.Time{}, errors.New("lock: time: dial tcp: <down>")
+}

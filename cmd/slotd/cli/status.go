@@ -1,0 +1,440 @@
+package cli
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/scheduler"
+)
+
+// The operator commands — status, history, rerun — read (and, for rerun,
+// write) the fleet's shared state in Redis directly: they work whether or
+// not a daemon runs, from any machine that can reach Redis.
+
+const (
+	defaultStatusSlots   = 10 // slots per task in status and on the page
+	defaultHistoryLength = 20
+	maxStatusSlots       = 200              // a bound on ?n=, which costs a round trip per slot
+	commandTimeout       = 15 * time.Second // for a whole command's Redis calls
+	pageTimeout          = 5 * time.Second
+)
+
+//go:embed rerun.lua
+var rerunLua string
+var rerunScript = redis.NewScript(rerunLua)
+
+// parseCommand parses `-config FILE`, extra's flags and exactly len(names)
+// positional arguments, flags and arguments in any order.
+func parseCommand(name string, args []string, stderr io.Writer, names []string, extra func(*flag.FlagSet)) (string, []string, bool) {
+	fs := flag.NewFlagSet("slotd "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "config.toml", "configuration file")
+	if extra != nil {
+		extra(fs)
+	}
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: slotd %s [flags]", name)
+		for _, n := range names {
+			fmt.Fprintf(stderr, " %s", n)
+		}
+		fmt.Fprintln(stderr)
+		fs.PrintDefaults()
+	}
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return "", nil, false
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos, args = append(pos, fs.Arg(0)), fs.Args()[1:]
+	}
+	switch {
+	case len(pos) == len(names):
+		return *path, pos, true
+	case len(names) == 0:
+		fmt.Fprintf(stderr, "slotd %s: unexpected argument %q\n", name, pos[0])
+	default:
+		fmt.Fprintf(stderr, "slotd %s: want %d arguments (%s), got %d\n", name, len(names), strings.Join(names, " "), len(pos))
+	}
+	fs.Usage()
+	return "", nil, false
+}
+
+// openShared loads the configuration at path and connects to its Redis.
+// It prints why not and returns the exit code if it cannot.
+func openShared(name, path string, stderr io.Writer) (*scheduler.Config, *redis.Client, int) {
+	cfg, err := scheduler.LoadConfig(path, slog.New(slog.DiscardHandler))
+	if err != nil {
+		fmt.Fprintf(stderr, "slotd: %v\n", err)
+		return nil, nil, exitUsage
+	}
+	if cfg.RedisURL == "" {
+		where := ""
+		if cfg.Listen != "off" {
+			where = fmt.Sprintf("; a running daemon shows its own on http://%s/", cfg.Listen)
+		}
+		fmt.Fprintf(stderr, "slotd %s: %s has no [redis] url: the daemon uses the embedded in-memory store, "+
+			"which lives inside the daemon process, so there is no shared state to read%s\n", name, path, where)
+		return nil, nil, exitError
+	}
+	opt, err := redis.ParseURL(cfg.RedisURL)
+	if err != nil { // validated at load; this is not expected
+		fmt.Fprintf(stderr, "slotd: %s: redis url: %v\n", path, err)
+		return nil, nil, exitUsage
+	}
+	opt.MaxRetries = 1
+	return cfg, redis.NewClient(opt), exitOK
+}
+
+func findTask(cfg *scheduler.Config, name string) (*scheduler.Task, error) {
+	names := make([]string, 0, len(cfg.Tasks))
+	for i := range cfg.Tasks {
+		if cfg.Tasks[i].Name == name {
+			return &cfg.Tasks[i], nil
+		}
+		names = append(names, cfg.Tasks[i].Name)
+	}
+	return nil, fmt.Errorf("no task %q in %s (tasks: %s)", name, cfg.Source, strings.Join(names, ", "))
+}
+
+// report reads the fleet's status at the store's time.
+func report(ctx context.Context, cfg *scheduler.Config, store lock.Store, hist scheduler.History, n int) (scheduler.StatusReport, error) {
+	now, err := store.Time(ctx)
+	if err != nil {
+		return scheduler.StatusReport{}, err
+	}
+	tasks, err := scheduler.Status(ctx, cfg, store, hist, now, n)
+	return scheduler.StatusReport{Now: now, Tasks: tasks}, err
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// cmdStatus is `slotd status`: the fleet's recent slots per task.
+func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var asJSON bool
+	n := defaultStatusSlots
+	path, _, ok := parseCommand("status", args, stderr, nil, func(fs *flag.FlagSet) {
+		fs.BoolVar(&asJSON, "json", false, "write JSON")
+		fs.IntVar(&n, "n", n, "slots per task, newest first")
+	})
+	if !ok || n < 1 {
+		if ok {
+			fmt.Fprintln(stderr, "slotd status: -n must be at least 1")
+		}
+		return exitUsage
+	}
+	cfg, rdb, code := openShared("status", path, stderr)
+	if cfg == nil {
+		return code
+	}
+	defer rdb.Close()
+	ctx, cancel := context.WithTimeout(ctx, commandTimeout)
+	defer cancel()
+	store := lock.NewRedis(rdb, cfg.Prefix)
+	hist := scheduler.NewRedisHistory(rdb, cfg.Prefix, scheduler.HistoryTTL(cfg))
+	rep, err := report(ctx, cfg, store, hist, n)
+	if err != nil {
+		fmt.Fprintf(stderr, "slotd status: %v\n", err)
+		return exitError
+	}
+	if asJSON {
+		err = writeJSON(stdout, rep)
+	} else {
+		err = writeStatus(stdout, rep)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "slotd status: %v\n", err)
+		return exitError
+	}
+	return exitOK
+}
+
+// writeStatus writes rep as a table per task.
+func writeStatus(w io.Writer, rep scheduler.StatusReport) error {
+	fmt.Fprintf(w, "as of %s UTC (Redis clock)\n", stamp(rep.Now))
+	for _, t := range rep.Tasks {
+		next := "none"
+		if !t.Next.IsZero() {
+			next = fmt.Sprintf("%s (in %s)", stamp(t.Next), t.Next.Sub(rep.Now).Round(time.Second))
+		}
+		fmt.Fprintf(w, "\n%s  %q %s, %s, up to %d attempts; next %s\n",
+			clean(t.Name), t.Schedule, t.Timezone, t.Plugin, t.MaxAttempts, next)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  SLOT\tTIME (UTC)\tPHASE\tATTEMPTS\tREPLICA\tSTARTED\tDURATION\tOUTCOME\tERROR")
+		for _, s := range t.Slots {
+			replica := s.Replica
+			var started, took, outcome, errText string
+			if l := s.Last; l != nil {
+				if replica == "" {
+					replica = l.Replica
+				}
+				started, took = stamp(l.Started), l.Duration.Round(time.Millisecond).String()
+				outcome = l.Outcome + " #" + strconv.Itoa(l.Attempt)
+				errText = l.Error
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\t%s\n", s.ID, stamp(s.Time), s.Phase,
+				s.Attempts, t.MaxAttempts, clean(replica), started, took, clean(outcome), shorten(clean(errText), 80))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// cmdHistory is `slotd history TASK`: the task's latest attempts.
+func cmdHistory(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var asJSON bool
+	n := defaultHistoryLength
+	path, pos, ok := parseCommand("history", args, stderr, []string{"TASK"}, func(fs *flag.FlagSet) {
+		fs.BoolVar(&asJSON, "json", false, "write JSON")
+		fs.IntVar(&n, "n", n, "how many attempts, newest first")
+	})
+	if !ok || n < 1 {
+		if ok {
+			fmt.Fprintln(stderr, "slotd history: -n must be at least 1")
+		}
+		return exitUsage
+	}
+	cfg, rdb, code := openShared("history", path, stderr)
+	if cfg == nil {
+		return code
+	}
+	defer rdb.Close()
+	task, err := findTask(cfg, pos[0])
+	if err != nil {
+		fmt.Fprintf(stderr, "slotd history: %v\n", err)
+		return exitUsage
+	}
+	ctx, cancel := context.WithTimeout(ctx, commandTimeout)
+	defer cancel()
+	entries, err := scheduler.NewRedisHistory(rdb, cfg.Prefix, scheduler.HistoryTTL(cfg)).Recent(ctx, task.Name, n)
+	if err != nil {
+		fmt.Fprintf(stderr, "slotd history: %v\n", err)
+		return exitError
+	}
+	if asJSON {
+		err = writeJSON(stdout, struct {
+			Task    string                   `json:"task"`
+			Entries []scheduler.HistoryEntry `json:"entries"`
+		}{task.Name, entries})
+	} else {
+		err = writeHistory(stdout, task.Name, entries)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "slotd history: %v\n", err)
+		return exitError
+	}
+	return exitOK
+}
+
+func writeHistory(w io.Writer, task string, entries []scheduler.HistoryEntry) error {
+	if len(entries) == 0 {
+		_, err := fmt.Fprintf(w, "%s: no attempts recorded\n", task)
+		return err
+	}
+	fmt.Fprintf(w, "%s: latest %d attempts, newest first\n", task, len(entries))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "STARTED (UTC)\tSLOT\tATTEMPT\tREPLICA\tOUTCOME\tDURATION\tTOKEN\tERROR")
+	for _, e := range entries {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\n", stamp(e.Started), clean(e.Slot), e.Attempt,
+			clean(e.Replica), clean(e.Outcome), e.Duration.Round(time.Millisecond), e.Token, shorten(clean(e.Error), 100))
+	}
+	return tw.Flush()
+}
+
+// cmdRerun is `slotd rerun TASK SLOT`: clear a slot's done marker and
+// attempts so that it may run again within its window.
+func cmdRerun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var force bool
+	path, pos, ok := parseCommand("rerun", args, stderr, []string{"TASK", "SLOT"}, func(fs *flag.FlagSet) {
+		fs.BoolVar(&force, "force", false, "clear the slot even while an attempt runs (its holder then loses its lease and cancels the task)")
+	})
+	if !ok {
+		return exitUsage
+	}
+	cfg, rdb, code := openShared("rerun", path, stderr)
+	if cfg == nil {
+		return code
+	}
+	defer rdb.Close()
+	task, err := findTask(cfg, pos[0])
+	if err != nil {
+		fmt.Fprintf(stderr, "slotd rerun: %v\n", err)
+		return exitUsage
+	}
+	slot, err := task.ParseSlot(pos[1])
+	if err != nil {
+		fmt.Fprintf(stderr, "slotd rerun: %v\n", err)
+		return exitUsage
+	}
+	log := newLogger(stderr, cfg.LogLevel, cfg.LogFormat).With("task", task.Name, "slot", slot.ID)
+	ctx, cancel := context.WithTimeout(ctx, commandTimeout)
+	defer cancel()
+
+	now, err := lock.NewRedis(rdb, cfg.Prefix).Time(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "slotd rerun: %v\n", err)
+		return exitError
+	}
+	switch {
+	case now.Before(slot.Time):
+		fmt.Fprintf(stderr, "slotd rerun: slot %s of %s fires at %s UTC, in %s: nothing to rerun yet\n",
+			slot.ID, task.Name, stamp(slot.Time), slot.Time.Sub(now).Round(time.Second))
+		return exitError
+	case !now.Before(slot.Deadline):
+		fmt.Fprintf(stderr, "slotd rerun: the window of slot %s of %s closed at %s UTC: no replica would claim it again; left as it is\n",
+			slot.ID, task.Name, stamp(slot.Deadline))
+		return exitError
+	}
+
+	state, attempts := lock.Keys(cfg.Prefix, slot)
+	channel := cfg.Prefix + ":released"
+	forceArg := "0"
+	if force {
+		forceArg = "1"
+	}
+	res, err := rerunScript.Run(ctx, rdb, []string{state, attempts}, forceArg, channel).Slice()
+	if err == nil && len(res) != 4 {
+		err = fmt.Errorf("unexpected reply %v", res)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "slotd rerun: %s:%s: %v\n", task.Name, slot.ID, err)
+		return exitError
+	}
+	kind, _ := res[0].(string)
+	prev, _ := res[1].(string)
+	counted, _ := res[2].(string)
+	n, _ := res[3].(int64)
+	switch kind {
+	case "running":
+		fmt.Fprintf(stderr, "slotd rerun: slot %s of %s is running (%s, lease %s left); refusing. "+
+			"-force clears it anyway: the holder then fails to renew its lease and cancels the task, "+
+			"and a new attempt may start before it has stopped.\n",
+			slot.ID, task.Name, clean(prev), time.Duration(n)*time.Millisecond)
+		return exitError
+	case "foreign":
+		fmt.Fprintf(stderr, "slotd rerun: slot key %s holds a value slotd did not write (%q); refusing. -force deletes it.\n",
+			state, shorten(prev, 80))
+		return exitError
+	case "cleared":
+	default:
+		fmt.Fprintf(stderr, "slotd rerun: unexpected reply %v\n", res)
+		return exitError
+	}
+	if prev == "" && counted == "" {
+		fmt.Fprintf(stdout, "slot %s of %s had nothing to clear (no state, no attempts)\n", slot.ID, task.Name)
+	} else {
+		fmt.Fprintf(stdout, "cleared slot %s of %s: state %q, attempts counter %s\n", slot.ID, task.Name, clean(prev), orZero(counted))
+	}
+	fmt.Fprintf(stdout, "notified %d subscribed replica(s) on %s; the window is open until %s UTC (%s from now)\n",
+		n, channel, stamp(slot.Deadline), slot.Deadline.Sub(now).Round(time.Second))
+	// A replica stops watching a slot once it is settled (done or
+	// exhausted): nothing running claims such a slot again.
+	attemptsBefore, _ := strconv.Atoi(counted)
+	if strings.HasPrefix(prev, "done:") || (prev == "" && attemptsBefore >= task.MaxAttempts) {
+		fmt.Fprintf(stdout, "note: the slot was settled, and replicas stop watching a settled slot, so the running daemons\n"+
+			"will not run it again by themselves; a replica (re)started before the window closes runs it, with\n"+
+			"catchup = \"latest\", if it is the task's latest slot.\n")
+	}
+	log.Info("slot cleared for a rerun", "previous_state", prev, "attempts", orZero(counted),
+		"forced", force, "subscribers", n, "deadline", slot.Deadline)
+	return exitOK
+}
+
+// statusRoutes serves the fleet view: /api/v1/tasks (the JSON of `slotd
+// status -json`) and / (the status page). ?n= sets the slots per task.
+func statusRoutes(mux *http.ServeMux, cfg *scheduler.Config, store lock.Store, hist scheduler.History) {
+	slots := func(r *http.Request) int {
+		n, err := strconv.Atoi(r.URL.Query().Get("n"))
+		if err != nil || n < 1 {
+			return defaultStatusSlots
+		}
+		return min(n, maxStatusSlots)
+	}
+	mux.HandleFunc("GET /api/v1/tasks", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), pageTimeout)
+		defer cancel()
+		rep, err := report(ctx, cfg, store, hist, slots(r))
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		if err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_ = writeJSON(w, map[string]string{"error": err.Error()})
+			return
+		}
+		_ = writeJSON(w, rep)
+	})
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), pageTimeout)
+		defer cancel()
+		rep, err := report(ctx, cfg, store, hist, slots(r))
+		page := scheduler.Page{StatusReport: rep, Replica: cfg.Replica}
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		if err != nil {
+			page.Error = err.Error()
+			if page.Now.IsZero() {
+				page.Now = time.Now()
+			}
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		_ = scheduler.WritePage(w, page)
+	})
+}
+
+// stamp is a time as the tables show it, in UTC.
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.DateTime)
+}
+
+func orZero(s string) string {
+	if s == "" {
+		return "0"
+	}
+	return s
+}
+
+// clean makes s one line of printable text: values read from Redis and
+// task output must not move a terminal's cursor or forge table rows.
+func clean(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if !unicode.IsGraphic(r) { // controls, and format characters such as bidi overrides
+			return ' '
+		}
+		return r
+	}, strings.ToValidUTF8(s, "?"))
+	return strings.Join(strings.Fields(s), " ")
+}
+
+// shorten cuts s to at most n runes, marking a cut with "…".
+func shorten(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
+}

@@ -1,0 +1,275 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Run history: one entry per finished attempt, kept per task, newest last.
+// It is what `slotd history`, `slotd status` and the status page show for
+// "how long, where, and why not". It is a record, not part of the slot
+// protocol: an entry that cannot be written is logged and the slot goes on.
+const (
+	// HistoryMaxLen is about how many entries a task's history keeps; Redis
+	// trims the stream lazily (MAXLEN ~), so it may hold a few more.
+	HistoryMaxLen = 1000
+	// MinHistoryTTL is the shortest life of a task's history after its last
+	// entry; HistoryTTL raises it to the longest done_ttl.
+	MinHistoryTTL = 7 * 24 * time.Hour
+	// MaxHistoryError bounds the error text of an entry, in bytes.
+	MaxHistoryError = 1024
+
+	// historyTimeout bounds one append: history must never hold a slot up.
+	historyTimeout = 2 * time.Second
+)
+
+// HistoryEntry is one finished attempt of one slot.
+type HistoryEntry struct {
+	ID       string        `json:"id"` // assigned by Append; a Redis stream id, "<unix ms>-<seq>"
+	Slot     string        `json:"slot"`
+	SlotTime time.Time     `json:"slot_time"`
+	Attempt  int           `json:"attempt"`
+	Token    int64         `json:"token"`
+	Replica  string        `json:"replica"`
+	Outcome  string        `json:"outcome"` // success, failure, timeout, lease_lost or canceled (as slotd_runs_total)
+	Started  time.Time     `json:"started"`
+	Duration time.Duration `json:"-"`               // written as duration_ms
+	Error    string        `json:"error,omitempty"` // at most MaxHistoryError bytes of valid UTF-8
+}
+
+// historyJSON is HistoryEntry as JSON: the duration in milliseconds.
+type historyJSON struct {
+	plainEntry
+	DurationMS int64 `json:"duration_ms"`
+}
+
+type plainEntry HistoryEntry // without the JSON methods
+
+// MarshalJSON writes the duration as duration_ms.
+func (e HistoryEntry) MarshalJSON() ([]byte, error) {
+	return json.Marshal(historyJSON{plainEntry(e), e.Duration.Milliseconds()})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (e *HistoryEntry) UnmarshalJSON(b []byte) error {
+	var j historyJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*e = HistoryEntry(j.plainEntry)
+	e.Duration = time.Duration(j.DurationMS) * time.Millisecond
+	return nil
+}
+
+// History is where attempts are recorded. RedisHistory and MemoryHistory
+// implement it.
+type History interface {
+	// Append records e as task's newest entry.
+	Append(ctx context.Context, task string, e HistoryEntry) error
+	// Recent returns up to n of task's entries, newest first.
+	Recent(ctx context.Context, task string, n int) ([]HistoryEntry, error)
+}
+
+// HistoryKey is the Redis stream of task's history under prefix. The braces
+// are a Redis Cluster hash tag, as in the slot keys.
+func HistoryKey(prefix, task string) string { return prefix + ":history:{" + task + "}" }
+
+// HistoryTTL is how long a task's history lives after its last entry: the
+// longest done_ttl of cfg's tasks, and at least MinHistoryTTL, so that the
+// history of a slot outlives the slot's own keys.
+func HistoryTTL(cfg *Config) time.Duration {
+	ttl := MinHistoryTTL
+	for i := range cfg.Tasks {
+		ttl = max(ttl, cfg.Tasks[i].DoneTTL)
+	}
+	return ttl
+}
+
+// truncateError makes s valid UTF-8 of at most MaxHistoryError bytes,
+// marking a cut with "…".
+func truncateError(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= MaxHistoryError {
+		return s
+	}
+	const mark = "…"
+	cut := MaxHistoryError - len(mark)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + mark
+}
+
+// HistoryClient is the part of go-redis that RedisHistory needs; a
+// *redis.Client or *redis.ClusterClient satisfies it.
+type HistoryClient interface {
+	TxPipeline() redis.Pipeliner
+	XRevRangeN(ctx context.Context, stream, start, stop string, count int64) *redis.XMessageSliceCmd
+}
+
+// RedisHistory keeps each task's history in a capped Redis stream,
+// HistoryKey(prefix, task), whose TTL every append renews.
+type RedisHistory struct {
+	rdb    HistoryClient
+	prefix string
+	ttl    time.Duration
+}
+
+// NewRedisHistory returns the history in rdb under prefix; each append sets
+// the stream's TTL to ttl (see HistoryTTL). It does no I/O.
+func NewRedisHistory(rdb HistoryClient, prefix string, ttl time.Duration) *RedisHistory {
+	return &RedisHistory{rdb: rdb, prefix: prefix, ttl: ttl}
+}
+
+// Append implements History: XADD with MAXLEN ~ HistoryMaxLen and PEXPIRE,
+// in one MULTI so that the stream never exists without a TTL.
+func (h *RedisHistory) Append(ctx context.Context, task string, e HistoryEntry) error {
+	key := HistoryKey(h.prefix, task)
+	p := h.rdb.TxPipeline()
+	p.XAdd(ctx, &redis.XAddArgs{
+		Stream: key,
+		MaxLen: HistoryMaxLen,
+		Approx: true,
+		Values: []any{
+			"slot", e.Slot,
+			"slot_time", e.SlotTime.UTC().Format(time.RFC3339),
+			"attempt", strconv.Itoa(e.Attempt),
+			"token", strconv.FormatInt(e.Token, 10),
+			"replica", e.Replica,
+			"outcome", e.Outcome,
+			"started", e.Started.UTC().Format(time.RFC3339Nano),
+			"duration_ms", strconv.FormatInt(e.Duration.Milliseconds(), 10),
+			"error", truncateError(e.Error),
+		},
+	})
+	p.PExpire(ctx, key, h.ttl)
+	if _, err := p.Exec(ctx); err != nil {
+		return fmt.Errorf("history: append %s slot %s attempt %d: %w", task, e.Slot, e.Attempt, err)
+	}
+	return nil
+}
+
+// Recent implements History with XREVRANGE. Fields that do not parse are
+// left zero: the history is for reading, and one odd entry should not hide
+// the others.
+func (h *RedisHistory) Recent(ctx context.Context, task string, n int) ([]HistoryEntry, error) {
+	if n <= 0 {
+		return nil, nil
+	}
+	msgs, err := h.rdb.XRevRangeN(ctx, HistoryKey(h.prefix, task), "+", "-", int64(n)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("history: read %s: %w", task, err)
+	}
+	out := make([]HistoryEntry, 0, len(msgs))
+	for _, m := range msgs {
+		out = append(out, decodeEntry(m))
+	}
+	return out, nil
+}
+
+func decodeEntry(m redis.XMessage) HistoryEntry {
+	str := func(k string) string { s, _ := m.Values[k].(string); return s }
+	e := HistoryEntry{
+		ID:      m.ID,
+		Slot:    str("slot"),
+		Replica: str("replica"),
+		Outcome: str("outcome"),
+		Error:   str("error"),
+	}
+	e.SlotTime, _ = time.Parse(time.RFC3339, str("slot_time"))
+	e.Started, _ = time.Parse(time.RFC3339Nano, str("started"))
+	e.Attempt, _ = strconv.Atoi(str("attempt"))
+	e.Token, _ = strconv.ParseInt(str("token"), 10, 64)
+	ms, _ := strconv.ParseInt(str("duration_ms"), 10, 64)
+	e.Duration = time.Duration(ms) * time.Millisecond
+	return e
+}
+
+// MemoryHistory keeps each task's latest entries in this process: the
+// history of the embedded store, and of tests.
+type MemoryHistory struct {
+	max int
+
+	mu   sync.Mutex
+	m    map[string][]HistoryEntry // oldest first
+	last int64                     // the last id's milliseconds
+	seq  int64                     // and its sequence number
+}
+
+// NewMemoryHistory returns an empty history that keeps the latest max
+// entries per task (HistoryMaxLen if max <= 0).
+func NewMemoryHistory(max int) *MemoryHistory {
+	if max <= 0 {
+		max = HistoryMaxLen
+	}
+	return &MemoryHistory{max: max, m: map[string][]HistoryEntry{}}
+}
+
+// Append implements History. Ids are "<unix ms>-<seq>" and increase, as a
+// stream's do.
+func (h *MemoryHistory) Append(ctx context.Context, task string, e HistoryEntry) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("history: append %s slot %s attempt %d: %w", task, e.Slot, e.Attempt, err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if ms := time.Now().UnixMilli(); ms > h.last {
+		h.last, h.seq = ms, 0
+	} else {
+		h.seq++
+	}
+	e.ID = strconv.FormatInt(h.last, 10) + "-" + strconv.FormatInt(h.seq, 10)
+	e.Error = truncateError(e.Error)
+	list := append(h.m[task], e)
+	if len(list) >= 2*h.max { // trim in batches, as Redis does, not on every append
+		list = append(list[:0:0], list[len(list)-h.max:]...)
+	}
+	h.m[task] = list
+	return nil
+}
+
+// Recent implements History.
+func (h *MemoryHistory) Recent(ctx context.Context, task string, n int) ([]HistoryEntry, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("history: read %s: %w", task, err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	list := h.m[task]
+	if len(list) > h.max {
+		list = list[len(list)-h.max:]
+	}
+	out := make([]HistoryEntry, 0, min(max(n, 0), len(list)))
+	for i := len(list) - 1; i >= 0 && len(out) < n; i-- {
+		out = append(out, list[i])
+	}
+	return out, nil
+}
+
+// record appends one finished attempt to the history without holding the
+// slot up: in a goroutine that Run waits for, under a short timeout that
+// outlives ctx (an attempt cut short by shutdown is recorded too). A failed
+// append is logged; the slot's outcome does not depend on it.
+func (s *Scheduler) record(ctx context.Context, task string, e HistoryEntry, log *slog.Logger) {
+	if s.hist == nil {
+		return
+	}
+	s.wg.Add(1) // the slot's own goroutine holds the group open
+	go func() {
+		defer s.wg.Done()
+		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), historyTimeout)
+		defer cancel()
+		if err := s.hist.Append(hctx, task, e); err != nil {
+			log.Warn("run history not recorded", "err", err, "outcome", e.Outcome)
+		}
+	}()
+}

@@ -1,0 +1,182 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/slotd/slotd/lock"
+)
+
+// ErrBadSlot: a slot id that is not a fire time of the task's schedule.
+var ErrBadSlot = errors.New("scheduler: not a slot of the task")
+
+// Phases of a slot in a status: what an operator wants to know about it,
+// derived from the store's state, the run history and the slot window.
+const (
+	PhaseDone      = "done"      // succeeded (the done marker, or the history once the marker expired)
+	PhaseRunning   = "running"   // an attempt holds the slot
+	PhaseRetrying  = "retrying"  // attempts failed; the window is open and attempts remain
+	PhasePending   = "pending"   // the window is open and nothing has claimed the slot yet
+	PhaseFailed    = "failed"    // the window closed after failed attempts, below the cap
+	PhaseExhausted = "exhausted" // every allowed attempt failed
+	PhaseMissed    = "missed"    // the window closed and nothing ever claimed the slot
+	PhaseUnknown   = "unknown"   // the slot's keys and history have expired
+	PhaseForeign   = "foreign"   // the slot key holds a value slotd did not write
+)
+
+// TaskStatus is one task's row in the fleet view.
+type TaskStatus struct {
+	Name        string       `json:"name"`
+	Schedule    string       `json:"schedule"` // the spec as written
+	Timezone    string       `json:"timezone"`
+	Plugin      string       `json:"plugin"`
+	MaxAttempts int          `json:"max_attempts"`
+	Next        time.Time    `json:"next,omitzero"` // the next fire time
+	Slots       []SlotStatus `json:"slots"`         // the latest slots, newest first
+}
+
+// SlotStatus is one slot of a task as the fleet sees it.
+type SlotStatus struct {
+	ID       string    `json:"id"`
+	Time     time.Time `json:"time"`
+	Deadline time.Time `json:"deadline"` // the end of its window
+	Phase    string    `json:"phase"`    // one of the Phase constants
+	State    string    `json:"state"`    // the store's: free, running, done or foreign
+	Attempts int       `json:"attempts"` // attempts counted by the store (0 once its keys expire)
+	// Running: the holder; done: the winner.
+	Replica  string    `json:"replica,omitempty"`
+	Attempt  int       `json:"attempt,omitempty"`
+	Finished time.Time `json:"finished,omitzero"` // done: when, by the store's clock
+	// The latest attempt recorded in the history, if any: its start,
+	// duration, outcome and error.
+	Last *HistoryEntry `json:"last_attempt,omitempty"`
+}
+
+// StatusReport is the fleet view as `slotd status -json` and /api/v1/tasks
+// write it.
+type StatusReport struct {
+	Now   time.Time    `json:"now"` // by the store's clock
+	Tasks []TaskStatus `json:"tasks"`
+}
+
+// Status computes the fleet's view of cfg's tasks at now (the store's time,
+// ideally): for each task its next fire time and its latest n slots, with
+// their state in store and their latest attempt in hist (nil: no history).
+// It only reads, and needs no running daemon.
+func Status(ctx context.Context, cfg *Config, store lock.Store, hist History, now time.Time, n int) ([]TaskStatus, error) {
+	out := make([]TaskStatus, 0, len(cfg.Tasks))
+	for i := range cfg.Tasks {
+		ts, err := taskStatus(ctx, &cfg.Tasks[i], store, hist, now, n)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ts)
+	}
+	return out, nil
+}
+
+func taskStatus(ctx context.Context, t *Task, store lock.Store, hist History, now time.Time, n int) (TaskStatus, error) {
+	tz := t.Timezone
+	if tz == "" {
+		tz = "UTC"
+	}
+	ts := TaskStatus{
+		Name: t.Name, Schedule: t.Spec, Timezone: tz, Plugin: t.Plugin,
+		MaxAttempts: t.MaxAttempts, Next: t.Schedule.Next(now), Slots: []SlotStatus{},
+	}
+	last := map[string]*HistoryEntry{}
+	if hist != nil && n > 0 {
+		// Enough entries for n slots that each used every attempt.
+		es, err := hist.Recent(ctx, t.Name, min(HistoryMaxLen, n*(t.MaxAttempts+1)))
+		if err != nil {
+			return ts, fmt.Errorf("status: task %s: %w", t.Name, err)
+		}
+		for i := range es {
+			e := &es[i]
+			if l, ok := last[e.Slot]; !ok || e.Started.After(l.Started) {
+				last[e.Slot] = e
+			}
+		}
+	}
+	at, ok := t.Schedule.Latest(now)
+	for ; ok && len(ts.Slots) < n; at, ok = t.Schedule.Latest(at.Add(-time.Second)) {
+		slot := t.Slot(at)
+		st, err := store.State(ctx, slot)
+		if err != nil && !errors.Is(err, lock.ErrForeign) {
+			return ts, fmt.Errorf("status: task %s slot %s: %w", t.Name, slot.ID, err)
+		}
+		ss := SlotStatus{
+			ID: slot.ID, Time: slot.Time, Deadline: slot.Deadline,
+			State: st.Status, Attempts: st.Attempts,
+			Replica: st.Holder, Attempt: st.Attempt, Finished: st.Finished,
+			Last: last[slot.ID],
+		}
+		ss.Phase = phase(t, slot, st, ss.Last, now)
+		ts.Slots = append(ts.Slots, ss)
+	}
+	return ts, nil
+}
+
+// phase says what became of slot, from its state in the store, its latest
+// attempt in the history (nil if none) and the time.
+func phase(t *Task, slot lock.Slot, st lock.State, last *HistoryEntry, now time.Time) string {
+	open := now.Before(slot.Deadline)
+	switch {
+	case st.Status == "running":
+		return PhaseRunning
+	case st.Status == "done":
+		return PhaseDone
+	case st.Status == "foreign":
+		return PhaseForeign
+	case st.Attempts >= t.MaxAttempts:
+		return PhaseExhausted
+	case st.Attempts > 0 && open:
+		return PhaseRetrying
+	case st.Attempts > 0:
+		return PhaseFailed
+	case open:
+		// Nothing claimed it yet, or an operator cleared it (slotd rerun):
+		// the history may hold attempts from before.
+		return PhasePending
+	}
+	// The window is closed and the store holds nothing: either nothing ever
+	// claimed the slot, or its keys expired and only the history remembers.
+	switch {
+	case last != nil && last.Outcome == outcomeSuccess:
+		return PhaseDone
+	case last != nil && last.Attempt >= t.MaxAttempts:
+		return PhaseExhausted
+	case last != nil:
+		return PhaseFailed
+	case now.Before(slot.Time.Add(t.DoneTTL)):
+		// A claim would have left an attempts counter that lives this long.
+		return PhaseMissed
+	}
+	return PhaseUnknown
+}
+
+// Slot returns the slot of t that fires at at, a fire time of its schedule.
+func (t *Task) Slot(at time.Time) lock.Slot {
+	return lock.Slot{Task: t.Name, ID: t.Schedule.SlotID(at), Time: at.UTC(), Deadline: t.SlotDeadline(at).UTC()}
+}
+
+// ParseSlot returns t's slot whose id is id, or ErrBadSlot if no fire time
+// of t's schedule has that id.
+func (t *Task) ParseSlot(id string) (lock.Slot, error) {
+	layout := t.Schedule.Resolution().Layout()
+	start, err := time.ParseInLocation(layout, id, time.UTC)
+	if err != nil || start.Format(layout) != id {
+		return lock.Slot{}, fmt.Errorf("%w: task %s: slot id %q: want the slot time in UTC as %s (e.g. %s)",
+			ErrBadSlot, t.Name, id, layout, t.Schedule.SlotID(t.Schedule.Next(time.Now())))
+	}
+	// The id names a UTC bucket (an hour, a minute...); the slot is the one
+	// fire time in it, which need not be at its start (30 * * * * is 14:30
+	// in bucket 2024011514). Fire times are whole seconds.
+	at := t.Schedule.Next(start.Add(-time.Second))
+	if at.IsZero() || t.Schedule.SlotID(at) != id {
+		return lock.Slot{}, fmt.Errorf("%w: task %s (schedule %q): no fire time has slot id %s", ErrBadSlot, t.Name, t.Spec, id)
+	}
+	return t.Slot(at), nil
+}
