@@ -2,6 +2,7 @@
 --
 -- KEYS[1]  state key
 -- KEYS[2]  attempts key
+-- KEYS[3]  base key (kept as long as the attempts key, if it exists)
 -- ARGV[1]  owner value, "run:<replica>:<attempt>"
 -- ARGV[2]  done prefix, "done:<replica>:<attempt>:" (the server's unix ms is appended)
 -- ARGV[3]  done TTL, ms (also given to the attempts key, so it outlives nothing it guards)
@@ -15,6 +16,7 @@ if v == ARGV[1] then
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   redis.call('SET', KEYS[1], ARGV[2] .. now, 'PX', ARGV[3])
   redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  redis.call('PEXPIRE', KEYS[3], ARGV[3])
   return 1
 end
 if v and string.sub(v, 1, string.len(ARGV[2])) == ARGV[2] then

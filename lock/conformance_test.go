@@ -140,6 +140,7 @@ var conformance = []struct {
 	{"RenewExtendsOnlyOwnLease", testRenew},
 	{"ForeignValueLeftAlone", testForeign},
 	{"StateReadsBack", testState},
+	{"RerunRestartsTheCapNotTheTokens", testRerun},
 }
 
 func mustClaim(t *testing.T, h harness, slot lock.Slot, replica string, want lock.Result) lock.Claim {
@@ -454,5 +455,59 @@ func TestKeysShareHashTag(t *testing.T) {
 	state, attempts := lock.Keys("slotd", slot)
 	if state != "slotd:{report:2024011514}" || attempts != "slotd:{report:2024011514}:attempts" {
 		t.Fatalf("keys = %q, %q", state, attempts)
+	}
+}
+
+func testRerun(t *testing.T, h harness) {
+	ctx := context.Background()
+	slot := uniqueSlot(t, h)
+	w := h.store.Watch(slot)
+	defer w.Stop()
+	c := mustClaim(t, h, slot, "a", lock.Won)
+	if r, err := h.store.Rerun(ctx, slot, false); err != nil || r.Cleared || r.Refused != "running" || r.TTL <= 0 {
+		t.Fatalf("rerun of a running slot = %+v, %v; want refused as running", r, err)
+	}
+	if st, _ := h.store.State(ctx, slot); st.Status != "running" {
+		t.Fatalf("refused rerun changed the state: %+v", st)
+	}
+	if err := h.store.Complete(ctx, slot, lock.Owner{Replica: "a", Attempt: c.Attempt}, policy.DoneTTL); err != nil {
+		t.Fatal(err)
+	}
+	r, err := h.store.Rerun(ctx, slot, false)
+	if err != nil || !r.Cleared || r.Attempts != 1 || !strings.HasPrefix(r.Previous, "done:a:1:") {
+		t.Fatalf("rerun of a done slot = %+v, %v", r, err)
+	}
+	select {
+	case <-w.C():
+	case <-time.After(5 * time.Second):
+		t.Fatal("rerun did not wake the slot's watcher")
+	}
+	// A full set of attempts again, numbered on from the first run's, so
+	// that every token stays above every earlier one.
+	for i := 2; i <= 1+policy.MaxAttempts; i++ {
+		c := mustClaim(t, h, slot, "b", lock.Won)
+		if c.Attempt != i || c.Base != 1 {
+			t.Fatalf("claim after rerun: attempt %d base %d, want %d and 1", c.Attempt, c.Base, i)
+		}
+		if err := h.store.Release(ctx, slot, lock.Owner{Replica: "b", Attempt: i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustClaim(t, h, slot, "b", lock.Exhausted)
+	for k, ttl := range h.ttls() {
+		if strings.Contains(k, slot.Task) && ttl <= 0 {
+			t.Errorf("key %q has no TTL after a rerun", k)
+		}
+	}
+	// An exhausted slot can be rerun too; force clears a running one.
+	if r, err := h.store.Rerun(ctx, slot, false); err != nil || !r.Cleared || r.Attempts != 4 {
+		t.Fatalf("rerun of an exhausted slot = %+v, %v", r, err)
+	}
+	c = mustClaim(t, h, slot, "c", lock.Won)
+	if r, err := h.store.Rerun(ctx, slot, true); err != nil || !r.Cleared {
+		t.Fatalf("forced rerun of a running slot = %+v, %v", r, err)
+	}
+	if err := h.store.Renew(ctx, slot, lock.Owner{Replica: "c", Attempt: c.Attempt}, policy.Lease); !errors.Is(err, lock.ErrNotHeld) {
+		t.Fatalf("renew after a forced rerun: %v, want ErrNotHeld", err)
 	}
 }

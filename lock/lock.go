@@ -23,6 +23,7 @@
 //	slotd:{<task>:<slot id>}           "run:<replica>:<attempt>" (TTL lease) or
 //	                                   "done:<replica>:<attempt>:<unix ms>" (TTL done TTL)
 //	slotd:{<task>:<slot id>}:attempts  INCR per claim (TTL >= done TTL)
+//	slotd:{<task>:<slot id>}:base      attempts before the last operator rerun, if any
 //	slotd:released                     pub/sub channel; message = state key
 package lock
 
@@ -92,6 +93,7 @@ func (r Result) String() string {
 type Claim struct {
 	Result  Result
 	Attempt int           // Won: the caller's attempt; Held, Done: the holder's; Exhausted: attempts made
+	Base    int           // Won, Exhausted: attempts made before the slot's last rerun; the cap counts from here
 	Holder  string        // Held, Done: the holder's replica id
 	Wait    time.Duration // Held: the holder's remaining lease; Early: time until the slot time
 	Now     time.Time     // the store's clock when it decided
@@ -153,6 +155,22 @@ type Store interface {
 	State(ctx context.Context, slot Slot) (State, error)
 	// Time is the store's clock, against which slot times are checked.
 	Time(ctx context.Context) (time.Time, error)
+	// Rerun is an operator's reset of a settled or failing slot so that it
+	// may run again within its window: it clears the state and restarts the
+	// attempt cap, but never the attempt numbers (so fencing tokens keep
+	// growing), and wakes the slot's watchers. A running or foreign state is
+	// refused unless force.
+	Rerun(ctx context.Context, slot Slot, force bool) (Rerun, error)
+}
+
+// Rerun is the answer to Store.Rerun.
+type Rerun struct {
+	Cleared  bool          // the slot was reset
+	Refused  string        // "running" or "foreign" when not cleared
+	Previous string        // the state value before ("" if none)
+	Attempts int           // attempts made so far (the new base)
+	TTL      time.Duration // refused: the state's remaining TTL
+	Woken    int64         // cleared: subscribers notified (Redis) or watchers woken (Memory)
 }
 
 // Keys returns the state and attempts keys of slot under prefix.
@@ -160,6 +178,9 @@ func Keys(prefix string, slot Slot) (state, attempts string) {
 	state = prefix + ":{" + slot.Task + ":" + slot.ID + "}"
 	return state, state + ":attempts"
 }
+
+// baseKey holds the attempts counted before the slot's last rerun.
+func baseKey(state string) string { return state + ":base" }
 
 // parseValue reads "run:<replica>:<attempt>" or
 // "done:<replica>:<attempt>:<unix ms>". Replica ids may contain colons, so

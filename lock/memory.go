@@ -81,19 +81,25 @@ func (m *Memory) Claim(ctx context.Context, slot Slot, replica string, p Policy)
 		c.Result = Late
 		return c, nil
 	}
-	n := 0
-	if e, ok := m.get(attempts, now); ok {
-		var err error
-		if n, err = strconv.Atoi(e.value); err != nil {
-			return Claim{}, fmt.Errorf("lock: claim %s: attempts %w: %q", slot, ErrForeign, e.value)
+	n, base := 0, 0
+	for key, dst := range map[string]*int{attempts: &n, baseKey(state): &base} {
+		if e, ok := m.get(key, now); ok {
+			var err error
+			if *dst, err = strconv.Atoi(e.value); err != nil {
+				return Claim{}, fmt.Errorf("lock: claim %s: %s %w: %q", slot, key, ErrForeign, e.value)
+			}
 		}
 	}
-	if n >= p.MaxAttempts {
+	c.Base = base
+	if n-base >= p.MaxAttempts || n >= MaxAttempts {
 		c.Result, c.Attempt = Exhausted, n
 		return c, nil
 	}
 	n++
 	m.set(attempts, strconv.Itoa(n), p.DoneTTL, now)
+	if base > 0 {
+		m.set(baseKey(state), strconv.Itoa(base), p.DoneTTL, now)
+	}
 	owner := Owner{Replica: replica, Attempt: n}
 	m.set(state, owner.value(), p.Lease, now)
 	c.Result, c.Attempt = Won, n
@@ -120,8 +126,10 @@ func (m *Memory) Complete(ctx context.Context, slot Slot, owner Owner, doneTTL t
 	switch {
 	case ok && e.value == owner.value():
 		m.set(state, owner.donePrefix()+strconv.FormatInt(now.UnixMilli(), 10), doneTTL, now)
-		if a, ok := m.get(attempts, now); ok {
-			m.set(attempts, a.value, doneTTL, now)
+		for _, k := range []string{attempts, baseKey(state)} {
+			if a, ok := m.get(k, now); ok {
+				m.set(k, a.value, doneTTL, now)
+			}
 		}
 		return nil
 	case ok && strings.HasPrefix(e.value, owner.donePrefix()):
@@ -152,6 +160,46 @@ func (m *Memory) compare(ctx context.Context, op string, slot Slot, owner Owner,
 	}
 	write(state, now)
 	return nil
+}
+
+// Rerun implements Store; it is rerun.lua.
+func (m *Memory) Rerun(ctx context.Context, slot Slot, force bool) (Rerun, error) {
+	if err := ctx.Err(); err != nil {
+		return Rerun{}, fmt.Errorf("lock: rerun %s: %w", slot, err)
+	}
+	state, attempts := Keys("slotd", slot)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	var out Rerun
+	if e, ok := m.get(state, now); ok {
+		out.Previous = e.value
+		if !force && !strings.HasPrefix(e.value, "done:") {
+			out.Refused, out.TTL = "foreign", e.expires.Sub(now)
+			if strings.HasPrefix(e.value, "run:") {
+				out.Refused = "running"
+			}
+			if a, ok := m.get(attempts, now); ok {
+				out.Attempts, _ = strconv.Atoi(a.value)
+			}
+			return out, nil
+		}
+	}
+	delete(m.keys, state)
+	if a, ok := m.get(attempts, now); ok {
+		if n, err := strconv.Atoi(a.value); err == nil {
+			out.Attempts = n
+			m.keys[baseKey(state)] = entry{value: a.value, expires: a.expires}
+		} else {
+			delete(m.keys, attempts)
+			delete(m.keys, baseKey(state))
+		}
+	} else {
+		delete(m.keys, baseKey(state))
+	}
+	out.Cleared, out.Woken = true, int64(len(m.watch.m[state]))
+	m.watch.notify(state)
+	return out, nil
 }
 
 // State implements Store.

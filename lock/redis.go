@@ -25,6 +25,9 @@ var (
 	//go:embed release.lua
 	releaseLua    string
 	releaseScript = redis.NewScript(releaseLua)
+	//go:embed rerun.lua
+	rerunLua    string
+	rerunScript = redis.NewScript(rerunLua)
 )
 
 // Client is the part of go-redis that Redis needs; a *redis.Client,
@@ -60,7 +63,7 @@ func NewRedis(rdb Client, prefix string) *Redis {
 func (r *Redis) Claim(ctx context.Context, slot Slot, replica string, p Policy) (Claim, error) {
 	state, attempts := Keys(r.prefix, slot)
 	sent := time.Now()
-	res, err := claimScript.Run(ctx, r.rdb, []string{state, attempts},
+	res, err := claimScript.Run(ctx, r.rdb, []string{state, attempts, baseKey(state)},
 		replica,
 		p.Lease.Milliseconds(),
 		p.MaxAttempts,
@@ -81,7 +84,7 @@ func (r *Redis) Claim(ctx context.Context, slot Slot, replica string, p Policy) 
 
 // decodeClaim turns claim.lua's reply into a Claim.
 func decodeClaim(res []any) (Claim, error) {
-	if len(res) != 5 {
+	if len(res) != 6 {
 		return Claim{}, fmt.Errorf("unexpected reply %v", res)
 	}
 	kind, _ := res[0].(string)
@@ -89,7 +92,8 @@ func decodeClaim(res []any) (Claim, error) {
 	ms, _ := res[2].(int64)
 	now, _ := res[3].(int64)
 	value, _ := res[4].(string)
-	c := Claim{Attempt: int(n), Wait: time.Duration(ms) * time.Millisecond, Now: time.UnixMilli(now).UTC()}
+	base, _ := res[5].(int64)
+	c := Claim{Attempt: int(n), Base: int(base), Wait: time.Duration(ms) * time.Millisecond, Now: time.UnixMilli(now).UTC()}
 	switch kind {
 	case "won":
 		c.Result = Won
@@ -126,7 +130,7 @@ func (r *Redis) Renew(ctx context.Context, slot Slot, owner Owner, lease time.Du
 // Complete implements Store.
 func (r *Redis) Complete(ctx context.Context, slot Slot, owner Owner, doneTTL time.Duration) error {
 	state, attempts := Keys(r.prefix, slot)
-	return r.compare(ctx, "complete", slot, owner, completeScript, []string{state, attempts},
+	return r.compare(ctx, "complete", slot, owner, completeScript, []string{state, attempts, baseKey(state)},
 		owner.value(), owner.donePrefix(), doneTTL.Milliseconds())
 }
 
@@ -146,6 +150,37 @@ func (r *Redis) compare(ctx context.Context, op string, slot Slot, owner Owner, 
 		return fmt.Errorf("lock: %s %s attempt %d: %w", op, slot, owner.Attempt, ErrNotHeld)
 	}
 	return nil
+}
+
+// Rerun implements Store.
+func (r *Redis) Rerun(ctx context.Context, slot Slot, force bool) (Rerun, error) {
+	state, attempts := Keys(r.prefix, slot)
+	f := "0"
+	if force {
+		f = "1"
+	}
+	res, err := rerunScript.Run(ctx, r.rdb, []string{state, attempts, baseKey(state)}, f, r.channel).Slice()
+	if err == nil && len(res) != 4 {
+		err = fmt.Errorf("unexpected reply %v", res)
+	}
+	if err != nil {
+		return Rerun{}, fmt.Errorf("lock: rerun %s: %w", slot, err)
+	}
+	kind, _ := res[0].(string)
+	prev, _ := res[1].(string)
+	counted, _ := res[2].(string)
+	n, _ := res[3].(int64)
+	out := Rerun{Previous: prev}
+	out.Attempts, _ = strconv.Atoi(counted)
+	switch kind {
+	case "cleared":
+		out.Cleared, out.Woken = true, n
+	case "running", "foreign":
+		out.Refused, out.TTL = kind, time.Duration(n)*time.Millisecond
+	default:
+		return Rerun{}, fmt.Errorf("lock: rerun %s: unexpected reply %v", slot, res)
+	}
+	return out, nil
 }
 
 // State implements Store.

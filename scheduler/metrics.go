@@ -1,7 +1,12 @@
 package scheduler
 
 import (
+	"sync"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/slotd/slotd/lock"
 )
 
 // metrics are the scheduler's Prometheus series. Labels are bounded: task
@@ -22,6 +27,46 @@ type metrics struct {
 	clockSkew     prometheus.Gauge
 	releaseFailed *prometheus.CounterVec // task
 	window        *prometheus.GaugeVec   // task
+
+	mu     sync.Mutex
+	lastOK map[string]time.Time // per task: the latest slot time set in lastSuccess
+}
+
+// init creates the task's series at zero, so that a replica's first
+// failure after a start is an increase Prometheus can see, and every task
+// shows on dashboards before it first runs. last_success stays absent until
+// a success: a zero there would read as "never succeeded" and page.
+func (m *metrics) init(t *Task) {
+	for r := lock.Won; r <= lock.Late; r++ {
+		m.claims.WithLabelValues(t.Name, r.String())
+	}
+	m.claims.WithLabelValues(t.Name, resultError)
+	for _, o := range []string{outcomeSuccess, outcomeFailure, outcomeTimeout, outcomeLeaseLost, outcomeCanceled} {
+		m.runs.WithLabelValues(t.Name, o)
+	}
+	m.duration.WithLabelValues(t.Name)
+	m.startDelay.WithLabelValues(t.Name)
+	m.renewals.WithLabelValues(t.Name)
+	m.leaseLosses.WithLabelValues(t.Name)
+	m.exhausted.WithLabelValues(t.Name)
+	m.missed.WithLabelValues(t.Name)
+	m.running.WithLabelValues(t.Name)
+	m.releaseFailed.WithLabelValues(t.Name)
+	// At least one gap between fire times: alerts use twice this as "no
+	// success for two windows", which a deadline shorter than the interval
+	// must not turn into a page between healthy slots.
+	m.window.WithLabelValues(t.Name).Set(max(t.Window(), t.Schedule.MaxGap()).Seconds())
+}
+
+// succeeded moves the task's last-success gauge forward, never back: a
+// retry of an older slot that ends after a newer one must not lower it.
+func (m *metrics) succeeded(task string, slot time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if slot.After(m.lastOK[task]) {
+		m.lastOK[task] = slot
+		m.lastSuccess.WithLabelValues(task).Set(float64(slot.Unix()))
+	}
 }
 
 // Claim results beyond lock.Result's: the claim failed.
@@ -39,6 +84,7 @@ const (
 func newMetrics(reg prometheus.Registerer) *metrics {
 	task := []string{"task"}
 	m := &metrics{
+		lastOK: map[string]time.Time{},
 		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "slotd_claims_total",
 			Help: "Slot claims by result: won, held, done, exhausted, early, late, error.",

@@ -107,7 +107,7 @@ func New(cfg *Config, store lock.Store, opts ...Option) *Scheduler {
 	}
 	s.m = newMetrics(s.reg)
 	for i := range cfg.Tasks {
-		s.m.window.WithLabelValues(cfg.Tasks[i].Name).Set(cfg.Tasks[i].Window().Seconds())
+		s.m.init(&cfg.Tasks[i])
 	}
 	s.log = s.log.With("replica", s.replica)
 	return s
@@ -250,74 +250,93 @@ func (s *Scheduler) work(ctx, hard context.Context, t *Task, slot lock.Slot) {
 	// Watch before the first claim, so a release that follows it is seen.
 	w := s.store.Watch(slot)
 	defer w.Stop()
-	p := lock.Policy{Lease: t.Lease, DoneTTL: t.DoneTTL, MaxAttempts: t.MaxAttempts}
 	failures := 0
 	var last lock.Result
+	// settled: the slot succeeded or exhausted its attempts. The replica
+	// still watches it until the deadline, for an operator's rerun.
+	settled := false
 	for ctx.Err() == nil {
 		if !s.now().Before(slot.Deadline) {
 			// A holder still running past the deadline reports for itself.
-			if last != lock.Held {
+			if !settled && last != lock.Held {
 				s.m.missed.WithLabelValues(t.Name).Inc()
 				log.Warn("slot window closed without a success", "deadline", slot.Deadline)
 			}
 			return
 		}
-		cctx, cancel := context.WithTimeout(ctx, t.Lease/3)
-		c, err := s.store.Claim(cctx, slot, s.replica, p)
-		cancel()
-		last = c.Result
 		var wait time.Duration
-		switch {
-		case err != nil:
-			s.m.claims.WithLabelValues(t.Name, resultError).Inc()
-			wait = s.backoff.Delay(failures)
-			failures++
-			if ctx.Err() == nil {
-				log.Warn("claim failed; not running, will retry", "err", err, "retry_in", wait)
-			}
-		case c.Result == lock.Won:
-			s.m.claims.WithLabelValues(t.Name, c.Result.String()).Inc()
-			if s.attempt(ctx, hard, t, slot, c, log) {
-				return
-			}
-			if c.Attempt >= t.MaxAttempts {
-				s.m.exhausted.WithLabelValues(t.Name).Inc()
-				log.Error("slot exhausted: its last allowed attempt failed", "attempts", c.Attempt)
-				return
-			}
-			// Our own release woke us too; let a peer go first.
-			select {
-			case <-w.C():
-			default:
-			}
-			wait = s.handoff.Delay(0)
-		default:
-			s.m.claims.WithLabelValues(t.Name, c.Result.String()).Inc()
-			switch c.Result {
-			case lock.Done, lock.Exhausted:
-				log.Debug("slot settled", "result", c.Result, "holder", c.Holder, "attempt", c.Attempt)
-				return
-			case lock.Late:
-				s.m.missed.WithLabelValues(t.Name).Inc()
-				log.Warn("slot window closed without a success", "deadline", slot.Deadline)
-				return
-			case lock.Held:
-				// Woken early by a release; otherwise try when the lease would
-				// run out, with a little jitter so watchers do not stampede.
-				wait = c.Wait + s.handoff.Delay(0)
-			case lock.Early:
-				wait = c.Wait
-			}
+		if settled {
+			wait = slot.Deadline.Sub(s.now())
+		} else {
+			wait, settled = s.claim(ctx, hard, t, slot, w, &failures, &last, log)
+		}
+		if settled {
+			wait = slot.Deadline.Sub(s.now())
 		}
 		wait = min(wait, slot.Deadline.Sub(s.now()))
 		timer := s.clock.NewTimer(max(wait, 0))
 		select {
 		case <-ctx.Done():
 		case <-w.C():
+			settled = false // a rerun: claim again
 		case <-timer.C():
 		}
 		timer.Stop()
 	}
+}
+
+// claim makes one claim of slot and acts on the answer: runs the task if
+// won. It returns how long to wait before the next claim, and whether the
+// slot is settled (done or out of attempts).
+func (s *Scheduler) claim(ctx, hard context.Context, t *Task, slot lock.Slot, w *lock.Watch, failures *int, last *lock.Result, log *slog.Logger) (time.Duration, bool) {
+	p := lock.Policy{Lease: t.Lease, DoneTTL: t.DoneTTL, MaxAttempts: t.MaxAttempts}
+	cctx, cancel := context.WithTimeout(ctx, t.Lease/3)
+	c, err := s.store.Claim(cctx, slot, s.replica, p)
+	cancel()
+	*last = c.Result
+	if err != nil {
+		s.m.claims.WithLabelValues(t.Name, resultError).Inc()
+		wait := s.backoff.Delay(*failures)
+		*failures++
+		if ctx.Err() == nil {
+			log.Warn("claim failed; not running, will retry", "err", err, "retry_in", wait)
+		}
+		return wait, false
+	}
+	*failures = 0
+	s.m.claims.WithLabelValues(t.Name, c.Result.String()).Inc()
+	switch c.Result {
+	case lock.Won:
+		if s.attempt(ctx, hard, t, slot, c, log) {
+			return 0, true
+		}
+		if c.Attempt-c.Base >= t.MaxAttempts {
+			s.m.exhausted.WithLabelValues(t.Name).Inc()
+			log.Error("slot exhausted: its last allowed attempt failed", "attempts", c.Attempt-c.Base)
+			return 0, true
+		}
+		// Our own release woke us too; let a peer go first.
+		select {
+		case <-w.C():
+		default:
+		}
+		return s.handoff.Delay(0), false
+	case lock.Done, lock.Exhausted:
+		log.Debug("slot settled", "result", c.Result, "holder", c.Holder, "attempt", c.Attempt)
+		return 0, true
+	case lock.Late:
+		// The store's clock says the window closed; ours may lag a little.
+		s.m.missed.WithLabelValues(t.Name).Inc()
+		log.Warn("slot window closed without a success", "deadline", slot.Deadline)
+		return 0, true
+	case lock.Held:
+		// Woken early by a release; otherwise try when the lease would run
+		// out, with a little jitter so watchers do not stampede.
+		return c.Wait + s.handoff.Delay(0), false
+	case lock.Early:
+		return c.Wait, false
+	}
+	return s.backoff.Delay(0), false
 }
 
 // attempt runs a won claim and completes or releases the slot. It reports
@@ -368,7 +387,7 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 			return false
 		}
 		s.m.runs.WithLabelValues(t.Name, outcomeSuccess).Inc()
-		s.m.lastSuccess.WithLabelValues(t.Name).Set(float64(slot.Time.Unix()))
+		s.m.succeeded(t.Name, slot.Time)
 		log.Info("attempt succeeded", "duration", took)
 		entry.Outcome = outcomeSuccess
 		s.record(ctx, t.Name, entry, log)

@@ -500,3 +500,22 @@ func value(t *testing.T, reg *prometheus.Registry, name, task, label string) flo
 	}
 	return 0
 }
+
+// An operator's rerun of a done slot, while its window is open, runs it
+// again on the live daemons — as a later attempt, with a higher token.
+func TestRerunOfDoneSlotRunsAgain(t *testing.T) {
+	l := newLedger()
+	task := testTask(t, "hourly", "0 * * * *", l.job(ok), func(t *scheduler.Task) { t.Catchup = "latest" })
+	store := lock.NewMemory(nil)
+	startReplica(t, "solo", store, time.Second, []scheduler.Task{task})
+	rs := l.await(t, "the current slot", 10*time.Second, func(rs []record) bool { return len(rs) > 0 && rs[0].done })
+	first := rs[0].run
+	slot := lock.Slot{Task: "hourly", ID: first.Slot, Time: first.SlotTime, Deadline: first.SlotTime.Add(time.Hour)}
+	if r, err := store.Rerun(context.Background(), slot, false); err != nil || !r.Cleared {
+		t.Fatalf("rerun: %+v, %v", r, err)
+	}
+	rs = l.await(t, "the rerun", 10*time.Second, func(rs []record) bool { return len(rs) > 1 && rs[1].done })
+	if again := rs[1].run; again.Slot != first.Slot || again.Attempt != 2 || again.Token <= first.Token {
+		t.Fatalf("rerun ran %+v after %+v; want the same slot as attempt 2 with a higher token", again, first)
+	}
+}

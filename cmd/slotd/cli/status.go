@@ -33,9 +33,6 @@ const (
 	pageTimeout          = 5 * time.Second
 )
 
-//go:embed rerun.lua
-var rerunLua string
-var rerunScript = redis.NewScript(rerunLua)
 
 // parseCommand parses `-config FILE`, extra's flags and exactly len(names)
 // positional arguments, flags and arguments in any order.
@@ -308,57 +305,34 @@ func cmdRerun(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitError
 	}
 
-	state, attempts := lock.Keys(cfg.Prefix, slot)
-	channel := cfg.Prefix + ":released"
-	forceArg := "0"
-	if force {
-		forceArg = "1"
-	}
-	res, err := rerunScript.Run(ctx, rdb, []string{state, attempts}, forceArg, channel).Slice()
-	if err == nil && len(res) != 4 {
-		err = fmt.Errorf("unexpected reply %v", res)
-	}
+	res, err := lock.NewRedis(rdb, cfg.Prefix).Rerun(ctx, slot, force)
 	if err != nil {
-		fmt.Fprintf(stderr, "slotd rerun: %s:%s: %v\n", task.Name, slot.ID, err)
+		fmt.Fprintf(stderr, "slotd rerun: %v\n", err)
 		return exitError
 	}
-	kind, _ := res[0].(string)
-	prev, _ := res[1].(string)
-	counted, _ := res[2].(string)
-	n, _ := res[3].(int64)
-	switch kind {
+	switch res.Refused {
 	case "running":
 		fmt.Fprintf(stderr, "slotd rerun: slot %s of %s is running (%s, lease %s left); refusing. "+
 			"-force clears it anyway: the holder then fails to renew its lease and cancels the task, "+
 			"and a new attempt may start before it has stopped.\n",
-			slot.ID, task.Name, clean(prev), time.Duration(n)*time.Millisecond)
+			slot.ID, task.Name, clean(res.Previous), res.TTL)
 		return exitError
 	case "foreign":
+		state, _ := lock.Keys(cfg.Prefix, slot)
 		fmt.Fprintf(stderr, "slotd rerun: slot key %s holds a value slotd did not write (%q); refusing. -force deletes it.\n",
-			state, shorten(prev, 80))
-		return exitError
-	case "cleared":
-	default:
-		fmt.Fprintf(stderr, "slotd rerun: unexpected reply %v\n", res)
+			state, shorten(res.Previous, 80))
 		return exitError
 	}
-	if prev == "" && counted == "" {
+	if res.Previous == "" && res.Attempts == 0 {
 		fmt.Fprintf(stdout, "slot %s of %s had nothing to clear (no state, no attempts)\n", slot.ID, task.Name)
 	} else {
-		fmt.Fprintf(stdout, "cleared slot %s of %s: state %q, attempts counter %s\n", slot.ID, task.Name, clean(prev), orZero(counted))
+		fmt.Fprintf(stdout, "cleared slot %s of %s: state %q; %d attempts so far, %d more allowed (attempt numbers and fencing tokens keep growing)\n",
+			slot.ID, task.Name, clean(res.Previous), res.Attempts, task.MaxAttempts)
 	}
-	fmt.Fprintf(stdout, "notified %d subscribed replica(s) on %s; the window is open until %s UTC (%s from now)\n",
-		n, channel, stamp(slot.Deadline), slot.Deadline.Sub(now).Round(time.Second))
-	// A replica stops watching a slot once it is settled (done or
-	// exhausted): nothing running claims such a slot again.
-	attemptsBefore, _ := strconv.Atoi(counted)
-	if strings.HasPrefix(prev, "done:") || (prev == "" && attemptsBefore >= task.MaxAttempts) {
-		fmt.Fprintf(stdout, "note: the slot was settled, and replicas stop watching a settled slot, so the running daemons\n"+
-			"will not run it again by themselves; a replica (re)started before the window closes runs it, with\n"+
-			"catchup = \"latest\", if it is the task's latest slot.\n")
-	}
-	log.Info("slot cleared for a rerun", "previous_state", prev, "attempts", orZero(counted),
-		"forced", force, "subscribers", n, "deadline", slot.Deadline)
+	fmt.Fprintf(stdout, "woke %d subscribed replica(s); the window is open until %s UTC (%s from now)\n",
+		res.Woken, stamp(slot.Deadline), slot.Deadline.Sub(now).Round(time.Second))
+	log.Info("slot cleared for a rerun", "previous_state", res.Previous, "attempts", res.Attempts,
+		"forced", force, "subscribers", res.Woken, "deadline", slot.Deadline)
 	return exitOK
 }
 
@@ -409,13 +383,6 @@ func stamp(t time.Time) string {
 		return ""
 	}
 	return t.UTC().Format(time.DateTime)
-}
-
-func orZero(s string) string {
-	if s == "" {
-		return "0"
-	}
-	return s
 }
 
 // clean makes s one line of printable text: values read from Redis and

@@ -291,8 +291,8 @@ func TestRerunCommand(t *testing.T) {
 		t.Fatalf("refused rerun changed the slot's keys")
 	}
 	r = runCLI(t, "rerun", "-config", s.path, "-force", "backup", running.ID)
-	if r.code != 0 || s.exists(runKey) || s.exists(runAttempts) {
-		t.Fatalf("rerun -force of a running slot: %v", r)
+	if r.code != 0 || s.exists(runKey) || !s.exists(runAttempts) {
+		t.Fatalf("rerun -force of a running slot: %v (want the state gone, the attempts kept)", r)
 	}
 	if !strings.Contains(r.stderr, "slot cleared for a rerun") || !strings.Contains(r.stderr, `"forced":true`) {
 		t.Errorf("rerun -force not logged: %v", r)
@@ -306,20 +306,22 @@ func TestRerunCommand(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("rerun of a done slot: %v", r)
 	}
-	if s.exists(doneKey) || s.exists(doneAttempts) {
-		t.Errorf("rerun left the done marker or the attempts")
+	if s.exists(doneKey) || !s.exists(doneAttempts) {
+		t.Errorf("rerun left the done marker, or dropped the attempts counter the fencing tokens grow from")
 	}
 	if !strings.Contains(r.stdout, "cleared slot "+done.ID) || !strings.Contains(r.stdout, "done:r1:1:") ||
-		!strings.Contains(r.stdout, "will not run it again by themselves") {
+		!strings.Contains(r.stdout, "1 attempts so far") {
 		t.Errorf("rerun does not say what it cleared: %v", r)
 	}
 	if !strings.Contains(r.stderr, "slot cleared for a rerun") || !strings.Contains(r.stderr, `"previous_state":"done:r1:1:`) {
 		t.Errorf("rerun not logged: %v", r)
 	}
 	awaitRelease(t, ps, doneKey)
-	// The slot may be claimed again, as attempt 1.
-	if o := s.claim(done, "r3"); o.Attempt != 1 {
-		t.Errorf("claim after rerun: attempt %d, want 1", o.Attempt)
+	// The slot may be claimed again, as attempt 2 with a full set of
+	// attempts (base 1): its fencing token is above the first run's.
+	c, err := s.store.Claim(context.Background(), done, "r3", lock.Policy{Lease: time.Hour, DoneTTL: time.Hour, MaxAttempts: 1})
+	if err != nil || c.Result != lock.Won || c.Attempt != 2 || c.Base != 1 {
+		t.Errorf("claim after rerun with max_attempts 1: %+v, %v; want won, attempt 2, base 1", c, err)
 	}
 
 	task := s.task("report")
