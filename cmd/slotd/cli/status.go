@@ -33,7 +33,6 @@ const (
 	pageTimeout          = 5 * time.Second
 )
 
-
 // parseCommand parses `-config FILE`, extra's flags and exactly len(names)
 // positional arguments, flags and arguments in any order.
 func parseCommand(name string, args []string, stderr io.Writer, names []string, extra func(*flag.FlagSet)) (string, []string, bool) {
