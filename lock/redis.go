@@ -55,6 +55,11 @@ type Redis struct {
 
 // NewRedis returns the slot protocol on rdb, with keys under prefix.
 // It does no I/O; Close stops the pub/sub subscription Watch may start.
+//
+// rdb must be built with ContextTimeoutEnabled: otherwise go-redis ignores
+// the deadlines this package puts on each call and waits out its
+// ReadTimeout, and a lease watchdog blocked on a frozen Redis cannot cancel
+// its task before the lease runs out.
 func NewRedis(rdb Client, prefix string) *Redis {
 	return &Redis{rdb: rdb, prefix: prefix, channel: prefix + ":released"}
 }

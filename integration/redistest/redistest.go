@@ -124,7 +124,7 @@ func (s *Server) URL() string { return "redis://" + s.Addr + "/0" }
 
 // Client returns a go-redis client for the server, closed at cleanup.
 func (s *Server) Client() *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true})
 	s.t.Cleanup(func() { c.Close() })
 	return c
 }

@@ -202,6 +202,10 @@ func run(ctx context.Context, cfg *scheduler.Config, log *slog.Logger) error {
 		if err != nil {
 			return fmt.Errorf("redis url: %w", err)
 		}
+		// Without this go-redis ignores context deadlines on the socket and
+		// waits out ReadTimeout instead: a renewal sent to a frozen Redis
+		// would outlive the lease it is meant to prove (see lock.NewRedis).
+		opt.ContextTimeoutEnabled = true
 		rdb := redis.NewClient(opt)
 		defer rdb.Close()
 		r := lock.NewRedis(rdb, cfg.Prefix)

@@ -95,6 +95,7 @@ func openShared(name, path string, stderr io.Writer) (*scheduler.Config, *redis.
 		return nil, nil, exitUsage
 	}
 	opt.MaxRetries = 1
+	opt.ContextTimeoutEnabled = true
 	return cfg, redis.NewClient(opt), exitOK
 }
 
