@@ -81,7 +81,7 @@ func (r *Redis) Claim(ctx context.Context, slot Slot, replica string, p Policy) 
 	}
 	c, err := decodeClaim(res)
 	if err != nil {
-		return Claim{}, fmt.Errorf("lock: claim %s: %w", slot, err)
+		return Claim{}, fmt.Errorf("lock: claim %s (keys %s, %s): %w", slot, state, attempts, err)
 	}
 	c.Sent = sent
 	return c, nil

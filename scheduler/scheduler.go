@@ -298,7 +298,13 @@ func (s *Scheduler) claim(ctx, hard context.Context, t *Task, slot lock.Slot, w 
 		s.m.claims.WithLabelValues(t.Name, resultError).Inc()
 		wait := s.backoff.Delay(*failures)
 		*failures++
-		if ctx.Err() == nil {
+		switch {
+		case ctx.Err() != nil:
+		case errors.Is(err, lock.ErrForeign):
+			// Somebody else's data: never overwrite it, never run over it.
+			log.Error("slot keys hold a value slotd did not write; not running the slot, leaving the keys alone",
+				"err", err, "retry_in", wait)
+		default:
 			log.Warn("claim failed; not running, will retry", "err", err, "retry_in", wait)
 		}
 		return wait, false

@@ -511,6 +511,15 @@ func TestRerunOfDoneSlotRunsAgain(t *testing.T) {
 	rs := l.await(t, "the current slot", 10*time.Second, func(rs []record) bool { return len(rs) > 0 && rs[0].done })
 	first := rs[0].run
 	slot := lock.Slot{Task: "hourly", ID: first.Slot, Time: first.SlotTime, Deadline: first.SlotTime.Add(time.Hour)}
+	// The job ends a moment before the scheduler marks the slot done.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if st, _ := store.State(context.Background(), slot); st.Status == "done" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("slot not marked done within 5s of its success")
+		}
+	}
 	if r, err := store.Rerun(context.Background(), slot, false); err != nil || !r.Cleared {
 		t.Fatalf("rerun: %+v, %v", r, err)
 	}
