@@ -95,35 +95,29 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-// configFlag parses `-config FILE` (and nothing else besides extra).
-func parseFlags(name string, args []string, stderr io.Writer, extra func(*flag.FlagSet)) (string, bool) {
-	fs := flag.NewFlagSet("slotd "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	path := fs.String("config", "config.toml", "configuration file")
-	if extra != nil {
-		extra(fs)
+// loadConfig loads and validates the file at path, building the plugins
+// with log; on failure it says why on stderr.
+func loadConfig(path string, log *slog.Logger, stderr io.Writer) (*scheduler.Config, bool) {
+	cfg, err := scheduler.LoadConfig(path, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "slotd: %v\n", err)
+		return nil, false
 	}
-	if err := fs.Parse(args); err != nil {
-		return "", false
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "slotd %s: unexpected argument %q\n", name, fs.Arg(0))
-		return "", false
-	}
-	return *path, true
+	return cfg, true
 }
+
+var discard = slog.New(slog.DiscardHandler)
 
 func cmdValidate(args []string, stdout, stderr io.Writer) int {
 	n := 3
-	path, ok := parseFlags("validate", args, stderr, func(fs *flag.FlagSet) {
+	path, _, ok := parseCommand("validate", args, stderr, nil, func(fs *flag.FlagSet) {
 		fs.IntVar(&n, "n", 3, "how many fire times to print per task")
 	})
 	if !ok {
 		return exitUsage
 	}
-	cfg, err := scheduler.LoadConfig(path, slog.New(slog.DiscardHandler))
-	if err != nil {
-		fmt.Fprintf(stderr, "slotd: %v\n", err)
+	cfg, ok := loadConfig(path, discard, stderr)
+	if !ok {
 		return exitUsage
 	}
 	now := time.Now()
@@ -153,21 +147,19 @@ func cmdValidate(args []string, stdout, stderr io.Writer) int {
 }
 
 func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	path, ok := parseFlags("run", args, stderr, nil)
+	path, _, ok := parseCommand("run", args, stderr, nil, nil)
 	if !ok {
 		return exitUsage
 	}
 	// Load twice: once to learn the [log] settings, once more so that the
 	// plugins are built with the logger those settings describe.
-	cfg, err := scheduler.LoadConfig(path, slog.New(slog.DiscardHandler))
-	if err != nil {
-		fmt.Fprintf(stderr, "slotd: %v\n", err)
+	cfg, ok := loadConfig(path, discard, stderr)
+	if !ok {
 		return exitUsage
 	}
 	base := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)
 	log := base.With("replica", cfg.Replica)
-	if cfg, err = scheduler.LoadConfig(path, log); err != nil {
-		fmt.Fprintf(stderr, "slotd: %v\n", err)
+	if cfg, ok = loadConfig(path, log, stderr); !ok {
 		return exitUsage
 	}
 	redis.SetLogger(redisLogger{log.With("component", "redis")})

@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -75,9 +74,8 @@ func parseCommand(name string, args []string, stderr io.Writer, names []string, 
 // openShared loads the configuration at path and connects to its Redis.
 // It prints why not and returns the exit code if it cannot.
 func openShared(name, path string, stderr io.Writer) (*scheduler.Config, *redis.Client, int) {
-	cfg, err := scheduler.LoadConfig(path, slog.New(slog.DiscardHandler))
-	if err != nil {
-		fmt.Fprintf(stderr, "slotd: %v\n", err)
+	cfg, ok := loadConfig(path, discard, stderr)
+	if !ok {
 		return nil, nil, exitUsage
 	}
 	if cfg.RedisURL == "" {
