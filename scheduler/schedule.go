@@ -74,9 +74,30 @@ func (r Resolution) Layout() string {
 // slots are named. It is immutable and safe for concurrent use.
 //
 // A cron spec fires at every instant whose wall-clock reading in the
-// schedule's zone matches the spec: a wall time skipped by a DST change does
-// not fire, and one repeated by a DST change fires twice (robfig/cron's own
-// behaviour). "@every D" fires at the multiples of D since the Unix epoch, in
+// schedule's zone matches the spec. Where a change of UTC offset (DST)
+// skips or repeats wall times, the hour field decides:
+//
+//   - Hour field "*" (or "?", "*/1"; so also @hourly, "*/15 * * * *" and
+//     every seconds-level spec with a "*" hour): the spec fires by elapsed
+//     time, robfig/cron's behaviour. A skipped wall time does not fire, a
+//     repeated one fires at both of its instants, so an hourly spec fires 23
+//     and 25 times on the change days.
+//   - Any other hour field (a value, a list, a range such as "1-3" or a
+//     step such as "*/2"; so also @daily, @weekly, @monthly, @yearly): the
+//     spec names wall-clock times and gets the classic cron (Vixie, cronie)
+//     policy. A matching wall time that the change skips fires once, at the
+//     first instant after the gap: 02:30 Europe/Berlin on 2027-03-28 fires
+//     at 03:00 CEST (01:00Z). However many matching wall times the gap
+//     holds, that is one fire, and none more if the spec also matches the
+//     wall time just after the gap (03:00 in "0 2,3 * * *"). A matching
+//     wall time that the change repeats fires once, at its first (earlier)
+//     instant: 02:30 Europe/Berlin on 2026-10-25 fires at 02:30 CEST
+//     (00:30Z) only. This holds for changes of any size (Lord Howe's 30
+//     minutes too) between 2000 and 2200; outside those years (never a
+//     fire time looked up in practice) robfig/cron's behaviour applies.
+//
+// Either way fire times are strictly increasing and depend only on the spec
+// and zone. "@every D" fires at the multiples of D since the Unix epoch, in
 // any zone, so every replica computes the same times whenever it started.
 type Schedule struct {
 	spec     string // as given, trimmed
@@ -86,6 +107,9 @@ type Schedule struct {
 	cron  *cron.SpecSchedule // nil for @every; Location is loc; never mutated
 	zones *zoneTable         // nil when loc is UTC
 	every time.Duration      // > 0 for @every
+	// wall: the hour field is not "*", so the classic cron policy applies
+	// to wall times skipped or repeated by a change of offset (see above).
+	wall bool
 
 	res    Resolution
 	maxGap time.Duration
@@ -179,6 +203,7 @@ func parseSchedule(spec, timezone string) (*Schedule, error) {
 	c := *sched
 	c.Location = loc
 	s.cron = &c
+	s.wall = c.Hour&starBit == 0
 	if loc != time.UTC {
 		s.zones = zoneTableFor(loc)
 	}
@@ -246,7 +271,7 @@ func (s *Schedule) Next(t time.Time) time.Time {
 		k := floorDiv(t.Unix(), d) + 1 // t.Unix() <= t, so k*d > t
 		return time.Unix(k*d, 0).UTC()
 	}
-	return cronNext(s.cron, s.zones, t)
+	return cronNext(s.cron, s.zones, s.wall, t)
 }
 
 // Latest returns the latest fire time at or before t, in UTC, and false if
@@ -335,7 +360,12 @@ func floorDiv(a, b int64) int64 {
 // inside each period of constant UTC offset it runs robfig on a fixed-offset
 // zone (as fast as UTC), which is exact there, and moves on to the next
 // period when the match would fall beyond the current one.
-func cronNext(spec *cron.SpecSchedule, zones *zoneTable, t time.Time) time.Time {
+//
+// With wall set (the classic policy, see Schedule), a period that starts
+// with a forward change first fires at its start if the spec matches a wall
+// time in the gap, and a period that starts with a backward change does not
+// fire while its wall clock repeats the previous period's.
+func cronNext(spec *cron.SpecSchedule, zones *zoneTable, wall bool, t time.Time) time.Time {
 	horizon := t.Add(longestGap + 24*time.Hour)
 	for !t.After(horizon) {
 		first := t.Unix() + 1 // robfig's first candidate: the next whole second
@@ -346,6 +376,20 @@ func cronNext(spec *cron.SpecSchedule, zones *zoneTable, t time.Time) time.Time 
 				return robfigNext(spec, t, horizon) // outside the table: slow but exact
 			}
 			loc, offset, end = p.loc, int64(p.offset), p.end
+			switch {
+			case !wall || p.shift == 0:
+			case p.shift > 0:
+				// Wall times [start+offset-shift, start+offset) are
+				// skipped. lookup found first in [start, end), so
+				// first == start when start is still a candidate.
+				if first == p.start && wallMatchIn(spec, p.start+offset-int64(p.shift), p.start+offset) {
+					return time.Unix(p.start, 0).UTC()
+				}
+			default:
+				// Wall times [start+offset, start+offset-shift) were
+				// read in the previous period already: skip them.
+				first = max(first, p.start-int64(p.shift))
+			}
 		}
 		// robfig steps through seconds and minutes one at a time; jump
 		// straight to the first instant whose wall-clock minute and second
@@ -368,6 +412,38 @@ func cronNext(spec *cron.SpecSchedule, zones *zoneTable, t time.Time) time.Time 
 		t = time.Unix(end-1, 0).UTC()
 	}
 	return time.Time{}
+}
+
+// wallMatchIn reports whether spec matches a wall-clock time in [a, b)
+// (seconds since the epoch, read as if in UTC). It steps by days and hours,
+// so a gap of a few hours (at most a day in practice) costs a few steps.
+func wallMatchIn(spec *cron.SpecSchedule, a, b int64) bool {
+	for w := a; w < b; {
+		tm := time.Unix(w, 0).UTC()
+		if spec.Month&(1<<uint(tm.Month())) == 0 || !dayMatches(spec, tm) {
+			w += 86400 - mod(w, 86400)
+			continue
+		}
+		hourEnd := w + 3600 - mod(w, 3600)
+		if spec.Hour&(1<<uint(tm.Hour())) != 0 {
+			if c := nextMinuteSecond(w, spec.Second, spec.Minute); c < hourEnd {
+				return c < b
+			}
+		}
+		w = hourEnd
+	}
+	return false
+}
+
+// dayMatches is robfig/cron's rule: day of month and day of week must both
+// match when either is "*", otherwise either may.
+func dayMatches(spec *cron.SpecSchedule, t time.Time) bool {
+	dom := spec.Dom&(1<<uint(t.Day())) != 0
+	dow := spec.Dow&(1<<uint(t.Weekday())) != 0
+	if spec.Dom&starBit != 0 || spec.Dow&starBit != 0 {
+		return dom && dow
+	}
+	return dom || dow
 }
 
 // nextMinuteSecond returns the first wall-clock time >= w (seconds since the
@@ -427,6 +503,7 @@ type zoneTable struct {
 type zonePeriod struct {
 	start, end int64 // Unix seconds, [start, end); MinInt64/MaxInt64 when open
 	offset     int
+	shift      int // offset minus the previous period's; 0 for the first
 	loc        *time.Location
 }
 
@@ -475,7 +552,11 @@ func buildZoneTable(loc *time.Location) *zoneTable {
 					z.hourAligned = false
 				}
 			}
-			z.periods = append(z.periods, zonePeriod{start: start, end: endUnix, offset: offset, loc: time.FixedZone(name, offset)})
+			shift := 0
+			if n > 0 {
+				shift = offset - z.periods[n-1].offset
+			}
+			z.periods = append(z.periods, zonePeriod{start: start, end: endUnix, offset: offset, shift: shift, loc: time.FixedZone(name, offset)})
 		}
 		switch {
 		case end.IsZero() || !end.Before(to):
@@ -537,10 +618,10 @@ func (z *zoneTable) lookup(unix int64) (zonePeriod, bool) {
 
 // walk calls fn(prev, next) for consecutive fires of spec, from the first
 // fire after from, for every prev up to until, and at most limit times.
-func walk(spec *cron.SpecSchedule, zones *zoneTable, from, until time.Time, limit int, fn func(prev, next time.Time)) {
-	prev := cronNext(spec, zones, from)
+func walk(spec *cron.SpecSchedule, zones *zoneTable, wall bool, from, until time.Time, limit int, fn func(prev, next time.Time)) {
+	prev := cronNext(spec, zones, wall, from)
 	for i := 0; i < limit && !prev.IsZero() && !prev.After(until); i++ {
-		next := cronNext(spec, zones, prev)
+		next := cronNext(spec, zones, wall, prev)
 		if next.IsZero() {
 			return
 		}
@@ -582,25 +663,32 @@ func (s *Schedule) cronResolution(straddle gapRange) Resolution {
 	case Second:
 		return res
 	case Minute:
+		minGap = straddle.min
 		if s.zones.minuteAligned {
 			// Fires on distinct wall-clock minutes are distinct UTC
-			// minutes when offsets are whole minutes.
-			return res
+			// minutes when offsets are whole minutes, except a fire
+			// shifted to the end of a gap and the one after it (03:00:00
+			// and 03:00:30 CEST for "30 0,1 2,3 * * *" in Berlin): pairs
+			// that straddlingGaps measures.
+			if !s.wall {
+				return res
+			}
+			break
 		}
-		minGap = straddle.min
 		until := sampleAnchor.AddDate(resolutionSampleYears, 0, 0)
-		walk(c, s.zones, sampleAnchor, until, resolutionSampleFires, func(prev, next time.Time) {
+		walk(c, s.zones, s.wall, sampleAnchor, until, resolutionSampleFires, func(prev, next time.Time) {
 			minGap = min(minGap, next.Sub(prev))
 		})
 	case Hour, Day:
 		// Between two offset changes, consecutive fires are a whole
 		// number of wall-clock hours (days) apart, so only pairs that
-		// straddle a change can share a UTC hour (day).
+		// straddle a change, or start with a fire shifted to it, can
+		// share a UTC hour (day).
 		minGap = straddle.min
 	default:
 		// At most 12 fires a year: look at every pair.
 		minGap = straddle.min
-		walk(c, s.zones, sampleAnchor, analysisEnd, math.MaxInt, func(prev, next time.Time) {
+		walk(c, s.zones, s.wall, sampleAnchor, analysisEnd, math.MaxInt, func(prev, next time.Time) {
 			minGap = min(minGap, next.Sub(prev))
 		})
 	}
@@ -635,8 +723,10 @@ func structuralResolution(c *cron.SpecSchedule) Resolution {
 type gapRange struct{ min, max time.Duration }
 
 // straddlingGaps measures the gaps between consecutive fires that straddle a
-// change of UTC offset from the anchor to analysisEnd: the only gaps that
-// differ from the wall-clock ones.
+// change of UTC offset from the anchor to analysisEnd, and (under the
+// classic policy) the gap from a fire at a change to the next one, which
+// may be a fire shifted out of the gap: the only gaps that differ from the
+// wall-clock ones.
 func (s *Schedule) straddlingGaps() gapRange {
 	g := gapRange{min: math.MaxInt64}
 	if s.zones == nil {
@@ -646,36 +736,47 @@ func (s *Schedule) straddlingGaps() gapRange {
 	var before, after time.Time // the last pair measured
 	for _, p := range s.zones.periods {
 		change := time.Unix(p.start, 0).UTC()
-		if p.start <= from || p.start >= until || (before.Before(change) && !after.Before(change)) {
-			continue // outside the range, or straddled by the last pair already
+		if p.start <= from || p.start >= until {
+			continue // outside the range
 		}
-		last := change.Add(-time.Second)
-		next := s.Next(last)
-		if !after.IsZero() && after.Before(change) {
-			// The last pair ended before this change: step from its end
-			// through the few fires of a sparse schedule, bisect the many
-			// of a dense one.
-			before = after
-			for i := 0; ; i++ {
-				n := s.Next(before)
-				if n.After(last) {
-					break
+		if !before.Before(change) || after.Before(change) { // else straddled by the last pair already
+			last := change.Add(-time.Second)
+			next := s.Next(last)
+			ok := true
+			if !after.IsZero() && after.Before(change) {
+				// The last pair ended before this change: step from its
+				// end through the few fires of a sparse schedule, bisect
+				// the many of a dense one.
+				before = after
+				for i := 0; ; i++ {
+					n := s.Next(before)
+					if n.After(last) {
+						break
+					}
+					if i == 8 {
+						before = s.bisect(n.Add(-time.Second), last, last)
+						break
+					}
+					before = n
 				}
-				if i == 8 {
-					before = s.bisect(n.Add(-time.Second), last, last)
-					break
-				}
-				before = n
+			} else {
+				before, ok = s.Latest(last)
 			}
-		} else {
-			var ok bool
-			if before, ok = s.Latest(last); !ok {
-				continue
+			after = next
+			if ok {
+				gap := after.Sub(before)
+				g.min, g.max = min(g.min, gap), max(g.max, gap)
 			}
 		}
-		after = next
-		gap := after.Sub(before)
-		g.min, g.max = min(g.min, gap), max(g.max, gap)
+		if s.wall && p.shift > 0 && after.Equal(change) {
+			// A fire at the change, perhaps shifted out of the gap: the
+			// next fire can be closer than the wall clock says.
+			if next := s.Next(change); !next.IsZero() {
+				before, after = change, next
+				gap := after.Sub(before)
+				g.min, g.max = min(g.min, gap), max(g.max, gap)
+			}
+		}
 	}
 	return g
 }
@@ -719,7 +820,7 @@ func (s *Schedule) cronMaxGap(straddle gapRange) time.Duration {
 		until = analysisEnd
 	}
 	var sampled time.Duration
-	walk(&c, s.zones, sampleAnchor, until, maxGapSampleFires, func(prev, next time.Time) {
+	walk(&c, s.zones, s.wall, sampleAnchor, until, maxGapSampleFires, func(prev, next time.Time) {
 		sampled = max(sampled, next.Sub(prev))
 	})
 	return max(best, sampled-shrink, straddle.max)

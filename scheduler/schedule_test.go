@@ -62,17 +62,25 @@ func TestSlotID(t *testing.T) {
 		{"30 0 * * *", "Europe/London", "2024-03-31T23:30:00Z", Hour, "2024033123"},
 		// Apr 1 00:00 BST is Mar 31 in UTC, the same UTC month as Mar 1.
 		{"@monthly", "Europe/London", "2024-03-31T23:00:00Z", Day, "20240331"},
-		// Midnight repeats in Havana on 2026-11-01, a Sunday: outside a
-		// two-year sample from 2024.
-		{"@monthly", "America/Havana", "2026-11-01T04:00:00Z", Hour, "2026110104"},
-		{"@monthly", "America/Havana", "2026-11-01T05:00:00Z", Hour, "2026110105"},
+		// Midnight repeats in Havana on 2026-11-01, a Sunday: it fires
+		// once, at the first midnight, so day ids still separate fires.
+		{"@monthly", "America/Havana", "2026-11-01T04:00:00Z", Day, "20261101"},
 		// A fixed offset can put two monthly fires in one UTC month.
 		{"0 20 30 * *", "Etc/GMT+5", "2024-05-01T01:00:00Z", Day, "20240501"},
 		{"0 20 30 * *", "Etc/GMT+5", "2024-05-31T01:00:00Z", Day, "20240531"},
 		{"0 20 30 * *", "", "2024-04-30T20:00:00Z", Month, "202404"},
-		// Lord Howe shifts by 30 minutes: 01:30 repeats 30 minutes later.
-		{"30 1 * * *", "Australia/Lord_Howe", "2024-04-06T14:30:00Z", Minute, "202404061430"},
-		{"30 1 * * *", "Australia/Lord_Howe", "2024-04-06T15:00:00Z", Minute, "202404061500"},
+		// Lord Howe shifts by 30 minutes: 01:30 repeats 30 minutes later
+		// and fires at the first; 02:15 is skipped and fires at 02:30.
+		{"30 1 * * *", "Australia/Lord_Howe", "2024-04-06T14:30:00Z", Hour, "2024040614"},
+		{"15 2 * * *", "Australia/Lord_Howe", "2024-10-05T15:30:00Z", Hour, "2024100515"},
+		// 02:30 is shifted to 03:00 CEST, half an hour before 03:30 CEST:
+		// one UTC hour holds two fires.
+		{"30 2,3 * * *", "Europe/Berlin", "2027-03-28T01:00:00Z", Minute, "202703280100"},
+		{"30 2,3 * * *", "Europe/Berlin", "2027-03-28T01:30:00Z", Minute, "202703280130"},
+		// 6 fields: 03:00:00 CEST (shifted from 02:00:30 and 02:01:30) and
+		// 03:00:30 CEST share a UTC minute.
+		{"30 0,1 2,3 * * *", "Europe/Berlin", "2027-03-28T01:00:00Z", Second, "20270328010000"},
+		{"30 0,1 2,3 * * *", "Europe/Berlin", "2027-03-28T01:00:30Z", Second, "20270328010030"},
 		// A zone with no DST keeps the structural resolution.
 		{"0 12 * * *", "Asia/Tokyo", "2024-01-15T03:00:00Z", Day, "20240115"},
 	} {
@@ -147,6 +155,7 @@ var propertySpecs = []string{
 	"0 * * * *", "30 0 * * *", "30 1 * * *", "0 2 * * *", "0 0 * * *", "@daily", "@weekly",
 	"@monthly", "@yearly", "0 0 1 1,7 *", "0 9 * * 1", "0 9,17 * * *", "0 0,30 1-3 * * *",
 	"*/5 * * * *", "*/15 * * * * *", "15 45 23 * * *", "0 0 31 * *", "0 12 * 2 *",
+	"30 2,3 * * *", "30 0,1 2,3 * * *", "0 */2 * * *", "15 2 * * *", "*/20 * 2 * * *",
 	"@every 90s", "@every 1h", "@every 25h",
 }
 
@@ -208,11 +217,16 @@ func TestNext(t *testing.T) {
 		{"0 * * * *", "", "2024-01-15T13:59:59Z", "2024-01-15T14:00:00Z"},
 		{"0 9 * * *", "America/New_York", "2024-01-15T00:00:00Z", "2024-01-15T14:00:00Z"},
 		{"0 9 * * *", "America/New_York", "2024-07-15T00:00:00Z", "2024-07-15T13:00:00Z"},
-		// 01:30 does not exist in London on 2024-03-31: that day is skipped.
-		{"30 1 * * *", "Europe/London", "2024-03-30T12:00:00Z", "2024-04-01T00:30:00Z"},
-		// 01:30 happens twice on 2024-10-27: both fire.
+		// 01:30 does not exist in London on 2024-03-31: it fires at the
+		// end of the gap, 02:00 BST.
+		{"30 1 * * *", "Europe/London", "2024-03-30T12:00:00Z", "2024-03-31T01:00:00Z"},
+		{"30 1 * * *", "Europe/London", "2024-03-31T01:00:00Z", "2024-04-01T00:30:00Z"},
+		// 01:30 happens twice on 2024-10-27: only the first fires.
 		{"30 1 * * *", "Europe/London", "2024-10-27T00:00:00Z", "2024-10-27T00:30:00Z"},
-		{"30 1 * * *", "Europe/London", "2024-10-27T00:30:00Z", "2024-10-27T01:30:00Z"},
+		{"30 1 * * *", "Europe/London", "2024-10-27T00:30:00Z", "2024-10-28T01:30:00Z"},
+		// With "*" in the hour field, robfig's elapsed-time behaviour.
+		{"30 * * * *", "Europe/London", "2024-03-31T00:30:00Z", "2024-03-31T01:30:00Z"},
+		{"30 * * * *", "Europe/London", "2024-10-27T00:30:00Z", "2024-10-27T01:30:00Z"},
 		// Feb 29 across 2100, which is not a leap year: beyond robfig's 5-year search.
 		{"0 0 29 2 *", "", "2096-03-01T00:00:00Z", "2104-02-29T00:00:00Z"},
 		{"0 0 29 2 *", "Europe/Paris", "2096-03-01T00:00:00Z", "2104-02-28T23:00:00Z"},
@@ -226,7 +240,8 @@ func TestNext(t *testing.T) {
 }
 
 // Next matches robfig/cron's own search in the real zone, which it speeds up
-// with fixed-offset periods.
+// with fixed-offset periods, for specs with "*" in the hour field (the
+// others, see TestNextMatchesClassicReference).
 func TestNextMatchesRobfig(t *testing.T) {
 	parser := cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 	for _, tz := range propertyZones {
@@ -244,6 +259,9 @@ func TestNextMatchesRobfig(t *testing.T) {
 				continue
 			}
 			s := mustParse(t, spec, tz)
+			if s.wall {
+				continue
+			}
 			parsed, err := parser.Parse(spec)
 			if err != nil {
 				t.Fatal(err)
@@ -288,8 +306,11 @@ func TestLatest(t *testing.T) {
 		{"@every 90s", "", "2024-01-15T14:31:29Z", "2024-01-15T14:30:00Z"},
 		{"@every 90s", "", "2024-01-15T14:31:30Z", "2024-01-15T14:31:30Z"},
 		{"@every 1h", "", "1969-12-31T23:30:00Z", "1969-12-31T23:00:00Z"},
-		{"30 1 * * *", "Europe/London", "2024-04-01T00:29:59Z", "2024-03-30T01:30:00Z"},
+		{"30 1 * * *", "Europe/London", "2024-04-01T00:29:59Z", "2024-03-31T01:00:00Z"},
+		{"30 1 * * *", "Europe/London", "2024-03-31T00:59:59Z", "2024-03-30T01:30:00Z"},
 		{"30 1 * * *", "Europe/London", "2024-10-27T01:00:00Z", "2024-10-27T00:30:00Z"},
+		{"30 1 * * *", "Europe/London", "2024-10-28T01:29:59Z", "2024-10-27T00:30:00Z"},
+		{"0 2,3 * * *", "Europe/Berlin", "2027-03-28T01:59:59Z", "2027-03-28T01:00:00Z"},
 	} {
 		s := mustParse(t, tc.spec, tc.tz)
 		got, ok := s.Latest(utc(tc.at))
@@ -373,6 +394,11 @@ func TestMaxGapMatchesWalk(t *testing.T) {
 		{"0 0,45 1,2 * * *", "Australia/Lord_Howe"},
 		{"0 5 */5 * * 1-5", ""},
 		{"30 0,15 9,17 * * 1-5", "Asia/Tokyo"},
+		// Fires shifted out of a gap, then an hour or a year of nothing.
+		{"0,30 * 2 * 3,10 0", "Europe/Berlin"},
+		{"30 0,1 2,3 * * *", "Europe/Berlin"},
+		{"*/20 * 2 * * *", "Australia/Lord_Howe"},
+		{"0 */2 * * *", "America/Havana"},
 	} {
 		s := mustParse(t, tc.spec, tc.tz)
 		var want time.Duration
@@ -538,5 +564,171 @@ func TestZoneTable(t *testing.T) {
 		for u := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC).Unix(); u < time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC).Unix(); u += 3*86400 + 3607 {
 			check(u)
 		}
+	}
+}
+
+// The classic cron policy for specs that name wall-clock hours: a skipped
+// wall time fires once at the end of the gap, a repeated one once at its
+// first instant; "*" in the hour field keeps robfig's elapsed-time behaviour.
+func TestNextDSTPolicy(t *testing.T) {
+	for _, tc := range []struct {
+		spec, tz, day string   // day: a local date
+		want          []string // every fire within that local day
+		count         int      // or just how many, when want is nil
+	}{
+		// Berlin springs forward at 02:00 CET and falls back at 03:00 CEST.
+		{spec: "30 2 * * *", tz: "Europe/Berlin", day: "2027-03-28", want: []string{"2027-03-28T01:00:00Z"}},
+		{spec: "30 2 * * *", tz: "Europe/Berlin", day: "2026-10-25", want: []string{"2026-10-25T00:30:00Z"}},
+		{spec: "30 2 * * *", tz: "Europe/Berlin", day: "2027-10-31", want: []string{"2027-10-31T00:30:00Z"}},
+		{spec: "30 2 * * *", tz: "Europe/Berlin", day: "2027-03-27", want: []string{"2027-03-27T01:30:00Z"}},
+		{spec: "30 2 * * *", tz: "Europe/Berlin", day: "2027-03-29", want: []string{"2027-03-29T00:30:00Z"}},
+		{spec: "30 1-3 * * *", tz: "Europe/Berlin", day: "2027-03-28",
+			want: []string{"2027-03-28T00:30:00Z", "2027-03-28T01:00:00Z", "2027-03-28T01:30:00Z"}},
+		{spec: "30 1-3 * * *", tz: "Europe/Berlin", day: "2026-10-25",
+			want: []string{"2026-10-24T23:30:00Z", "2026-10-25T00:30:00Z", "2026-10-25T02:30:00Z"}},
+		// 02:00 shifts onto 03:00 CEST, which fires anyway: one fire.
+		{spec: "0 2,3 * * *", tz: "Europe/Berlin", day: "2027-03-28", want: []string{"2027-03-28T01:00:00Z"}},
+		{spec: "0 2,3 * * *", tz: "Europe/Berlin", day: "2026-10-25", want: []string{"2026-10-25T00:00:00Z", "2026-10-25T02:00:00Z"}},
+		// Every second of the skipped hour: one fire; of the repeated one:
+		// the first pass only.
+		{spec: "* * 2 * * *", tz: "Europe/Berlin", day: "2027-03-28", want: []string{"2027-03-28T01:00:00Z"}},
+		{spec: "* * 2 * * *", tz: "Europe/Berlin", day: "2026-10-25", count: 3600},
+		// A step in the hour field names wall-clock hours too.
+		{spec: "0 */2 * * *", tz: "Europe/Berlin", day: "2027-03-28", count: 12},
+		{spec: "0 */2 * * *", tz: "Europe/Berlin", day: "2026-10-25", count: 12},
+		// "*" in the hour field: every real hour once, as robfig.
+		{spec: "0 * * * *", tz: "Europe/Berlin", day: "2027-03-28", count: 23},
+		{spec: "0 * * * *", tz: "Europe/Berlin", day: "2026-10-25", count: 25},
+		{spec: "0 * * * *", tz: "Europe/Berlin", day: "2027-10-31", count: 25},
+		{spec: "0 * * * *", tz: "Europe/Berlin", day: "2027-03-27", count: 24},
+		{spec: "*/15 * * * *", tz: "Europe/Berlin", day: "2026-10-25", count: 100},
+		{spec: "*/15 * * * * *", tz: "Europe/Berlin", day: "2027-03-28", count: 23 * 240},
+		// New York springs forward at 02:00 EST and falls back at 02:00
+		// EDT: 02:30 is skipped in March, 01:30 repeated in November.
+		{spec: "30 2 * * *", tz: "America/New_York", day: "2027-03-14", want: []string{"2027-03-14T07:00:00Z"}},
+		{spec: "30 2 * * *", tz: "America/New_York", day: "2026-11-01", want: []string{"2026-11-01T07:30:00Z"}},
+		{spec: "30 1 * * *", tz: "America/New_York", day: "2026-11-01", want: []string{"2026-11-01T05:30:00Z"}},
+		{spec: "30 1 * * *", tz: "America/New_York", day: "2027-03-14", want: []string{"2027-03-14T06:30:00Z"}},
+		// Lord Howe: 02:00-02:30 skipped in October, 01:30-02:00 repeated
+		// in April.
+		{spec: "15 2 * * *", tz: "Australia/Lord_Howe", day: "2024-10-06", want: []string{"2024-10-05T15:30:00Z"}},
+		{spec: "30 1 * * *", tz: "Australia/Lord_Howe", day: "2024-04-07", want: []string{"2024-04-06T14:30:00Z"}},
+		{spec: "45 1 * * *", tz: "Australia/Lord_Howe", day: "2024-04-07", want: []string{"2024-04-06T14:45:00Z"}},
+		{spec: "*/15 * * * *", tz: "Australia/Lord_Howe", day: "2024-04-07", count: 98},
+		{spec: "*/15 * * * *", tz: "Australia/Lord_Howe", day: "2024-10-06", count: 94},
+	} {
+		s := mustParse(t, tc.spec, tc.tz)
+		d, err := time.ParseInLocation("2006-01-02", tc.day, s.loc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		from, to := d, time.Date(d.Year(), d.Month(), d.Day()+1, 0, 0, 0, 0, s.loc)
+		var got []string
+		for f := s.Next(from.Add(-time.Second)); f.Before(to); f = s.Next(f) {
+			got = append(got, f.Format(time.RFC3339))
+		}
+		if tc.want != nil && strings.Join(got, " ") != strings.Join(tc.want, " ") {
+			t.Errorf("%v on %s: fires %v, want %v", s, tc.day, got, tc.want)
+		}
+		if tc.want == nil && len(got) != tc.count {
+			t.Errorf("%v on %s: %d fires, want %d", s, tc.day, len(got), tc.count)
+		}
+	}
+}
+
+// For specs with a fixed hour field, Next matches the classic policy built
+// from robfig/cron's own search in the real zone: drop its second readings
+// of a repeated wall time, and fire at the end of any gap that hides a
+// matching wall time.
+func TestNextMatchesClassicReference(t *testing.T) {
+	parser := cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+	for _, tz := range propertyZones {
+		if tz == "" || tz == "Australia/Lord_Howe" || tz == "Pacific/Chatham" {
+			// robfig's own search is wrong in zones whose changes are not
+			// at whole UTC hours: from 13:59:59Z on 2024-09-28 it skips
+			// 04:00 CHADT (14:15Z) for "0 */2 * * *" in Chatham.
+			continue
+		}
+		loc, err := loadLocation(tz)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, spec := range append(propertySpecs, "0 2,3 * * *", "* * 2 * * *") {
+			if strings.HasPrefix(spec, "@every") {
+				continue
+			}
+			s := mustParse(t, spec, tz)
+			if !s.wall {
+				continue
+			}
+			parsed, err := parser.Parse(spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ref, inUTC := *parsed.(*cron.SpecSchedule), *parsed.(*cron.SpecSchedule)
+			ref.Location, inUTC.Location = loc, time.UTC
+			var points []time.Time
+			for at := utc("2024-01-01T00:00:00Z"); at.Year() < 2031; {
+				_, end := at.In(loc).ZoneBounds()
+				if end.IsZero() {
+					break
+				}
+				for d := -26 * time.Hour; d < 26*time.Hour; d += 37*time.Minute + time.Second {
+					points = append(points, end.Add(d))
+				}
+				for d := -2 * time.Second; d <= time.Second; d += time.Second {
+					points = append(points, end.Add(d))
+				}
+				at = end
+			}
+			for at := utc("2024-01-01T00:00:00Z"); at.Year() < 2150; at = at.Add(53*24*time.Hour + 13*time.Hour + 7*time.Second) {
+				points = append(points, at)
+			}
+			for _, at := range points {
+				want := classicNext(&ref, &inUTC, loc, at)
+				if got := s.Next(at); !want.IsZero() && !got.Equal(want) {
+					t.Fatalf("%v: Next(%v) = %v, the reference says %v", s, at, got, want)
+				}
+			}
+		}
+	}
+}
+
+func classicNext(ref, inUTC *cron.SpecSchedule, loc *time.Location, t time.Time) time.Time {
+	const wall = "2006-01-02 15:04:05"
+	repeated := func(r time.Time) bool {
+		for _, d := range []time.Duration{30 * time.Minute, time.Hour, 2 * time.Hour} {
+			if r.Add(-d).In(loc).Format(wall) == r.In(loc).Format(wall) {
+				return true
+			}
+		}
+		return false
+	}
+	r := ref.Next(t)
+	for !r.IsZero() && repeated(r) {
+		r = ref.Next(r)
+	}
+	if r.IsZero() {
+		return r
+	}
+	for at := t; ; {
+		_, end := at.In(loc).ZoneBounds()
+		if end.IsZero() || end.After(r) {
+			return r.UTC()
+		}
+		if !end.After(at) {
+			at = at.Add(24 * time.Hour)
+			continue
+		}
+		_, before := end.Add(-time.Second).In(loc).Zone()
+		_, after := end.In(loc).Zone()
+		if end.After(t) && after > before {
+			gapStart := end.Add(time.Duration(before) * time.Second)
+			gapEnd := end.Add(time.Duration(after) * time.Second)
+			if n := inUTC.Next(gapStart.Add(-time.Second)); !n.IsZero() && n.Before(gapEnd) {
+				return end.UTC()
+			}
+		}
+		at = end
 	}
 }
