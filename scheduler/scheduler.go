@@ -203,7 +203,10 @@ func (s *Scheduler) fireLoop(ctx, hard context.Context) {
 	}
 	heap.Init(&h)
 	for len(h) > 0 {
-		wait := h[0].next.Sub(s.now())
+		// Wake at least once per clock check: if the wall clock steps or the
+		// measured offset changes, the next fire time is due sooner or later
+		// than this wait says.
+		wait := min(h[0].next.Sub(s.now()), s.checkEvery)
 		timer := s.clock.NewTimer(max(wait, 0))
 		select {
 		case <-ctx.Done():

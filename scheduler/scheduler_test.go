@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -475,8 +476,8 @@ func TestCatchupLatest(t *testing.T) {
 	}
 }
 
-// value returns the counter name{task, other label} gathered from reg, 0 if
-// the series does not exist.
+// value returns the counter name{task, other label} gathered from reg (label
+// "" for a series with the task label only), 0 if the series does not exist.
 func value(t *testing.T, reg *prometheus.Registry, name, task, label string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
@@ -491,7 +492,7 @@ func value(t *testing.T, reg *prometheus.Registry, name, task, label string) flo
 			var gotTask, gotLabel bool
 			for _, lp := range m.GetLabel() {
 				gotTask = gotTask || (lp.GetName() == "task" && lp.GetValue() == task)
-				gotLabel = gotLabel || lp.GetValue() == label
+				gotLabel = gotLabel || lp.GetValue() == label || (label == "" && len(m.GetLabel()) == 1)
 			}
 			if gotTask && gotLabel {
 				return m.GetCounter().GetValue()
@@ -526,5 +527,78 @@ func TestRerunOfDoneSlotRunsAgain(t *testing.T) {
 	rs = l.await(t, "the rerun", 10*time.Second, func(rs []record) bool { return len(rs) > 1 && rs[1].done })
 	if again := rs[1].run; again.Slot != first.Slot || again.Attempt != 2 || again.Token <= first.Token {
 		t.Fatalf("rerun ran %+v after %+v; want the same slot as attempt 2 with a higher token", again, first)
+	}
+}
+
+// steppingClock is the real clock plus an offset that a test can step, as
+// when NTP or an operator moves a replica's wall clock.
+type steppingClock struct{ d atomic.Int64 }
+
+func (c *steppingClock) Now() time.Time { return time.Now().Add(time.Duration(c.d.Load())) }
+func (c *steppingClock) NewTimer(d time.Duration) scheduler.Timer {
+	return stdTimer{time.NewTimer(d)}
+}
+
+// A wall-clock step of an hour either way, mid-task, changes nothing that
+// matters: the running attempt keeps its lease (lease timing is monotonic),
+// no slot starts early by the store's clock, none runs twice, and both
+// replicas go on firing once their skew is measured again.
+func TestWallClockStepMidTask(t *testing.T) {
+	stores := redisStores(t, 2)
+	l := newLedger()
+	clocks := []*steppingClock{{}, {}}
+	started := make(chan struct{}, 1)
+	task := testTask(t, "step", "@every 1s", l.job(func(ctx context.Context, r tasks.Run) error {
+		select {
+		case started <- struct{}{}:
+			// The first attempt outlives three leases across the step.
+			select {
+			case <-time.After(3500 * time.Millisecond):
+				return nil
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			}
+		default:
+			return nil
+		}
+	}), func(t *scheduler.Task) { t.Lease = time.Second })
+	var reps []*replica
+	for i, s := range stores {
+		reps = append(reps, startReplica(t, fmt.Sprintf("r%d", i), s, time.Second, []scheduler.Task{task},
+			scheduler.WithClock(clocks[i])))
+	}
+	<-started
+	clocks[0].d.Store(int64(time.Hour))
+	clocks[1].d.Store(int64(-time.Hour))
+	rs := l.await(t, "the long attempt and 4 more slots", 30*time.Second, func(rs []record) bool {
+		n := 0
+		for _, r := range rs {
+			if r.done {
+				n++
+			}
+		}
+		return len(rs) > 0 && rs[0].done && n >= 5
+	})
+	if rs[0].err != nil {
+		t.Fatalf("the attempt running across the step failed: %v", rs[0].err)
+	}
+	for slot, runs := range bySlot(rs) {
+		if len(runs) != 1 {
+			t.Errorf("slot %s ran %d times:\n%s", slot, len(runs), dump(runs))
+		}
+		if early := runs[0].run.SlotTime.Sub(runs[0].started); early > 0 {
+			t.Errorf("slot %s started %v early", slot, early)
+		}
+	}
+	var renewals float64
+	for _, r := range reps {
+		r.stop()
+		if n := value(t, r.reg, "slotd_lease_losses_total", "step", ""); n != 0 {
+			t.Errorf("replica %s lost %v leases across the wall-clock step", r.name, n)
+		}
+		renewals += value(t, r.reg, "slotd_lease_renewals_total", "step", "")
+	}
+	if renewals < 6 { // 3.5s at one renewal per lease/3
+		t.Errorf("%v lease renewals during a 3.5s attempt on a 1s lease, want >= 6", renewals)
 	}
 }
