@@ -141,6 +141,7 @@ var conformance = []struct {
 	{"ForeignValueLeftAlone", testForeign},
 	{"StateReadsBack", testState},
 	{"RerunRestartsTheCapNotTheTokens", testRerun},
+	{"StatesReadsManySlots", testStates},
 }
 
 func mustClaim(t *testing.T, h harness, slot lock.Slot, replica string, want lock.Result) lock.Claim {
@@ -509,5 +510,36 @@ func testRerun(t *testing.T, h harness) {
 	}
 	if err := h.store.Renew(ctx, slot, lock.Owner{Replica: "c", Attempt: c.Attempt}, policy.Lease); !errors.Is(err, lock.ErrNotHeld) {
 		t.Fatalf("renew after a forced rerun: %v, want ErrNotHeld", err)
+	}
+}
+
+func testStates(t *testing.T, h harness) {
+	ctx := context.Background()
+	free, running, done, foreign := uniqueSlot(t, h), uniqueSlot(t, h), uniqueSlot(t, h), uniqueSlot(t, h)
+	mustClaim(t, h, running, "r", lock.Won)
+	c := mustClaim(t, h, done, "d", lock.Won)
+	if err := h.store.Complete(ctx, done, lock.Owner{Replica: "d", Attempt: c.Attempt}, policy.DoneTTL); err != nil {
+		t.Fatal(err)
+	}
+	state, _ := lock.Keys("slotd", foreign)
+	h.plant(state, "garbage")
+	sts, err := h.store.States(ctx, []lock.Slot{free, running, done, foreign})
+	if !errors.Is(err, lock.ErrForeign) {
+		t.Fatalf("States over a foreign key: err = %v, want ErrForeign", err)
+	}
+	want := []string{"free", "running", "done", "foreign"}
+	for i, st := range sts {
+		if st.Status != want[i] {
+			t.Errorf("slot %d: status %q, want %q (%+v)", i, st.Status, want[i], st)
+		}
+	}
+	if sts[1].Holder != "r" || sts[1].TTL <= 0 || sts[2].Holder != "d" || sts[2].Attempts != 1 {
+		t.Errorf("States = %+v", sts)
+	}
+	for i, slot := range []lock.Slot{free, running, done} {
+		one, err := h.store.State(ctx, slot)
+		if err != nil || one.Status != sts[i].Status || one.Holder != sts[i].Holder {
+			t.Errorf("State(%s) = %+v, %v; States said %+v", slot, one, err, sts[i])
+		}
 	}
 }

@@ -153,6 +153,11 @@ type Store interface {
 	Watch(slot Slot) *Watch
 	// State reads slot's keys.
 	State(ctx context.Context, slot Slot) (State, error)
+	// States reads the keys of many slots at once (one round trip on
+	// Redis). If the store cannot answer it returns nil and the error. A
+	// slot holding a foreign value reads as Status "foreign" and adds an
+	// ErrForeign to the joined error; the others still read.
+	States(ctx context.Context, slots []Slot) ([]State, error)
 	// Time is the store's clock, against which slot times are checked.
 	Time(ctx context.Context) (time.Time, error)
 	// Rerun is an operator's reset of a settled or failing slot so that it
@@ -181,6 +186,26 @@ func Keys(prefix string, slot Slot) (state, attempts string) {
 
 // baseKey holds the attempts counted before the slot's last rerun.
 func baseKey(state string) string { return state + ":base" }
+
+// decodeState builds a State from a slot's raw keys: the state value (if
+// present), the attempts counter (if present) and the state's TTL.
+func decodeState(value string, hasValue bool, attempts string, hasAttempts bool, ttl time.Duration) (State, error) {
+	st := State{Status: "free"}
+	var err error
+	if hasValue {
+		if st, err = parseValue(value); err == nil {
+			st.TTL = ttl
+		}
+	}
+	if hasAttempts {
+		n, aerr := strconv.Atoi(attempts)
+		if aerr != nil {
+			return st, errors.Join(err, fmt.Errorf("attempts %w: %q", ErrForeign, attempts))
+		}
+		st.Attempts = n
+	}
+	return st, err
+}
 
 // parseValue reads "run:<replica>:<attempt>" or
 // "done:<replica>:<attempt>:<unix ms>". Replica ids may contain colons, so

@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -204,22 +205,34 @@ func (m *Memory) Rerun(ctx context.Context, slot Slot, force bool) (Rerun, error
 
 // State implements Store.
 func (m *Memory) State(ctx context.Context, slot Slot) (State, error) {
-	state, attempts := Keys("slotd", slot)
+	sts, err := m.States(ctx, []Slot{slot})
+	if len(sts) == 0 {
+		return State{}, err
+	}
+	return sts[0], err
+}
+
+// States implements Store.
+func (m *Memory) States(ctx context.Context, slots []Slot) ([]State, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("lock: state of %d slots: %w", len(slots), err)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()
-	st := State{Status: "free"}
-	if e, ok := m.get(state, now); ok {
-		var err error
-		if st, err = parseValue(e.value); err != nil {
-			return st, fmt.Errorf("lock: state %s: %w", slot, err)
+	out := make([]State, len(slots))
+	var errs []error
+	for i, slot := range slots {
+		state, attempts := Keys("slotd", slot)
+		e, ok := m.get(state, now)
+		c, cok := m.get(attempts, now)
+		st, err := decodeState(e.value, ok, c.value, cok, e.expires.Sub(now))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("lock: state %s: %w", slot, err))
 		}
-		st.TTL = e.expires.Sub(now)
+		out[i] = st
 	}
-	if e, ok := m.get(attempts, now); ok {
-		st.Attempts, _ = strconv.Atoi(e.value)
-	}
-	return st, ctx.Err()
+	return out, errors.Join(errs...)
 }
 
 // Time implements Store with the store's clock.

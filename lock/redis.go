@@ -190,32 +190,40 @@ func (r *Redis) Rerun(ctx context.Context, slot Slot, force bool) (Rerun, error)
 
 // State implements Store.
 func (r *Redis) State(ctx context.Context, slot Slot) (State, error) {
-	state, attempts := Keys(r.prefix, slot)
+	sts, err := r.States(ctx, []Slot{slot})
+	if len(sts) == 0 {
+		return State{}, err
+	}
+	return sts[0], err
+}
+
+// States implements Store: every slot's keys in one pipelined round trip.
+func (r *Redis) States(ctx context.Context, slots []Slot) ([]State, error) {
+	type reads struct {
+		get, cnt *redis.StringCmd
+		ttl      *redis.DurationCmd
+	}
+	rs := make([]reads, len(slots))
 	p := r.rdb.Pipeline()
-	get := p.Get(ctx, state)
-	ttl := p.PTTL(ctx, state)
-	cnt := p.Get(ctx, attempts)
+	for i, slot := range slots {
+		state, attempts := Keys(r.prefix, slot)
+		rs[i] = reads{get: p.Get(ctx, state), ttl: p.PTTL(ctx, state), cnt: p.Get(ctx, attempts)}
+	}
 	if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return State{}, fmt.Errorf("lock: state %s: %w", slot, err)
+		return nil, fmt.Errorf("lock: state of %d slots: %w", len(slots), err)
 	}
-	var st State
-	if v, err := get.Result(); err == nil {
-		st, err = parseValue(v)
+	out := make([]State, len(slots))
+	var errs []error
+	for i, rd := range rs {
+		v, verr := rd.get.Result()
+		c, cerr := rd.cnt.Result()
+		st, err := decodeState(v, verr == nil, c, cerr == nil, rd.ttl.Val())
 		if err != nil {
-			return st, fmt.Errorf("lock: state %s: %w", slot, err)
+			errs = append(errs, fmt.Errorf("lock: state %s: %w", slots[i], err))
 		}
-		st.TTL = ttl.Val()
-	} else {
-		st.Status = "free"
+		out[i] = st
 	}
-	if c, err := cnt.Result(); err == nil {
-		n, err := strconv.Atoi(c)
-		if err != nil {
-			return st, fmt.Errorf("lock: state %s: attempts %w: %q", slot, ErrForeign, c)
-		}
-		st.Attempts = n
-	}
-	return st, nil
+	return out, errors.Join(errs...)
 }
 
 // Time implements Store with the server's TIME.

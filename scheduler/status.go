@@ -100,13 +100,17 @@ func taskStatus(ctx context.Context, t *Task, store lock.Store, hist History, no
 			}
 		}
 	}
-	at, ok := t.Schedule.Latest(now)
-	for ; ok && len(ts.Slots) < n; at, ok = t.Schedule.Latest(at.Add(-time.Second)) {
-		slot := t.Slot(at)
-		st, err := store.State(ctx, slot)
-		if err != nil && !errors.Is(err, lock.ErrForeign) {
-			return ts, fmt.Errorf("status: task %s slot %s: %w", t.Name, slot.ID, err)
-		}
+	var slots []lock.Slot
+	for at, ok := t.Schedule.Latest(now); ok && len(slots) < n; at, ok = t.Schedule.Latest(at.Add(-time.Second)) {
+		slots = append(slots, t.Slot(at))
+	}
+	// One round trip for all of them; a foreign value reads as "foreign".
+	sts, err := store.States(ctx, slots)
+	if sts == nil && err != nil {
+		return ts, fmt.Errorf("status: task %s: %w", t.Name, err)
+	}
+	for i, slot := range slots {
+		st := sts[i]
 		ss := SlotStatus{
 			ID: slot.ID, Time: slot.Time, Deadline: slot.Deadline,
 			State: st.Status, Attempts: st.Attempts,

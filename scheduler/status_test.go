@@ -182,7 +182,7 @@ func TestStatus(t *testing.T) {
 	}
 }
 
-// A store that cannot answer fails the status, naming the task and slot.
+// A store that cannot answer fails the status, naming the task.
 func TestStatusStoreError(t *testing.T) {
 	task := statusTask(t, "report", "@every 1h", 3, 48*time.Hour)
 	cfg := &scheduler.Config{Tasks: []scheduler.Task{task}}
@@ -196,7 +196,7 @@ var errDown = errors.New("connection refused")
 
 type downStore struct{ lock.Store }
 
-func (downStore) State(context.Context, lock.Slot) (lock.State, error) { return lock.State{}, errDown }
+func (downStore) States(context.Context, []lock.Slot) ([]lock.State, error) { return nil, errDown }
 
 func TestParseSlot(t *testing.T) {
 	half, err := scheduler.ParseSchedule("30 * * * *", "")
