@@ -79,6 +79,12 @@ func WithClock(c Clock) Option { return func(s *Scheduler) { s.clock = c } }
 // WithLogger sets the logger (default: slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(s *Scheduler) { s.log = l } }
 
+// WithClockCheck sets how often the store's clock and reachability are
+// checked (default 10s; every second while the store is down).
+func WithClockCheck(every time.Duration) Option {
+	return func(s *Scheduler) { s.checkEvery, s.recheckEvery = every, min(every, s.recheckEvery) }
+}
+
 // WithRegisterer registers the scheduler's metrics with reg (default: a
 // private registry, i.e. not exported).
 func WithRegisterer(reg prometheus.Registerer) Option { return func(s *Scheduler) { s.reg = reg } }

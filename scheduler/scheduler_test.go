@@ -602,3 +602,27 @@ func TestWallClockStepMidTask(t *testing.T) {
 		t.Errorf("%v lease renewals during a 3.5s attempt on a 1s lease, want >= 6", renewals)
 	}
 }
+
+// A lone replica whose wall clock steps back an hour keeps firing once it
+// has re-measured its skew: its timer does not sit out the hour it thought
+// it had to wait. The fire loop wakes (each second) before the skew check
+// (every 2s) corrects the clock, so it does see the hour-long wait.
+func TestLoneReplicaFiresAfterClockStepsBack(t *testing.T) {
+	l := newLedger()
+	clock := &steppingClock{}
+	task := testTask(t, "lone", "@every 1s", l.job(ok), nil)
+	startReplica(t, "solo", lock.NewMemory(nil), time.Second, []scheduler.Task{task},
+		scheduler.WithClock(clock), scheduler.WithClockCheck(2*time.Second))
+	l.await(t, "a first slot", 10*time.Second, func(rs []record) bool { return len(rs) > 0 && rs[0].done })
+	clock.d.Store(int64(-time.Hour))
+	stepped := time.Now()
+	l.await(t, "3 slots after the step", 10*time.Second, func(rs []record) bool {
+		n := 0
+		for _, r := range rs {
+			if r.done && r.started.After(stepped) {
+				n++
+			}
+		}
+		return n >= 3
+	})
+}
