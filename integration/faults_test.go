@@ -53,20 +53,12 @@ timeout = "1m"
 catchup = "latest"`,
 		c.sinkTask(s, "paused", spec, sinkScript("1.5"), `deadline = "25s"`))
 
-	evs := c.ledger.await("attempt 1", 15*time.Second, func(evs []event) bool { return len(find(evs, "start", 1)) > 0 })
-	first := find(evs, "start", 1)[0]
+	first, holder := c.firstAttempt()
 	slot := first.Slot
-	holder := c.replica(first.Replica)
-	stopAt := time.Now()
-	holder.Signal(syscall.SIGSTOP)
-	_ = syscall.Kill(-first.PGID, syscall.SIGSTOP)
-	t.Cleanup(func() { // never leave a stopped process behind a failed test
-		_ = syscall.Kill(-first.PGID, syscall.SIGCONT)
-		_ = syscall.Kill(holder.pid(), syscall.SIGCONT)
-	})
+	stopAt := freeze(t, holder, first.PGID)
 	t.Logf("froze %s and its task (pgid %d) %v after the slot time", holder.name, first.PGID, stopAt.Sub(at))
 
-	evs = c.ledger.await("a peer's attempt 2", 2*lease+5*time.Second, func(evs []event) bool {
+	evs := c.ledger.await("a peer's attempt 2", 2*lease+5*time.Second, func(evs []event) bool {
 		return len(find(bySlot(evs)[slot], "start", 2)) > 0
 	})
 	second := find(bySlot(evs)[slot], "start", 2)[0]
@@ -168,26 +160,18 @@ timeout = "1m"
 catchup = "latest"`,
 		c.sinkTask(s, "hiccup", spec, sinkScript("6"), `deadline = "30s"`))
 
-	evs := c.ledger.await("attempt 1", 15*time.Second, func(evs []event) bool { return len(find(evs, "start", 1)) > 0 })
-	first := find(evs, "start", 1)[0]
+	first, holder := c.firstAttempt()
 	slot := first.Slot
-	holder := c.replica(first.Replica)
 	// Renewals fall due every lease/3 = 2s after the claim; freeze 1.85s into
 	// the attempt, i.e. just before the first one.
 	time.Sleep(time.Until(first.At.Add(lease/3 - 150*time.Millisecond)))
-	stopAt := time.Now()
-	holder.Signal(syscall.SIGSTOP)
-	_ = syscall.Kill(-first.PGID, syscall.SIGSTOP)
-	t.Cleanup(func() {
-		_ = syscall.Kill(-first.PGID, syscall.SIGCONT)
-		_ = syscall.Kill(holder.pid(), syscall.SIGCONT)
-	})
+	stopAt := freeze(t, holder, first.PGID)
 	time.Sleep(lease / 2)
 	_ = syscall.Kill(-first.PGID, syscall.SIGCONT)
 	holder.Signal(syscall.SIGCONT)
 	t.Logf("froze %s %v into attempt 1 for %v", holder.name, stopAt.Sub(first.At), time.Since(stopAt))
 
-	evs = c.ledger.await("the slot to end", 20*time.Second, func(evs []event) bool {
+	evs := c.ledger.await("the slot to end", 20*time.Second, func(evs []event) bool {
 		return len(find(bySlot(evs)[slot], "end", 0)) > 0
 	})
 	done := "done:" + holder.name + ":1:"
@@ -275,11 +259,9 @@ timeout = "1m"
 catchup = "latest"`,
 		c.sinkTask(s, "amnesia", spec, sinkScript("3"), `deadline = "25s"`))
 
-	evs := c.ledger.await("attempt 1", 15*time.Second, func(evs []event) bool { return len(find(evs, "start", 1)) > 0 })
-	first := find(evs, "start", 1)[0]
+	first, holder := c.firstAttempt()
 	slot := first.Slot
 	key := stateKey("amnesia", slot)
-	holder := c.replica(first.Replica)
 	restartAt := time.Now()
 	c.srv.Restart()
 	t.Logf("redis restarted empty %v into attempt 1 on %s (took %v)", restartAt.Sub(first.At), holder.name, time.Since(restartAt))
@@ -305,7 +287,7 @@ catchup = "latest"`,
 	t.Logf("holder: lease lost %v after the restart: %s", rec.time().Sub(restartAt), rec.str("err"))
 	awaitGroupGone(t, first.PGID, 5*time.Second)
 
-	evs = c.ledger.await("the slot to end", 20*time.Second, func(evs []event) bool {
+	evs := c.ledger.await("the slot to end", 20*time.Second, func(evs []event) bool {
 		return len(find(bySlot(evs)[slot], "end", 0)) > 0
 	})
 	es := bySlot(evs)[slot]
@@ -365,10 +347,8 @@ catchup = "latest"`,
 			c.sinkTask(s, "frozen", spec, sinkScript("3"), `deadline = "25s"`))))
 	}
 
-	evs := c.ledger.await("attempt 1", 15*time.Second, func(evs []event) bool { return len(find(evs, "start", 1)) > 0 })
-	first := find(evs, "start", 1)[0]
+	first, holder := c.firstAttempt()
 	slot := first.Slot
-	holder := c.replica(first.Replica)
 	stallAt := time.Now()
 	c.srv.Signal(syscall.SIGSTOP)
 	stalled := true
@@ -393,7 +373,7 @@ catchup = "latest"`,
 	stalled = false
 	contAt := time.Now()
 
-	evs = c.ledger.await("the slot to end", 20*time.Second, func(evs []event) bool {
+	evs := c.ledger.await("the slot to end", 20*time.Second, func(evs []event) bool {
 		return len(find(bySlot(evs)[slot], "end", 0)) > 0
 	})
 	es := bySlot(evs)[slot]
@@ -483,18 +463,43 @@ func (r *replica) hasLog(cond func(logRec) bool) bool {
 // returns it; it fails the test if none does within timeout.
 func (r *replica) awaitLog(what string, timeout time.Duration, cond func(logRec) bool) logRec {
 	r.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		for _, rec := range r.records() {
-			if cond(rec) {
-				return rec
+	var found logRec
+	awaitPoll(r.t, "replica "+r.name+": a log line for "+what, timeout, r.records,
+		func(recs []logRec) bool {
+			for _, rec := range recs {
+				if cond(rec) {
+					found = rec
+					return true
+				}
 			}
-		}
-		if time.Now().After(deadline) {
-			r.t.Fatalf("replica %s: no log line for %s within %v; its log ends:\n%s", r.name, what, timeout, tail(r.log(), 20))
-		}
-		time.Sleep(poll)
-	}
+			return false
+		},
+		func([]logRec) string { return "its log ends:\n" + tail(r.log(), 20) })
+	return found
+}
+
+// firstAttempt waits for some slot's attempt 1 and returns its start and
+// the replica running it.
+func (c *cluster) firstAttempt() (event, *replica) {
+	c.t.Helper()
+	evs := c.ledger.await("attempt 1", 15*time.Second, func(evs []event) bool { return len(find(evs, "start", 1)) > 0 })
+	first := find(evs, "start", 1)[0]
+	return first, c.replica(first.Replica)
+}
+
+// freeze stops a replica and its task's process group with SIGSTOP, as a
+// VM pause would, and returns when; cleanup thaws both, so that a failed
+// test never leaves a stopped process behind.
+func freeze(t *testing.T, r *replica, pgid int) time.Time {
+	t.Helper()
+	at := time.Now()
+	r.Signal(syscall.SIGSTOP)
+	_ = syscall.Kill(-pgid, syscall.SIGSTOP)
+	t.Cleanup(func() {
+		_ = syscall.Kill(-pgid, syscall.SIGCONT)
+		_ = syscall.Kill(r.pid(), syscall.SIGCONT)
+	})
+	return at
 }
 
 // awaitStarted waits until every replica of c has logged "scheduler started".
@@ -529,17 +534,10 @@ func (r *replica) metric(t *testing.T, sample string) float64 {
 // count: they run nothing.
 func awaitGroupGone(t *testing.T, pgid int, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		live := groupMembers(pgid)
-		if len(live) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("process group %d: processes %v still alive %v later", pgid, live, timeout)
-		}
-		time.Sleep(poll)
-	}
+	awaitPoll(t, fmt.Sprintf("process group %d to be gone", pgid), timeout,
+		func() []int { return groupMembers(pgid) },
+		func(live []int) bool { return len(live) == 0 },
+		func(live []int) string { return fmt.Sprintf("processes %v still alive", live) })
 }
 
 // groupMembers lists the pids of the processes of group pgid that are not

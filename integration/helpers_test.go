@@ -312,17 +312,15 @@ func (c *cluster) get(key string) (string, bool) {
 // test with the last value if it does not within timeout.
 func (c *cluster) awaitKey(key, what string, timeout time.Duration, cond func(v string, ok bool) bool) string {
 	c.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		v, ok := c.get(key)
-		if cond(v, ok) {
-			return v
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("timed out after %v waiting for %s %s; it holds %q (exists %v)", timeout, key, what, v, ok)
-		}
-		time.Sleep(poll)
+	type read struct {
+		v  string
+		ok bool
 	}
+	r := awaitPoll(c.t, key+" "+what, timeout,
+		func() read { v, ok := c.get(key); return read{v, ok} },
+		func(r read) bool { return cond(r.v, r.ok) },
+		func(r read) string { return fmt.Sprintf("it holds %q (exists %v)", r.v, r.ok) })
+	return r.v
 }
 
 // pttl is the remaining time to live of key (negative: none, or no key).
@@ -455,14 +453,21 @@ func (l *ledger) read() []event {
 // ledger if it does not within timeout.
 func (l *ledger) await(what string, timeout time.Duration, cond func([]event) bool) []event {
 	l.t.Helper()
+	return awaitPoll(l.t, what, timeout, l.read, cond, func(evs []event) string { return "ledger:\n" + dump(evs) })
+}
+
+// awaitPoll reads every poll until cond holds of what read returns, and
+// fails t, showing the last read through show, if it does not in timeout.
+func awaitPoll[T any](t testing.TB, what string, timeout time.Duration, read func() T, cond func(T) bool, show func(T) string) T {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		evs := l.read()
-		if cond(evs) {
-			return evs
+		v := read()
+		if cond(v) {
+			return v
 		}
 		if time.Now().After(deadline) {
-			l.t.Fatalf("timed out after %v waiting for %s; ledger:\n%s", timeout, what, dump(evs))
+			t.Fatalf("timed out after %v waiting for %s; %s", timeout, what, show(v))
 		}
 		time.Sleep(poll)
 	}

@@ -136,17 +136,7 @@ func (s *sink) results(kind, slot string, accepted bool) []sinkWrite {
 // writes if it does not within timeout.
 func (s *sink) await(what string, timeout time.Duration, cond func([]sinkWrite) bool) []sinkWrite {
 	s.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ws := s.all()
-		if cond(ws) {
-			return ws
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("timed out after %v waiting for %s; sink:\n%s", timeout, what, dumpWrites(ws))
-		}
-		time.Sleep(poll)
-	}
+	return awaitPoll(s.t, what, timeout, s.all, cond, func(ws []sinkWrite) string { return "sink:\n" + dumpWrites(ws) })
 }
 
 func dumpWrites(ws []sinkWrite) string {
