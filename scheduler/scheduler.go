@@ -399,7 +399,7 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 			log.Error("task succeeded but the slot could not be marked done", "err", ferr, "duration", took)
 			entry.Outcome, entry.Error = outcomeLeaseLost, "task succeeded but the slot could not be marked done: "+ferr.Error()
 			s.record(ctx, t.Name, entry, log)
-			return false
+			return true
 		}
 		s.m.runs.WithLabelValues(t.Name, outcomeSuccess).Inc()
 		s.m.succeeded(t.Name, slot.Time)

@@ -626,3 +626,36 @@ func TestLoneReplicaFiresAfterClockStepsBack(t *testing.T) {
 		return n >= 3
 	})
 }
+
+// failingComplete is a store whose completions never get an answer.
+type failingComplete struct{ lock.Store }
+
+func (failingComplete) Complete(context.Context, lock.Slot, lock.Owner, time.Duration) error {
+	return errors.New("injected: connection reset")
+}
+
+// A task that succeeded but whose slot could not be marked done is not run
+// again by the same replica: that would only add a duplicate.
+func TestSuccessNotRerunWhenCompleteFails(t *testing.T) {
+	l := newLedger()
+	task := testTask(t, "once", "0 * * * *", l.job(ok), func(t *scheduler.Task) {
+		t.Catchup = "latest"
+		t.Lease = time.Second
+	})
+	rep := startReplica(t, "solo", failingComplete{lock.NewMemory(nil)}, time.Second, []scheduler.Task{task})
+	l.await(t, "the attempt", 10*time.Second, func(rs []record) bool { return len(rs) > 0 && rs[0].done })
+	// Completion is retried until the lease could have run out (1s); then the
+	// replica gives the slot up. Wait for that to be counted.
+	for deadline := time.Now().Add(5 * time.Second); value(t, rep.reg, "slotd_finish_errors_total", "once", "") == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the failed completion was not counted within 5s")
+		}
+	}
+	// Past the lease, the slot is claimable again: a replica that still
+	// wanted it would have claimed and rerun it by now.
+	time.Sleep(1500 * time.Millisecond)
+	rep.stop()
+	if rs := l.snapshot(); len(rs) != 1 {
+		t.Fatalf("the slot ran %d times on one replica, want 1:\n%s", len(rs), dump(rs))
+	}
+}
