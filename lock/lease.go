@@ -44,8 +44,8 @@ type LeaseHooks struct {
 
 // Hold starts the watchdog of claim c, which must be Won, on slot with the
 // lease it was claimed with. The lease's Context is derived from parent. If
-// the claim's reply came back too late to leave any validity, the lease is
-// lost at once.
+// the claim's reply came back too late to leave any validity (counted from
+// Claim.Sent), the lease is lost, and Context done, before Hold returns.
 func Hold(parent context.Context, s Store, slot Slot, replica string, c Claim, lease time.Duration, hooks LeaseHooks) *Lease {
 	l := &Lease{
 		store:    s,
@@ -57,6 +57,14 @@ func Hold(parent context.Context, s Store, slot Slot, replica string, c Claim, l
 		done:     make(chan struct{}),
 	}
 	l.ctx, l.cancel = context.WithCancelCause(parent)
+	if !time.Now().Before(l.validUntil()) {
+		// Lost before Hold returns, not by the watchdog a moment later: the
+		// caller starts its task under Context next, and must find it done.
+		l.stopWatchdog = func() {}
+		close(l.done)
+		l.lose(hooks, errors.New("the claim's reply came after the lease's validity"))
+		return l
+	}
 	var wctx context.Context
 	wctx, l.stopWatchdog = context.WithCancel(context.Background())
 	go l.watchdog(wctx, hooks)
