@@ -113,7 +113,7 @@ var taskNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 var (
 	topKeys     = []string{"daemon", "redis", "http", "log", "defaults", "task"}
 	daemonKeys  = []string{"replica", "shutdown_grace", "max_clock_skew"}
-	redisKeys   = []string{"url", "prefix"}
+	redisKeys   = []string{"url", "prefix", "url_env"}
 	httpKeys    = []string{"listen"}
 	logKeys     = []string{"level", "format"}
 	policyKeys  = []string{"lease", "done_ttl", "max_attempts", "timeout", "catchup", "deadline"}
@@ -229,6 +229,7 @@ func defaultReplica() string {
 func badNameRune(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }
 
 func (c *Config) readRedis(t table) {
+	c.readRedisURLEnv(t)
 	if v, ok := t.str("url"); ok && v != "" {
 		if _, err := redis.ParseURL(v); err != nil {
 			// The URL may hold a password: never quote it, nor an
@@ -726,4 +727,44 @@ func tomlType(v any) string {
 		return "an array"
 	}
 	return fmt.Sprintf("a %T", v)
+}
+
+// envNameRE is what an environment variable's name may look like.
+var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// readRedisURLEnv reads [redis] url_env, the name of an environment
+// variable holding the Redis URL, so that the URL's password can come from
+// a secret store (a Kubernetes Secret, a systemd EnvironmentFile) instead of
+// the config file. It is read once, at load, like the rest of the file.
+func (c *Config) readRedisURLEnv(t table) {
+	name, ok := t.str("url_env")
+	if !ok {
+		return
+	}
+	if u, _ := t.str("url"); u != "" {
+		t.errorf("url_env", "set either url or url_env, not both")
+		return
+	}
+	if !envNameRE.MatchString(name) {
+		t.errorf("url_env", "%q is not an environment variable name (want [A-Za-z_][A-Za-z0-9_]*)", name)
+		return
+	}
+	v, set := os.LookupEnv(name)
+	if v == "" {
+		why := "is not set"
+		if set {
+			why = "is empty"
+		}
+		t.errorf("url_env", "environment variable %s %s: it must hold the Redis URL (redis://[user:password@]host:port[/db])", name, why)
+		return
+	}
+	if _, err := redis.ParseURL(v); err != nil {
+		var ue *url.Error // it would quote the URL, password included
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		t.errorf("url_env", "environment variable %s: invalid Redis URL (want redis://[user:password@]host:port[/db], rediss://... or unix://...): %v", name, err)
+		return
+	}
+	c.RedisURL = v
 }

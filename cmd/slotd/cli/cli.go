@@ -83,6 +83,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return cmdHistory(ctx, rest, stdout, stderr)
 	case "rerun":
 		return cmdRerun(ctx, rest, stdout, stderr)
+	case "healthcheck":
+		return cmdHealthcheck(ctx, rest, stdout, stderr)
 	case "version", "-version", "--version":
 		fmt.Fprintf(stdout, "slotd %s\n", version())
 		return exitOK
