@@ -31,6 +31,10 @@ catchup = "latest"`,
 	c.srv.Stop()
 	downAt := time.Now()
 	time.Sleep(time.Until(at.Add(2 * time.Second)))
+	// Redis accepts connections as soon as it listens, before Restart's own
+	// PING confirms it: a replica may start the slot a little before upAt,
+	// never before the restart began.
+	restartAt := time.Now()
 	c.srv.Restart()
 	upAt := time.Now()
 	t.Logf("redis down from %v before the slot time to %v after it", at.Sub(downAt), upAt.Sub(at))
@@ -48,8 +52,8 @@ catchup = "latest"`,
 	}
 	st := starts[0]
 	t.Logf("slot ran on %s %v after Redis came back (%v after its slot time)", st.Replica, st.At.Sub(upAt), st.At.Sub(at))
-	if st.At.Before(upAt) {
-		t.Errorf("the slot started %v before Redis came back", upAt.Sub(st.At))
+	if st.At.Before(restartAt) {
+		t.Errorf("the slot started %v before Redis was restarted", restartAt.Sub(st.At))
 	}
 	if !st.At.Before(at.Add(15 * time.Second)) {
 		t.Errorf("the slot started %v after its slot time, past its 15s window", st.At.Sub(at))
