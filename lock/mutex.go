@@ -68,6 +68,11 @@ type Locker struct {
 	watch  watchers          // Lock's waiters, by lock key
 	closed bool
 
+	// waiting and woken, when set, tell tests that a Lock call went to sleep
+	// and why it woke (by a pub/sub message or by its timer).
+	waiting func(name string)
+	woken   func(name string, byMessage bool)
+
 	subMu   sync.Mutex      // held while subscribing, not l.mu
 	subs    []*redis.PubSub // one per node, started by the first Lock
 	subDone sync.WaitGroup
@@ -329,13 +334,21 @@ func (l *Locker) lock(ctx context.Context, name string, o mutexOptions) (*Mutex,
 			return nil, fmt.Errorf("lock: lock %q: still held after waiting %v: %w", name, o.wait, ErrNotObtained)
 		}
 		t := time.NewTimer(min(left, after))
+		if l.waiting != nil {
+			l.waiting(name)
+		}
+		byMessage := false
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return nil, fmt.Errorf("lock: lock %q: %w", name, context.Cause(ctx))
 		case <-w.C():
 			t.Stop()
+			byMessage = true
 		case <-t.C:
+		}
+		if l.woken != nil {
+			l.woken(name, byMessage)
 		}
 	}
 }
