@@ -559,8 +559,12 @@ func (l *Locker) acquire(ctx context.Context, name, owner string, ttl time.Durat
 			}
 		case r.Val.kind == "held":
 			held++
-			if wait == 0 || r.Val.pttl < wait {
-				wait = r.Val.pttl
+			pttl := r.Val.pttl
+			if pttl <= 0 { // expiring now, or (not written here) no TTL
+				pttl = min(pttl+ttl, ttl)
+			}
+			if wait == 0 || pttl < wait {
+				wait = pttl
 			}
 		case r.Val.kind == "foreign":
 			errs = append(errs, l.nodeErr(i, fmt.Errorf("%w: key %s is not a lock hash", ErrForeign, key)))
