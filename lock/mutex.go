@@ -590,8 +590,11 @@ func (l *Locker) acquire(ctx context.Context, name, owner string, ttl time.Durat
 			errs = append(errs, fmt.Errorf("fencing token raised on %d of %d nodes", acks, len(l.nodes)))
 		}
 	}
-	if won >= q && valid() {
-		return a, nil
+	if won >= q {
+		if valid() {
+			return a, nil
+		}
+		errs = append(errs, fmt.Errorf("granted after its validity ran out (the round took %v of a %v ttl)", time.Since(a.sent).Round(time.Millisecond), ttl))
 	}
 	// Not held: undo what this round did, on the nodes that granted it (and,
 	// unless it was a reentry, on those whose answer was lost).

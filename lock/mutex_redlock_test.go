@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -105,12 +106,23 @@ func TestRedlockMutexThreeOfFiveDown(t *testing.T) {
 // fencing test needs to pick which nodes a quorum is made of.
 type flaky struct {
 	*redis.Client
-	down atomic.Bool
+	down  atomic.Bool
+	delay atomic.Int64 // ns added before each script call
+}
+
+func (f *flaky) wait(ctx context.Context) {
+	if d := time.Duration(f.delay.Load()); d > 0 {
+		select {
+		case <-ctx.Done():
+		case <-time.After(d):
+		}
+	}
 }
 
 var errCut = errors.New("injected: node unreachable")
 
 func (f *flaky) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	f.wait(ctx)
 	if f.down.Load() {
 		c := redis.NewCmd(ctx)
 		c.SetErr(errCut)
@@ -120,6 +132,7 @@ func (f *flaky) EvalSha(ctx context.Context, sha string, keys []string, args ...
 }
 
 func (f *flaky) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	f.wait(ctx)
 	if f.down.Load() {
 		c := redis.NewCmd(ctx)
 		c.SetErr(errCut)
@@ -174,4 +187,29 @@ func TestRedlockMutexFencingAcrossQuorums(t *testing.T) {
 			t.Fatalf("node %d: fence key TTL %v", i, ttl)
 		}
 	}
+}
+
+// A grant whose reply comes after the lock's validity is not a win: TryLock
+// says ErrNotObtained and undoes the grant, so nobody holds a lock that its
+// holder believes is free.
+func TestMutexLateGrantIsNotAWin(t *testing.T) {
+	srv := redistest.Start(t)
+	f := &flaky{Client: srv.Client()}
+	l := NewLocker(f, WithNodeTimeout(10*time.Second))
+	t.Cleanup(func() { l.Close() })
+	ctx := context.Background()
+	f.delay.Store(int64(300 * time.Millisecond)) // > ttl − ttl/10
+	_, err := l.TryLock(ctx, "late", WithTTL(200*time.Millisecond))
+	if !errors.Is(err, ErrNotObtained) || !strings.Contains(err.Error(), "validity") {
+		t.Fatalf("late grant: %v, want ErrNotObtained (after its validity)", err)
+	}
+	f.delay.Store(0)
+	if n := f.Client.Exists(ctx, LockKey("slotd", "late")).Val(); n != 0 {
+		t.Fatalf("the late grant was not undone")
+	}
+	m, err := l.TryLock(ctx, "late")
+	if err != nil {
+		t.Fatalf("after a late grant the lock is not free: %v", err)
+	}
+	_ = m.Unlock(ctx)
 }
