@@ -162,6 +162,15 @@ func OwnerFrom(ctx context.Context) (string, bool) {
 	return id, ok
 }
 
+type mutexKey struct{}
+
+// MutexFrom returns the Mutex whose Context ctx is (or derives from), the
+// innermost if locks are nested: how fn in Do reads its fencing token.
+func MutexFrom(ctx context.Context) (*Mutex, bool) {
+	m, ok := ctx.Value(mutexKey{}).(*Mutex)
+	return m, ok
+}
+
 func newOwnerID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
@@ -188,7 +197,8 @@ type Mutex struct {
 }
 
 // Context is derived from the context the lock was taken with, carries the
-// owner (so a lock taken with it again is a reentry), and is cancelled with
+// owner (so a lock taken with it again is a reentry) and the Mutex (see
+// MutexFrom), and is cancelled with
 // a cause wrapping ErrLeaseLost when the watchdog could not renew the lease
 // in time or found it taken: the work it guards must stop.
 func (m *Mutex) Context() context.Context { return m.ctx }
@@ -380,9 +390,10 @@ func (l *Locker) try(ctx context.Context, name string, o mutexOptions) (*Mutex, 
 	}
 	h.refs++
 	l.mu.Unlock()
-	mctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(h.ctx, func() { cancel(context.Cause(h.ctx)) })
-	return &Mutex{l: l, h: h, ctx: mctx, stop: stop, close: cancel}, 0, nil
+	m := &Mutex{l: l, h: h}
+	m.ctx, m.close = context.WithCancelCause(context.WithValue(ctx, mutexKey{}, m))
+	m.stop = context.AfterFunc(h.ctx, func() { m.close(context.Cause(h.ctx)) })
+	return m, 0, nil
 }
 
 func (l *Locker) unlock(ctx context.Context, h *hold) error {

@@ -117,13 +117,15 @@ func ExampleLocker_Do() {
 
 	err := locker.Do(context.Background(), "nightly-export", func(ctx context.Context) error {
 		// ctx is cancelled, with cause lock.ErrLeaseLost, if the watchdog
-		// cannot keep the lock: stop writing then.
-		fmt.Println("exporting")
+		// cannot keep the lock: stop writing then. Writes carry the hold's
+		// fencing token, so a store can refuse a stale writer.
+		m, _ := lock.MutexFrom(ctx)
+		fmt.Println("exporting under a token:", m.Token() > 0)
 		return ctx.Err()
 	}, lock.WithWait(5*time.Second), lock.WithTTL(15*time.Second))
 	fmt.Println("err:", err)
 	// Output:
-	// exporting
+	// exporting under a token: true
 	// err: <nil>
 }
 

@@ -577,6 +577,9 @@ func testDo(t *testing.T, e lockEnv) {
 			if _, ok := OwnerFrom(ctx); !ok {
 				return errors.New("fn's context carries no owner")
 			}
+			if m, ok := MutexFrom(ctx); !ok || m.Name() != name || m.Token() <= 0 {
+				return fmt.Errorf("fn's context carries no Mutex of %q: %v", name, m)
+			}
 			return nil
 		})
 		if err != nil || !ran {
