@@ -255,7 +255,8 @@ func (l *Locker) TryLock(ctx context.Context, name string, opts ...MutexOption) 
 // it. A waiter sleeps until the holder unlocks (a pub/sub message from the
 // release script, on one subscription per Locker) or until the holder's
 // remaining ttl has passed (in case a message is lost, or the holder died):
-// it never polls. Errors: ErrNotObtained when the wait ran out; the
+// it never polls. A wait of 0 makes one attempt, as TryLock. Errors:
+// ErrNotObtained when the wait ran out; the
 // context's cause when ctx ended first; as TryLock otherwise.
 func (l *Locker) Lock(ctx context.Context, name string, wait time.Duration, opts ...MutexOption) (*Mutex, error) {
 	o, err := l.options(name, opts)
