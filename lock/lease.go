@@ -102,50 +102,18 @@ func (l *Lease) validUntil() time.Time {
 
 func (l *Lease) watchdog(ctx context.Context, hooks LeaseHooks) {
 	defer close(l.done)
-	interval := l.ttl / 3
-	retry := max(interval/8, time.Millisecond)
-	next := interval
-	for {
-		until := time.Until(l.validUntil())
-		if until <= 0 {
-			l.lose(hooks, errors.New("no renewal confirmed within the lease"))
-			return
+	renew := func(ctx context.Context) error { return l.store.Renew(ctx, l.slot, l.owner, l.ttl) }
+	why := keepAlive(ctx, l.ttl, l.validUntil, renew, func(sent time.Time) {
+		l.mu.Lock()
+		l.lastSent = sent
+		l.renewals++
+		l.mu.Unlock()
+		if hooks.Renewed != nil {
+			hooks.Renewed()
 		}
-		t := time.NewTimer(min(next, until))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		until = time.Until(l.validUntil())
-		if until <= 0 {
-			l.lose(hooks, errors.New("no renewal confirmed within the lease"))
-			return
-		}
-		sent := time.Now()
-		rctx, cancel := context.WithTimeout(ctx, until)
-		err := l.store.Renew(rctx, l.slot, l.owner, l.ttl)
-		cancel()
-		switch {
-		case err == nil:
-			l.mu.Lock()
-			l.lastSent = sent
-			l.renewals++
-			l.mu.Unlock()
-			if hooks.Renewed != nil {
-				hooks.Renewed()
-			}
-			next = interval
-		case errors.Is(err, ErrNotHeld):
-			l.lose(hooks, err)
-			return
-		case ctx.Err() != nil:
-			return
-		default:
-			// Unknown outcome: try again soon while the lease may still be ours.
-			next = retry
-		}
+	})
+	if why != nil {
+		l.lose(hooks, why)
 	}
 }
 

@@ -1,0 +1,91 @@
+package lock_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slotd/slotd/integration/redistest"
+	"github.com/slotd/slotd/lock"
+)
+
+// BenchmarkMutex runs the general-purpose lock beside the raw go-redis
+// lock (SET NX PX, then a compare-and-delete script) on the same server in
+// the same run; the ratio is what it reports:
+//
+//	go test -run '^$' -bench Mutex -benchtime 2s ./lock/
+//
+// Mutex/TryLockUnlock is one acquisition and its release (two round trips,
+// as the raw cycle, plus starting and stopping the watchdog); Mutex/Do the
+// same through Do; Mutex/Reentry a second TryLock and Unlock of a lock its
+// owner holds.
+func BenchmarkMutex(b *testing.B) {
+	srv := redistest.Start(b)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64, ContextTimeoutEnabled: true})
+	b.Cleanup(func() { rdb.Close() })
+	locker := lock.NewLocker(rdb)
+	b.Cleanup(func() { locker.Close() })
+	ctx := context.Background()
+	ttl := 10 * time.Second
+	name := func() string { return "bench-" + strconv.FormatInt(benchSeq.Add(1), 10) }
+	raw := func() error {
+		key := "raw:" + name()
+		if ok, err := rdb.SetNX(ctx, key, "owner", ttl).Result(); err != nil || !ok {
+			return fmt.Errorf("setnx: %v %v", ok, err)
+		}
+		return rawRelease.Run(ctx, rdb, []string{key}, "owner").Err()
+	}
+	tryUnlock := func() error {
+		m, err := locker.TryLock(ctx, name(), lock.WithTTL(ttl))
+		if err != nil {
+			return err
+		}
+		return m.Unlock(ctx)
+	}
+	do := func() error {
+		return locker.Do(ctx, name(), func(context.Context) error { return nil }, lock.WithTTL(ttl))
+	}
+	outer, err := locker.TryLock(lock.WithOwner(ctx, "bench"), name(), lock.WithTTL(time.Hour))
+	if err != nil {
+		b.Fatal(err)
+	}
+	reentry := func() error {
+		m, err := locker.TryLock(outer.Context(), outer.Name(), lock.WithTTL(ttl))
+		if err != nil {
+			return err
+		}
+		return m.Unlock(ctx)
+	}
+	for _, bc := range []struct {
+		name string
+		op   func() error
+	}{
+		{"Raw/LockCycle", raw},
+		{"Mutex/TryLockUnlock", tryUnlock},
+		{"Mutex/Do", do},
+		{"Mutex/Reentry", reentry},
+	} {
+		b.Run(bc.name+"/seq", func(b *testing.B) {
+			for b.Loop() {
+				if err := bc.op(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(bc.name+"/par", func(b *testing.B) {
+			b.SetParallelism(4)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if err := bc.op(); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
