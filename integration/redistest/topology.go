@@ -135,9 +135,10 @@ func (c *Cluster) Client() *redis.ClusterClient {
 	return rdb
 }
 
-// StartReplica runs a redis-server replicating master and waits until its
-// link to the master is up. It stops at cleanup.
-func StartReplica(t testing.TB, master *Server) *Server {
+// StartReplica runs a redis-server replicating master, with extra
+// arguments, and waits until its link to the master is up. It stops at
+// cleanup.
+func StartReplica(t testing.TB, master *Server, extra ...string) *Server {
 	t.Helper()
 	// The first sync would otherwise wait 5s for more replicas to join it.
 	mc := redis.NewClient(&redis.Options{Addr: master.Addr})
@@ -148,7 +149,7 @@ func StartReplica(t testing.TB, master *Server) *Server {
 	if err != nil {
 		t.Fatalf("redistest: config set on master %s: %v", master.Addr, err)
 	}
-	s := Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(master.Port), "--repl-diskless-sync-delay", "0")
+	s := Start(t, append([]string{"--replicaof", "127.0.0.1", strconv.Itoa(master.Port), "--repl-diskless-sync-delay", "0"}, extra...)...)
 	await(t, "replica "+s.Addr+" linked to "+master.Addr, setupTimeout, func() string {
 		in, err := info(s.Addr, "replication")
 		if err != nil {
@@ -178,15 +179,15 @@ const (
 	FailoverTimeout = 10 * time.Second
 )
 
-// StartSentinel runs a master, a replica of it and three Sentinels (quorum
-// 2, down-after-milliseconds DownAfter) and waits until every Sentinel
-// sees the master, the replica and the two other Sentinels. Everything
-// stops at cleanup.
-func StartSentinel(t testing.TB) *Sentinel {
+// StartSentinel runs a master and a replica of it, both with the extra
+// arguments, and three Sentinels (quorum 2, down-after-milliseconds
+// DownAfter), and waits until every Sentinel sees the master, the replica
+// and the two other Sentinels. Everything stops at cleanup.
+func StartSentinel(t testing.TB, extra ...string) *Sentinel {
 	t.Helper()
 	bin := lookPath(t, "redis-server")
-	master := Start(t)
-	s := &Sentinel{t: t, MasterName: "slotdmaster", Master: master, Replica: StartReplica(t, master)}
+	master := Start(t, append([]string{"--repl-diskless-sync-delay", "0"}, extra...)...)
+	s := &Sentinel{t: t, MasterName: "slotdmaster", Master: master, Replica: StartReplica(t, master, extra...)}
 	for range 3 {
 		port := FreePort(t)
 		dir := t.TempDir()
