@@ -300,3 +300,29 @@ func TestMinReplicasAckCluster(t *testing.T) {
 		}
 	}
 }
+
+// The server's min-replicas-to-write, set beside min_replicas_ack, refuses
+// the claim script at its first write when the master has too few
+// replicas: the claim fails before its attempt is counted, so a master
+// left without replicas does not burn the slot's attempts.
+func TestMinReplicasToWriteRefusesBeforeCounting(t *testing.T) {
+	srv := redistest.Start(t, "--min-replicas-to-write", "1")
+	rdb := srv.Client()
+	r := lock.NewRedis(rdb, "slotd", lock.WithMinReplicasAck(1, 100*time.Millisecond))
+	t.Cleanup(func() { r.Close() })
+	ctx := context.Background()
+	now, err := r.Time(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := lock.Slot{Task: "norep", ID: "1", Time: now.Add(-time.Second), Deadline: now.Add(time.Hour)}
+	for range 3 {
+		_, err := r.Claim(ctx, slot, "a", policy)
+		if err == nil || !strings.Contains(err.Error(), "NOREPLICAS") {
+			t.Fatalf("claim on a master below min-replicas-to-write: %v, want NOREPLICAS", err)
+		}
+	}
+	if st, err := r.State(ctx, slot); err != nil || st.Status != "free" || st.Attempts != 0 {
+		t.Fatalf("state = %+v, %v; want free with no attempt counted", st, err)
+	}
+}
