@@ -326,3 +326,94 @@ func TestMinReplicasToWriteRefusesBeforeCounting(t *testing.T) {
 		t.Fatalf("state = %+v, %v; want free with no attempt counted", st, err)
 	}
 }
+
+// The conformance suite through a Sentinel failover client.
+func TestConformanceSentinel(t *testing.T) {
+	s := redistest.StartSentinel(t)
+	rdb := s.Client()
+	keys := func() []string {
+		ks, err := rdb.Keys(context.Background(), "*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ks
+	}
+	h := clientHarness(t, rdb, lock.NewRedis(rdb, "slotd"), keys)
+	for _, tc := range conformance {
+		t.Run(tc.name, func(t *testing.T) { tc.run(t, h) })
+	}
+}
+
+// After the master is killed and Sentinel promotes the replica, the same
+// store claims on the new master, and its release subscription, which
+// go-redis re-establishes on the new master, wakes watchers again.
+func TestSentinelStoreFollowsFailover(t *testing.T) {
+	s := redistest.StartSentinel(t)
+	rdb := s.Client()
+	r := lock.NewRedis(rdb, "slotd")
+	t.Cleanup(func() { r.Close() })
+	ctx := context.Background()
+	if err := r.Subscribe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	now, err := r.Time(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := lock.Slot{Task: "before", ID: "1", Time: now.Add(-time.Second), Deadline: now.Add(time.Hour)}
+	if c, err := r.Claim(ctx, before, "a", policy); err != nil || c.Result != lock.Won {
+		t.Fatalf("claim before the failover = %v, %v", c.Result, err)
+	}
+	killed := time.Now()
+	s.Master.Stop()
+	s.AwaitMaster(s.Replica.Addr, 90*time.Second)
+	t.Logf("replica promoted %v after the kill", time.Since(killed))
+
+	slot := lock.Slot{Task: "after", ID: "1", Time: now.Add(-time.Second), Deadline: now.Add(time.Hour)}
+	w := r.Watch(slot)
+	defer w.Stop()
+	var c lock.Claim
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		c, err = r.Claim(cctx, slot, "b", policy)
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no claim answered within 60s of the promotion: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if c.Result != lock.Won {
+		t.Fatalf("claim on the new master = %v", c.Result)
+	}
+	direct := s.Replica.Client()
+	if n, err := direct.Exists(ctx, "slotd:{after:1}").Result(); err != nil || n != 1 {
+		t.Fatalf("the new master %s does not hold the claim (%d, %v)", s.Replica.Addr, n, err)
+	}
+	// The subscription comes back on its own; a release wakes the watcher.
+	// Releases before it is back are lost (promptness only), so claim and
+	// release again until one wakes it.
+	woke := false
+	for i := 0; !woke && time.Now().Before(deadline); i++ {
+		if i > 0 {
+			if c, err = r.Claim(ctx, slot, "b", lock.Policy{Lease: policy.Lease, DoneTTL: policy.DoneTTL, MaxAttempts: 900}); err != nil || c.Result != lock.Won {
+				t.Fatalf("claim again = %v, %v", c.Result, err)
+			}
+		}
+		if err := r.Release(ctx, slot, lock.Owner{Replica: "b", Attempt: c.Attempt}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-w.C():
+			woke = true
+			t.Logf("watcher woken by release %d after the failover", i+1)
+		case <-time.After(time.Second):
+		}
+	}
+	if !woke {
+		t.Fatal("no release woke the watcher within 60s of the promotion")
+	}
+}
