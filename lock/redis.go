@@ -238,7 +238,8 @@ func (r *Redis) States(ctx context.Context, slots []Slot) ([]State, error) {
 	return out, errors.Join(errs...)
 }
 
-// Time implements Store with the server's TIME.
+// Time implements Store with the server's TIME. On a Redis Cluster one node
+// answers; the claim script reads the clock of the shard it runs on.
 func (r *Redis) Time(ctx context.Context) (time.Time, error) {
 	t, err := r.rdb.Time(ctx).Result()
 	if err != nil {
