@@ -142,7 +142,9 @@ func (l *Lease) stop() (time.Time, bool) {
 // Complete stops the watchdog and marks the slot done. It retries errors of
 // unknown outcome while the lease may still be valid; the script answers
 // success again when a lost reply had in fact completed the slot. It returns
-// ErrLeaseLost if the lease was lost before the slot could be completed.
+// ErrLeaseLost if the lease was lost before the slot could be completed,
+// and ErrNotReplicated, without retrying, if the slot was marked done but
+// not acknowledged by the replicas WithMinReplicasAck asks for.
 func (l *Lease) Complete(ctx context.Context, doneTTL time.Duration) error {
 	return l.finish(ctx, "complete", func(ctx context.Context) error {
 		return l.store.Complete(ctx, l.slot, l.owner, doneTTL)
@@ -173,7 +175,7 @@ func (l *Lease) finish(ctx context.Context, op string, f func(context.Context) e
 		cctx, cancel := context.WithDeadline(ctx, until)
 		err := f(cctx)
 		cancel()
-		if err == nil || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrForeign) {
+		if err == nil || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrForeign) || errors.Is(err, ErrNotReplicated) {
 			return err
 		}
 		left := time.Until(until)

@@ -51,6 +51,8 @@ type Redis struct {
 	ps      *redis.PubSub // one subscription per process, started by the first Watch
 	psDone  chan struct{}
 	closing bool
+
+	ack replicasAck // WithMinReplicasAck; zero: no WAIT
 }
 
 // NewRedis returns the slot protocol on rdb, with keys under prefix.
@@ -60,12 +62,19 @@ type Redis struct {
 // the deadlines this package puts on each call and waits out its
 // ReadTimeout, and a lease watchdog blocked on a frozen Redis cannot cancel
 // its task before the lease runs out.
-func NewRedis(rdb Client, prefix string) *Redis {
-	return &Redis{rdb: rdb, prefix: prefix, channel: prefix + ":released"}
+func NewRedis(rdb Client, prefix string, opts ...RedisOption) *Redis {
+	r := &Redis{rdb: rdb, prefix: prefix, channel: prefix + ":released"}
+	for _, o := range opts {
+		o(r)
+	}
+	return r
 }
 
 // Claim implements Store.
 func (r *Redis) Claim(ctx context.Context, slot Slot, replica string, p Policy) (Claim, error) {
+	if r.ack.n > 0 {
+		return r.claimAcked(ctx, slot, replica, p)
+	}
 	state, attempts := Keys(r.prefix, slot)
 	sent := time.Now()
 	res, err := claimScript.Run(ctx, r.rdb, []string{state, attempts, baseKey(state)},
@@ -134,6 +143,9 @@ func (r *Redis) Renew(ctx context.Context, slot Slot, owner Owner, lease time.Du
 
 // Complete implements Store.
 func (r *Redis) Complete(ctx context.Context, slot Slot, owner Owner, doneTTL time.Duration) error {
+	if r.ack.n > 0 {
+		return r.completeAcked(ctx, slot, owner, doneTTL)
+	}
 	state, attempts := Keys(r.prefix, slot)
 	return r.compare(ctx, "complete", slot, owner, completeScript, []string{state, attempts, baseKey(state)},
 		owner.value(), owner.donePrefix(), doneTTL.Milliseconds())
@@ -226,7 +238,8 @@ func (r *Redis) States(ctx context.Context, slots []Slot) ([]State, error) {
 	return out, errors.Join(errs...)
 }
 
-// Time implements Store with the server's TIME.
+// Time implements Store with the server's TIME. On a Redis Cluster one node
+// answers; the claim script reads the clock of the shard it runs on.
 func (r *Redis) Time(ctx context.Context) (time.Time, error) {
 	t, err := r.rdb.Time(ctx).Result()
 	if err != nil {

@@ -57,6 +57,7 @@ type Config struct {
 	MaxClockSkew  time.Duration // [daemon] max_clock_skew; default 1s: readiness fails and a warning is logged beyond it
 	RedisURL      string        // [redis] url; "" = embedded in-memory store (one replica)
 	Prefix        string        // [redis] prefix; default "slotd"
+	Redis         RedisOptions  // [redis] Sentinel or Cluster servers, credentials, min_replicas_ack
 	Listen        string        // [http] listen; default "127.0.0.1:9464"; "off" disables the HTTP server
 	LogLevel      slog.Level    // [log] level: debug|info|warn|error; default info
 	LogFormat     string        // [log] format: auto|text|json; default auto
@@ -113,7 +114,7 @@ var taskNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 var (
 	topKeys     = []string{"daemon", "redis", "http", "log", "defaults", "task"}
 	daemonKeys  = []string{"replica", "shutdown_grace", "max_clock_skew"}
-	redisKeys   = []string{"url", "prefix", "url_env"}
+	redisKeys   = append([]string{"url", "prefix", "url_env"}, redisModeKeys...)
 	httpKeys    = []string{"listen"}
 	logKeys     = []string{"level", "format"}
 	policyKeys  = []string{"lease", "done_ttl", "max_attempts", "timeout", "catchup", "deadline"}
@@ -253,6 +254,7 @@ func (c *Config) readRedis(t table) {
 			c.Prefix = v
 		}
 	}
+	c.readRedisMode(t)
 }
 
 func (c *Config) readHTTP(t table) {

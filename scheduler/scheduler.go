@@ -391,7 +391,14 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), t.Lease)
 	defer fcancel()
 	if err == nil && tctx.Err() == nil {
-		if ferr := lease.Complete(fctx, t.DoneTTL); ferr != nil {
+		ferr := lease.Complete(fctx, t.DoneTTL)
+		if errors.Is(ferr, lock.ErrNotReplicated) {
+			// Done on the master; a failover before the replicas catch up
+			// could lose the marker and let a peer run the slot again.
+			log.Warn("slot marked done, but not acknowledged by min_replicas_ack replicas", "err", ferr)
+			ferr = nil
+		}
+		if ferr != nil {
 			// The task ran but the slot is not marked done: a peer may run it
 			// again after the lease; the fencing token tells them apart.
 			s.m.runs.WithLabelValues(t.Name, outcomeLeaseLost).Inc()

@@ -78,7 +78,8 @@ func (s *Server) start() {
 			fmt.Fprint(c, "PING\r\n")
 			line, _ := bufio.NewReader(c).ReadString('\n')
 			c.Close()
-			if strings.HasPrefix(line, "+PONG") {
+			// NOAUTH: up, with the default user off or password-protected.
+			if strings.HasPrefix(line, "+PONG") || strings.HasPrefix(line, "-NOAUTH") {
 				return
 			}
 		}

@@ -141,8 +141,8 @@ func cmdValidate(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	store := "embedded in-memory store (one replica)"
-	if cfg.RedisURL != "" {
-		store = "redis"
+	if !cfg.Embedded() {
+		store = "redis (" + cfg.RedisMode() + ")"
 	}
 	fmt.Fprintf(stdout, "config ok: %d tasks, %s, replica %s\n", len(cfg.Tasks), store, cfg.Replica)
 	return exitOK
@@ -187,22 +187,18 @@ func run(ctx context.Context, cfg *scheduler.Config, log *slog.Logger) error {
 
 	var store lock.Store
 	var hist scheduler.History
-	if cfg.RedisURL == "" {
-		log.Warn("no [redis] url: using the embedded in-memory store; slots are not shared with other replicas")
+	if cfg.Embedded() {
+		log.Warn("no [redis] url or addrs: using the embedded in-memory store; slots are not shared with other replicas")
 		store = lock.NewMemory(nil)
 		hist = scheduler.NewMemoryHistory(0)
 	} else {
-		opt, err := redis.ParseURL(cfg.RedisURL)
+		rdb, err := newRedisClient(cfg, -1)
 		if err != nil {
-			return fmt.Errorf("redis url: %w", err)
+			return err
 		}
-		// Without this go-redis ignores context deadlines on the socket and
-		// waits out ReadTimeout instead: a renewal sent to a frozen Redis
-		// would outlive the lease it is meant to prove (see lock.NewRedis).
-		opt.ContextTimeoutEnabled = true
-		rdb := redis.NewClient(opt)
 		defer rdb.Close()
-		r := lock.NewRedis(rdb, cfg.Prefix)
+		log.Info("redis", "mode", cfg.RedisMode(), "min_replicas_ack", cfg.Redis.MinReplicasAck)
+		r := lock.NewRedis(rdb, cfg.Prefix, redisStoreOptions(cfg)...)
 		defer r.Close()
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		if err := r.Subscribe(sctx); err != nil {

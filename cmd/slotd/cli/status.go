@@ -73,28 +73,26 @@ func parseCommand(name string, args []string, stderr io.Writer, names []string, 
 
 // openShared loads the configuration at path and connects to its Redis.
 // It prints why not and returns the exit code if it cannot.
-func openShared(name, path string, stderr io.Writer) (*scheduler.Config, *redis.Client, int) {
+func openShared(name, path string, stderr io.Writer) (*scheduler.Config, redis.UniversalClient, int) {
 	cfg, ok := loadConfig(path, discard, stderr)
 	if !ok {
 		return nil, nil, exitUsage
 	}
-	if cfg.RedisURL == "" {
+	if cfg.Embedded() {
 		where := ""
 		if cfg.Listen != "off" {
 			where = fmt.Sprintf("; a running daemon shows its own on http://%s/", cfg.Listen)
 		}
-		fmt.Fprintf(stderr, "slotd %s: %s has no [redis] url: the daemon uses the embedded in-memory store, "+
+		fmt.Fprintf(stderr, "slotd %s: %s has no [redis] url or addrs: the daemon uses the embedded in-memory store, "+
 			"which lives inside the daemon process, so there is no shared state to read%s\n", name, path, where)
 		return nil, nil, exitError
 	}
-	opt, err := redis.ParseURL(cfg.RedisURL)
+	rdb, err := newRedisClient(cfg, 1)
 	if err != nil { // validated at load; this is not expected
-		fmt.Fprintf(stderr, "slotd: %s: redis url: %v\n", path, err)
+		fmt.Fprintf(stderr, "slotd: %s: %v\n", path, err)
 		return nil, nil, exitUsage
 	}
-	opt.MaxRetries = 1
-	opt.ContextTimeoutEnabled = true
-	return cfg, redis.NewClient(opt), exitOK
+	return cfg, rdb, exitOK
 }
 
 func findTask(cfg *scheduler.Config, name string) (*scheduler.Task, error) {

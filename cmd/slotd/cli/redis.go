@@ -1,0 +1,67 @@
+package cli
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/scheduler"
+)
+
+// replicasAckTimeout bounds each WAIT of min_replicas_ack; the lock package
+// caps it further at a quarter of the lease for a claim.
+const replicasAckTimeout = time.Second
+
+// newRedisClient connects to the Redis of cfg in its mode: one server by url
+// (redis://, rediss:// for TLS, unix://; user and password for ACL in the
+// URL), a Sentinel-managed master (addrs + master_name) or a Redis Cluster
+// (addrs + cluster). It does no I/O. maxRetries < 0 keeps go-redis's
+// default. The caller closes the client.
+//
+// ContextTimeoutEnabled is always on: without it go-redis ignores the
+// deadlines lock puts on each call and waits out its ReadTimeout, and a
+// lease watchdog blocked on a frozen Redis cannot cancel its task before the
+// lease runs out (see lock.NewRedis).
+func newRedisClient(cfg *scheduler.Config, maxRetries int) (redis.UniversalClient, error) {
+	switch cfg.RedisMode() {
+	case scheduler.ModeURL:
+		opt, err := redis.ParseURL(cfg.RedisURL)
+		if err != nil { // validated at load; not expected
+			return nil, fmt.Errorf("redis url: %w", err)
+		}
+		opt.ContextTimeoutEnabled = true
+		if maxRetries >= 0 {
+			opt.MaxRetries = maxRetries
+		}
+		return redis.NewClient(opt), nil
+	case scheduler.ModeSentinel, scheduler.ModeCluster:
+		o := cfg.Redis
+		uo := &redis.UniversalOptions{
+			Addrs:                 o.Addrs,
+			Username:              o.Username,
+			Password:              o.Password,
+			SentinelUsername:      o.SentinelUsername,
+			SentinelPassword:      o.SentinelPassword,
+			DB:                    o.DB,
+			MasterName:            o.MasterName,
+			IsClusterMode:         o.Cluster, // also with a single seed address
+			ContextTimeoutEnabled: true,
+		}
+		if maxRetries >= 0 {
+			uo.MaxRetries = maxRetries
+		}
+		return redis.NewUniversalClient(uo), nil
+	}
+	return nil, fmt.Errorf("no Redis configured: the embedded store is in use")
+}
+
+// redisStoreOptions are the lock options cfg asks for.
+func redisStoreOptions(cfg *scheduler.Config) []lock.RedisOption {
+	var opts []lock.RedisOption
+	if n := cfg.Redis.MinReplicasAck; n > 0 {
+		opts = append(opts, lock.WithMinReplicasAck(n, replicasAckTimeout))
+	}
+	return opts
+}

@@ -1,0 +1,123 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slotd/slotd/integration/redistest"
+	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/scheduler"
+)
+
+func parseRedis(t *testing.T, keys string) *scheduler.Config {
+	t.Helper()
+	cfg, err := scheduler.ParseConfig([]byte("[redis]\n"+keys+"\n"), "test.toml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// claimOnce runs one claim through the slot protocol on rdb, with the
+// store options cfg asks for.
+func claimOnce(t *testing.T, cfg *scheduler.Config, rdb redis.UniversalClient) (lock.Claim, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	store := lock.NewRedis(rdb, cfg.Prefix, redisStoreOptions(cfg)...)
+	defer store.Close()
+	now, err := store.Time(ctx)
+	if err != nil {
+		return lock.Claim{}, err
+	}
+	slot := lock.Slot{Task: strings.ReplaceAll(t.Name(), "/", "."), ID: "1", Time: now.Add(-time.Second), Deadline: now.Add(time.Hour)}
+	return store.Claim(ctx, slot, "r", lock.Policy{Lease: 5 * time.Second, DoneTTL: time.Hour, MaxAttempts: 3})
+}
+
+// One builder serves every mode: each client it returns carries the slot
+// protocol to the servers of its mode, an ACL user in the URL is used and
+// a wrong password is refused, and min_replicas_ack reaches the store.
+func TestNewRedisClient(t *testing.T) {
+	t.Run("url with ACL user", func(t *testing.T) {
+		srv := redistest.Start(t, "--user", "slotd", "on", ">s3cret", "~*", "&*", "+@all", "--user", "default", "off")
+		for _, tc := range []struct {
+			url string
+			ok  bool
+		}{
+			{fmt.Sprintf("redis://slotd:s3cret@%s/0", srv.Addr), true},
+			{fmt.Sprintf("redis://slotd:wrong@%s/0", srv.Addr), false},
+			{fmt.Sprintf("redis://%s/0", srv.Addr), false}, // the default user is off
+		} {
+			cfg := parseRedis(t, "url = "+fmt.Sprintf("%q", tc.url))
+			rdb, err := newRedisClient(cfg, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := claimOnce(t, cfg, rdb)
+			rdb.Close()
+			if tc.ok && (err != nil || c.Result != lock.Won) {
+				t.Errorf("claim as the ACL user = %v, %v; want won", c.Result, err)
+			}
+			if !tc.ok && err == nil {
+				t.Errorf("claim with bad credentials succeeded (%v)", c.Result)
+			}
+		}
+	})
+	t.Run("url with min_replicas_ack and no replica", func(t *testing.T) {
+		srv := redistest.Start(t)
+		cfg := parseRedis(t, fmt.Sprintf("url = %q\nmin_replicas_ack = 1", srv.URL()))
+		rdb, err := newRedisClient(cfg, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rdb.Close()
+		if _, err := claimOnce(t, cfg, rdb); !errors.Is(err, lock.ErrNotReplicated) {
+			t.Fatalf("claim on a master without replicas: %v, want ErrNotReplicated", err)
+		}
+	})
+	t.Run("cluster", func(t *testing.T) {
+		rc := redistest.StartCluster(t, 3)
+		cfg := parseRedis(t, fmt.Sprintf("addrs = [%q]\ncluster = true", rc.Addrs()[1])) // one seed is enough
+		rdb, err := newRedisClient(cfg, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rdb.Close()
+		if _, ok := rdb.(*redis.ClusterClient); !ok {
+			t.Fatalf("client is %T, want *redis.ClusterClient", rdb)
+		}
+		if c, err := claimOnce(t, cfg, rdb); err != nil || c.Result != lock.Won {
+			t.Fatalf("claim on the cluster = %v, %v", c.Result, err)
+		}
+	})
+	t.Run("sentinel", func(t *testing.T) {
+		s := redistest.StartSentinel(t)
+		cfg := parseRedis(t, fmt.Sprintf("addrs = [%q, %q]\nmaster_name = %q\nmin_replicas_ack = 1", s.Addrs()[0], s.Addrs()[2], s.MasterName))
+		rdb, err := newRedisClient(cfg, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rdb.Close()
+		if c, err := claimOnce(t, cfg, rdb); err != nil || c.Result != lock.Won {
+			t.Fatalf("claim through the Sentinels, acknowledged by the replica = %v, %v", c.Result, err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		// The claim went to the master the Sentinels name.
+		direct := s.Master.Client()
+		if keys, err := direct.Keys(ctx, "slotd:*").Result(); err != nil || len(keys) == 0 {
+			t.Fatalf("master %s holds %v (%v), want the claim's keys", s.Master.Addr, keys, err)
+		}
+	})
+	t.Run("embedded", func(t *testing.T) {
+		if _, err := newRedisClient(parseRedis(t, `url = ""`), 0); err == nil {
+			t.Fatal("a client for the embedded store: want an error")
+		}
+	})
+}

@@ -1,0 +1,185 @@
+package scheduler
+
+import (
+	"math"
+	"net"
+	"strconv"
+	"strings"
+)
+
+// RedisOptions is how slotd reaches Redis when it is not one server named by
+// [redis] url: Sentinel (Addrs are the Sentinels, MasterName the monitored
+// master) or Cluster (Addrs are seed nodes). The zero value means url mode,
+// or the embedded store when url is empty too.
+type RedisOptions struct {
+	Addrs            []string // [redis] addrs: host:port of the Sentinels or of Cluster seed nodes
+	MasterName       string   // [redis] master_name: Sentinel mode
+	Cluster          bool     // [redis] cluster = true: Cluster mode
+	Username         string   // [redis] username: ACL user on the data nodes
+	Password         string   // [redis] password: on the data nodes
+	SentinelUsername string   // [redis] sentinel_username: ACL user on the Sentinels
+	SentinelPassword string   // [redis] sentinel_password: on the Sentinels
+	DB               int      // [redis] db: Sentinel mode only (a Cluster has only db 0)
+	// MinReplicasAck is [redis] min_replicas_ack: after a won claim and
+	// after a complete, WAIT for this many replicas of the master that took
+	// the write (0, the default: do not wait). See lock.WithMinReplicasAck.
+	MinReplicasAck int
+}
+
+// Redis connection modes, as RedisMode names them.
+const (
+	ModeEmbedded = "embedded" // no Redis: the in-memory store, one replica
+	ModeURL      = "url"      // one server (or a proxy) named by [redis] url
+	ModeSentinel = "sentinel" // [redis] addrs + master_name
+	ModeCluster  = "cluster"  // [redis] addrs + cluster = true
+)
+
+// RedisMode says how this configuration reaches Redis.
+func (c *Config) RedisMode() string {
+	switch {
+	case c.Redis.MasterName != "":
+		return ModeSentinel
+	case c.Redis.Cluster:
+		return ModeCluster
+	case c.RedisURL != "":
+		return ModeURL
+	}
+	return ModeEmbedded
+}
+
+// Embedded reports whether slotd runs on its in-memory store: no Redis, one
+// replica.
+func (c *Config) Embedded() bool { return c.RedisMode() == ModeEmbedded }
+
+// The [redis] keys of the Sentinel and Cluster modes, and min_replicas_ack.
+var redisModeKeys = []string{"addrs", "master_name", "cluster", "username", "password",
+	"sentinel_username", "sentinel_password", "db", "min_replicas_ack"}
+
+// MaxReplicasAck bounds min_replicas_ack: far more replicas than anyone runs.
+const MaxReplicasAck = 100
+
+// readRedisMode reads and cross-checks the mode keys after url has been
+// read. Passwords are never quoted in errors.
+func (c *Config) readRedisMode(t table) {
+	o := &c.Redis
+	if t.has("addrs") {
+		o.Addrs = readAddrs(t, "addrs")
+	}
+	if v, ok := t.str("master_name"); ok {
+		if v == "" || strings.IndexFunc(v, badNameRune) >= 0 {
+			t.errorf("master_name", "%q: want the name the Sentinels monitor the master under (sentinel monitor <name> ...), without whitespace", v)
+		} else {
+			o.MasterName = v
+		}
+	}
+	if v, ok := t.m["cluster"]; ok {
+		if b, isBool := v.(bool); isBool {
+			o.Cluster = b
+		} else {
+			t.errorf("cluster", "must be a boolean (true or false), not %s", tomlType(v))
+		}
+	}
+	for _, s := range []struct {
+		key string
+		dst *string
+	}{
+		{"username", &o.Username}, {"password", &o.Password},
+		{"sentinel_username", &o.SentinelUsername}, {"sentinel_password", &o.SentinelPassword},
+	} {
+		if v, ok := t.str(s.key); ok {
+			*s.dst = v
+		}
+	}
+	if n := t.integer("db", 0, math.MaxInt32, "a Redis database number"); n.set && !n.bad {
+		o.DB = n.v
+	}
+	if n := t.integer("min_replicas_ack", 0, MaxReplicasAck, "replicas that must acknowledge a claim"); n.set && !n.bad {
+		o.MinReplicasAck = n.v
+	}
+
+	// Which servers: url, or addrs with exactly one of master_name and
+	// cluster. Every key that the chosen mode would ignore is an error, so
+	// that a typo cannot silently pick another mode.
+	addrsSet := t.has("addrs")
+	switch {
+	case c.RedisURL != "" && addrsSet:
+		t.errorf("addrs", "set together with url (or url_env): url names one server; addrs lists Sentinels (with master_name) or Cluster nodes (with cluster = true); use one")
+	case addrsSet && o.MasterName != "" && o.Cluster:
+		t.errorf("cluster", "set together with master_name: master_name means Sentinel mode, cluster = true means Redis Cluster; use one")
+	case addrsSet && o.MasterName == "" && !o.Cluster && !t.has("master_name"):
+		t.errorf("addrs", "needs master_name (the Sentinels at addrs monitor that master) or cluster = true (addrs are Redis Cluster nodes); for one server use url")
+	}
+	if !addrsSet {
+		for _, key := range []string{"master_name", "cluster"} {
+			if t.has(key) && (key != "cluster" || o.Cluster) {
+				t.errorf(key, "needs addrs: the host:port of the Sentinels (master_name) or of Cluster nodes (cluster = true)")
+			}
+		}
+	}
+	for _, key := range []string{"username", "password", "db"} {
+		if t.has(key) && !addrsSet {
+			t.errorf(key, "only with addrs (Sentinel or Cluster); with url, put it in the URL: redis://user:password@host:port/db")
+		}
+	}
+	for _, key := range []string{"sentinel_username", "sentinel_password"} {
+		if t.has(key) && o.MasterName == "" {
+			t.errorf(key, "only with master_name: it authenticates slotd to the Sentinels")
+		}
+	}
+	if o.Cluster && o.DB != 0 {
+		t.errorf("db", "%d: a Redis Cluster has only database 0", o.DB)
+	}
+	if o.MinReplicasAck > 0 && c.RedisURL == "" && !addrsSet {
+		t.errorf("min_replicas_ack", "%d needs Redis (url or addrs): the embedded store has no replicas", o.MinReplicasAck)
+	}
+}
+
+// readAddrs reads a non-empty array of distinct "host:port" strings.
+func readAddrs(t table, key string) []string {
+	v := t.m[key]
+	list, ok := v.([]any)
+	if !ok {
+		t.errorf(key, "must be an array of \"host:port\" strings, not %s", tomlType(v))
+		return nil
+	}
+	if len(list) == 0 {
+		t.errorf(key, "is empty: list at least one \"host:port\" (or remove addrs and set url)")
+		return nil
+	}
+	out := make([]string, 0, len(list))
+	seen := map[string]bool{}
+	for i, e := range list {
+		s, ok := e.(string)
+		if !ok {
+			t.errorf(key, "item %d must be a \"host:port\" string, not %s", i+1, tomlType(e))
+			continue
+		}
+		if why := checkHostPort(s); why != "" {
+			t.errorf(key, "item %d %q: %s", i+1, s, why)
+			continue
+		}
+		if seen[s] {
+			t.errorf(key, "item %d %q is listed twice", i+1, s)
+			continue
+		}
+		seen[s] = true
+		out = append(out, s)
+	}
+	return out
+}
+
+// checkHostPort returns why s is not a "host:port" with a port in 1..65535,
+// or "".
+func checkHostPort(s string) string {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return "want host:port (an IPv6 host in brackets: [::1]:26379)"
+	}
+	if host == "" || strings.IndexFunc(host, badNameRune) >= 0 {
+		return "the host is empty or holds whitespace"
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return "the port must be a number from 1 to 65535"
+	}
+	return ""
+}

@@ -1,0 +1,110 @@
+package scheduler
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestRedisModes(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		redis string
+		mode  string
+		check func(*Config) bool
+	}{
+		{"embedded", ``, ModeEmbedded, func(c *Config) bool { return c.Embedded() }},
+		{"embedded with empty url", `url = ""`, ModeEmbedded, func(c *Config) bool { return c.Embedded() }},
+		{"url with ACL user", `url = "redis://slotd:pw@db.internal:6380/3"`, ModeURL,
+			func(c *Config) bool { return c.RedisURL == "redis://slotd:pw@db.internal:6380/3" && !c.Embedded() }},
+		{"url over TLS", `url = "rediss://slotd:pw@db.internal:6380/0"`, ModeURL, nil},
+		{"url with min_replicas_ack", "url = \"redis://db:6379\"\nmin_replicas_ack = 1", ModeURL,
+			func(c *Config) bool { return c.Redis.MinReplicasAck == 1 }},
+		{"sentinel", `addrs = ["s1:26379", "s2:26379", "[::1]:26379"]
+master_name = "mymaster"
+username = "slotd"
+password = "pw"
+sentinel_username = "sent"
+sentinel_password = "spw"
+db = 2
+min_replicas_ack = 1`, ModeSentinel, func(c *Config) bool {
+			o := c.Redis
+			return slices.Equal(o.Addrs, []string{"s1:26379", "s2:26379", "[::1]:26379"}) && o.MasterName == "mymaster" &&
+				o.Username == "slotd" && o.Password == "pw" && o.SentinelUsername == "sent" && o.SentinelPassword == "spw" &&
+				o.DB == 2 && o.MinReplicasAck == 1 && !o.Cluster
+		}},
+		{"sentinel with empty url", "url = \"\"\naddrs = [\"s1:26379\"]\nmaster_name = \"m\"", ModeSentinel, nil},
+		{"cluster", "addrs = [\"n1:6379\", \"n2:6379\"]\ncluster = true\npassword = \"pw\"", ModeCluster,
+			func(c *Config) bool { return c.Redis.Cluster && len(c.Redis.Addrs) == 2 && c.Redis.Password == "pw" }},
+		{"one cluster seed", "addrs = [\"n1:6379\"]\ncluster = true", ModeCluster, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := ParseConfig([]byte("[redis]\n"+tc.redis+"\n"+minimal), "test.toml", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := cfg.RedisMode(); got != tc.mode {
+				t.Errorf("mode = %q, want %q", got, tc.mode)
+			}
+			if tc.check != nil && !tc.check(cfg) {
+				t.Errorf("config read as %+v (url %q)", cfg.Redis, cfg.RedisURL)
+			}
+		})
+	}
+}
+
+func TestRedisModeErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		redis string
+		want  []string
+	}{
+		{"url with addrs", "url = \"redis://h:6379\"\naddrs = [\"h:6379\"]\ncluster = true", []string{"redis.addrs", "together with url", "use one"}},
+		{"master_name with cluster", "addrs = [\"h:26379\"]\nmaster_name = \"m\"\ncluster = true", []string{"redis.cluster", "together with master_name"}},
+		{"addrs alone", "addrs = [\"h:6379\", \"g:6379\"]", []string{"redis.addrs", "needs master_name", "cluster = true"}},
+		{"addrs with cluster false", "addrs = [\"h:6379\"]\ncluster = false", []string{"redis.addrs", "needs master_name"}},
+		{"empty addrs", "addrs = []\ncluster = true", []string{"redis.addrs", "is empty"}},
+		{"addrs not an array", "addrs = \"h:6379\"\ncluster = true", []string{"redis.addrs", "must be an array", `the string "h:6379"`}},
+		{"addr not a string", "addrs = [6379]\ncluster = true", []string{"redis.addrs", "item 1", "the integer 6379"}},
+		{"addr without port", "addrs = [\"h\"]\ncluster = true", []string{"redis.addrs", `item 1 "h"`, "want host:port"}},
+		{"addr bad port", "addrs = [\"h:1\", \"h:70000\"]\ncluster = true", []string{"redis.addrs", `item 2 "h:70000"`, "1 to 65535"}},
+		{"addr named port", "addrs = [\"h:redis\"]\ncluster = true", []string{"redis.addrs", "1 to 65535"}},
+		{"addr empty host", "addrs = [\":6379\"]\ncluster = true", []string{"redis.addrs", "host is empty"}},
+		{"addr twice", "addrs = [\"h:6379\", \"h:6379\"]\ncluster = true", []string{"redis.addrs", "item 2", "twice"}},
+		{"master_name without addrs", "master_name = \"m\"", []string{"redis.master_name", "needs addrs"}},
+		{"cluster without addrs", "cluster = true", []string{"redis.cluster", "needs addrs"}},
+		{"cluster not a bool", "addrs = [\"h:1\"]\ncluster = \"yes\"", []string{"redis.cluster", "must be a boolean", `the string "yes"`}},
+		{"master_name empty", "addrs = [\"h:1\"]\nmaster_name = \"\"", []string{"redis.master_name"}},
+		{"password with url", "url = \"redis://h:6379\"\npassword = \"pw\"", []string{"redis.password", "only with addrs", "in the URL"}},
+		{"username embedded", "username = \"u\"", []string{"redis.username", "only with addrs"}},
+		{"db with url", "url = \"redis://h:6379\"\ndb = 1", []string{"redis.db", "only with addrs"}},
+		{"db on a cluster", "addrs = [\"h:1\"]\ncluster = true\ndb = 1", []string{"redis.db", "only database 0"}},
+		{"db negative", "addrs = [\"h:1\"]\nmaster_name = \"m\"\ndb = -1", []string{"redis.db", "out of range"}},
+		{"sentinel_password on a cluster", "addrs = [\"h:1\"]\ncluster = true\nsentinel_password = \"x\"", []string{"redis.sentinel_password", "only with master_name"}},
+		{"sentinel_username with url", "url = \"redis://h:6379\"\nsentinel_username = \"x\"", []string{"redis.sentinel_username", "only with master_name"}},
+		{"min_replicas_ack embedded", "min_replicas_ack = 1", []string{"redis.min_replicas_ack", "needs Redis"}},
+		{"min_replicas_ack negative", "url = \"redis://h:6379\"\nmin_replicas_ack = -1", []string{"redis.min_replicas_ack", "out of range"}},
+		{"min_replicas_ack string", "url = \"redis://h:6379\"\nmin_replicas_ack = \"1\"", []string{"redis.min_replicas_ack", "must be an integer"}},
+		{"unknown key", "url = \"redis://h:6379\"\nsentinels = [\"h:1\"]", []string{`unknown key "redis.sentinels"`, "master_name"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseConfig([]byte("[redis]\n"+tc.redis+"\n"+minimal), "test.toml", nil)
+			if err == nil {
+				t.Fatalf("no error; want one containing %q", tc.want)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q\ndoes not contain %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// Passwords are never quoted in errors.
+func TestRedisModeErrorsHidePasswords(t *testing.T) {
+	_, err := ParseConfig([]byte("[redis]\nurl = \"redis://h:6379\"\npassword = \"s3cret\"\nsentinel_password = \"s3cret2\"\n"+minimal), "x", nil)
+	if err == nil || strings.Contains(err.Error(), "s3cret") {
+		t.Fatalf("err = %v; want errors that do not quote the passwords", err)
+	}
+}
