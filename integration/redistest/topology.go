@@ -145,7 +145,7 @@ func StartReplica(t testing.TB, master *Server, extra ...string) *Server {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	err := mc.ConfigSet(ctx, "repl-diskless-sync-delay", "0").Err()
 	cancel()
-	mc.Close()
+	defer mc.Close()
 	if err != nil {
 		t.Fatalf("redistest: config set on master %s: %v", master.Addr, err)
 	}
@@ -158,6 +158,31 @@ func StartReplica(t testing.TB, master *Server, extra ...string) *Server {
 		if in["master_link_status"] != "up" {
 			return "master_link_status:" + in["master_link_status"]
 		}
+		// A replica fresh from a diskless sync is online on the master a
+		// moment before WAIT counts it (its acknowledgements start with its
+		// first periodic REPLCONF ACK): wait until a write on the master is
+		// acknowledged by every replica it has, so that tests of WAIT start
+		// from a replica that answers.
+		mi, err := info(master.Addr, "replication")
+		if err != nil {
+			return err.Error()
+		}
+		n, _ := strconv.Atoi(mi["connected_slaves"])
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		conn := mc.Conn()
+		defer conn.Close()
+		if err := conn.Set(ctx, "redistest:replica-ack", s.Addr, time.Second).Err(); err != nil {
+			return err.Error()
+		}
+		acks, err := conn.Wait(ctx, n, 100*time.Millisecond).Result()
+		if err != nil {
+			return err.Error()
+		}
+		if int(acks) < n {
+			return "WAIT acknowledged by " + strconv.Itoa(int(acks)) + " of " + strconv.Itoa(n) + " replicas"
+		}
+		conn.Del(ctx, "redistest:replica-ack")
 		return ""
 	})
 	return s
