@@ -90,8 +90,10 @@ func (l *Lease) Lost() bool {
 
 // margin is how long before the lease could run out the watchdog declares
 // it lost: a tenth of the lease, for the task to stop and for clock drift
-// between this host and Redis.
-func (l *Lease) margin() time.Duration { return l.ttl / 10 }
+// between this host and Redis, and never less than Redlock's drift, so that
+// on a Redlock store the lease is held against at most its validity
+// (lease − elapsed − drift, elapsed counted from Claim.Sent).
+func (l *Lease) margin() time.Duration { return leaseMargin(l.ttl) }
 
 // validUntil is the end of the lease as far as this process can prove it.
 func (l *Lease) validUntil() time.Time {

@@ -247,8 +247,9 @@ func parseValue(v string) (st State, err error) {
 // Signals do not queue beyond one: a waiter that was busy sees one pending
 // signal, which is all it needs to claim again.
 type Watch struct {
-	c    chan struct{}
-	stop func()
+	c     chan struct{}
+	stop  func()
+	relay *Watch // set: signals go to relay instead (a Redlock node's watch)
 }
 
 // C is the channel on which releases are signalled.
@@ -258,6 +259,10 @@ func (w *Watch) C() <-chan struct{} { return w.c }
 func (w *Watch) Stop() { w.stop() }
 
 func (w *Watch) notify() {
+	if w.relay != nil {
+		w.relay.notify()
+		return
+	}
 	select {
 	case w.c <- struct{}{}:
 	default:

@@ -252,9 +252,12 @@ func (r *Redis) Time(ctx context.Context) (time.Time, error) {
 // prefix's release channel; a notification lost while the subscription
 // reconnects costs only promptness, since watchers also wake when the
 // holder's lease runs out.
-func (r *Redis) Watch(slot Slot) *Watch {
+func (r *Redis) Watch(slot Slot) *Watch { return r.watchInto(slot, nil) }
+
+// watchInto is Watch, with the signals sent to relay when it is not nil.
+func (r *Redis) watchInto(slot Slot, relay *Watch) *Watch {
 	key, _ := Keys(r.prefix, slot)
-	w := &Watch{c: make(chan struct{}, 1)}
+	w := &Watch{c: make(chan struct{}, 1), relay: relay}
 	w.stop = sync.OnceFunc(func() {
 		r.mu.Lock()
 		r.watch.remove(key, w)

@@ -1,0 +1,514 @@
+package lock
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed redlock_align.lua
+	redlockAlignLua    string
+	redlockAlignScript = redis.NewScript(redlockAlignLua)
+	//go:embed redlock_unclaim.lua
+	redlockUnclaimLua    string
+	redlockUnclaimScript = redis.NewScript(redlockUnclaimLua)
+)
+
+// ErrNoQuorum: the nodes of a Redlock store did not agree, a quorum of them
+// on one answer, or too few answered. The outcome is unknown: the caller
+// must not run the task, and should wait a random delay before it tries
+// again, so that contenders that split the vote do not collide again.
+var ErrNoQuorum = errors.New("lock: no quorum")
+
+// DefaultRedlockNodeTimeout bounds each call to each node of a Redlock store
+// that has no lease to scale with (complete, release, state, time, rerun);
+// claims and renewals are bounded by a tenth of the lease.
+const DefaultRedlockNodeTimeout = 2 * time.Second
+
+// Redlock is the slot protocol on N independent Redis masters (Redlock):
+// every operation runs the single-server scripts on all nodes in parallel,
+// each call bounded by a per-node timeout, and succeeds when a quorum of
+// N/2+1 nodes agrees. A claim is won when a quorum granted it within its
+// validity (lease − elapsed − drift; drift = lease/100 + 2ms), and a Lease
+// on it is held against no more than that validity.
+//
+// Every node keeps its own attempts counter. A claim's attempt is the
+// highest a winner counted, and the winners whose counters were behind (a
+// node was down, or came back empty) are renumbered to it before the claim
+// counts as won, so the owner value is the same on every node; since two
+// quorums share a node, the next claim counts past it and fencing tokens
+// never repeat — as long as no node forgets what it acknowledged. A node
+// that restarts empty must stay down longer than the longest done TTL, or
+// run with appendfsync always: otherwise it can, with one other node that
+// missed the writes, form a quorum that lets a done slot run again or hand
+// out an attempt number again.
+type Redlock struct {
+	nodes   []*Redis
+	timeout time.Duration // 0: lease/10 for claims and renewals, DefaultRedlockNodeTimeout otherwise
+}
+
+// RedlockOption configures a Redlock store.
+type RedlockOption func(*Redlock)
+
+// WithRedlockNodeTimeout bounds every call to each node (default: a tenth
+// of the lease for claims and renewals, DefaultRedlockNodeTimeout for the
+// rest). Redlock wants it small against the lease, so that a dead node
+// costs a claim little of its validity.
+func WithRedlockNodeTimeout(d time.Duration) RedlockOption {
+	return func(r *Redlock) { r.timeout = d }
+}
+
+// NewRedlock returns the slot protocol on nodes, independent masters (not
+// replicas of one another, nor a Cluster), with keys under prefix. It does
+// no I/O; Close stops the pub/sub subscriptions Watch starts. Each client
+// must be built with ContextTimeoutEnabled, as for NewRedis. It is an error
+// to pass no nodes or a nil one.
+func NewRedlock(nodes []Client, prefix string, opts ...RedlockOption) (*Redlock, error) {
+	if len(nodes) == 0 {
+		return nil, errors.New("lock: redlock store: no nodes")
+	}
+	r := &Redlock{}
+	for i, c := range nodes {
+		if c == nil {
+			return nil, fmt.Errorf("lock: redlock store: node %d is nil", i)
+		}
+		r.nodes = append(r.nodes, NewRedis(c, prefix))
+	}
+	for _, o := range opts {
+		o(r)
+	}
+	return r, nil
+}
+
+// nodeTimeout is the bound of one call to one node; lease is 0 for calls
+// that do not take one.
+func (r *Redlock) nodeTimeout(lease time.Duration) time.Duration {
+	switch {
+	case r.timeout > 0:
+		return r.timeout
+	case lease > 0:
+		return max(lease/10, time.Millisecond)
+	}
+	return DefaultRedlockNodeTimeout
+}
+
+func (r *Redlock) quorum() int { return quorum(len(r.nodes)) }
+
+// all runs op on every node in parallel.
+func all[T any](ctx context.Context, r *Redlock, lease time.Duration, op func(context.Context, *Redis) (T, error)) []nodeResult[T] {
+	return fanOut(ctx, r.nodes, r.nodeTimeout(lease), op)
+}
+
+// Claim implements Store: the claim script on every node. Won needs a
+// quorum of grants within the validity; any other result needs a quorum
+// of nodes that answered it; no quorum on anything is an error wrapping
+// ErrNoQuorum. A claim that is not won is released on every node that
+// granted it (owner-checked; a node whose reply was lost keeps its grant
+// until the lease runs out).
+func (r *Redlock) Claim(ctx context.Context, slot Slot, replica string, p Policy) (Claim, error) {
+	sent := time.Now()
+	res := all(ctx, r, p.Lease, func(ctx context.Context, n *Redis) (Claim, error) {
+		return n.Claim(ctx, slot, replica, p)
+	})
+	var (
+		count = map[Result]int{}
+		att   = make([]int, len(res)) // the attempt each node granted, 0: none
+		top   int
+		errs  []error
+	)
+	for i, nr := range res {
+		if nr.Err != nil {
+			errs = append(errs, fmt.Errorf("node %d: %w", i, nr.Err))
+			continue
+		}
+		count[nr.Val.Result]++
+		if nr.Val.Result == Won {
+			att[i] = nr.Val.Attempt
+			top = max(top, att[i])
+		}
+	}
+	q := r.quorum()
+	if count[Won] >= q {
+		won := r.align(ctx, slot, replica, p, att, top)
+		if v := validity(p.Lease, time.Since(sent)); won >= q && v > 0 {
+			c := Claim{Result: Won, Attempt: top, Sent: sent}
+			c.Now, c.Base = r.merge(res, Won)
+			return c, nil
+		} else if won < q {
+			errs = append(errs, fmt.Errorf("attempt %d renumbered on %d of %d nodes", top, won, len(r.nodes)))
+		} else {
+			errs = append(errs, fmt.Errorf("granted after its validity ran out (the round took %v of a %v lease)",
+				time.Since(sent).Round(time.Millisecond), p.Lease))
+		}
+		count[Won] = 0
+	}
+	r.undo(ctx, slot, replica, p, att)
+	for _, want := range []Result{Done, Held, Exhausted, Early, Late} {
+		if count[want] >= q {
+			return r.decide(res, want, sent), nil
+		}
+	}
+	foreign := 0
+	for _, nr := range res {
+		if errors.Is(nr.Err, ErrForeign) {
+			foreign++
+		}
+	}
+	tally := errors.New(tallyText(count, len(res)-len(errs), len(r.nodes), q))
+	if foreign >= q {
+		return Claim{}, fmt.Errorf("lock: claim %s: %w", slot, errors.Join(append([]error{tally}, errs...)...))
+	}
+	return Claim{}, fmt.Errorf("lock: claim %s: %w: %w", slot, ErrNoQuorum, errors.Join(append([]error{tally}, errs...)...))
+}
+
+// align renumbers the grants whose attempt is below top to top, and
+// returns how many nodes now hold the slot as attempt top. att is updated
+// to what each node holds.
+func (r *Redlock) align(ctx context.Context, slot Slot, replica string, p Policy, att []int, top int) int {
+	state, attempts := Keys(r.nodes[0].prefix, slot)
+	want := Owner{Replica: replica, Attempt: top}.value()
+	res := all(ctx, r, p.Lease, func(ctx context.Context, n *Redis) (bool, error) {
+		i := slices.Index(r.nodes, n)
+		switch {
+		case att[i] == 0:
+			return false, nil
+		case att[i] == top:
+			return true, nil
+		}
+		ok, err := redlockAlignScript.Run(ctx, n.rdb, []string{state, attempts},
+			Owner{Replica: replica, Attempt: att[i]}.value(), want, top, p.DoneTTL.Milliseconds()).Int()
+		return ok == 1, err
+	})
+	won := 0
+	for i, nr := range res {
+		if nr.Err == nil && nr.Val {
+			att[i] = top
+			won++
+		}
+	}
+	return won
+}
+
+// undo takes back the grants of a claim that was not won, each under the
+// attempt its node holds, with the attempts they counted (nothing ran), on
+// a context the caller's cancellation does not stop. It wakes the slot's
+// watchers, as a release does.
+func (r *Redlock) undo(ctx context.Context, slot Slot, replica string, p Policy, att []int) {
+	state, attempts := Keys(r.nodes[0].prefix, slot)
+	all(context.WithoutCancel(ctx), r, p.Lease, func(ctx context.Context, n *Redis) (bool, error) {
+		a := att[slices.Index(r.nodes, n)]
+		if a == 0 {
+			return false, nil
+		}
+		ok, err := redlockUnclaimScript.Run(ctx, n.rdb, []string{state, attempts},
+			Owner{Replica: replica, Attempt: a}.value(), a, n.channel).Int()
+		return ok == 1, err
+	})
+}
+
+// merge returns the median of the clocks of the nodes that answered want,
+// and the highest base among them.
+func (r *Redlock) merge(res []nodeResult[Claim], want Result) (time.Time, int) {
+	var nows []time.Time
+	base := 0
+	for _, nr := range res {
+		if nr.Err == nil && nr.Val.Result == want {
+			nows = append(nows, nr.Val.Now)
+			base = max(base, nr.Val.Base)
+		}
+	}
+	return median(nows), base
+}
+
+// decide builds the quorum's answer want (not Won) from the nodes that gave
+// it: the holder most of them name with its highest attempt, and for Held
+// and Early the wait until enough of them would answer otherwise for a
+// quorum to grant.
+func (r *Redlock) decide(res []nodeResult[Claim], want Result, sent time.Time) Claim {
+	c := Claim{Result: want, Sent: sent}
+	c.Now, c.Base = r.merge(res, want)
+	holders := map[string]int{}
+	var waits []time.Duration
+	for _, nr := range res {
+		if nr.Err != nil || nr.Val.Result != want {
+			continue
+		}
+		v := nr.Val
+		waits = append(waits, v.Wait)
+		if v.Holder != "" {
+			holders[v.Holder]++
+		}
+		if want == Exhausted {
+			c.Attempt = max(c.Attempt, v.Attempt)
+		}
+	}
+	for h, n := range holders {
+		if n > holders[c.Holder] || (n == holders[c.Holder] && h < c.Holder) {
+			c.Holder = h
+		}
+	}
+	for _, nr := range res {
+		if nr.Err == nil && nr.Val.Result == want && nr.Val.Holder == c.Holder && c.Holder != "" {
+			c.Attempt = max(c.Attempt, nr.Val.Attempt)
+		}
+	}
+	if want == Held || want == Early {
+		// The nodes that did not answer want count for a grant already; the
+		// k-th shortest wait frees the rest of a quorum.
+		slices.Sort(waits)
+		k := max(1, r.quorum()-(len(r.nodes)-len(waits)))
+		c.Wait = waits[k-1]
+	}
+	return c
+}
+
+func tallyText(count map[Result]int, answered, n, q int) string {
+	s := fmt.Sprintf("%d of %d nodes answered, %d needed to agree", answered, n, q)
+	for _, res := range []Result{Won, Held, Done, Exhausted, Early, Late} {
+		if count[res] > 0 {
+			s += fmt.Sprintf("; %s: %d", res, count[res])
+		}
+	}
+	return s
+}
+
+// median is the middle of ts (the later of the two middles), or the zero
+// time if ts is empty.
+func median(ts []time.Time) time.Time {
+	if len(ts) == 0 {
+		return time.Time{}
+	}
+	ts = slices.Clone(ts)
+	slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
+	return ts[len(ts)/2]
+}
+
+// owned runs one of the owner-checked operations on every node: nil when a
+// quorum confirmed it, an error wrapping ErrNotHeld when so many nodes said
+// not held that no quorum can confirm it, and another error otherwise.
+func (r *Redlock) owned(ctx context.Context, op string, slot Slot, owner Owner, lease time.Duration, f func(context.Context, *Redis) error) error {
+	res := all(ctx, r, lease, func(ctx context.Context, n *Redis) (struct{}, error) {
+		return struct{}{}, f(ctx, n)
+	})
+	ok, not := 0, 0
+	var errs []error
+	for i, nr := range res {
+		switch {
+		case nr.Err == nil:
+			ok++
+		case errors.Is(nr.Err, ErrNotHeld):
+			not++
+		default:
+			errs = append(errs, fmt.Errorf("node %d: %w", i, nr.Err))
+		}
+	}
+	q := r.quorum()
+	switch {
+	case ok >= q:
+		return nil
+	case not > len(r.nodes)-q:
+		return fmt.Errorf("lock: %s %s attempt %d: %d of %d nodes: %w", op, slot, owner.Attempt, not, len(r.nodes), ErrNotHeld)
+	}
+	return fmt.Errorf("lock: %s %s attempt %d: confirmed by %d of %d nodes, %d needed: %w: %w",
+		op, slot, owner.Attempt, ok, len(r.nodes), q, ErrNoQuorum, errors.Join(errs...))
+}
+
+// Renew implements Store: on a quorum, each node bounded by a tenth of the
+// lease.
+func (r *Redlock) Renew(ctx context.Context, slot Slot, owner Owner, lease time.Duration) error {
+	return r.owned(ctx, "renew", slot, owner, lease, func(ctx context.Context, n *Redis) error {
+		return n.Renew(ctx, slot, owner, lease)
+	})
+}
+
+// Complete implements Store: done on a quorum.
+func (r *Redlock) Complete(ctx context.Context, slot Slot, owner Owner, doneTTL time.Duration) error {
+	return r.owned(ctx, "complete", slot, owner, 0, func(ctx context.Context, n *Redis) error {
+		return n.Complete(ctx, slot, owner, doneTTL)
+	})
+}
+
+// Release implements Store: freed on a quorum; every node that frees it
+// publishes the release.
+func (r *Redlock) Release(ctx context.Context, slot Slot, owner Owner) error {
+	return r.owned(ctx, "release", slot, owner, 0, func(ctx context.Context, n *Redis) error {
+		return n.Release(ctx, slot, owner)
+	})
+}
+
+// Watch implements Store: one subscription per node (each started by the
+// first Watch), and a release heard from any node wakes the watcher.
+func (r *Redlock) Watch(slot Slot) *Watch {
+	w := &Watch{c: make(chan struct{}, 1)}
+	subs := make([]*Watch, len(r.nodes))
+	for i, n := range r.nodes {
+		subs[i] = n.watchInto(slot, w)
+	}
+	w.stop = func() {
+		for _, s := range subs {
+			s.Stop()
+		}
+	}
+	return w
+}
+
+// Subscribe starts every node's release subscription and waits until a
+// quorum of them has confirmed it (see Redis.Subscribe); go-redis keeps
+// trying the others.
+func (r *Redlock) Subscribe(ctx context.Context) error {
+	res := all(ctx, r, 0, func(ctx context.Context, n *Redis) (struct{}, error) {
+		return struct{}{}, n.Subscribe(ctx)
+	})
+	ok := 0
+	var errs []error
+	for i, nr := range res {
+		if nr.Err == nil {
+			ok++
+		} else {
+			errs = append(errs, fmt.Errorf("node %d: %w", i, nr.Err))
+		}
+	}
+	if ok < r.quorum() {
+		return fmt.Errorf("lock: subscribe: %d of %d nodes: %w: %w", ok, len(r.nodes), ErrNoQuorum, errors.Join(errs...))
+	}
+	return nil
+}
+
+// Close stops every node's subscription and waits for its goroutine. It
+// does not close the go-redis clients, which the caller owns.
+func (r *Redlock) Close() error {
+	var errs []error
+	for _, n := range r.nodes {
+		errs = append(errs, n.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// State implements Store.
+func (r *Redlock) State(ctx context.Context, slot Slot) (State, error) {
+	sts, err := r.States(ctx, []Slot{slot})
+	if len(sts) == 0 {
+		return State{}, err
+	}
+	return sts[0], err
+}
+
+// States implements Store: each slot as most of the nodes that answered
+// see it (the value a majority of them hold, or else the most common one),
+// with the highest attempts count any of them has. It needs a quorum of
+// nodes to answer.
+func (r *Redlock) States(ctx context.Context, slots []Slot) ([]State, error) {
+	res := all(ctx, r, 0, func(ctx context.Context, n *Redis) ([]State, error) {
+		sts, err := n.States(ctx, slots)
+		if sts == nil {
+			return nil, err
+		}
+		return sts, nil // a foreign value is reported below, once
+	})
+	var answered [][]State
+	var errs []error
+	for i, nr := range res {
+		if nr.Err != nil {
+			errs = append(errs, fmt.Errorf("node %d: %w", i, nr.Err))
+			continue
+		}
+		answered = append(answered, nr.Val)
+	}
+	if len(answered) < r.quorum() {
+		return nil, fmt.Errorf("lock: state of %d slots: %d of %d nodes answered: %w: %w",
+			len(slots), len(answered), len(r.nodes), ErrNoQuorum, errors.Join(errs...))
+	}
+	out := make([]State, len(slots))
+	var ferrs []error
+	for i := range slots {
+		votes := map[string]int{}
+		attempts := 0
+		for _, sts := range answered {
+			votes[sts[i].Value]++
+			attempts = max(attempts, sts[i].Attempts)
+		}
+		best := ""
+		for v, n := range votes {
+			if n > votes[best] || (n == votes[best] && v > best) {
+				best = v
+			}
+		}
+		for _, sts := range answered {
+			if sts[i].Value == best {
+				out[i] = sts[i]
+				break
+			}
+		}
+		out[i].Attempts = attempts
+		if out[i].Status == "foreign" {
+			ferrs = append(ferrs, fmt.Errorf("lock: state %s: %w: %q", slots[i], ErrForeign, best))
+		}
+	}
+	return out, errors.Join(ferrs...)
+}
+
+// Time implements Store: the median of the clocks of the nodes that
+// answered, which needs a quorum of them.
+func (r *Redlock) Time(ctx context.Context) (time.Time, error) {
+	res := all(ctx, r, 0, func(ctx context.Context, n *Redis) (time.Time, error) { return n.Time(ctx) })
+	var ts []time.Time
+	var errs []error
+	for i, nr := range res {
+		if nr.Err != nil {
+			errs = append(errs, fmt.Errorf("node %d: %w", i, nr.Err))
+			continue
+		}
+		ts = append(ts, nr.Val)
+	}
+	if len(ts) < r.quorum() {
+		return time.Time{}, fmt.Errorf("lock: time: %d of %d nodes answered: %w: %w", len(ts), len(r.nodes), ErrNoQuorum, errors.Join(errs...))
+	}
+	return median(ts), nil
+}
+
+// Rerun implements Store: the rerun script on every node. Cleared when a
+// quorum cleared it (Attempts: the highest count, Woken: summed over the
+// nodes); refused when a quorum refused it; otherwise an error wrapping
+// ErrNoQuorum. A node that cleared while the quorum refused stays cleared:
+// without a quorum that is no grant.
+func (r *Redlock) Rerun(ctx context.Context, slot Slot, force bool) (Rerun, error) {
+	res := all(ctx, r, 0, func(ctx context.Context, n *Redis) (Rerun, error) { return n.Rerun(ctx, slot, force) })
+	var cleared, refused Rerun
+	nc, nr := 0, 0
+	var errs []error
+	for i, x := range res {
+		switch {
+		case x.Err != nil:
+			errs = append(errs, fmt.Errorf("node %d: %w", i, x.Err))
+		case x.Val.Cleared:
+			nc++
+			cleared.Cleared = true
+			cleared.Woken += x.Val.Woken
+			cleared.Attempts = max(cleared.Attempts, x.Val.Attempts)
+			if cleared.Previous == "" {
+				cleared.Previous = x.Val.Previous
+			}
+		default:
+			nr++
+			if refused.Refused == "" || x.Val.Refused == "running" {
+				refused.Refused, refused.Previous, refused.TTL = x.Val.Refused, x.Val.Previous, x.Val.TTL
+			}
+			refused.Attempts = max(refused.Attempts, x.Val.Attempts)
+		}
+	}
+	q := r.quorum()
+	switch {
+	case nc >= q:
+		return cleared, nil
+	case nr >= q:
+		return refused, nil
+	}
+	return Rerun{}, fmt.Errorf("lock: rerun %s: cleared on %d, refused on %d of %d nodes: %w: %w",
+		slot, nc, nr, len(r.nodes), ErrNoQuorum, errors.Join(errs...))
+}
