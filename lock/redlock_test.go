@@ -2,7 +2,11 @@ package lock_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -86,5 +90,230 @@ func redlockHarness(t *testing.T) harness {
 		plant: func(k, v string) {
 			each(func(_ int, c *redis.Client) { c.Set(ctx, k, v, time.Hour) })
 		},
+	}
+}
+
+// redlockSlot is a slot open now, unique to the test.
+func redlockSlot(t *testing.T) lock.Slot {
+	now := time.Now()
+	return lock.Slot{
+		Task:     fmt.Sprintf("%s-%d", strings.ReplaceAll(t.Name(), "/", "."), testSeq.Add(1)),
+		ID:       now.UTC().Format("20060102150405"),
+		Time:     now.Add(-time.Minute),
+		Deadline: now.Add(time.Hour),
+	}
+}
+
+// nodeKeys reads slot's state and attempts keys on every node ("" when
+// missing).
+func nodeKeys(t *testing.T, clients []*redis.Client, slot lock.Slot) (states, attempts []string) {
+	ctx := context.Background()
+	state, att := lock.Keys("slotd", slot)
+	for _, c := range clients {
+		states = append(states, c.Get(ctx, state).Val())
+		attempts = append(attempts, c.Get(ctx, att).Val())
+	}
+	return states, attempts
+}
+
+// answeredClaim claims until a quorum answers: go-redis redials a node it
+// gave up on (while it was down) within about a second of a restart.
+func answeredClaim(t *testing.T, r *lock.Redlock, slot lock.Slot, replica string, p lock.Policy) lock.Claim {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := r.Claim(context.Background(), slot, replica, p)
+		if err == nil {
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no claim of %s answered by a quorum within 30s: %v", slot, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// With 2 of 5 nodes down a slot is still claimed, held, completed and seen
+// done, and a release published by the nodes still up wakes a watcher.
+func TestRedlockTwoOfFiveDown(t *testing.T) {
+	ctx := context.Background()
+	srvs, clients := startNodes(t, 5)
+	r := newRedlock(t, clients)
+	srvs[1].Stop()
+	srvs[3].Stop()
+	slot := redlockSlot(t)
+	w := r.Watch(slot)
+	defer w.Stop()
+	a, err := r.Claim(ctx, slot, "a", policy)
+	if err != nil || a.Result != lock.Won || a.Attempt != 1 {
+		t.Fatalf("claim with 3 of 5 up = %+v, %v; want won attempt 1", a, err)
+	}
+	if c, err := r.Claim(ctx, slot, "b", policy); err != nil || c.Result != lock.Held || c.Holder != "a" {
+		t.Fatalf("second claim = %+v, %v; want held by a", c, err)
+	}
+	own := lock.Owner{Replica: "a", Attempt: 1}
+	if err := r.Renew(ctx, slot, own, policy.Lease); err != nil {
+		t.Fatalf("renew on 3 of 5: %v", err)
+	}
+	if err := r.Release(ctx, slot, own); err != nil {
+		t.Fatalf("release on 3 of 5: %v", err)
+	}
+	select {
+	case <-w.C():
+	case <-time.After(10 * time.Second):
+		t.Fatal("watcher not woken within 10s of a release on 3 of 5 nodes")
+	}
+	b, err := r.Claim(ctx, slot, "b", policy)
+	if err != nil || b.Result != lock.Won || b.Attempt != 2 {
+		t.Fatalf("claim after the release = %+v, %v; want won attempt 2", b, err)
+	}
+	if err := r.Complete(ctx, slot, lock.Owner{Replica: "b", Attempt: 2}, policy.DoneTTL); err != nil {
+		t.Fatalf("complete on 3 of 5: %v", err)
+	}
+	if c, err := r.Claim(ctx, slot, "c", policy); err != nil || c.Result != lock.Done || c.Holder != "b" || c.Attempt != 2 {
+		t.Fatalf("claim of the done slot = %+v, %v; want done by b attempt 2", c, err)
+	}
+	if st, err := r.State(ctx, slot); err != nil || st.Status != "done" || st.Attempts != 2 {
+		t.Fatalf("state = %+v, %v; want done after 2 attempts", st, err)
+	}
+}
+
+// With 3 of 5 nodes down nothing is won and nothing is counted: the two
+// nodes up give their grants back with the attempts they counted.
+func TestRedlockThreeOfFiveDown(t *testing.T) {
+	ctx := context.Background()
+	srvs, clients := startNodes(t, 5)
+	r := newRedlock(t, clients)
+	for _, i := range []int{0, 2, 4} {
+		srvs[i].Stop()
+	}
+	slot := redlockSlot(t)
+	for range 5 {
+		c, err := r.Claim(ctx, slot, "a", policy)
+		if !errors.Is(err, lock.ErrNoQuorum) || c.Result == lock.Won {
+			t.Fatalf("claim with 2 of 5 up = %+v, %v; want ErrNoQuorum", c, err)
+		}
+	}
+	states, attempts := nodeKeys(t, clients[1:2], slot)
+	s2, a2 := nodeKeys(t, clients[3:4], slot)
+	if states[0]+s2[0]+attempts[0]+a2[0] != "" {
+		t.Fatalf("failed rounds left keys on the nodes up: states %q %q, attempts %q %q", states, s2, attempts, a2)
+	}
+	if _, err := r.Time(ctx); !errors.Is(err, lock.ErrNoQuorum) {
+		t.Fatalf("time from 2 of 5: %v, want ErrNoQuorum", err)
+	}
+	if _, err := r.State(ctx, slot); !errors.Is(err, lock.ErrNoQuorum) {
+		t.Fatalf("state from 2 of 5: %v, want ErrNoQuorum", err)
+	}
+	for _, i := range []int{0, 2, 4} {
+		srvs[i].Restart()
+	}
+	c := answeredClaim(t, r, slot, "a", policy)
+	if c.Result != lock.Won || c.Attempt != 1 {
+		t.Fatalf("claim after recovery = %+v; want won attempt 1 (the failed rounds counted nothing)", c)
+	}
+}
+
+// Nodes restarted empty, a minority at a time, count attempts from zero
+// again; the quorum's attempt is the highest a winner counted, every
+// winner is renumbered to it, and no fencing token repeats.
+func TestRedlockTokensGrowPastEmptyNodes(t *testing.T) {
+	ctx := context.Background()
+	srvs, clients := startNodes(t, 5)
+	r := newRedlock(t, clients)
+	slot := redlockSlot(t)
+	p := policy
+	p.MaxAttempts = 10
+	var tokens []int64
+	for round, restart := range [][]int{{0, 1}, {2, 3}, {4, 0}, {1, 2}} {
+		replica := "r" + strconv.Itoa(round)
+		c := answeredClaim(t, r, slot, replica, p)
+		if c.Result != lock.Won {
+			t.Fatalf("round %d: claim = %+v", round, c)
+		}
+		tokens = append(tokens, lock.Token(slot.Time, c.Attempt))
+		states, attempts := nodeKeys(t, clients, slot)
+		want := "run:" + replica + ":" + strconv.Itoa(c.Attempt)
+		for i := range clients {
+			if states[i] != want || attempts[i] != strconv.Itoa(c.Attempt) {
+				t.Fatalf("round %d: node %d holds %q with %q attempts; want %q with %d on every node",
+					round, i, states[i], attempts[i], want, c.Attempt)
+			}
+		}
+		if err := r.Release(ctx, slot, lock.Owner{Replica: replica, Attempt: c.Attempt}); err != nil {
+			t.Fatal(err)
+		}
+		for _, i := range restart {
+			srvs[i].Restart() // empty: it forgot the slot
+		}
+	}
+	for i := 1; i < len(tokens); i++ {
+		if tokens[i] <= tokens[i-1] {
+			t.Fatalf("fencing tokens %v: not strictly increasing", tokens)
+		}
+	}
+}
+
+// A claim whose round outlasts its validity (a node stalled past the
+// lease) is not won, and the grants it did get are given back.
+func TestRedlockLateRoundIsNotWon(t *testing.T) {
+	ctx := context.Background()
+	srvs, clients := startNodes(t, 5)
+	r := newRedlock(t, clients, lock.WithRedlockNodeTimeout(2*time.Second))
+	srvs[4].Signal(syscall.SIGSTOP)
+	defer srvs[4].Signal(syscall.SIGCONT)
+	slot := redlockSlot(t)
+	p := policy
+	p.Lease = 200 * time.Millisecond // the stalled node costs the round its 2s timeout
+	c, err := r.Claim(ctx, slot, "a", p)
+	if err == nil || c.Result == lock.Won {
+		t.Fatalf("claim past its validity = %+v, %v; want an error", c, err)
+	}
+	if !strings.Contains(err.Error(), "validity") {
+		t.Errorf("error %q does not say the validity ran out", err)
+	}
+	states, attempts := nodeKeys(t, clients[:4], slot)
+	for i := range 4 {
+		if states[i] != "" || attempts[i] != "" {
+			t.Fatalf("node %d kept %q, attempts %q after a late round", i, states[i], attempts[i])
+		}
+	}
+}
+
+// Split votes: a node granted to another contender counts as held, and a
+// claim that no quorum answers alike is an ErrNoQuorum that leaves the
+// grants it got undone.
+func TestRedlockSplitVoteUndone(t *testing.T) {
+	ctx := context.Background()
+	srvs, clients := startNodes(t, 5)
+	r := newRedlock(t, clients)
+	slot := redlockSlot(t)
+	state, att := lock.Keys("slotd", slot)
+	for _, c := range clients[:2] { // x holds two nodes: a stale grant
+		c.Set(ctx, state, "run:x:1", time.Minute)
+		c.Set(ctx, att, "1", time.Hour)
+	}
+	srvs[3].Stop()
+	srvs[4].Stop()
+	_, err := r.Claim(ctx, slot, "a", policy)
+	if !errors.Is(err, lock.ErrNoQuorum) {
+		t.Fatalf("2 held, 1 granted, 2 down: %v, want ErrNoQuorum", err)
+	}
+	if states, attempts := nodeKeys(t, clients[2:3], slot); states[0] != "" || attempts[0] != "" {
+		t.Fatalf("node 2 kept %q, attempts %q", states[0], attempts[0])
+	}
+	srvs[3].Restart()
+	if _, err := r.Claim(ctx, slot, "a", policy); !errors.Is(err, lock.ErrNoQuorum) {
+		t.Fatalf("2 held, 2 granted, 1 down: %v, want ErrNoQuorum", err)
+	}
+	srvs[4].Restart()
+	if c := answeredClaim(t, r, slot, "a", policy); c.Result != lock.Won || c.Attempt != 1 {
+		t.Fatalf("2 held, 3 granted = %+v; want won attempt 1", c)
+	}
+	for _, cl := range clients[:2] {
+		cl.Set(ctx, state, "run:x:1", time.Minute)
+	}
+	if c, err := r.Claim(ctx, slot, "b", policy); err != nil || c.Result != lock.Held || c.Holder != "a" {
+		t.Fatalf("claim while a holds 3 of 5 = %+v, %v; want held by a", c, err)
 	}
 }

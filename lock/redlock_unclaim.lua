@@ -10,16 +10,22 @@
 -- ARGV[2]  that attempt
 -- ARGV[3]  release channel
 --
--- The counter goes back only while it still reads the grant's attempt:
--- the state key blocked every other claim on this node until this script
--- deletes it, so nothing counted past it, unless the grant's lease ran out
--- first (then the state no longer matches and nothing is changed).
+-- The counter goes back only while it still reads the grant's attempt and
+-- the state is the grant's, or gone (its lease ran out while the round
+-- went on): nothing counted past the grant then — the state key blocked
+-- every other claim on this node until it went, and a later claim that
+-- was won left its own state or a higher count behind.
 --
--- Returns 1 when undone, 0 when the node no longer holds the grant.
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+-- Returns 1 when undone, 0 when another owner's state is there (nothing
+-- is changed then).
+local v = redis.call('GET', KEYS[1])
+if v and v ~= ARGV[1] then
   return 0
 end
-redis.call('DEL', KEYS[1])
+if v then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[3], KEYS[1])
+end
 local n = tonumber(ARGV[2])
 if tonumber(redis.call('GET', KEYS[2]) or '') == n then
   if n > 1 then
@@ -28,5 +34,4 @@ if tonumber(redis.call('GET', KEYS[2]) or '') == n then
     redis.call('DEL', KEYS[2])
   end
 end
-redis.call('PUBLISH', ARGV[3], KEYS[1])
 return 1
