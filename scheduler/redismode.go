@@ -1,10 +1,14 @@
 package scheduler
 
 import (
+	"errors"
 	"math"
 	"net"
+	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // RedisOptions is how slotd reaches Redis when it is not one server named by
@@ -24,7 +28,15 @@ type RedisOptions struct {
 	// after a complete, WAIT for this many replicas of the master that took
 	// the write (0, the default: do not wait). See lock.WithMinReplicasAck.
 	MinReplicasAck int
+	// Redlock is [redis] redlock: the URLs of at least MinRedlockNodes
+	// independent masters, each parsed as url is; the slot protocol runs
+	// on all of them and a quorum decides (see lock.NewRedlock).
+	Redlock []string
 }
+
+// MinRedlockNodes is the fewest masters [redis] redlock takes: with fewer,
+// a quorum is every node and one node down stops every slot.
+const MinRedlockNodes = 3
 
 // Redis connection modes, as RedisMode names them.
 const (
@@ -32,11 +44,14 @@ const (
 	ModeURL      = "url"      // one server (or a proxy) named by [redis] url
 	ModeSentinel = "sentinel" // [redis] addrs + master_name
 	ModeCluster  = "cluster"  // [redis] addrs + cluster = true
+	ModeRedlock  = "redlock"  // [redis] redlock: independent masters, decided by quorum
 )
 
 // RedisMode says how this configuration reaches Redis.
 func (c *Config) RedisMode() string {
 	switch {
+	case len(c.Redis.Redlock) > 0:
+		return ModeRedlock
 	case c.Redis.MasterName != "":
 		return ModeSentinel
 	case c.Redis.Cluster:
@@ -53,7 +68,7 @@ func (c *Config) Embedded() bool { return c.RedisMode() == ModeEmbedded }
 
 // The [redis] keys of the Sentinel and Cluster modes, and min_replicas_ack.
 var redisModeKeys = []string{"addrs", "master_name", "cluster", "username", "password",
-	"sentinel_username", "sentinel_password", "db", "min_replicas_ack"}
+	"sentinel_username", "sentinel_password", "db", "min_replicas_ack", "redlock"}
 
 // MaxReplicasAck bounds min_replicas_ack: far more replicas than anyone runs.
 const MaxReplicasAck = 100
@@ -129,8 +144,61 @@ func (c *Config) readRedisMode(t table) {
 	if o.Cluster && o.DB != 0 {
 		t.errorf("db", "%d: a Redis Cluster has only database 0", o.DB)
 	}
+	if t.has("redlock") {
+		c.readRedlock(t)
+		return
+	}
 	if o.MinReplicasAck > 0 && c.RedisURL == "" && !addrsSet {
 		t.errorf("min_replicas_ack", "%d needs Redis (url or addrs): the embedded store has no replicas", o.MinReplicasAck)
+	}
+}
+
+// readRedlock reads [redis] redlock, an array of at least MinRedlockNodes
+// Redis URLs of distinct servers, and refuses every key of the other modes
+// beside it. A URL is never quoted, since it may hold a password: an item
+// is named by its position and its host:port.
+func (c *Config) readRedlock(t table) {
+	for _, key := range []string{"url", "url_env", "addrs", "master_name", "cluster", "min_replicas_ack"} {
+		if t.has(key) && (key != "url" || c.RedisURL != "") {
+			t.errorf("redlock", "set together with %s: redlock lists every master slotd uses (a URL each); remove %s", key, key)
+		}
+	}
+	list, ok := t.m["redlock"].([]any)
+	if !ok {
+		t.errorf("redlock", "must be an array of Redis URLs (redis://[user:password@]host:port[/db]), not %s", tomlType(t.m["redlock"]))
+		return
+	}
+	if len(list) < MinRedlockNodes {
+		t.errorf("redlock", "lists %d URL(s): Redlock needs at least %d independent masters (an odd number, so that a majority survives the loss of the others)", len(list), MinRedlockNodes)
+		return
+	}
+	urls := make([]string, 0, len(list))
+	seen := map[string]int{}
+	for i, e := range list {
+		s, ok := e.(string)
+		if !ok {
+			t.errorf("redlock", "item %d must be a Redis URL string, not %s", i+1, tomlType(e))
+			continue
+		}
+		opt, err := redis.ParseURL(s)
+		if err != nil {
+			var ue *url.Error // it would quote the URL, password included
+			if errors.As(err, &ue) {
+				err = ue.Err
+			}
+			t.errorf("redlock", "item %d: invalid Redis URL (want redis://[user:password@]host:port[/db], rediss://... or unix://...): %v", i+1, err)
+			continue
+		}
+		server := opt.Network + " " + opt.Addr
+		if j, dup := seen[server]; dup {
+			t.errorf("redlock", "items %d and %d name the same server %s: Redlock needs independent masters", j, i+1, opt.Addr)
+			continue
+		}
+		seen[server] = i + 1
+		urls = append(urls, s)
+	}
+	if len(urls) == len(list) {
+		c.Redis.Redlock = urls
 	}
 }
 

@@ -1,9 +1,14 @@
 package scheduler
 
 import (
+	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/slotd/slotd/lock"
 )
 
 func TestRedisModes(t *testing.T) {
@@ -37,6 +42,12 @@ min_replicas_ack = 1`, ModeSentinel, func(c *Config) bool {
 		{"cluster", "addrs = [\"n1:6379\", \"n2:6379\"]\ncluster = true\npassword = \"pw\"", ModeCluster,
 			func(c *Config) bool { return c.Redis.Cluster && len(c.Redis.Addrs) == 2 && c.Redis.Password == "pw" }},
 		{"one cluster seed", "addrs = [\"n1:6379\"]\ncluster = true", ModeCluster, nil},
+		{"redlock", `redlock = ["redis://:pw@a:6379", "redis://b:6379/2", "rediss://c:6380", "redis://a:6380"]`, ModeRedlock,
+			func(c *Config) bool {
+				return slices.Equal(c.Redis.Redlock, []string{"redis://:pw@a:6379", "redis://b:6379/2", "rediss://c:6380", "redis://a:6380"}) &&
+					c.RedisURL == "" && !c.Embedded()
+			}},
+		{"redlock with empty url", "url = \"\"\nredlock = [\"redis://a:1\", \"redis://b:1\", \"redis://c:1\"]", ModeRedlock, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, err := ParseConfig([]byte("[redis]\n"+tc.redis+"\n"+minimal), "test.toml", nil)
@@ -85,6 +96,14 @@ func TestRedisModeErrors(t *testing.T) {
 		{"min_replicas_ack embedded", "min_replicas_ack = 1", []string{"redis.min_replicas_ack", "needs Redis"}},
 		{"min_replicas_ack negative", "url = \"redis://h:6379\"\nmin_replicas_ack = -1", []string{"redis.min_replicas_ack", "out of range"}},
 		{"min_replicas_ack string", "url = \"redis://h:6379\"\nmin_replicas_ack = \"1\"", []string{"redis.min_replicas_ack", "must be an integer"}},
+		{"redlock with url", "url = \"redis://h:6379\"\nredlock = [\"redis://a:1\", \"redis://b:1\", \"redis://c:1\"]", []string{"redis.redlock", "together with url"}},
+		{"redlock with addrs", "addrs = [\"h:1\"]\ncluster = true\nredlock = [\"redis://a:1\", \"redis://b:1\", \"redis://c:1\"]", []string{"redis.redlock", "together with addrs", "together with cluster"}},
+		{"redlock with min_replicas_ack", "min_replicas_ack = 1\nredlock = [\"redis://a:1\", \"redis://b:1\", \"redis://c:1\"]", []string{"redis.redlock", "together with min_replicas_ack"}},
+		{"redlock too short", "redlock = [\"redis://a:1\", \"redis://b:1\"]", []string{"redis.redlock", "lists 2 URL(s)", "at least 3"}},
+		{"redlock not an array", "redlock = \"redis://a:1\"", []string{"redis.redlock", "must be an array", "the string"}},
+		{"redlock item not a string", "redlock = [\"redis://a:1\", 2, \"redis://c:1\"]", []string{"redis.redlock", "item 2", "the integer 2"}},
+		{"redlock bad url", "redlock = [\"redis://a:1\", \"http://b:1\", \"redis://c:1\"]", []string{"redis.redlock", "item 2", "invalid Redis URL"}},
+		{"redlock same server twice", "redlock = [\"redis://a:1/0\", \"redis://b:1\", \"redis://:pw@a:1/3\"]", []string{"redis.redlock", "items 1 and 3", "same server a:1"}},
 		{"unknown key", "url = \"redis://h:6379\"\nsentinels = [\"h:1\"]", []string{`unknown key "redis.sentinels"`, "master_name"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -98,6 +117,42 @@ func TestRedisModeErrors(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Passwords are never quoted in errors, nor the redlock URLs that hold them.
+func TestRedlockErrorsHidePasswords(t *testing.T) {
+	for _, redlock := range []string{
+		`["redis://:s3cret@a:1", "redis://:s3cret@a:1", "redis://c:1"]`,
+		`["redis://:s3cret@a:1", "redis://:s3cret@b:1/x", "redis://c:1"]`,
+		`["redis://:s3cret@a:1", "redis://:s3cret@b:1"]`,
+	} {
+		_, err := ParseConfig([]byte("[redis]\nredlock = "+redlock+"\n"+minimal), "x", nil)
+		if err == nil || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("redlock = %s: err = %v; want an error that does not quote the password", redlock, err)
+		}
+	}
+}
+
+// After a Redlock round without a quorum the first retry is already
+// random (Redlock's random delay); after other errors it is the backoff's
+// floor, growing.
+func TestClaimRetryJitteredAfterNoQuorum(t *testing.T) {
+	s := New(&Config{}, nil)
+	noQuorum := fmt.Errorf("claim: %w", lock.ErrNoQuorum)
+	seen := map[time.Duration]bool{}
+	for range 200 {
+		d := s.claimRetry(noQuorum, 0)
+		if d < s.backoff.Min || d > 2*s.backoff.Min {
+			t.Fatalf("retry after no quorum = %v, want within [%v, %v]", d, s.backoff.Min, 2*s.backoff.Min)
+		}
+		seen[d] = true
+	}
+	if len(seen) < 10 {
+		t.Errorf("retry after no quorum took %d distinct values in 200 draws: not random", len(seen))
+	}
+	if d := s.claimRetry(errors.New("connection refused"), 0); d != s.backoff.Min {
+		t.Errorf("first retry after another error = %v, want the floor %v", d, s.backoff.Min)
 	}
 }
 

@@ -305,7 +305,7 @@ func (s *Scheduler) claim(ctx, hard context.Context, t *Task, slot lock.Slot, w 
 	*last = c.Result
 	if err != nil {
 		s.m.claims.WithLabelValues(t.Name, resultError).Inc()
-		wait := s.backoff.Delay(*failures)
+		wait := s.claimRetry(err, *failures)
 		*failures++
 		switch {
 		case ctx.Err() != nil:
@@ -352,6 +352,18 @@ func (s *Scheduler) claim(ctx, hard context.Context, t *Task, slot lock.Slot, w 
 		return c.Wait, false
 	}
 	return s.backoff.Delay(0), false
+}
+
+// claimRetry is the wait before claiming again after the failures-th
+// failed claim in a row. After a Redlock round without a quorum (a split
+// vote, or too few nodes answered) it is random from the first retry on —
+// Redlock's random delay, so that contenders that split one round do not
+// collide again in the next; Backoff.Delay(0) alone would be exactly Min.
+func (s *Scheduler) claimRetry(err error, failures int) time.Duration {
+	if errors.Is(err, lock.ErrNoQuorum) {
+		return s.backoff.Delay(failures + 1)
+	}
+	return s.backoff.Delay(failures)
 }
 
 // attempt runs a won claim and completes or releases the slot. It reports
