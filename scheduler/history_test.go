@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -18,9 +19,57 @@ import (
 // histories returns both implementations, the Redis one on a fresh server.
 func histories(t *testing.T) map[string]scheduler.History {
 	srv := redistest.Start(t)
+	a, b := redistest.Start(t), redistest.Start(t)
 	return map[string]scheduler.History{
 		"memory": scheduler.NewMemoryHistory(0),
 		"redis":  scheduler.NewRedisHistory(srv.Client(), "slotd", time.Hour),
+		"multi": scheduler.NewMultiHistory(scheduler.NewRedisHistory(a.Client(), "slotd", time.Hour),
+			scheduler.NewRedisHistory(b.Client(), "slotd", time.Hour)),
+	}
+}
+
+// A MultiHistory (Redlock mode: one stream per node) reads the union of
+// what its stores hold, once each, newest first, while any of them
+// answers, and takes appends while any of them does.
+func TestMultiHistoryMergesAndSurvives(t *testing.T) {
+	ctx := context.Background()
+	a, b := redistest.Start(t), redistest.Start(t)
+	ha := scheduler.NewRedisHistory(a.Client(), "slotd", time.Hour)
+	hb := scheduler.NewRedisHistory(b.Client(), "slotd", time.Hour)
+	m := scheduler.NewMultiHistory(ha, hb)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(m.Append(ctx, "job", entry("s", 1, "failure", "x")))
+	must(ha.Append(ctx, "job", entry("s", 2, "failure", "y"))) // b was down
+	must(hb.Append(ctx, "job", entry("s", 3, "success", "")))  // a was down
+	attempts := func(es []scheduler.HistoryEntry) (out []int) {
+		for _, e := range es {
+			out = append(out, e.Attempt)
+		}
+		return out
+	}
+	got, err := m.Recent(ctx, "job", 10)
+	if err != nil || fmt.Sprint(attempts(got)) != "[3 2 1]" {
+		t.Fatalf("merged = %v, %v; want attempts [3 2 1], each once", attempts(got), err)
+	}
+	if got, _ := m.Recent(ctx, "job", 2); fmt.Sprint(attempts(got)) != "[3 2]" {
+		t.Fatalf("newest 2 = %v, want [3 2]", attempts(got))
+	}
+	b.Stop()
+	must(m.Append(ctx, "job", entry("s", 4, "success", "")))
+	if got, err := m.Recent(ctx, "job", 10); err != nil || fmt.Sprint(attempts(got)) != "[4 2 1]" {
+		t.Fatalf("with b down = %v, %v; want [4 2 1] from a", attempts(got), err)
+	}
+	a.Stop()
+	if err := m.Append(ctx, "job", entry("s", 5, "success", "")); err == nil {
+		t.Fatal("append with every store down: want an error")
+	}
+	if _, err := m.Recent(ctx, "job", 10); err == nil {
+		t.Fatal("read with every store down: want an error")
 	}
 }
 
