@@ -188,27 +188,24 @@ func run(ctx context.Context, cfg *scheduler.Config, log *slog.Logger) error {
 	var store lock.Store
 	var hist scheduler.History
 	if cfg.Embedded() {
-		log.Warn("no [redis] url or addrs: using the embedded in-memory store; slots are not shared with other replicas")
+		log.Warn("no [redis] url, addrs or redlock: using the embedded in-memory store; slots are not shared with other replicas")
 		store = lock.NewMemory(nil)
 		hist = scheduler.NewMemoryHistory(0)
 	} else {
-		rdb, err := newRedisClient(cfg, -1)
+		b, err := openBackend(cfg, -1)
 		if err != nil {
 			return err
 		}
-		defer rdb.Close()
-		log.Info("redis", "mode", cfg.RedisMode(), "min_replicas_ack", cfg.Redis.MinReplicasAck)
-		r := lock.NewRedis(rdb, cfg.Prefix, redisStoreOptions(cfg)...)
-		defer r.Close()
+		defer b.Close()
+		log.Info("redis", "mode", cfg.RedisMode(), "min_replicas_ack", cfg.Redis.MinReplicasAck, "redlock_nodes", len(cfg.Redis.Redlock))
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		if err := r.Subscribe(sctx); err != nil {
+		if err := b.store.Subscribe(sctx); err != nil {
 			// Not fatal: watches subscribe again by themselves, and claims fail
 			// closed until Redis answers.
 			log.Warn("release notifications not subscribed yet", "err", err)
 		}
 		cancel()
-		store = r
-		hist = scheduler.NewRedisHistory(rdb, cfg.Prefix, scheduler.HistoryTTL(cfg))
+		store, hist = b.store, b.hist
 	}
 
 	sched := scheduler.New(cfg, store, scheduler.WithLogger(log), scheduler.WithRegisterer(reg),

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -55,6 +57,73 @@ func newRedisClient(cfg *scheduler.Config, maxRetries int) (redis.UniversalClien
 		return redis.NewUniversalClient(uo), nil
 	}
 	return nil, fmt.Errorf("no Redis configured: the embedded store is in use")
+}
+
+// backend is slotd's shared state in cfg's Redis mode: the slot store, the
+// run history, and the clients under them.
+type backend struct {
+	store interface {
+		lock.Store
+		Subscribe(ctx context.Context) error
+		Close() error
+	}
+	hist    scheduler.History
+	clients []redis.UniversalClient
+}
+
+// openBackend builds the store and history of cfg's Redis mode; see
+// newRedisClient for maxRetries. In Redlock mode there is one client per
+// master (each parsed as [redis] url is), the slot protocol runs on all of
+// them through lock.NewRedlock, and the history is kept on every one of
+// them (scheduler.MultiHistory). It does no I/O. The caller closes it.
+func openBackend(cfg *scheduler.Config, maxRetries int) (*backend, error) {
+	b := &backend{}
+	if cfg.RedisMode() != scheduler.ModeRedlock {
+		rdb, err := newRedisClient(cfg, maxRetries)
+		if err != nil {
+			return nil, err
+		}
+		b.clients = []redis.UniversalClient{rdb}
+		b.store = lock.NewRedis(rdb, cfg.Prefix, redisStoreOptions(cfg)...)
+		b.hist = scheduler.NewRedisHistory(rdb, cfg.Prefix, scheduler.HistoryTTL(cfg))
+		return b, nil
+	}
+	nodes := make([]lock.Client, 0, len(cfg.Redis.Redlock))
+	hists := make([]scheduler.History, 0, len(cfg.Redis.Redlock))
+	for i, u := range cfg.Redis.Redlock {
+		opt, err := redis.ParseURL(u)
+		if err != nil { // validated at load; not expected, and never quoted
+			_ = b.Close()
+			return nil, fmt.Errorf("redis redlock item %d: invalid URL", i+1)
+		}
+		opt.ContextTimeoutEnabled = true
+		if maxRetries >= 0 {
+			opt.MaxRetries = maxRetries
+		}
+		c := redis.NewClient(opt)
+		b.clients = append(b.clients, c)
+		nodes = append(nodes, c)
+		hists = append(hists, scheduler.NewRedisHistory(c, cfg.Prefix, scheduler.HistoryTTL(cfg)))
+	}
+	store, err := lock.NewRedlock(nodes, cfg.Prefix)
+	if err != nil {
+		_ = b.Close()
+		return nil, err
+	}
+	b.store, b.hist = store, scheduler.NewMultiHistory(hists...)
+	return b, nil
+}
+
+// Close stops the store's subscriptions, then closes the clients.
+func (b *backend) Close() error {
+	var errs []error
+	if b.store != nil {
+		errs = append(errs, b.store.Close())
+	}
+	for _, c := range b.clients {
+		errs = append(errs, c.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // redisStoreOptions are the lock options cfg asks for.

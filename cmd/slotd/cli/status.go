@@ -14,8 +14,6 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/scheduler"
 )
@@ -73,7 +71,7 @@ func parseCommand(name string, args []string, stderr io.Writer, names []string, 
 
 // openShared loads the configuration at path and connects to its Redis.
 // It prints why not and returns the exit code if it cannot.
-func openShared(name, path string, stderr io.Writer) (*scheduler.Config, redis.UniversalClient, int) {
+func openShared(name, path string, stderr io.Writer) (*scheduler.Config, *backend, int) {
 	cfg, ok := loadConfig(path, discard, stderr)
 	if !ok {
 		return nil, nil, exitUsage
@@ -83,16 +81,16 @@ func openShared(name, path string, stderr io.Writer) (*scheduler.Config, redis.U
 		if cfg.Listen != "off" {
 			where = fmt.Sprintf("; a running daemon shows its own on http://%s/", cfg.Listen)
 		}
-		fmt.Fprintf(stderr, "slotd %s: %s has no [redis] url or addrs: the daemon uses the embedded in-memory store, "+
+		fmt.Fprintf(stderr, "slotd %s: %s has no [redis] url, addrs or redlock: the daemon uses the embedded in-memory store, "+
 			"which lives inside the daemon process, so there is no shared state to read%s\n", name, path, where)
 		return nil, nil, exitError
 	}
-	rdb, err := newRedisClient(cfg, 1)
+	b, err := openBackend(cfg, 1)
 	if err != nil { // validated at load; this is not expected
 		fmt.Fprintf(stderr, "slotd: %s: %v\n", path, err)
 		return nil, nil, exitUsage
 	}
-	return cfg, rdb, exitOK
+	return cfg, b, exitOK
 }
 
 func findTask(cfg *scheduler.Config, name string) (*scheduler.Task, error) {
@@ -136,16 +134,14 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 		return exitUsage
 	}
-	cfg, rdb, code := openShared("status", path, stderr)
+	cfg, b, code := openShared("status", path, stderr)
 	if cfg == nil {
 		return code
 	}
-	defer rdb.Close()
+	defer b.Close()
 	ctx, cancel := context.WithTimeout(ctx, commandTimeout)
 	defer cancel()
-	store := lock.NewRedis(rdb, cfg.Prefix)
-	hist := scheduler.NewRedisHistory(rdb, cfg.Prefix, scheduler.HistoryTTL(cfg))
-	rep, err := report(ctx, cfg, store, hist, n)
+	rep, err := report(ctx, cfg, b.store, b.hist, n)
 	if err != nil {
 		fmt.Fprintf(stderr, "slotd status: %v\n", err)
 		return exitError
@@ -209,11 +205,11 @@ func cmdHistory(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 		return exitUsage
 	}
-	cfg, rdb, code := openShared("history", path, stderr)
+	cfg, b, code := openShared("history", path, stderr)
 	if cfg == nil {
 		return code
 	}
-	defer rdb.Close()
+	defer b.Close()
 	task, err := findTask(cfg, pos[0])
 	if err != nil {
 		fmt.Fprintf(stderr, "slotd history: %v\n", err)
@@ -221,7 +217,7 @@ func cmdHistory(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	ctx, cancel := context.WithTimeout(ctx, commandTimeout)
 	defer cancel()
-	entries, err := scheduler.NewRedisHistory(rdb, cfg.Prefix, scheduler.HistoryTTL(cfg)).Recent(ctx, task.Name, n)
+	entries, err := b.hist.Recent(ctx, task.Name, n)
 	if err != nil {
 		fmt.Fprintf(stderr, "slotd history: %v\n", err)
 		return exitError
@@ -266,11 +262,11 @@ func cmdRerun(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if !ok {
 		return exitUsage
 	}
-	cfg, rdb, code := openShared("rerun", path, stderr)
+	cfg, b, code := openShared("rerun", path, stderr)
 	if cfg == nil {
 		return code
 	}
-	defer rdb.Close()
+	defer b.Close()
 	task, err := findTask(cfg, pos[0])
 	if err != nil {
 		fmt.Fprintf(stderr, "slotd rerun: %v\n", err)
@@ -285,7 +281,7 @@ func cmdRerun(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	ctx, cancel := context.WithTimeout(ctx, commandTimeout)
 	defer cancel()
 
-	now, err := lock.NewRedis(rdb, cfg.Prefix).Time(ctx)
+	now, err := b.store.Time(ctx)
 	if err != nil {
 		fmt.Fprintf(stderr, "slotd rerun: %v\n", err)
 		return exitError
@@ -301,7 +297,7 @@ func cmdRerun(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitError
 	}
 
-	res, err := lock.NewRedis(rdb, cfg.Prefix).Rerun(ctx, slot, force)
+	res, err := b.store.Rerun(ctx, slot, force)
 	if err != nil {
 		fmt.Fprintf(stderr, "slotd rerun: %v\n", err)
 		return exitError
