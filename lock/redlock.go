@@ -117,16 +117,18 @@ func (r *Redlock) Claim(ctx context.Context, slot Slot, replica string, p Policy
 		return n.Claim(ctx, slot, replica, p)
 	})
 	var (
-		count = map[Result]int{}
-		att   = make([]int, len(res)) // the attempt each node granted, 0: none
-		top   int
-		errs  []error
+		count    = map[Result]int{}
+		answered int
+		att      = make([]int, len(res)) // the attempt each node granted, 0: none
+		top      int
+		errs     []error
 	)
 	for i, nr := range res {
 		if nr.Err != nil {
 			errs = append(errs, fmt.Errorf("node %d: %w", i, nr.Err))
 			continue
 		}
+		answered++
 		count[nr.Val.Result]++
 		if nr.Val.Result == Won {
 			att[i] = nr.Val.Attempt
@@ -148,19 +150,30 @@ func (r *Redlock) Claim(ctx context.Context, slot Slot, replica string, p Policy
 		}
 		count[Won] = 0
 	}
-	r.undo(ctx, slot, replica, p, att)
 	for _, want := range []Result{Done, Held, Exhausted, Early, Late} {
 		if count[want] >= q {
-			return r.decide(res, want, sent), nil
+			c := r.decide(res, want, sent)
+			// Wake the watchers only if the nodes that answered held were
+			// split between contenders, none of whom holds a quorum: they
+			// are giving their grants back too, and the slot is free.
+			// Otherwise a watcher woken by this undo would claim, grant the
+			// minority node again, undo, and wake the others, forever.
+			r.undo(ctx, slot, replica, p, att, want == Held && !c.agreed)
+			return c.Claim, nil
 		}
 	}
+	// A split vote among enough nodes for a quorum: wake the other
+	// contenders, whose grants are coming back too. With too few nodes
+	// answering nobody can win, and waking them would only make them fail
+	// again at once.
+	r.undo(ctx, slot, replica, p, att, answered >= q)
 	foreign := 0
 	for _, nr := range res {
 		if errors.Is(nr.Err, ErrForeign) {
 			foreign++
 		}
 	}
-	tally := errors.New(tallyText(count, len(res)-len(errs), len(r.nodes), q))
+	tally := errors.New(tallyText(count, answered, len(r.nodes), q))
 	if foreign >= q {
 		return Claim{}, fmt.Errorf("lock: claim %s: %w", slot, errors.Join(append([]error{tally}, errs...)...))
 	}
@@ -197,17 +210,21 @@ func (r *Redlock) align(ctx context.Context, slot Slot, replica string, p Policy
 
 // undo takes back the grants of a claim that was not won, each under the
 // attempt its node holds, with the attempts they counted (nothing ran), on
-// a context the caller's cancellation does not stop. It wakes the slot's
-// watchers, as a release does.
-func (r *Redlock) undo(ctx context.Context, slot Slot, replica string, p Policy, att []int) {
+// a context the caller's cancellation does not stop. With wake, it wakes
+// the slot's watchers, as a release does.
+func (r *Redlock) undo(ctx context.Context, slot Slot, replica string, p Policy, att []int, wake bool) {
 	state, attempts := Keys(r.nodes[0].prefix, slot)
+	channel := ""
+	if wake {
+		channel = r.nodes[0].channel
+	}
 	all(context.WithoutCancel(ctx), r, p.Lease, func(ctx context.Context, n *Redis) (bool, error) {
 		a := att[slices.Index(r.nodes, n)]
 		if a == 0 {
 			return false, nil
 		}
 		ok, err := redlockUnclaimScript.Run(ctx, n.rdb, []string{state, attempts},
-			Owner{Replica: replica, Attempt: a}.value(), a, n.channel).Int()
+			Owner{Replica: replica, Attempt: a}.value(), a, channel).Int()
 		return ok == 1, err
 	})
 }
@@ -230,7 +247,7 @@ func (r *Redlock) merge(res []nodeResult[Claim], want Result) (time.Time, int) {
 // it: the holder most of them name with its highest attempt, and for Held
 // and Early the wait until enough of them would answer otherwise for a
 // quorum to grant.
-func (r *Redlock) decide(res []nodeResult[Claim], want Result, sent time.Time) Claim {
+func (r *Redlock) decide(res []nodeResult[Claim], want Result, sent time.Time) decision {
 	c := Claim{Result: want, Sent: sent}
 	c.Now, c.Base = r.merge(res, want)
 	holders := map[string]int{}
@@ -265,7 +282,14 @@ func (r *Redlock) decide(res []nodeResult[Claim], want Result, sent time.Time) C
 		k := max(1, r.quorum()-(len(r.nodes)-len(waits)))
 		c.Wait = waits[k-1]
 	}
-	return c
+	return decision{c, holders[c.Holder] >= r.quorum()}
+}
+
+// decision is a quorum's answer, and whether a quorum of the nodes named
+// the same holder.
+type decision struct {
+	Claim
+	agreed bool
 }
 
 func tallyText(count map[Result]int, answered, n, q int) string {

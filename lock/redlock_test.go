@@ -317,3 +317,70 @@ func TestRedlockSplitVoteUndone(t *testing.T) {
 		t.Fatalf("claim while a holds 3 of 5 = %+v, %v; want held by a", c, err)
 	}
 }
+
+// publishes is how many PUBLISH commands the server behind c has run
+// (scripts' included).
+func publishes(t *testing.T, c *redis.Client) int {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(info, "cmdstat_publish:calls=")
+	if !ok {
+		return 0
+	}
+	n, err := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// A grant given back wakes the slot's watchers only after a split vote
+// among enough nodes for a quorum: not when a quorum names one holder (the
+// watchers would claim, grant the free node, give it back and wake each
+// other without end), nor when too few nodes answer for anyone to win.
+func TestRedlockUndoWakesOnlyAfterASplitVote(t *testing.T) {
+	ctx := context.Background()
+	srvs, clients := startNodes(t, 3)
+	r := newRedlock(t, clients)
+	held := redlockSlot(t)
+	srvs[0].Stop()
+	if c := answeredClaim(t, r, held, "a", policy); c.Result != lock.Won {
+		t.Fatalf("claim on nodes 1 and 2 = %+v", c)
+	}
+	srvs[0].Restart() // free of the slot
+	before := publishes(t, clients[0])
+	if c := answeredClaim(t, r, held, "b", policy); c.Result != lock.Held || c.Holder != "a" {
+		t.Fatalf("claim while a holds 2 of 3 = %+v, want held by a", c)
+	}
+	if states, attempts := nodeKeys(t, clients[:1], held); states[0] != "" || attempts[0] != "" {
+		t.Fatalf("node 0 kept b's grant %q, attempts %q", states[0], attempts[0])
+	}
+	if n := publishes(t, clients[0]) - before; n != 0 {
+		t.Errorf("giving back a grant while a holds a quorum published %d releases, want none", n)
+	}
+
+	split := redlockSlot(t)
+	state, _ := lock.Keys("slotd", split)
+	clients[1].Set(ctx, state, "run:x:1", time.Minute)
+	clients[2].Set(ctx, state, "run:y:1", time.Minute)
+	before = publishes(t, clients[0])
+	if c, err := r.Claim(ctx, split, "b", policy); err != nil || c.Result != lock.Held {
+		t.Fatalf("claim with x and y holding a node each = %+v, %v; want held", c, err)
+	}
+	if n := publishes(t, clients[0]) - before; n != 1 {
+		t.Errorf("giving back a grant after a split vote published %d releases, want 1", n)
+	}
+
+	srvs[1].Stop()
+	srvs[2].Stop()
+	before = publishes(t, clients[0])
+	if _, err := r.Claim(ctx, redlockSlot(t), "b", policy); !errors.Is(err, lock.ErrNoQuorum) {
+		t.Fatalf("claim on 1 of 3: %v, want ErrNoQuorum", err)
+	}
+	if n := publishes(t, clients[0]) - before; n != 0 {
+		t.Errorf("giving back a grant with 1 of 3 nodes up published %d releases, want none", n)
+	}
+}
