@@ -52,14 +52,6 @@ func BenchmarkLock(b *testing.B) {
 		}
 		return rawRelease.Run(ctx, rdb, []string{key}, "owner").Err()
 	}
-	claimComplete := func() error {
-		slot := benchSlot(now)
-		c, err := r.Claim(ctx, slot, "r", p)
-		if err != nil || c.Result != lock.Won {
-			return fmt.Errorf("claim: %v %v", c.Result, err)
-		}
-		return r.Complete(ctx, slot, lock.Owner{Replica: "r", Attempt: c.Attempt}, p.DoneTTL)
-	}
 	claimRelease := func() error {
 		slot := benchSlot(now)
 		c, err := r.Claim(ctx, slot, "r", p)
@@ -84,28 +76,47 @@ func BenchmarkLock(b *testing.B) {
 		op   func() error
 	}{
 		{"Raw/LockCycle", raw},
-		{"Slot/ClaimComplete", claimComplete},
+		{"Slot/ClaimComplete", claimComplete(ctx, r, p, now)},
 		{"Slot/ClaimRelease", claimRelease},
 		{"Raw/PExpire", rawRenew},
 		{"Slot/Renew", renew},
 	} {
-		b.Run(bc.name+"/seq", func(b *testing.B) {
-			for b.Loop() {
-				if err := bc.op(); err != nil {
-					b.Fatal(err)
+		seqPar(b, bc.name, bc.op)
+	}
+}
+
+// seqPar runs op as the sub-benchmarks name/seq (one at a time: latency)
+// and name/par (GOMAXPROCS×4 goroutines: throughput).
+func seqPar(b *testing.B, name string, op func() error) {
+	b.Run(name+"/seq", func(b *testing.B) {
+		for b.Loop() {
+			if err := op(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run(name+"/par", func(b *testing.B) {
+		b.SetParallelism(4)
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if err := op(); err != nil {
+					b.Error(err)
+					return
 				}
 			}
 		})
-		b.Run(bc.name+"/par", func(b *testing.B) {
-			b.SetParallelism(4)
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					if err := bc.op(); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-		})
+	})
+}
+
+// claimComplete is the success cycle on s: a claim of a fresh slot, then
+// its complete.
+func claimComplete(ctx context.Context, s lock.Store, p lock.Policy, now time.Time) func() error {
+	return func() error {
+		slot := benchSlot(now)
+		c, err := s.Claim(ctx, slot, "r", p)
+		if err != nil || c.Result != lock.Won {
+			return fmt.Errorf("claim: %v %v", c.Result, err)
+		}
+		return s.Complete(ctx, slot, lock.Owner{Replica: "r", Attempt: c.Attempt}, p.DoneTTL)
 	}
 }

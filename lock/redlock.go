@@ -184,6 +184,14 @@ func (r *Redlock) Claim(ctx context.Context, slot Slot, replica string, p Policy
 // returns how many nodes now hold the slot as attempt top. att is updated
 // to what each node holds.
 func (r *Redlock) align(ctx context.Context, slot Slot, replica string, p Policy, att []int, top int) int {
+	won, behind := 0, false
+	for _, a := range att {
+		won += min(a, 1)
+		behind = behind || (a > 0 && a < top)
+	}
+	if !behind { // the usual case: every winner counted alike
+		return won
+	}
 	state, attempts := Keys(r.nodes[0].prefix, slot)
 	want := Owner{Replica: replica, Attempt: top}.value()
 	res := all(ctx, r, p.Lease, func(ctx context.Context, n *Redis) (bool, error) {
@@ -198,7 +206,7 @@ func (r *Redlock) align(ctx context.Context, slot Slot, replica string, p Policy
 			Owner{Replica: replica, Attempt: att[i]}.value(), want, top, p.DoneTTL.Milliseconds()).Int()
 		return ok == 1, err
 	})
-	won := 0
+	won = 0
 	for i, nr := range res {
 		if nr.Err == nil && nr.Val {
 			att[i] = top

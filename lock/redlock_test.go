@@ -384,3 +384,35 @@ func TestRedlockUndoWakesOnlyAfterASplitVote(t *testing.T) {
 		t.Errorf("giving back a grant with 1 of 3 nodes up published %d releases, want none", n)
 	}
 }
+
+// BenchmarkRedlock prices Redlock: the success cycle (claim + complete) on
+// one server (lock.Redis, the baseline) and on Redlock stores of 3 and 5
+// local servers, in the same run:
+//
+//	go test -run '^$' -bench Redlock -benchtime 2s ./lock/
+func BenchmarkRedlock(b *testing.B) {
+	var clients []lock.Client
+	for range 5 {
+		s := redistest.Start(b)
+		c := redis.NewClient(&redis.Options{Addr: s.Addr, PoolSize: 64, ContextTimeoutEnabled: true})
+		b.Cleanup(func() { c.Close() })
+		clients = append(clients, c)
+	}
+	p := lock.Policy{Lease: 10 * time.Second, DoneTTL: time.Minute, MaxAttempts: 3}
+	ctx := context.Background()
+	now := time.Now()
+	for _, bc := range []struct {
+		name  string
+		nodes int
+	}{{"Single", 1}, {"Redlock3", 3}, {"Redlock5", 5}} {
+		var s lock.Store = lock.NewRedis(clients[0], "slotd")
+		if bc.nodes > 1 {
+			r, err := lock.NewRedlock(clients[:bc.nodes], "slotd")
+			if err != nil {
+				b.Fatal(err)
+			}
+			s = r
+		}
+		seqPar(b, bc.name, claimComplete(ctx, s, p, now))
+	}
+}

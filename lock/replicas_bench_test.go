@@ -2,7 +2,6 @@ package lock_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -32,31 +31,6 @@ func BenchmarkReplicasAck(b *testing.B) {
 		{"NoWait", lock.NewRedis(rdb, "slotd")},
 		{"Ack1", lock.NewRedis(rdb, "slotd", lock.WithMinReplicasAck(1, time.Second))},
 	} {
-		cycle := func() error {
-			slot := benchSlot(now)
-			c, err := bc.r.Claim(ctx, slot, "r", p)
-			if err != nil || c.Result != lock.Won {
-				return fmt.Errorf("claim: %v %v", c.Result, err)
-			}
-			return bc.r.Complete(ctx, slot, lock.Owner{Replica: "r", Attempt: c.Attempt}, p.DoneTTL)
-		}
-		b.Run(bc.name+"/seq", func(b *testing.B) {
-			for b.Loop() {
-				if err := cycle(); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-		b.Run(bc.name+"/par", func(b *testing.B) {
-			b.SetParallelism(4)
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					if err := cycle(); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-		})
+		seqPar(b, bc.name, claimComplete(ctx, bc.r, p, now))
 	}
 }
