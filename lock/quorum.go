@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 )
@@ -56,3 +57,51 @@ func fanOut[N, T any](ctx context.Context, nodes []N, timeout time.Duration, op 
 	wg.Wait()
 	return res
 }
+
+// fanOutUntil is fanOut for reads that a quorum of answers settles: as
+// soon as enough(results so far, answered so far) holds, the calls still
+// running are cancelled, and what they return is dropped (their results
+// read as never answered: a zero Val and Err errNotAsked). It still waits
+// for every call, so no goroutine outlives it; a cancelled call returns at
+// once. A dead or stalled node then costs a read nothing once the others
+// have answered.
+func fanOutUntil[N, T any](ctx context.Context, nodes []N, timeout time.Duration, op func(context.Context, N) (T, error),
+	enough func(res []nodeResult[T], answered []bool) bool) []nodeResult[T] {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type answer struct {
+		i int
+		r nodeResult[T]
+	}
+	ch := make(chan answer, len(nodes))
+	for i, n := range nodes {
+		go func() {
+			c, stop := context.WithTimeout(ctx, timeout)
+			defer stop()
+			v, err := op(c, n)
+			ch <- answer{i, nodeResult[T]{Val: v, Err: err}}
+		}()
+	}
+	res := make([]nodeResult[T], len(nodes))
+	answered := make([]bool, len(nodes))
+	for i := range res {
+		res[i].Err = errNotAsked
+	}
+	settled := false
+	for range nodes {
+		a := <-ch
+		if settled {
+			continue
+		}
+		res[a.i], answered[a.i] = a.r, true
+		if enough(res, answered) {
+			settled = true
+			cancel()
+		}
+	}
+	return res
+}
+
+// errNotAsked stands for the answer of a node that fanOutUntil stopped
+// waiting for.
+var errNotAsked = errors.New("lock: not waited for: a quorum had answered")

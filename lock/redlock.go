@@ -105,12 +105,34 @@ func all[T any](ctx context.Context, r *Redlock, lease time.Duration, op func(co
 	return fanOut(ctx, r.nodes, r.nodeTimeout(lease), op)
 }
 
+// read runs op on every node in parallel until a quorum has answered (or
+// so many failed that none can): reads need no more, and a stalled node
+// would otherwise cost each one the node timeout. The nodes not waited for
+// read as errors.
+func read[T any](ctx context.Context, r *Redlock, op func(context.Context, *Redis) (T, error)) []nodeResult[T] {
+	q := r.quorum()
+	return fanOutUntil(ctx, r.nodes, r.nodeTimeout(0), op, func(res []nodeResult[T], answered []bool) bool {
+		ok, failed := 0, 0
+		for i, a := range answered {
+			switch {
+			case !a:
+			case res[i].Err == nil:
+				ok++
+			default:
+				failed++
+			}
+		}
+		return ok >= q || failed > len(r.nodes)-q
+	})
+}
+
 // Claim implements Store: the claim script on every node. Won needs a
-// quorum of grants within the validity; any other result needs a quorum
-// of nodes that answered it; no quorum on anything is an error wrapping
-// ErrNoQuorum. A claim that is not won is released on every node that
-// granted it (owner-checked; a node whose reply was lost keeps its grant
-// until the lease runs out).
+// quorum of grants within the validity; Held a quorum naming one holder;
+// any other result a quorum of nodes that answered it; anything else (a
+// split vote, too few nodes answering) is an error wrapping ErrNoQuorum,
+// after which the caller should wait a random delay. A claim that is not
+// won is undone on every node that granted it (owner-checked; a node whose
+// reply was lost keeps its grant until the lease runs out).
 func (r *Redlock) Claim(ctx context.Context, slot Slot, replica string, p Policy) (Claim, error) {
 	sent := time.Now()
 	res := all(ctx, r, p.Lease, func(ctx context.Context, n *Redis) (Claim, error) {
@@ -150,23 +172,17 @@ func (r *Redlock) Claim(ctx context.Context, slot Slot, replica string, p Policy
 		}
 		count[Won] = 0
 	}
+	r.undo(ctx, slot, replica, p, att)
 	for _, want := range []Result{Done, Held, Exhausted, Early, Late} {
 		if count[want] >= q {
-			c := r.decide(res, want, sent)
-			// Wake the watchers only if the nodes that answered held were
-			// split between contenders, none of whom holds a quorum: they
-			// are giving their grants back too, and the slot is free.
-			// Otherwise a watcher woken by this undo would claim, grant the
-			// minority node again, undo, and wake the others, forever.
-			r.undo(ctx, slot, replica, p, att, want == Held && !c.agreed)
-			return c.Claim, nil
+			// Held needs a quorum naming one holder; nodes held by
+			// different contenders are a split vote, which they are giving
+			// back too.
+			if c := r.decide(res, want, sent); want != Held || c.agreed {
+				return c.Claim, nil
+			}
 		}
 	}
-	// A split vote among enough nodes for a quorum: wake the other
-	// contenders, whose grants are coming back too. With too few nodes
-	// answering nobody can win, and waking them would only make them fail
-	// again at once.
-	r.undo(ctx, slot, replica, p, att, answered >= q)
 	foreign := 0
 	for _, nr := range res {
 		if errors.Is(nr.Err, ErrForeign) {
@@ -218,21 +234,17 @@ func (r *Redlock) align(ctx context.Context, slot Slot, replica string, p Policy
 
 // undo takes back the grants of a claim that was not won, each under the
 // attempt its node holds, with the attempts they counted (nothing ran), on
-// a context the caller's cancellation does not stop. With wake, it wakes
-// the slot's watchers, as a release does.
-func (r *Redlock) undo(ctx context.Context, slot Slot, replica string, p Policy, att []int, wake bool) {
+// a context the caller's cancellation does not stop. It wakes no watcher
+// (see redlock_unclaim.lua).
+func (r *Redlock) undo(ctx context.Context, slot Slot, replica string, p Policy, att []int) {
 	state, attempts := Keys(r.nodes[0].prefix, slot)
-	channel := ""
-	if wake {
-		channel = r.nodes[0].channel
-	}
 	all(context.WithoutCancel(ctx), r, p.Lease, func(ctx context.Context, n *Redis) (bool, error) {
 		a := att[slices.Index(r.nodes, n)]
 		if a == 0 {
 			return false, nil
 		}
 		ok, err := redlockUnclaimScript.Run(ctx, n.rdb, []string{state, attempts},
-			Owner{Replica: replica, Attempt: a}.value(), a, channel).Int()
+			Owner{Replica: replica, Attempt: a}.value(), a).Int()
 		return ok == 1, err
 	})
 }
@@ -431,12 +443,11 @@ func (r *Redlock) State(ctx context.Context, slot Slot) (State, error) {
 	return sts[0], err
 }
 
-// States implements Store: each slot as most of the nodes that answered
-// see it (the value a majority of them hold, or else the most common one),
-// with the highest attempts count any of them has. It needs a quorum of
-// nodes to answer.
+// States implements Store: each slot as most of the first quorum of nodes
+// to answer see it (the value a majority of them hold, or else the most
+// common one), with the highest attempts count any of them has.
 func (r *Redlock) States(ctx context.Context, slots []Slot) ([]State, error) {
-	res := all(ctx, r, 0, func(ctx context.Context, n *Redis) ([]State, error) {
+	res := read(ctx, r, func(ctx context.Context, n *Redis) ([]State, error) {
 		sts, err := n.States(ctx, slots)
 		if sts == nil {
 			return nil, err
@@ -485,10 +496,10 @@ func (r *Redlock) States(ctx context.Context, slots []Slot) ([]State, error) {
 	return out, errors.Join(ferrs...)
 }
 
-// Time implements Store: the median of the clocks of the nodes that
-// answered, which needs a quorum of them.
+// Time implements Store: the median of the clocks of the first quorum of
+// nodes to answer.
 func (r *Redlock) Time(ctx context.Context) (time.Time, error) {
-	res := all(ctx, r, 0, func(ctx context.Context, n *Redis) (time.Time, error) { return n.Time(ctx) })
+	res := read(ctx, r, func(ctx context.Context, n *Redis) (time.Time, error) { return n.Time(ctx) })
 	var ts []time.Time
 	var errs []error
 	for i, nr := range res {

@@ -2,14 +2,14 @@
 -- that did not win on a quorum (a split vote, a late reply, a failed
 -- renumbering): free the slot, give back the attempt the grant counted
 -- (nobody ran it, so it must not count towards the cap, and it was never
--- anyone's fencing token), and, after a split vote, wake the slot's
--- watchers.
+-- anyone's fencing token). It wakes nobody: the contenders of a split
+-- vote retry after a random delay (Redlock's), and waking them all at once
+-- would only line them up for the next split.
 --
 -- KEYS[1]  state key     <prefix>:{<task>:<slot id>}
 -- KEYS[2]  attempts key  <prefix>:{<task>:<slot id>}:attempts
 -- ARGV[1]  the owner value this node granted, "run:<replica>:<attempt>"
 -- ARGV[2]  that attempt
--- ARGV[3]  release channel, or "" not to wake anyone
 --
 -- The counter goes back only while it still reads the grant's attempt and
 -- the state is the grant's, or gone (its lease ran out while the round
@@ -25,9 +25,6 @@ if v and v ~= ARGV[1] then
 end
 if v then
   redis.call('DEL', KEYS[1])
-  if ARGV[3] ~= '' then
-    redis.call('PUBLISH', ARGV[3], KEYS[1])
-  end
 end
 local n = tonumber(ARGV[2])
 if tonumber(redis.call('GET', KEYS[2]) or '') == n then

@@ -97,6 +97,11 @@ func openBackend(cfg *scheduler.Config, maxRetries int) (*backend, error) {
 			return nil, fmt.Errorf("redis redlock item %d: invalid URL", i+1)
 		}
 		opt.ContextTimeoutEnabled = true
+		// A master that is down must answer at once, not after go-redis's
+		// dial and command retries have used up the node timeout of every
+		// claim: the quorum decides, and the scheduler retries the claim.
+		opt.DialerRetries = 1
+		opt.MaxRetries = -1 // no retries
 		if maxRetries >= 0 {
 			opt.MaxRetries = maxRetries
 		}
