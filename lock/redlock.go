@@ -237,6 +237,9 @@ func (r *Redlock) align(ctx context.Context, slot Slot, replica string, p Policy
 // a context the caller's cancellation does not stop. It wakes no watcher
 // (see redlock_unclaim.lua).
 func (r *Redlock) undo(ctx context.Context, slot Slot, replica string, p Policy, att []int) {
+	if !slices.ContainsFunc(att, func(a int) bool { return a > 0 }) {
+		return // no grant to take back: the usual loss
+	}
 	state, attempts := Keys(r.nodes[0].prefix, slot)
 	all(context.WithoutCancel(ctx), r, p.Lease, func(ctx context.Context, n *Redis) (bool, error) {
 		a := att[slices.Index(r.nodes, n)]
