@@ -7,8 +7,8 @@
 // Releases it (peers watching the slot are woken to retry). A per-slot counter
 // caps the attempts and yields the fencing token.
 //
-// Guarantees, for every Store implementation (Redis and Memory pass one
-// conformance suite):
+// Guarantees, for every Store implementation (Redis, Redlock and Memory
+// pass one conformance suite):
 //   - at most one holder per slot while its lease is valid;
 //   - renew, complete and release change nothing unless the caller is the
 //     current holder (each is one atomic compare-then-write);
@@ -135,7 +135,7 @@ type State struct {
 	Value    string        // the raw state value
 }
 
-// Store is the slot protocol. Redis and Memory implement it.
+// Store is the slot protocol. Redis, Redlock and Memory implement it.
 type Store interface {
 	// Claim tries to take slot for replica. A result other than Won is not an
 	// error. An error means the outcome is unknown: the caller must not run

@@ -45,9 +45,9 @@ const DefaultRedlockNodeTimeout = 2 * time.Second
 // quorums share a node, the next claim counts past it and fencing tokens
 // never repeat — as long as no node forgets what it acknowledged. A node
 // that restarts empty must stay down longer than the longest done TTL, or
-// run with appendfsync always: otherwise it can, with one other node that
-// missed the writes, form a quorum that lets a done slot run again or hand
-// out an attempt number again.
+// run with appendfsync always: otherwise it can, with nodes that missed
+// the writes it forgot, form a quorum that lets a done slot run again or
+// hand out an attempt number again.
 type Redlock struct {
 	nodes   []*Redis
 	timeout time.Duration // 0: lease/10 for claims and renewals, DefaultRedlockNodeTimeout otherwise
