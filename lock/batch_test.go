@@ -36,7 +36,8 @@ func (g *gate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 func (g *gate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if !g.armed.Load() {
+		// A new connection's handshake (CLIENT SETINFO) is a pipeline too.
+		if !g.armed.Load() || cmds[0].Name() == "client" {
 			return next(ctx, cmds)
 		}
 		if n := g.pipelines.Add(1); n <= g.hold {
