@@ -2,26 +2,37 @@ package lock
 
 import (
 	"context"
-	"strings"
+	"errors"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
+// errClosed: the store was closed; nothing more is sent.
+var errClosed = errors.New("lock: store closed")
+
 // batcher coalesces the script calls made concurrently on one store into
 // pipelines, the way a database coalesces concurrent commits: a call that
 // finds a pipeline slot free is sent at once, alone, so a quiet replica pays
-// no added latency; calls that arrive while maxFlights pipelines are in
+// no added latency; calls that arrive while maxFlights round trips are in
 // flight queue up and leave together, up to maxBatch per round trip. The
 // claims of ten thousand slots due at the same instant, or the renewals of
 // as many leases on one watchdog tick, thus cost tens of round trips, not
 // ten thousand, with no timer and no tuning.
 //
+// A batch of one is sent as a plain EVALSHA, not as a pipeline: go-redis
+// serves pipelines from a pool of their own, which starts empty, so a lone
+// claim sent as a pipeline would dial a new connection (and wait for its
+// handshake) where the periodic clock check keeps one warm. A slow link
+// then timed every claim out during the handshake, before it was sent.
+//
 // Each call keeps its own context: a call whose context ends while it
 // queues is never sent (an abandoned claim must not win and then sit on the
 // slot for a lease), and a caller stops waiting when its context ends. A
-// pipeline runs under the latest deadline among its calls.
+// round trip runs under the latest deadline among its calls; a call without
+// a deadline counts as callLimit from when it is sent, so every round trip
+// has a time limit.
 type batcher struct {
 	rdb        Client
 	maxBatch   int
@@ -30,6 +41,7 @@ type batcher struct {
 	mu      sync.Mutex
 	queue   []*scriptCall
 	flights int
+	closed  bool // set by close; no flight starts after it
 	wg      sync.WaitGroup
 }
 
@@ -44,11 +56,13 @@ type scriptCall struct {
 }
 
 // Pipelining limits: 256 scripts per round trip keeps one pipeline's reply
-// small and Redis's event loop responsive for other clients; 4 pipelines in
-// flight keep a round trip's wait from serialising everything behind it.
+// small and Redis's event loop responsive for other clients; 4 round trips
+// in flight keep one slow reply from serialising everything behind it.
+// callLimit bounds a call whose caller set no deadline.
 const (
 	defaultMaxBatch   = 256
 	defaultMaxFlights = 4
+	callLimit         = 10 * time.Second
 )
 
 func newBatcher(rdb Client) *batcher {
@@ -62,10 +76,14 @@ func (b *batcher) run(ctx context.Context, s *redis.Script, keys []string, args 
 	}
 	c := &scriptCall{ctx: ctx, script: s, keys: keys, args: args, done: make(chan struct{})}
 	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return errCmd(ctx, errClosed)
+	}
 	b.queue = append(b.queue, c)
 	if b.flights < b.maxFlights {
 		b.flights++
-		b.wg.Add(1)
+		b.wg.Add(1) // under mu, never after close's Wait has begun
 		go b.fly()
 	}
 	b.mu.Unlock()
@@ -83,7 +101,8 @@ func errCmd(ctx context.Context, err error) *redis.Cmd {
 	return cmd
 }
 
-// fly sends queued calls until the queue is empty.
+// fly sends queued calls until the queue is empty. A call queued before
+// close is still sent: close waits for it.
 func (b *batcher) fly() {
 	defer b.wg.Done()
 	for {
@@ -102,12 +121,11 @@ func (b *batcher) fly() {
 	}
 }
 
-// exec sends batch in one pipeline (two if Redis lacks a script: after a
-// restart or SCRIPT FLUSH, the calls answered NOSCRIPT are resent as EVAL).
+// exec sends batch in one round trip: one EVALSHA alone, or a pipeline.
+// Calls whose context has ended are answered with its error and not sent.
 func (b *batcher) exec(batch []*scriptCall) {
 	live := batch[:0:0]
 	var deadline time.Time
-	unbounded := false
 	for _, c := range batch {
 		if err := c.ctx.Err(); err != nil {
 			c.cmd = errCmd(c.ctx, err)
@@ -115,40 +133,44 @@ func (b *batcher) exec(batch []*scriptCall) {
 			continue
 		}
 		live = append(live, c)
-		if d, ok := c.ctx.Deadline(); !ok {
-			unbounded = true
-		} else if d.After(deadline) {
+		d, ok := c.ctx.Deadline()
+		if !ok {
+			d = time.Now().Add(callLimit)
+		}
+		if d.After(deadline) {
 			deadline = d
 		}
 	}
-	if len(live) == 0 {
+	switch len(live) {
+	case 0:
+		return
+	case 1:
+		c := live[0]
+		ctx, cancel := context.WithDeadline(c.ctx, deadline)
+		defer cancel()
+		c.cmd = c.script.Run(ctx, b.rdb, c.keys, c.args...) // EVALSHA; EVAL after NOSCRIPT
+		close(c.done)
 		return
 	}
-	ctx := context.Background()
-	if !unbounded {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, deadline)
-		defer cancel()
-	}
-	cmds := make([]*redis.Cmd, len(live))
-	p := b.rdb.Pipeline()
-	for i, c := range live {
-		cmds[i] = c.script.EvalSha(ctx, p, c.keys, c.args...)
-	}
-	_, _ = p.Exec(ctx) // each command carries its own error
-	var again []int
-	for i, cmd := range cmds {
-		if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-			again = append(again, i)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	cmds := b.pipeline(ctx, live)
+	if again := noScript(cmds); len(again) > 0 {
+		// Redis lost its script cache (a restart, a failover, SCRIPT FLUSH):
+		// load each missing script once, then resend those calls by hash,
+		// rather than sending every call's full source as EVAL.
+		resend := make([]*scriptCall, len(again))
+		loaded := map[*redis.Script]bool{}
+		for j, i := range again {
+			resend[j] = live[i]
+			if s := live[i].script; !loaded[s] {
+				loaded[s] = true
+				_ = s.Load(ctx, b.rdb).Err() // a failure shows as NOSCRIPT again
+			}
 		}
-	}
-	if len(again) > 0 {
-		p := b.rdb.Pipeline()
-		for _, i := range again {
-			c := live[i]
-			cmds[i] = c.script.Eval(ctx, p, c.keys, c.args...)
+		for j, cmd := range b.pipeline(ctx, resend) {
+			cmds[again[j]] = cmd
 		}
-		_, _ = p.Exec(ctx)
 	}
 	for i, c := range live {
 		c.cmd = cmds[i]
@@ -156,5 +178,34 @@ func (b *batcher) exec(batch []*scriptCall) {
 	}
 }
 
-// wait waits for the pipelines in flight to end.
-func (b *batcher) wait() { b.wg.Wait() }
+// pipeline sends calls as EVALSHA in one pipeline and returns their
+// commands, each with its own reply or error.
+func (b *batcher) pipeline(ctx context.Context, calls []*scriptCall) []*redis.Cmd {
+	p := b.rdb.Pipeline()
+	cmds := make([]*redis.Cmd, len(calls))
+	for i, c := range calls {
+		cmds[i] = c.script.EvalSha(ctx, p, c.keys, c.args...)
+	}
+	_, _ = p.Exec(ctx) // each command carries its own error
+	return cmds
+}
+
+// noScript returns the indexes of the commands Redis answered NOSCRIPT.
+func noScript(cmds []*redis.Cmd) []int {
+	var out []int
+	for i, cmd := range cmds {
+		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// close stops new calls (they fail with errClosed) and waits for the round
+// trips in flight and the calls queued before it.
+func (b *batcher) close() {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	b.wg.Wait()
+}

@@ -3,7 +3,10 @@ package lock
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,42 +17,86 @@ import (
 	"github.com/slotd/slotd/integration/redistest"
 )
 
-// gate is a go-redis hook that counts pipelines and commands, and holds the
-// first `hold` pipelines until it is opened, so a test can fill the batcher's
-// flights and watch what queues behind them.
+// gate is a go-redis hook that counts round trips (a pipeline, or one
+// command alone), the commands in them by name, the connections dialled,
+// and the round trips sent without a deadline; it holds the first `hold`
+// round trips until it is opened, so a test can fill the batcher's flights
+// and watch what queues behind them. A connection's handshake (HELLO,
+// CLIENT ...) is passed through and not counted.
 type gate struct {
-	hold      int64
-	entered   chan struct{}
-	open      chan struct{}
-	pipelines atomic.Int64
-	commands  atomic.Int64
-	armed     atomic.Bool // counts and holds nothing until armed
+	hold       int64
+	entered    chan struct{}
+	open       chan struct{}
+	trips      atomic.Int64
+	commands   atomic.Int64
+	dials      atomic.Int64
+	noDeadline atomic.Int64
+	armed      atomic.Bool // counts and holds nothing until armed
+
+	mu    sync.Mutex
+	names map[string]int
 }
 
 func newGate(hold int) *gate {
-	return &gate{hold: int64(hold), entered: make(chan struct{}, hold), open: make(chan struct{})}
+	return &gate{hold: int64(hold), entered: make(chan struct{}, hold), open: make(chan struct{}), names: map[string]int{}}
 }
 
-func (g *gate) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (g *gate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return next
+func handshake(cmd redis.Cmder) bool { return cmd.Name() == "hello" || cmd.Name() == "client" }
+
+func (g *gate) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if g.armed.Load() {
+			g.dials.Add(1)
+		}
+		return next(ctx, network, addr)
+	}
 }
+
+func (g *gate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if g.armed.Load() && !handshake(cmd) {
+			g.trip(ctx, []redis.Cmder{cmd})
+		}
+		return next(ctx, cmd)
+	}
+}
+
 func (g *gate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		// A new connection's handshake (CLIENT SETINFO) is a pipeline too.
-		if !g.armed.Load() || cmds[0].Name() == "client" {
-			return next(ctx, cmds)
+		if g.armed.Load() && !handshake(cmds[0]) {
+			g.trip(ctx, cmds)
 		}
-		if n := g.pipelines.Add(1); n <= g.hold {
-			g.entered <- struct{}{}
-			select { // never hold forever: a stuck test fails, it does not hang
-			case <-g.open:
-			case <-time.After(30 * time.Second):
-			}
-		}
-		g.commands.Add(int64(len(cmds)))
 		return next(ctx, cmds)
 	}
+}
+
+func (g *gate) trip(ctx context.Context, cmds []redis.Cmder) {
+	if _, ok := ctx.Deadline(); !ok {
+		g.noDeadline.Add(1)
+	}
+	if n := g.trips.Add(1); n <= g.hold {
+		g.entered <- struct{}{}
+		select { // never hold forever: a stuck test fails, it does not hang
+		case <-g.open:
+		case <-time.After(30 * time.Second):
+		}
+	}
+	g.commands.Add(int64(len(cmds)))
+	g.mu.Lock()
+	for _, c := range cmds {
+		name := fmt.Sprint(c.Args()[0])
+		if strings.EqualFold(name, "script") { // SCRIPT LOAD, SCRIPT FLUSH
+			name += " " + fmt.Sprint(c.Args()[1])
+		}
+		g.names[strings.ToLower(name)]++
+	}
+	g.mu.Unlock()
+}
+
+func (g *gate) count(name string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.names[name]
 }
 
 var _ redis.Hook = (*gate)(nil)
@@ -103,15 +150,27 @@ func awaitEntered(t *testing.T, g *gate) {
 	select {
 	case <-g.entered:
 	case <-time.After(30 * time.Second):
-		t.Fatalf("%d pipelines entered the gate, want more", g.pipelines.Load())
+		t.Fatalf("%d round trips entered the gate, want more", g.trips.Load())
 	}
+}
+
+// fillFlights sends defaultMaxFlights lone claims (slots 0 to 3), one at a
+// time, each held by the gate: what is called next queues behind them.
+func fillFlights(t *testing.T, r *Redis, g *gate, now time.Time, p Policy) *sync.WaitGroup {
+	t.Helper()
+	var wg sync.WaitGroup
+	for i := range defaultMaxFlights {
+		wg.Go(func() { _, _ = r.Claim(context.Background(), batchSlot(i, now), "r", p) })
+		awaitEntered(t, g)
+	}
+	return &wg
 }
 
 func batchSlot(i int, now time.Time) Slot {
 	return Slot{Task: "batch", ID: strconv.Itoa(i), Time: now.Add(-time.Second), Deadline: now.Add(time.Hour)}
 }
 
-// Claims made while the pipelines are busy leave together: 4 lone claims
+// Claims made while the round trips are busy leave together: 4 lone claims
 // fill the flights, the 1000 that follow go in ceil(1000/256) = 4 pipelines.
 func TestRedisPipelinesConcurrentClaims(t *testing.T) {
 	g := newGate(defaultMaxFlights)
@@ -151,8 +210,11 @@ func TestRedisPipelinesConcurrentClaims(t *testing.T) {
 			t.Fatal("claims did not return")
 		}
 	}
-	if got, want := g.pipelines.Load(), int64(first+(rest+defaultMaxBatch-1)/defaultMaxBatch); got != want {
-		t.Errorf("%d claims took %d pipelines, want %d", first+rest, got, want)
+	if got, want := g.trips.Load(), int64(first+(rest+defaultMaxBatch-1)/defaultMaxBatch); got != want {
+		t.Errorf("%d claims took %d round trips, want %d", first+rest, got, want)
+	}
+	if got := g.count("evalsha"); got != first+rest {
+		t.Errorf("%d EVALSHA sent for %d claims", got, first+rest)
 	}
 	if got := g.commands.Load(); got != first+rest {
 		t.Errorf("%d commands sent for %d claims", got, first+rest)
@@ -176,11 +238,7 @@ func TestRedisAbandonedClaimIsNotSent(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now()
 	p := Policy{Lease: time.Minute, DoneTTL: time.Hour, MaxAttempts: 3}
-	var wg sync.WaitGroup
-	for i := range defaultMaxFlights {
-		wg.Go(func() { _, _ = r.Claim(ctx, batchSlot(i, now), "r", p) })
-		awaitEntered(t, g)
-	}
+	wg := fillFlights(t, r, g, now, p)
 	cctx, cancel := context.WithCancel(ctx)
 	abandoned := batchSlot(100, now)
 	errc := make(chan error, 1)
@@ -201,7 +259,7 @@ func TestRedisAbandonedClaimIsNotSent(t *testing.T) {
 	}
 	close(g.open)
 	wg.Wait()
-	r.batch.wait()
+	r.batch.close()
 	st, err := r.State(ctx, abandoned)
 	if err != nil {
 		t.Fatal(err)
@@ -238,4 +296,163 @@ func TestRedisPipelineReloadsFlushedScripts(t *testing.T) {
 	if st, err := r.State(ctx, slot); err != nil || st.Status != "done" {
 		t.Fatalf("state: %+v %v", st, err)
 	}
+}
+
+// After SCRIPT FLUSH a pipeline's calls answered NOSCRIPT are resent by
+// hash once the script is loaded: one SCRIPT LOAD, not one EVAL carrying
+// the script's source per call.
+func TestRedisPipelineLoadsFlushedScriptOnce(t *testing.T) {
+	g := newGate(defaultMaxFlights)
+	r, rdb := gatedStore(t, g)
+	ctx := context.Background()
+	now := time.Now()
+	p := Policy{Lease: time.Minute, DoneTTL: time.Hour, MaxAttempts: 3}
+	const n = 10
+	owners := make([]Owner, n)
+	g.armed.Store(false) // these claims are neither held nor counted
+	for i := range n {
+		c, err := r.Claim(ctx, batchSlot(100+i, now), "r", p)
+		if err != nil || c.Result != Won {
+			t.Fatalf("claim: %v %v", c.Result, err)
+		}
+		owners[i] = Owner{Replica: "r", Attempt: c.Attempt}
+	}
+	g.armed.Store(true)
+	wg := fillFlights(t, r, g, now, p)
+	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, n)
+	for i := range n {
+		go func() { errs <- r.Renew(ctx, batchSlot(100+i, now), owners[i], p.Lease) }()
+	}
+	awaitQueue(t, r, n)
+	close(g.open)
+	for range n {
+		if err := <-errs; err != nil {
+			t.Errorf("renew after SCRIPT FLUSH: %v", err)
+		}
+	}
+	wg.Wait()
+	// The held lone claims ran after the flush too: a lone EVALSHA
+	// answered NOSCRIPT is resent as EVAL, as go-redis's Script.Run does,
+	// which loads the claim script for the lone claims after it.
+	if got := g.count("script load"); got != 1 {
+		t.Errorf("SCRIPT LOAD sent %d times, want once", got)
+	}
+	if got := g.count("eval"); got < 1 || got > defaultMaxFlights {
+		t.Errorf("EVAL sent %d times, want 1 to %d (the lone claims only)", got, defaultMaxFlights)
+	}
+	if got, want := g.count("evalsha"), defaultMaxFlights+2*n; got != want {
+		t.Errorf("EVALSHA sent %d times, want %d", got, want)
+	}
+}
+
+// Every round trip has a deadline, also when the callers set none: a lone
+// call and a pipeline of calls made with context.Background.
+func TestRedisEveryRoundTripHasADeadline(t *testing.T) {
+	g := newGate(defaultMaxFlights)
+	r, _ := gatedStore(t, g)
+	now := time.Now()
+	p := Policy{Lease: time.Minute, DoneTTL: time.Hour, MaxAttempts: 3}
+	wg := fillFlights(t, r, g, now, p) // context.Background
+	for i := range 3 {
+		wg.Go(func() { _, _ = r.Claim(context.Background(), batchSlot(100+i, now), "r", p) })
+	}
+	awaitQueue(t, r, 3)
+	close(g.open)
+	wg.Wait()
+	if g.trips.Load() != defaultMaxFlights+1 || g.commands.Load() != defaultMaxFlights+3 {
+		t.Fatalf("%d round trips, %d commands; want %d, %d", g.trips.Load(), g.commands.Load(), defaultMaxFlights+1, defaultMaxFlights+3)
+	}
+	if n := g.noDeadline.Load(); n != 0 {
+		t.Errorf("%d round trips sent without a deadline", n)
+	}
+}
+
+// A lone call is a plain EVALSHA on the connection the store's other
+// commands keep warm, not a pipeline, which go-redis serves from a pool of
+// its own: a claim must not wait for a new connection's handshake.
+func TestRedisLoneCallDialsNothing(t *testing.T) {
+	g := newGate(0)
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	rdb.AddHook(g)
+	t.Cleanup(func() { rdb.Close() })
+	r := NewRedis(rdb, "slotd")
+	t.Cleanup(func() { r.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := r.Time(ctx); err != nil { // as the clock check does
+		t.Fatal(err)
+	}
+	g.armed.Store(true)
+	now := time.Now()
+	p := Policy{Lease: time.Minute, DoneTTL: time.Hour, MaxAttempts: 3}
+	slot := batchSlot(1, now)
+	c, err := r.Claim(ctx, slot, "r", p)
+	if err != nil || c.Result != Won {
+		t.Fatalf("claim: %v %v", c.Result, err)
+	}
+	o := Owner{Replica: "r", Attempt: c.Attempt}
+	if err := r.Renew(ctx, slot, o, p.Lease); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Complete(ctx, slot, o, p.DoneTTL); err != nil {
+		t.Fatal(err)
+	}
+	if n := g.dials.Load(); n != 0 {
+		t.Errorf("a lone claim, renew and complete dialled %d new connections", n)
+	}
+	if n := g.trips.Load() - int64(g.count("eval")); n != 3 { // a fresh server: EVALSHA, NOSCRIPT, EVAL for each
+		t.Errorf("%d EVALSHA round trips for 3 lone calls", n)
+	}
+}
+
+// Close and calls racing it: every call either runs or fails with
+// errClosed, Close waits for what it let in, and no round trip starts
+// after it returns (under -race, a flight started after Close's Wait
+// began is a reported misuse of the WaitGroup).
+func TestRedisCloseRacesCalls(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 16, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { rdb.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	now := time.Now()
+	p := Policy{Lease: time.Minute, DoneTTL: time.Hour, MaxAttempts: 3}
+	ran, refused := 0, 0
+	for round := range 20 {
+		r := NewRedis(rdb, "slotd")
+		results := make(chan error, 50)
+		for i := range 50 {
+			go func() {
+				_, err := r.Claim(ctx, batchSlot(round*100+i, now), "r", p)
+				results <- err
+			}()
+		}
+		if err := r.Close(); err != nil {
+			t.Fatal(err)
+		}
+		r.batch.mu.Lock()
+		left, flights := len(r.batch.queue), r.batch.flights
+		r.batch.mu.Unlock()
+		if left != 0 || flights != 0 {
+			t.Fatalf("after Close: %d calls queued, %d flights", left, flights)
+		}
+		for range 50 {
+			switch err := <-results; {
+			case err == nil:
+				ran++
+			case errors.Is(err, errClosed):
+				refused++
+			default:
+				t.Fatalf("claim racing Close: %v", err)
+			}
+		}
+		if _, err := r.Claim(ctx, batchSlot(round*100+99, now), "r", p); !errors.Is(err, errClosed) {
+			t.Fatalf("claim after Close: %v, want errClosed", err)
+		}
+	}
+	t.Logf("claims racing Close: %d ran, %d refused", ran, refused)
 }

@@ -323,7 +323,7 @@ func (r *Redis) Close() error {
 	r.closing = true
 	ps, done := r.ps, r.psDone
 	r.mu.Unlock()
-	defer r.batch.wait()
+	defer r.batch.close()
 	if ps == nil {
 		return nil
 	}
