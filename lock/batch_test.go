@@ -370,23 +370,21 @@ func TestRedisEveryRoundTripHasADeadline(t *testing.T) {
 	}
 }
 
-// A lone call is a plain EVALSHA on the connection the store's other
-// commands keep warm, not a pipeline, which go-redis serves from a pool of
-// its own: a claim must not wait for a new connection's handshake.
-func TestRedisLoneCallDialsNothing(t *testing.T) {
-	g := newGate(0)
+// freshStore is a store on a new server, its client counted by g (not yet
+// armed), with no script loaded and no command sent.
+func freshStore(t *testing.T, g *gate) *Redis {
 	srv := redistest.Start(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 	rdb.AddHook(g)
 	t.Cleanup(func() { rdb.Close() })
 	r := NewRedis(rdb, "slotd")
 	t.Cleanup(func() { r.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := r.Time(ctx); err != nil { // as the clock check does
-		t.Fatal(err)
-	}
-	g.armed.Store(true)
+	return r
+}
+
+// claimRenewComplete runs one slot's success path, one call at a time.
+func claimRenewComplete(t *testing.T, ctx context.Context, r *Redis) {
+	t.Helper()
 	now := time.Now()
 	p := Policy{Lease: time.Minute, DoneTTL: time.Hour, MaxAttempts: 3}
 	slot := batchSlot(1, now)
@@ -401,6 +399,21 @@ func TestRedisLoneCallDialsNothing(t *testing.T) {
 	if err := r.Complete(ctx, slot, o, p.DoneTTL); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A lone call is a plain EVALSHA on the connection the store's other
+// commands keep warm, not a pipeline, which go-redis serves from a pool of
+// its own: a claim must not wait for a new connection's handshake.
+func TestRedisLoneCallDialsNothing(t *testing.T) {
+	g := newGate(0)
+	r := freshStore(t, g)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := r.Time(ctx); err != nil { // as the clock check does
+		t.Fatal(err)
+	}
+	g.armed.Store(true)
+	claimRenewComplete(t, ctx, r)
 	if n := g.dials.Load(); n != 0 {
 		t.Errorf("a lone claim, renew and complete dialled %d new connections", n)
 	}
@@ -455,4 +468,21 @@ func TestRedisCloseRacesCalls(t *testing.T) {
 		}
 	}
 	t.Logf("claims racing Close: %d ran, %d refused", ran, refused)
+}
+
+// After Subscribe, the first claim, renew and complete on a fresh server
+// are one EVALSHA round trip each.
+func TestRedisSubscribeLoadsScripts(t *testing.T) {
+	g := newGate(0)
+	r := freshStore(t, g)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.Subscribe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g.armed.Store(true)
+	claimRenewComplete(t, ctx, r)
+	if n, sha := g.trips.Load(), g.count("evalsha"); n != 3 || sha != 3 {
+		t.Errorf("claim, renew and complete took %d round trips, %d EVALSHA; want 3 and 3", n, sha)
+	}
 }
