@@ -71,27 +71,47 @@ func newBatcher(rdb Client) *batcher {
 
 // run runs s, pipelined with whatever other calls are waiting.
 func (b *batcher) run(ctx context.Context, s *redis.Script, keys []string, args ...any) *redis.Cmd {
+	return b.runIn(ctx, nil, s, keys, args...)
+}
+
+// runIn is run for a member of burst (nil: none), whose call is held until
+// the burst is complete.
+func (b *batcher) runIn(ctx context.Context, burst *Burst, s *redis.Script, keys []string, args ...any) *redis.Cmd {
 	if err := ctx.Err(); err != nil {
+		burst.Skip()
 		return errCmd(ctx, err)
 	}
 	c := &scriptCall{ctx: ctx, script: s, keys: keys, args: args, done: make(chan struct{})}
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		return errCmd(ctx, errClosed)
+	if burst != nil {
+		burst.arrive(b, c)
+	} else {
+		b.enqueue(c)
 	}
-	b.queue = append(b.queue, c)
-	if b.flights < b.maxFlights {
-		b.flights++
-		b.wg.Add(1) // under mu, never after close's Wait has begun
-		go b.fly()
-	}
-	b.mu.Unlock()
 	select {
 	case <-c.done:
 		return c.cmd
 	case <-ctx.Done():
 		return errCmd(ctx, ctx.Err())
+	}
+}
+
+// enqueue queues calls and starts the flights they need, up to maxFlights;
+// after close it answers them errClosed.
+func (b *batcher) enqueue(calls ...*scriptCall) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		for _, c := range calls {
+			c.cmd = errCmd(c.ctx, errClosed)
+			close(c.done)
+		}
+		return
+	}
+	b.queue = append(b.queue, calls...)
+	for started := 0; b.flights < b.maxFlights && started*b.maxBatch < len(b.queue); started++ {
+		b.flights++
+		b.wg.Add(1) // under mu, never after close's Wait has begun
+		go b.fly()
 	}
 }
 

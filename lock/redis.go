@@ -75,12 +75,14 @@ func NewRedis(rdb Client, prefix string, opts ...RedisOption) *Redis {
 
 // Claim implements Store.
 func (r *Redis) Claim(ctx context.Context, slot Slot, replica string, p Policy) (Claim, error) {
+	burst := burstOf(ctx)
 	if r.ack.n > 0 {
+		burst.Skip() // WAIT needs its own connection: nothing is batched
 		return r.claimAcked(ctx, slot, replica, p)
 	}
 	state, attempts := Keys(r.prefix, slot)
 	sent := time.Now()
-	res, err := r.batch.run(ctx, claimScript, []string{state, attempts, baseKey(state)},
+	res, err := r.batch.runIn(ctx, burst, claimScript, []string{state, attempts, baseKey(state)},
 		replica,
 		p.Lease.Milliseconds(),
 		p.MaxAttempts,
