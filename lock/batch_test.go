@@ -486,3 +486,63 @@ func TestRedisSubscribeLoadsScripts(t *testing.T) {
 		t.Errorf("claim, renew and complete took %d round trips, %d EVALSHA; want 3 and 3", n, sha)
 	}
 }
+
+func held(b *Burst) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.held)
+}
+
+// A burst's claims are held until every member has claimed or skipped,
+// then leave together: 500 claims in ceil(500/256) = 2 pipelines. A
+// member's context stays its own: a claim after the burst, made with the
+// same context, is not held.
+func TestBurstSendsItsClaimsTogether(t *testing.T) {
+	g := newGate(0)
+	r, _ := gatedStore(t, g)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	now := time.Now()
+	p := Policy{Lease: time.Minute, DoneTTL: time.Hour, MaxAttempts: 3}
+	const claims, skips = 500, 100
+	b := NewBurst(claims + skips)
+	errs := make(chan error, claims)
+	claim := func(i int) {
+		c, err := r.Claim(b.Join(ctx), batchSlot(i, now), "r", p)
+		if err == nil && c.Result != Won {
+			err = errors.New("claim " + strconv.Itoa(i) + ": " + c.Result.String())
+		}
+		errs <- err
+	}
+	for i := range claims - 1 {
+		go claim(i)
+	}
+	for range skips {
+		go b.Skip()
+	}
+	for deadline := time.Now().Add(10 * time.Second); held(b) < claims-1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d claims held, want %d", held(b), claims-1)
+		}
+	}
+	if n := g.trips.Load(); n != 0 {
+		t.Fatalf("%d round trips before the burst was complete", n)
+	}
+	last := b.Join(ctx)
+	go func() {
+		c, err := r.Claim(last, batchSlot(claims-1, now), "r", p)
+		if err == nil {
+			err = r.Renew(last, batchSlot(claims-1, now), Owner{Replica: "r", Attempt: c.Attempt}, p.Lease)
+		}
+		errs <- err
+	}()
+	for range claims {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Two pipelines of claims, then the renew, alone.
+	if got := g.trips.Load(); got != 3 || g.count("evalsha") != claims+1 {
+		t.Errorf("%d claims and a renew took %d round trips, %d EVALSHA; want 3, %d", claims, got, g.count("evalsha"), claims+1)
+	}
+}
