@@ -470,23 +470,6 @@ func TestRedisCloseRacesCalls(t *testing.T) {
 	t.Logf("claims racing Close: %d ran, %d refused", ran, refused)
 }
 
-// After Subscribe, the first claim, renew and complete on a fresh server
-// are one EVALSHA round trip each.
-func TestRedisSubscribeLoadsScripts(t *testing.T) {
-	g := newGate(0)
-	r := freshStore(t, g)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := r.Subscribe(ctx); err != nil {
-		t.Fatal(err)
-	}
-	g.armed.Store(true)
-	claimRenewComplete(t, ctx, r)
-	if n, sha := g.trips.Load(), g.count("evalsha"); n != 3 || sha != 3 {
-		t.Errorf("claim, renew and complete took %d round trips, %d EVALSHA; want 3 and 3", n, sha)
-	}
-}
-
 func held(b *Burst) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -278,24 +278,7 @@ func (r *Redis) Watch(slot Slot) *Watch {
 // confirmed it, so that a release published after it returns is not missed.
 // Watch starts the subscription by itself; calling Subscribe first only
 // closes the window in which the very first notification could be missed.
-//
-// Subscribe also loads the claim, renew, complete and release scripts into
-// Redis's script cache (every master's, on a Cluster), so that the first
-// claims are one EVALSHA round trip each, not NOSCRIPT and a resend.
 func (r *Redis) Subscribe(ctx context.Context) error {
-	if err := r.subscribeNow(ctx); err != nil {
-		return err
-	}
-	for _, s := range []*redis.Script{claimScript, renewScript, completeScript, releaseScript} {
-		if err := s.Load(ctx, r.rdb).Err(); err != nil {
-			return fmt.Errorf("lock: load scripts: %w", err)
-		}
-	}
-	return nil
-}
-
-// subscribeNow is Subscribe's subscription.
-func (r *Redis) subscribeNow(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closing {

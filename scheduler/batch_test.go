@@ -27,6 +27,7 @@ import (
 // recorded; dials are counted.
 type tripLog struct {
 	scripts map[string]string // sha1 -> file name
+	sources []string          // the scripts
 
 	mu    sync.Mutex
 	on    bool
@@ -48,6 +49,7 @@ func newTripLog(t *testing.T) *tripLog {
 		}
 		sum := sha1.Sum(src)
 		l.scripts[hex.EncodeToString(sum[:])] = filepath.Base(f)
+		l.sources = append(l.sources, string(src))
 	}
 	return l
 }
@@ -140,7 +142,8 @@ func (l *tripLog) names() map[string]int {
 }
 
 // loggedStore is a Redis store on a new server whose client records its
-// round trips in l, subscribed (which loads the scripts) before l records.
+// round trips in l, subscribed and with the scripts loaded (as a replica's
+// first calls would leave them) before l records.
 func loggedStore(t *testing.T, l *tripLog) *lock.Redis {
 	t.Helper()
 	srv := redistest.Start(t)
@@ -152,6 +155,11 @@ func loggedStore(t *testing.T, l *tripLog) *lock.Redis {
 	defer cancel()
 	if err := r.Subscribe(ctx); err != nil {
 		t.Fatal(err)
+	}
+	for _, src := range l.sources {
+		if err := rdb.ScriptLoad(ctx, src).Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	t.Cleanup(func() { r.Close() })
 	return r
