@@ -34,7 +34,6 @@ const flushEvery = 100 * time.Millisecond
 
 // recorder is the child's records file; the probe and the hook share it.
 type recorder struct {
-	f  *os.File
 	mu sync.Mutex
 	w  *bufio.Writer
 }
@@ -47,9 +46,12 @@ func (r *recorder) printf(format string, args ...any) {
 	r.mu.Unlock()
 }
 
-// now writes one line unbuffered (O_APPEND: whole lines, in any order).
+// now writes one line and flushes it with what was buffered before it.
 func (r *recorder) now(format string, args ...any) {
-	_, _ = fmt.Fprintf(r.f, format, args...)
+	r.mu.Lock()
+	fmt.Fprintf(r.w, format, args...)
+	_ = r.w.Flush()
+	r.mu.Unlock()
 }
 
 func (r *recorder) flush() {
@@ -161,7 +163,7 @@ func runChild(config, records string, stderr io.Writer) int {
 		return 1
 	}
 	defer f.Close()
-	rec = &recorder{f: f, w: bufio.NewWriterSize(f, 1<<16)}
+	rec = &recorder{w: bufio.NewWriterSize(f, 1<<16)}
 	hook := &counter{}
 
 	// One goroutine flushes the records and the counters; it is stopped

@@ -37,7 +37,8 @@ const (
 
 type options struct {
 	replicas, tasks, fail, crash, batch int
-	period, lease, duration, sample     time.Duration
+	period, lease, burstLease           time.Duration
+	duration, sample                    time.Duration
 	redisServer, dir                    string
 	json                                bool
 }
@@ -57,7 +58,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.crash, "crash", 3, "tasks whose first attempt runs until cancelled; the replica holding most of them is killed -9 (crash takeover); 0: no crash")
 	fs.IntVar(&o.batch, "batch", 256, "pipeline batch size of the raw baseline (the lock package's)")
 	fs.DurationVar(&o.period, "period", 10*time.Second, "every task fires every period (whole seconds dividing a minute, at least 4s): the burst at its start, failures half a period later, crashes a second after them")
-	fs.DurationVar(&o.lease, "lease", 2*time.Second, "lease of every task")
+	fs.DurationVar(&o.lease, "lease", 2*time.Second, "lease of the crash tasks (a takeover waits for it)")
+	fs.DurationVar(&o.burstLease, "burst-lease", 15*time.Second, "lease of the burst and failing tasks (slotd's default; a claim's time limit is lease/3)")
 	fs.DurationVar(&o.duration, "duration", 0, "keep the replicas running at least this long (memory growth: -duration 10m)")
 	fs.DurationVar(&o.sample, "sample", 30*time.Second, "RSS sampling interval")
 	fs.StringVar(&o.redisServer, "redis-server", "redis-server", "redis-server binary")
@@ -110,8 +112,8 @@ func (o *options) validate() error {
 		return fmt.Errorf("-batch %d: want at least 1", o.batch)
 	case o.period%time.Second != 0 || o.period < 4*time.Second || time.Minute%o.period != 0:
 		return fmt.Errorf("-period %v: want whole seconds dividing a minute, at least 4s", o.period)
-	case o.lease < time.Second:
-		return fmt.Errorf("-lease %v: slotd wants at least 1s", o.lease)
+	case o.lease < time.Second || o.burstLease < time.Second:
+		return fmt.Errorf("-lease %v, -burst-lease %v: slotd wants at least 1s", o.lease, o.burstLease)
 	case o.duration < 0 || o.sample <= 0:
 		return fmt.Errorf("-duration %v, -sample %v: want ≥ 0 and > 0", o.duration, o.sample)
 	}
@@ -126,9 +128,9 @@ func writeConfigs(o options, dir, redisAddr string, ids, listens []string) ([]st
 	half := sec / 2
 	doneTTL := max(time.Minute, 2*o.period)
 	fmt.Fprintf(&b, "[redis]\nurl = \"redis://%s/0\"\n[log]\nlevel = \"warn\"\nformat = \"json\"\n", redisAddr)
-	fmt.Fprintf(&b, "[defaults]\nlease = %q\ndone_ttl = %q\nmax_attempts = 3\ntimeout = \"1m\"\ncatchup = \"none\"\n", o.lease, doneTTL)
-	task := func(name, spec, params string) {
-		fmt.Fprintf(&b, "[[task]]\nname = %q\nschedule = %q\nplugin = \"probe\"\n", name, spec)
+	fmt.Fprintf(&b, "[defaults]\nlease = %q\ndone_ttl = %q\nmax_attempts = 3\ntimeout = \"1m\"\ncatchup = \"none\"\n", o.burstLease, doneTTL)
+	task := func(name, spec, extra, params string) {
+		fmt.Fprintf(&b, "[[task]]\nname = %q\nschedule = %q\nplugin = \"probe\"\n%s", name, spec, extra)
 		if params != "" {
 			fmt.Fprintf(&b, "  [task.params]\n  %s\n", params)
 		}
@@ -137,15 +139,15 @@ func writeConfigs(o options, dir, redisAddr string, ids, listens []string) ([]st
 	failSpec := fmt.Sprintf("%d/%d * * * * *", half, sec)
 	crashSpec := fmt.Sprintf("%d/%d * * * * *", half+1, sec)
 	for i := range o.tasks {
-		task(fmt.Sprintf("%s%05d", burstPrefix, i), burst, "")
+		task(fmt.Sprintf("%s%05d", burstPrefix, i), burst, "", "")
 	}
 	for i := range o.fail {
-		task(fmt.Sprintf("%s%03d", failPrefix, i), failSpec, "fail_first = true")
+		task(fmt.Sprintf("%s%03d", failPrefix, i), failSpec, "", "fail_first = true")
 	}
 	for i := range o.crash {
 		// Held by a survivor, it sleeps long enough for the kill and the
 		// takeover to be seen, then succeeds.
-		task(fmt.Sprintf("%s%03d", crashPrefix, i), crashSpec, fmt.Sprintf("sleep_first = %q", 3*o.lease))
+		task(fmt.Sprintf("%s%03d", crashPrefix, i), crashSpec, fmt.Sprintf("lease = %q\n", o.lease), fmt.Sprintf("sleep_first = %q", 3*o.lease))
 	}
 	schedule := b.String()
 	paths := make([]string, len(ids))

@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -33,7 +32,7 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 		fmt.Fprintf(stderr, "%s load: %s\n", time.Now().UTC().Format("15:04:05.000"), fmt.Sprintf(format, args...))
 	}
 	rep := &report{Config: reportConfig{Replicas: o.replicas, Tasks: o.tasks, Fail: o.fail, Crash: o.crash,
-		Period: o.period.String(), Lease: o.lease.String(), Duration: o.duration.String()}}
+		Period: o.period.String(), Lease: o.lease.String(), BurstLease: o.burstLease.String(), Duration: o.duration.String()}}
 
 	srv, err := startRedis(o.redisServer, dir)
 	if err != nil {
@@ -146,8 +145,10 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 	if err != nil {
 		return nil, err
 	}
-	if complete { // let the losers see the slots done
-		if err := wait(time.Now().Add(300 * time.Millisecond)); err != nil {
+	if complete {
+		// Let the losers see the slots done and the history appends
+		// land: wait until Redis has seen no command for 200 ms.
+		if err := quiesce(ctx, rdb, settled, wait); err != nil {
 			return nil, err
 		}
 	} else {
@@ -165,7 +166,7 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 			return nil, err
 		}
 		progress("crash: waiting for the %d crash slots at %s to be held", o.crash, crashAt.UTC().Format(time.TimeOnly))
-		if err := rep.crash(ctx, rdb, o, reps, crashAt); err != nil {
+		if err := rep.crash(ctx, rdb, o, reps, recs, crashAt, awaitCond); err != nil {
 			return nil, err
 		}
 	}
@@ -226,43 +227,34 @@ func anyOK(s *slotRuns) bool {
 	return false
 }
 
-// crash waits until the crash tasks' slots at t are held, kills -9 the
-// replica holding most of them, and reads when each of its leases expires.
-func (rep *report) crash(ctx context.Context, rdb *redis.Client, o options, reps []*replica, t time.Time) error {
+// crash waits until the crash tasks' slots at t run (their probes started),
+// kills -9 the replica running most of them, and reads when each of its
+// leases expires.
+func (rep *report) crash(ctx context.Context, rdb *redis.Client, o options, reps []*replica, recs *records, t time.Time,
+	awaitCond func(time.Time, func() bool) (bool, error)) error {
 	slotID := t.UTC().Format("20060102150405")
 	keys := make([]string, o.crash)
 	tasks := make([]string, o.crash)
+	holders := make([]string, o.crash)
 	for i := range keys {
 		tasks[i] = fmt.Sprintf("%s%03d", crashPrefix, i)
 		keys[i] = "slotd:{" + tasks[i] + ":" + slotID + "}"
 	}
-	holders := make([]string, o.crash)
-	deadline := t.Add(10 * time.Second)
-	for {
-		n := 0
-		for i, k := range keys {
-			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			v, err := rdb.Get(cctx, k).Result()
-			cancel()
-			if err != nil && err != redis.Nil {
-				return fmt.Errorf("crash: get %s: %w", k, err)
+	running, err := awaitCond(t.Add(10*time.Second), func() bool {
+		for i, task := range tasks {
+			a := attemptN(recs.get(task, t), 1)
+			if a == nil {
+				return false
 			}
-			if f := strings.Split(v, ":"); len(f) == 3 && f[0] == "run" && f[2] == "1" {
-				holders[i] = f[1]
-				n++
-			}
+			holders[i] = a.replica
 		}
-		if n == len(keys) {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("crash: the %d crash slots at %s were not all held as attempt 1 within 10s", o.crash, slotID)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	if !running {
+		return fmt.Errorf("crash: the %d crash slots at %s did not all start within 10s", o.crash, slotID)
 	}
 	count := map[string]int{}
 	victim := ""
@@ -291,10 +283,40 @@ func (rep *report) crash(ctx context.Context, rdb *redis.Client, o options, reps
 		if err != nil {
 			return fmt.Errorf("crash: pttl %s: %w", k, err)
 		}
+		if pttl < 0 { // -2: gone, -1: no TTL; neither should be
+			return fmt.Errorf("crash: %s has no lease right after the kill (PTTL %v)", k, pttl)
+		}
 		got := time.Now()
 		mid := sent.Add(got.Sub(sent) / 2)
 		rep.Crash.tasks = append(rep.Crash.tasks, tasks[i])
 		rep.Crash.expiry[tasks[i]] = mid.Add(pttl)
 	}
 	return nil
+}
+
+// quiesce waits until two INFO commandstats reads 200 ms apart see no
+// command but INFO itself, or until deadline.
+func quiesce(ctx context.Context, rdb *redis.Client, deadline time.Time, wait func(time.Time) error) error {
+	total := func() (int64, error) {
+		st, err := commandStats(ctx, rdb)
+		var n int64
+		for name, c := range st {
+			if name != "info" {
+				n += c
+			}
+		}
+		return n, err
+	}
+	prev, err := total()
+	for err == nil && time.Now().Before(deadline) {
+		if err = wait(time.Now().Add(200 * time.Millisecond)); err != nil {
+			break
+		}
+		var n int64
+		if n, err = total(); err == nil && n == prev {
+			break
+		}
+		prev = n
+	}
+	return err
 }

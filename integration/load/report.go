@@ -25,13 +25,14 @@ type report struct {
 }
 
 type reportConfig struct {
-	Replicas int    `json:"replicas"`
-	Tasks    int    `json:"tasks"`
-	Fail     int    `json:"fail"`
-	Crash    int    `json:"crash"`
-	Period   string `json:"period"`
-	Lease    string `json:"lease"`
-	Duration string `json:"duration"`
+	Replicas   int    `json:"replicas"`
+	Tasks      int    `json:"tasks"`
+	Fail       int    `json:"fail"`
+	Crash      int    `json:"crash"`
+	Period     string `json:"period"`
+	Lease      string `json:"lease"`
+	BurstLease string `json:"burst_lease"`
+	Duration   string `json:"duration"`
 }
 
 // latencies summarises durations in milliseconds.
@@ -68,6 +69,11 @@ type burstReport struct {
 	ClientTripsPerSlot float64            `json:"client_round_trips_per_slot"` // all replicas, from the go-redis hook
 	ClientCmdsPerSlot  float64            `json:"client_commands_per_slot"`
 	WindowMS           float64            `json:"window_ms"`
+	// LaterAttempt counts burst slots (in every burst) that ran as attempt
+	// 2 or later: their first claim was counted in Redis but its reply
+	// came after the claim's time limit, so nobody ran it until its
+	// lease ran out.
+	LaterAttempt int `json:"slots_run_as_later_attempt"`
 }
 
 type crashReport struct {
@@ -262,8 +268,14 @@ func (rep *report) check(recs *records, o options, failAt, crashAt time.Time) {
 		a1, a2 := attemptN(s, 1), attemptN(s, 2)
 		switch {
 		case strings.HasPrefix(s.task, burstPrefix):
-			if len(s.attempts) != 1 || !a1.okOrRunning() {
+			// A claim whose reply came too late is not run (fail closed),
+			// so attempt 1 may have been counted without running: then
+			// the slot runs as attempt 2 once that lease has run out.
+			if len(s.attempts) != 1 || !s.attempts[0].okOrRunning() {
 				rep.Violations = append(rep.Violations, name+fmt.Sprintf(": %d attempts, want one success", len(s.attempts)))
+			}
+			if a1 == nil {
+				rep.Burst.LaterAttempt++
 			}
 		case strings.HasPrefix(s.task, failPrefix) && at.Equal(failAt):
 			if len(s.attempts) != 2 || a1 == nil || a1.ok || a2 == nil || !a2.ok {
@@ -294,8 +306,8 @@ func (rep *report) writeJSON(w io.Writer) error {
 
 func (rep *report) writeTable(w io.Writer) {
 	c, b := rep.Config, rep.Burst
-	fmt.Fprintf(w, "slotd load: %d replicas, %d tasks due at %s, %d failing, %d crashing, lease %s, period %s\n\n",
-		c.Replicas, c.Tasks, b.SlotTime, c.Fail, c.Crash, c.Lease, c.Period)
+	fmt.Fprintf(w, "slotd load: %d replicas, %d tasks due at %s (lease %s), %d failing, %d crashing (lease %s), every %s\n\n",
+		c.Replicas, c.Tasks, b.SlotTime, c.BurstLease, c.Fail, c.Crash, c.Lease, c.Period)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(cells ...any) {
 		for i, cell := range cells {
@@ -316,6 +328,7 @@ func (rep *report) writeTable(w io.Writer) {
 	row("", "", fmt.Sprintf("%.0f lock cycles/s sequential, %.0f releases/s pipelined", bl.SequentialCycles, bl.PipelinedReleases))
 	row("claim answered after slot time", lat(b.ClaimDelay), "")
 	row("start delay", lat(b.StartDelay), "")
+	row("slots run as attempt ≥ 2 (claim reply too late)", b.LaterAttempt, "")
 	row("Redis commands per slot (server)", fmt.Sprintf("%.2f: %s", b.ServerCmdsPerSlot, topCommands(b.ServerCmds)), "")
 	row("per slot, client side (all replicas)", fmt.Sprintf("%.2f round trips, %.2f commands", b.ClientTripsPerSlot, b.ClientCmdsPerSlot), "")
 	row("failure handoff (release → next start)", lat(rep.Failure), "")

@@ -36,13 +36,7 @@ type Server struct {
 // Start runs a redis-server for the test and stops it at cleanup.
 func Start(t testing.TB, extra ...string) *Server {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("redis-server not found under CI (.ci/run installs it): %v", err)
-		}
-		t.Skipf("redis-server not installed (apt-get install -y redis-server): %v", err)
-	}
+	bin := Binary(t)
 	port := FreePort(t)
 	dir := t.TempDir()
 	s := &Server{t: t, bin: bin, logPath: dir + "/redis.log", Port: port, Addr: "127.0.0.1:" + strconv.Itoa(port)}
@@ -54,6 +48,20 @@ func Start(t testing.TB, extra ...string) *Server {
 	s.start()
 	t.Cleanup(s.Stop)
 	return s
+}
+
+// Binary is the path of redis-server. Where it is not installed the test is
+// skipped, except under CI=true, where that fails it.
+func Binary(t testing.TB) string {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("redis-server not found under CI (.ci/run installs it): %v", err)
+		}
+		t.Skipf("redis-server not installed (apt-get install -y redis-server): %v", err)
+	}
+	return bin
 }
 
 func (s *Server) start() {
