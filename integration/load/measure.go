@@ -134,6 +134,9 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 	if err := wait(w0); err != nil {
 		return nil, err
 	}
+	for _, r := range reps {
+		r.burstCPU = -r.cpu()
+	}
 	before, err := commandStats(ctx, rdb)
 	if err != nil {
 		return nil, err
@@ -156,6 +159,9 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 			rep.Burst.SlotTime, settled.Sub(burst)))
 	}
 	w1 := time.Now()
+	for _, r := range reps {
+		r.burstCPU += r.cpu()
+	}
 	after, err := commandStats(ctx, rdb)
 	if err != nil {
 		return nil, err
