@@ -37,6 +37,7 @@ const (
 
 type options struct {
 	replicas, tasks, fail, crash, batch int
+	warmup                              int
 	period, lease, burstLease           time.Duration
 	duration, sample                    time.Duration
 	redisServer, dir                    string
@@ -56,6 +57,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.tasks, "tasks", 100, "tasks due in the same second at every burst")
 	fs.IntVar(&o.fail, "fail", 10, "tasks whose first attempt fails (failure handoff)")
 	fs.IntVar(&o.crash, "crash", 3, "tasks whose first attempt runs until cancelled; the replica holding most of them is killed -9 (crash takeover); 0: no crash")
+	fs.IntVar(&o.warmup, "warmup", 1, "bursts to let pass before the measured one (connection pools grow in the first)")
 	fs.IntVar(&o.batch, "batch", 256, "pipeline batch size of the raw baseline (the lock package's)")
 	fs.DurationVar(&o.period, "period", 10*time.Second, "every task fires every period (whole seconds dividing a minute, at least 4s): the burst at its start, failures half a period later, crashes a second after them")
 	fs.DurationVar(&o.lease, "lease", 2*time.Second, "lease of the crash tasks (a takeover waits for it)")
@@ -104,8 +106,8 @@ func (o *options) validate() error {
 		return fmt.Errorf("-replicas %d: want 1..64", o.replicas)
 	case o.tasks < 1:
 		return fmt.Errorf("-tasks %d: want at least 1", o.tasks)
-	case o.fail < 0 || o.crash < 0:
-		return fmt.Errorf("-fail %d, -crash %d: want 0 or more", o.fail, o.crash)
+	case o.fail < 0 || o.crash < 0 || o.warmup < 0:
+		return fmt.Errorf("-fail %d, -crash %d, -warmup %d: want 0 or more", o.fail, o.crash, o.warmup)
 	case o.crash > 0 && o.replicas < 2:
 		return fmt.Errorf("-crash %d with -replicas %d: a crash needs a peer to take over", o.crash, o.replicas)
 	case o.batch < 1:

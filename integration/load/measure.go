@@ -32,7 +32,7 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 		fmt.Fprintf(stderr, "%s load: %s\n", time.Now().UTC().Format("15:04:05.000"), fmt.Sprintf(format, args...))
 	}
 	rep := &report{Config: reportConfig{Replicas: o.replicas, Tasks: o.tasks, Fail: o.fail, Crash: o.crash,
-		Period: o.period.String(), Lease: o.lease.String(), BurstLease: o.burstLease.String(), Duration: o.duration.String()}}
+		Warmup: o.warmup, Period: o.period.String(), Lease: o.lease.String(), BurstLease: o.burstLease.String(), Duration: o.duration.String()}}
 
 	srv, err := startRedis(o.redisServer, dir)
 	if err != nil {
@@ -120,9 +120,10 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 	}
 
 	// The measured burst: the first one at least a second after every
-	// replica is ready; failures half a period later, the crash a second
-	// after them (so that the kill cannot hold up a failure's release).
-	burst := time.Now().Add(time.Second).Truncate(o.period).Add(o.period)
+	// replica is ready, after o.warmup more; failures half a period later,
+	// the crash a second after them (so that the kill cannot hold up a
+	// failure's release).
+	burst := time.Now().Add(time.Second).Truncate(o.period).Add(time.Duration(1+o.warmup) * o.period)
 	failAt := burst.Add(o.period / 2).Truncate(time.Second)
 	crashAt := failAt.Add(time.Second)
 	recs.claimAt = burst.Unix()
@@ -138,6 +139,10 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 		r.burstCPU = -r.cpu()
 	}
 	before, err := commandStats(ctx, rdb)
+	if err != nil {
+		return nil, err
+	}
+	cpu0, err := serverCPU(ctx, rdb)
 	if err != nil {
 		return nil, err
 	}
@@ -166,6 +171,11 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 	if err != nil {
 		return nil, err
 	}
+	cpu1, err := serverCPU(ctx, rdb)
+	if err != nil {
+		return nil, err
+	}
+	rep.Burst.RedisCPU = cpu1 - cpu0
 
 	if o.crash > 0 {
 		if err := wait(crashAt); err != nil {

@@ -102,6 +102,28 @@ func commandStats(ctx context.Context, c *redis.Client) (map[string]int64, error
 	return out, nil
 }
 
+// serverCPU reads INFO cpu: the server's user + system CPU seconds.
+func serverCPU(ctx context.Context, c *redis.Client) (float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	info, err := c.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0, fmt.Errorf("info cpu: %w", err)
+	}
+	var total float64
+	for line := range strings.SplitSeq(info, "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if k == "used_cpu_sys" || k == "used_cpu_user" {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return 0, fmt.Errorf("info cpu: %q: %w", line, err)
+			}
+			total += f
+		}
+	}
+	return total, nil
+}
+
 // compareAndDelete is the raw baseline's release: delete the key only if it
 // still holds our value.
 var compareAndDelete = redis.NewScript(`if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) end return 0`)

@@ -29,6 +29,7 @@ type reportConfig struct {
 	Tasks      int    `json:"tasks"`
 	Fail       int    `json:"fail"`
 	Crash      int    `json:"crash"`
+	Warmup     int    `json:"warmup_bursts"`
 	Period     string `json:"period"`
 	Lease      string `json:"lease"`
 	BurstLease string `json:"burst_lease"`
@@ -69,6 +70,7 @@ type burstReport struct {
 	ClientTripsPerSlot float64            `json:"client_round_trips_per_slot"` // all replicas, from the go-redis hook
 	ClientCmdsPerSlot  float64            `json:"client_commands_per_slot"`
 	WindowMS           float64            `json:"window_ms"`
+	RedisCPU           float64            `json:"redis_cpu_s"` // redis-server's CPU seconds over the window
 	// LaterAttempt counts burst slots (in every burst) that ran as attempt
 	// 2 or later: their first claim was counted in Redis but its reply
 	// came after the claim's time limit, so nobody ran it until its
@@ -307,8 +309,8 @@ func (rep *report) writeJSON(w io.Writer) error {
 
 func (rep *report) writeTable(w io.Writer) {
 	c, b := rep.Config, rep.Burst
-	fmt.Fprintf(w, "slotd load: %d replicas, %d tasks due at %s (lease %s), %d failing, %d crashing (lease %s), every %s\n\n",
-		c.Replicas, c.Tasks, b.SlotTime, c.BurstLease, c.Fail, c.Crash, c.Lease, c.Period)
+	fmt.Fprintf(w, "slotd load: %d replicas, %d tasks due at %s (lease %s; after %d warm-up bursts), %d failing, %d crashing (lease %s), every %s\n\n",
+		c.Replicas, c.Tasks, b.SlotTime, c.BurstLease, c.Warmup, c.Fail, c.Crash, c.Lease, c.Period)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(cells ...any) {
 		for i, cell := range cells {
@@ -331,6 +333,7 @@ func (rep *report) writeTable(w io.Writer) {
 	row("start delay", lat(b.StartDelay), "")
 	row("slots run as attempt ≥ 2 (claim reply too late)", b.LaterAttempt, "")
 	row("Redis commands per slot (server, Lua's calls included)", fmt.Sprintf("%.2f: %s", b.ServerCmdsPerSlot, topCommands(b.ServerCmds)), "")
+	row("burst window", fmt.Sprintf("%.0f ms; redis-server CPU %.2f s", b.WindowMS, b.RedisCPU), "")
 	row("per slot, client side (all replicas)", fmt.Sprintf("%.2f round trips, %.2f commands", b.ClientTripsPerSlot, b.ClientCmdsPerSlot), "")
 	row("failure handoff (release → next start)", lat(rep.Failure), "")
 	row("crash takeover (lease expiry → peer start)", lat(rep.Crash.Takeover), fmt.Sprintf("lease %s; kill → start %s", rep.Crash.Lease, lat(rep.Crash.AfterKill)))
