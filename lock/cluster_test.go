@@ -16,44 +16,6 @@ import (
 	"github.com/slotd/slotd/lock"
 )
 
-// clientHarness is the conformance harness over any go-redis client; keys
-// lists every key the store holds (on a Cluster: on every master).
-func clientHarness(t *testing.T, rdb redis.UniversalClient, r *lock.Redis, keys func() []string) harness {
-	ctx := context.Background()
-	t.Cleanup(func() { r.Close() })
-	if err := r.Subscribe(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return harness{
-		store: r,
-		now: func() time.Time {
-			tm, err := rdb.Time(ctx).Result()
-			if err != nil {
-				t.Fatal(err)
-			}
-			return tm
-		},
-		expire: func(d time.Duration) {
-			for _, k := range keys() {
-				ttl := rdb.PTTL(ctx, k).Val()
-				if ttl <= d {
-					rdb.Del(ctx, k)
-				} else {
-					rdb.PExpire(ctx, k, ttl-d)
-				}
-			}
-		},
-		ttls: func() map[string]time.Duration {
-			out := map[string]time.Duration{}
-			for _, k := range keys() {
-				out[k] = rdb.PTTL(ctx, k).Val()
-			}
-			return out
-		},
-		plant: func(k, v string) { rdb.Set(ctx, k, v, time.Hour) },
-	}
-}
-
 // clusterKeys lists the keys of every master of the cluster, and which
 // master holds each.
 func clusterKeys(t *testing.T, rdb *redis.ClusterClient) map[string]string {

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/slotd/slotd/integration/redistest"
 	"github.com/slotd/slotd/lock"
 )
@@ -61,21 +63,13 @@ func memoryHarness(t *testing.T) harness {
 	}
 }
 
-func redisHarness(t *testing.T) harness {
-	srv := redistest.Start(t)
-	rdb := srv.Client()
-	r := lock.NewRedis(rdb, "slotd")
-	t.Cleanup(func() { r.Close() })
+// clientHarness is the conformance harness over any go-redis client; keys
+// lists every key the store holds (on a Cluster: on every master).
+func clientHarness(t *testing.T, rdb redis.UniversalClient, r *lock.Redis, keys func() []string) harness {
 	ctx := context.Background()
+	t.Cleanup(func() { r.Close() })
 	if err := r.Subscribe(ctx); err != nil {
 		t.Fatal(err)
-	}
-	keys := func() []string {
-		ks, err := rdb.Keys(ctx, "*").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ks
 	}
 	return harness{
 		store: r,
@@ -86,9 +80,9 @@ func redisHarness(t *testing.T) harness {
 			}
 			return tm
 		},
-		// Redis's clock cannot be moved, so passing time is shown to the
-		// keys: each TTL shrinks by d and a key whose TTL runs out goes.
 		expire: func(d time.Duration) {
+			// Redis's clock cannot be moved, so passing time is shown to the
+			// keys: each TTL shrinks by d and a key whose TTL runs out goes.
 			for _, k := range keys() {
 				ttl := rdb.PTTL(ctx, k).Val()
 				if ttl <= d {
@@ -107,6 +101,18 @@ func redisHarness(t *testing.T) harness {
 		},
 		plant: func(k, v string) { rdb.Set(ctx, k, v, time.Hour) },
 	}
+}
+
+func redisHarness(t *testing.T) harness {
+	rdb := redistest.Start(t).Client()
+	keys := func() []string {
+		ks, err := rdb.Keys(context.Background(), "*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ks
+	}
+	return clientHarness(t, rdb, lock.NewRedis(rdb, "slotd"), keys)
 }
 
 // TestConformance runs the same suite against both stores.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -138,46 +137,20 @@ func redlockEnv(t *testing.T, n int) lockEnv {
 	}
 }
 
+// sentinelEnv starts a master, a replica and three Sentinels, and locks
+// through go-redis's failover client, as slotd does in Sentinel mode.
+func sentinelEnv(t *testing.T) lockEnv {
+	rdb := redistest.StartSentinel(t).Client()
+	return lockEnv{
+		locker: func(t *testing.T, opts ...LockerOption) *Locker { return NewLocker(rdb, opts...) },
+		nodes:  []redis.UniversalClient{rdb},
+		quorum: 1,
+	}
+}
+
 // clusterEnv starts a Redis Cluster of three masters on loopback.
 func clusterEnv(t *testing.T) lockEnv {
-	var addrs []string
-	for range 3 { // skips, or fails under CI, without redis-server
-		s := redistest.Start(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000")
-		addrs = append(addrs, s.Addr)
-	}
-	cli, err := exec.LookPath("redis-cli") // installed with redis-server
-	if err != nil {
-		t.Fatalf("redis-cli is needed to create the cluster: %v", err)
-	}
-	args := append([]string{"--cluster", "create"}, addrs...)
-	out, err := exec.Command(cli, append(args, "--cluster-replicas", "0", "--cluster-yes")...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
-	}
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { cc.Close() })
-	ctx := context.Background()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		info, err := cc.ClusterInfo(ctx).Result()
-		if err == nil && strings.Contains(info, "cluster_state:ok") {
-			// Every master must agree before keys on every shard work.
-			ok := true
-			_ = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-				if i, err := c.ClusterInfo(ctx).Result(); err != nil || !strings.Contains(i, "cluster_state:ok") {
-					ok = false
-				}
-				return nil
-			})
-			if ok {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cluster not ok within 30s: %v %v", info, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	cc := redistest.StartCluster(t, 3).Client()
 	return lockEnv{
 		locker: func(t *testing.T, opts ...LockerOption) *Locker { return NewLocker(cc, opts...) },
 		nodes:  []redis.UniversalClient{cc},
@@ -193,6 +166,7 @@ func TestMutexConformance(t *testing.T) {
 	}{
 		{"single", singleEnv},
 		{"cluster", clusterEnv},
+		{"sentinel", sentinelEnv},
 		{"redlock3", func(t *testing.T) lockEnv { return redlockEnv(t, 3) }},
 	}
 	cases := []struct {

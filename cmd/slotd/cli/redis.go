@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"crypto/tls"
 	"fmt"
 	"time"
 
@@ -35,6 +36,9 @@ func newRedisClient(cfg *scheduler.Config, maxRetries int) (redis.UniversalClien
 		if maxRetries >= 0 {
 			opt.MaxRetries = maxRetries
 		}
+		if opt.TLSConfig != nil { // rediss://: ParseURL set the server name
+			withTLSFiles(opt.TLSConfig, cfg.Redis.TLSConfig)
+		}
 		return redis.NewClient(opt), nil
 	case scheduler.ModeSentinel, scheduler.ModeCluster:
 		o := cfg.Redis
@@ -52,9 +56,27 @@ func newRedisClient(cfg *scheduler.Config, maxRetries int) (redis.UniversalClien
 		if maxRetries >= 0 {
 			uo.MaxRetries = maxRetries
 		}
+		if o.TLS {
+			// No server name: crypto/tls checks each node's certificate
+			// against the host it dials, which differ from node to node.
+			uo.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+			withTLSFiles(uo.TLSConfig, o.TLSConfig)
+		}
 		return redis.NewUniversalClient(uo), nil
 	}
 	return nil, fmt.Errorf("no Redis configured: the embedded store is in use")
+}
+
+// withTLSFiles adds to conf the CA and client certificate read from
+// [redis] tls_ca_file, tls_cert_file and tls_key_file (files may be nil).
+func withTLSFiles(conf, files *tls.Config) {
+	if files == nil {
+		return
+	}
+	if files.RootCAs != nil {
+		conf.RootCAs = files.RootCAs
+	}
+	conf.Certificates = files.Certificates
 }
 
 // redisStoreOptions are the lock options cfg asks for.
