@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -156,7 +157,7 @@ func noteClaim(cmd redis.Cmder) {
 }
 
 // runChild runs one replica until SIGTERM; it returns the exit code.
-func runChild(config, records string, stderr io.Writer) int {
+func runChild(config, records string, profile bool, stderr io.Writer) int {
 	f, err := os.OpenFile(records, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		fmt.Fprintf(stderr, "load child: %v\n", err)
@@ -185,10 +186,40 @@ func runChild(config, records string, stderr io.Writer) int {
 			}
 		}
 	}()
+	if profile {
+		base := strings.TrimSuffix(records, ".records")
+		stop, err := startProfiles(base)
+		if err != nil {
+			fmt.Fprintf(stderr, "load child: %v\n", err)
+			return 1
+		}
+		defer stop()
+	}
 	code := cli.Main(context.Background(), []string{"run", "-config", config}, os.Stdout, stderr, cli.WithRedisHook(hook))
 	close(stop)
 	wg.Wait()
 	rec.printf("R %d %d %d\n", time.Now().UnixNano(), hook.trips.Load(), hook.cmds.Load())
 	rec.flush()
 	return code
+}
+
+// startProfiles starts a CPU profile into base.cpu.pprof; the function it
+// returns stops it and writes the heap profile into base.heap.pprof.
+func startProfiles(base string) (func(), error) {
+	cpu, err := os.Create(base + ".cpu.pprof")
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(cpu); err != nil {
+		cpu.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		cpu.Close()
+		if heap, err := os.Create(base + ".heap.pprof"); err == nil {
+			_ = pprof.WriteHeapProfile(heap)
+			heap.Close()
+		}
+	}, nil
 }

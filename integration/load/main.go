@@ -41,7 +41,7 @@ type options struct {
 	period, lease, burstLease           time.Duration
 	duration, sample                    time.Duration
 	redisServer, dir                    string
-	json                                bool
+	json, profile                       bool
 }
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -53,6 +53,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	child := fs.Bool("child", false, "internal: run as one replica")
 	config := fs.String("config", "", "internal: the replica's config")
 	recordsPath := fs.String("records", "", "internal: the replica's records file")
+	fs.BoolVar(&o.profile, "profile", false, "each replica writes <id>.cpu.pprof (its whole life) and <id>.heap.pprof (at exit) into -dir")
 	fs.IntVar(&o.replicas, "replicas", 3, "replicas (child processes)")
 	fs.IntVar(&o.tasks, "tasks", 100, "tasks due in the same second at every burst")
 	fs.IntVar(&o.fail, "fail", 10, "tasks whose first attempt fails (failure handoff)")
@@ -71,7 +72,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if *child {
-		return runChild(*config, *recordsPath, stderr)
+		return runChild(*config, *recordsPath, o.profile, stderr)
 	}
 	if err := o.validate(); err != nil {
 		fmt.Fprintf(stderr, "load: %v\n", err)
@@ -116,6 +117,8 @@ func (o *options) validate() error {
 		return fmt.Errorf("-period %v: want whole seconds dividing a minute, at least 4s", o.period)
 	case o.lease < time.Second || o.burstLease < time.Second:
 		return fmt.Errorf("-lease %v, -burst-lease %v: slotd wants at least 1s", o.lease, o.burstLease)
+	case o.profile && o.dir == "":
+		return fmt.Errorf("-profile needs -dir to keep the profiles in")
 	case o.duration < 0 || o.sample <= 0:
 		return fmt.Errorf("-duration %v, -sample %v: want ≥ 0 and > 0", o.duration, o.sample)
 	}

@@ -71,7 +71,7 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 		}
 	}()
 	for i, id := range ids {
-		r, err := startReplica(id, dir, configs[i], listens[i])
+		r, err := startReplica(id, dir, configs[i], listens[i], o.profile)
 		if err != nil {
 			return nil, err
 		}

@@ -81,7 +81,7 @@ func readProc(pid int) (procStats, error) {
 
 // startReplica re-executes this binary as a child running the daemon on
 // config, writing its records under dir.
-func startReplica(id, dir, config, listen string) (*replica, error) {
+func startReplica(id, dir, config, listen string, profile bool) (*replica, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -92,7 +92,7 @@ func startReplica(id, dir, config, listen string) (*replica, error) {
 		return nil, err
 	}
 	defer logf.Close()
-	r.cmd = exec.Command(self, "-child", "-config", config, "-records", r.records)
+	r.cmd = exec.Command(self, "-child", "-config", config, "-records", r.records, "-profile="+strconv.FormatBool(profile))
 	r.cmd.Stdout, r.cmd.Stderr = logf, logf
 	// A replica must not outlive the tool.
 	r.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
