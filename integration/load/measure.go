@@ -135,14 +135,7 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 	if err := wait(w0); err != nil {
 		return nil, err
 	}
-	for _, r := range reps {
-		r.burstCPU = -r.cpu()
-	}
-	before, err := commandStats(ctx, rdb)
-	if err != nil {
-		return nil, err
-	}
-	cpu0, err := serverCPU(ctx, rdb)
+	before, err := takeSnapshot(ctx, rdb, reps)
 	if err != nil {
 		return nil, err
 	}
@@ -163,19 +156,10 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 		rep.Violations = append(rep.Violations, fmt.Sprintf("burst %s: not every slot ran and every claim was answered within %v",
 			rep.Burst.SlotTime, settled.Sub(burst)))
 	}
-	w1 := time.Now()
-	for _, r := range reps {
-		r.burstCPU += r.cpu()
-	}
-	after, err := commandStats(ctx, rdb)
+	after, err := takeSnapshot(ctx, rdb, reps)
 	if err != nil {
 		return nil, err
 	}
-	cpu1, err := serverCPU(ctx, rdb)
-	if err != nil {
-		return nil, err
-	}
-	rep.Burst.RedisCPU = cpu1 - cpu0
 
 	if o.crash > 0 {
 		if err := wait(crashAt); err != nil {
@@ -216,7 +200,7 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 	if err := recs.poll(); err != nil {
 		return nil, err
 	}
-	rep.analyzeBurst(recs, o, burst, before, after, w0, w1)
+	rep.analyzeBurst(recs, o, burst, before, after)
 	rep.analyzeRetries(recs, o, failAt, crashAt)
 	rep.analyzeReplicas(reps, sampler)
 	rep.check(recs, o, failAt, crashAt)
@@ -335,4 +319,25 @@ func quiesce(ctx context.Context, rdb *redis.Client, deadline time.Time, wait fu
 		prev = n
 	}
 	return err
+}
+
+// snapshot is what the burst's window is measured between.
+type snapshot struct {
+	at         time.Time
+	commands   map[string]int64   // INFO commandstats
+	redisCPU   float64            // INFO cpu, user + system seconds
+	replicaCPU map[string]float64 // /proc, by replica id
+}
+
+func takeSnapshot(ctx context.Context, rdb *redis.Client, reps []*replica) (snapshot, error) {
+	s := snapshot{at: time.Now(), replicaCPU: map[string]float64{}}
+	for _, r := range reps {
+		s.replicaCPU[r.id] = r.cpu()
+	}
+	var err error
+	if s.commands, err = commandStats(ctx, rdb); err != nil {
+		return s, err
+	}
+	s.redisCPU, err = serverCPU(ctx, rdb)
+	return s, err
 }

@@ -23,8 +23,6 @@ type replica struct {
 	records string
 	killed  bool
 	final   procStats // read just before the child was stopped or killed
-	// burstCPU is the CPU seconds spent over the measured burst's window.
-	burstCPU float64
 }
 
 // cpu is the replica's CPU seconds so far (0 if /proc cannot say).

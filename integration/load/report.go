@@ -13,15 +13,16 @@ import (
 )
 
 type report struct {
-	Config     reportConfig    `json:"config"`
-	Baseline   Baseline        `json:"baseline"`
-	Burst      burstReport     `json:"burst"`
-	Failure    latencies       `json:"failure_handoff"` // release (end of the failed attempt) → next attempt's start
-	Crash      crashReport     `json:"crash_takeover"`
-	Replicas   []replicaReport `json:"replicas"`
-	RSSSamples []rssSample     `json:"rss_samples"`
-	Checks     map[string]int  `json:"checks"` // slots checked, by task kind
-	Violations []string        `json:"violations"`
+	Config     reportConfig       `json:"config"`
+	Baseline   Baseline           `json:"baseline"`
+	Burst      burstReport        `json:"burst"`
+	Failure    latencies          `json:"failure_handoff"` // release (end of the failed attempt) → next attempt's start
+	Crash      crashReport        `json:"crash_takeover"`
+	Replicas   []replicaReport    `json:"replicas"`
+	RSSSamples []rssSample        `json:"rss_samples"`
+	Checks     map[string]int     `json:"checks"` // slots checked, by task kind
+	Violations []string           `json:"violations"`
+	burstCPU   map[string]float64 // by replica id, over the burst's window
 }
 
 type reportConfig struct {
@@ -141,7 +142,7 @@ func (s *sampler) sample() {
 	s.samples = append(s.samples, smp)
 }
 
-func (rep *report) analyzeBurst(recs *records, o options, burst time.Time, before, after map[string]int64, w0, w1 time.Time) {
+func (rep *report) analyzeBurst(recs *records, o options, burst time.Time, before, after snapshot) {
 	b := &rep.Burst
 	var starts []time.Duration
 	for i := range o.tasks {
@@ -172,11 +173,11 @@ func (rep *report) analyzeBurst(recs *records, o options, burst time.Time, befor
 	}
 	b.ServerCmds = map[string]float64{}
 	var total int64
-	for name, n := range after {
+	for name, n := range after.commands {
 		if name == "info" { // this tool's own
 			continue
 		}
-		if d := n - before[name]; d > 0 {
+		if d := n - before.commands[name]; d > 0 {
 			b.ServerCmds[name] = float64(d) / float64(o.tasks)
 			total += d
 		}
@@ -184,8 +185,8 @@ func (rep *report) analyzeBurst(recs *records, o options, burst time.Time, befor
 	b.ServerCmdsPerSlot = float64(total) / float64(o.tasks)
 	var trips, cmds int64
 	for _, t := range recs.tails {
-		c0, ok0 := recs.countersAt(t.replica, w0, false)
-		c1, ok1 := recs.countersAt(t.replica, w1, true)
+		c0, ok0 := recs.countersAt(t.replica, before.at, false)
+		c1, ok1 := recs.countersAt(t.replica, after.at, true)
 		if !ok0 || !ok1 {
 			rep.Violations = append(rep.Violations, fmt.Sprintf("replica %s: no hook counters around the burst window", t.replica))
 			continue
@@ -195,7 +196,12 @@ func (rep *report) analyzeBurst(recs *records, o options, burst time.Time, befor
 	}
 	b.ClientTripsPerSlot = float64(trips) / float64(o.tasks)
 	b.ClientCmdsPerSlot = float64(cmds) / float64(o.tasks)
-	b.WindowMS = ms(w1.Sub(w0))
+	b.WindowMS = ms(after.at.Sub(before.at))
+	b.RedisCPU = after.redisCPU - before.redisCPU
+	rep.burstCPU = map[string]float64{}
+	for id, c := range after.replicaCPU {
+		rep.burstCPU[id] = c - before.replicaCPU[id]
+	}
 }
 
 func (rep *report) analyzeRetries(recs *records, o options, failAt, crashAt time.Time) {
@@ -233,7 +239,7 @@ func attemptN(s *slotRuns, n int) *attempt {
 
 func (rep *report) analyzeReplicas(reps []*replica, smp *sampler) {
 	for _, r := range reps {
-		rep.Replicas = append(rep.Replicas, replicaReport{ID: r.id, procStats: r.final, BurstCPU: r.burstCPU, Killed: r.killed})
+		rep.Replicas = append(rep.Replicas, replicaReport{ID: r.id, procStats: r.final, BurstCPU: rep.burstCPU[r.id], Killed: r.killed})
 	}
 	rep.RSSSamples = smp.samples
 }
