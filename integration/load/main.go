@@ -7,8 +7,9 @@
 // latencies — next to raw go-redis SET NX PX + compare-and-delete measured
 // on the same server in the same run.
 //
-//	go run ./integration/load -replicas 3 -tasks 10000
-//	go run ./integration/load -tasks 10000 -duration 10m -crash 0   # memory growth
+//	go run ./integration/load -replicas 3 -tasks 10000              # table; -json for JSON
+//	go run ./integration/load -replicas 3 -tasks 10000 -duration 10m -period 30s -crash 0   # memory over time
+//	go run ./integration/load -replicas 3 -tasks 10000 -profile -dir /tmp/load   # CPU and heap profiles
 //
 // It asserts no timing. It exits 1 when a correctness check fails (a slot
 // run twice or not retried as configured, a claim not answered) and 2 on
