@@ -46,13 +46,7 @@ func Start(t testing.TB, extra ...string) *Server {
 // when tlsConf is set), and stops it at cleanup.
 func startOn(t testing.TB, port int, tlsConf *tls.Config, args ...string) *Server {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("redis-server not found under CI (.ci/run installs it): %v", err)
-		}
-		t.Skipf("redis-server not installed (apt-get install -y redis-server): %v", err)
-	}
+	bin := Binary(t)
 	dir := t.TempDir()
 	s := &Server{t: t, bin: bin, logPath: dir + "/redis.log", Port: port, Addr: "127.0.0.1:" + strconv.Itoa(port), tls: tlsConf}
 	s.args = append([]string{
@@ -63,6 +57,20 @@ func startOn(t testing.TB, port int, tlsConf *tls.Config, args ...string) *Serve
 	s.start()
 	t.Cleanup(s.Stop)
 	return s
+}
+
+// Binary is the path of redis-server. Where it is not installed the test is
+// skipped, except under CI=true, where that fails it.
+func Binary(t testing.TB) string {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("redis-server not found under CI (.ci/run installs it): %v", err)
+		}
+		t.Skipf("redis-server not installed (apt-get install -y redis-server): %v", err)
+	}
+	return bin
 }
 
 func (s *Server) start() {
