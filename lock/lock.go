@@ -25,6 +25,13 @@
 //	slotd:{<task>:<slot id>}:attempts  INCR per claim (TTL >= done TTL)
 //	slotd:{<task>:<slot id>}:base      attempts before the last operator rerun, if any
 //	slotd:released                     pub/sub channel; message = state key
+//
+// The package also offers the same machinery for locking any resource of
+// one's own (see Locker and Mutex in mutex.go): TryLock, Lock woken by
+// pub/sub, reentrancy by an owner id carried in the context, a watchdog
+// that cancels the holder's context when the lease is lost, fencing tokens,
+// and Do, which runs a function under the lock; on one server, Sentinel,
+// Cluster, or a Redlock quorum of independent servers (NewRedlockLocker).
 package lock
 
 import (

@@ -40,11 +40,14 @@ type Client interface {
 }
 
 // Redis is the slot protocol on a Redis server: each state change is one Lua
-// script that checks ownership before it writes.
+// script that checks ownership before it writes. Claims, renewals,
+// completions and releases made concurrently are pipelined together (see
+// batcher), so a burst of due slots costs a few round trips, not one each.
 type Redis struct {
 	rdb     Client
 	prefix  string
 	channel string
+	batch   *batcher // claims, renewals, completions and releases
 
 	mu      sync.Mutex
 	watch   watchers
@@ -63,7 +66,7 @@ type Redis struct {
 // ReadTimeout, and a lease watchdog blocked on a frozen Redis cannot cancel
 // its task before the lease runs out.
 func NewRedis(rdb Client, prefix string, opts ...RedisOption) *Redis {
-	r := &Redis{rdb: rdb, prefix: prefix, channel: prefix + ":released"}
+	r := &Redis{rdb: rdb, prefix: prefix, channel: prefix + ":released", batch: newBatcher(rdb)}
 	for _, o := range opts {
 		o(r)
 	}
@@ -72,12 +75,14 @@ func NewRedis(rdb Client, prefix string, opts ...RedisOption) *Redis {
 
 // Claim implements Store.
 func (r *Redis) Claim(ctx context.Context, slot Slot, replica string, p Policy) (Claim, error) {
+	burst := burstOf(ctx)
 	if r.ack.n > 0 {
+		burst.Skip() // WAIT needs its own connection: nothing is batched
 		return r.claimAcked(ctx, slot, replica, p)
 	}
 	state, attempts := Keys(r.prefix, slot)
 	sent := time.Now()
-	res, err := claimScript.Run(ctx, r.rdb, []string{state, attempts, baseKey(state)},
+	res, err := r.batch.runIn(ctx, burst, claimScript, []string{state, attempts, baseKey(state)},
 		replica,
 		p.Lease.Milliseconds(),
 		p.MaxAttempts,
@@ -159,7 +164,7 @@ func (r *Redis) Release(ctx context.Context, slot Slot, owner Owner) error {
 
 // compare runs one of the owner-checked scripts, which answer 1 or 0.
 func (r *Redis) compare(ctx context.Context, op string, slot Slot, owner Owner, s *redis.Script, keys []string, args ...any) error {
-	n, err := s.Run(ctx, r.rdb, keys, args...).Int()
+	n, err := r.batch.run(ctx, s, keys, args...).Int()
 	if err != nil {
 		return fmt.Errorf("lock: %s %s attempt %d: %w", op, slot, owner.Attempt, err)
 	}
@@ -315,13 +320,15 @@ func (r *Redis) start(ps *redis.PubSub) {
 	}()
 }
 
-// Close stops the release subscription and waits for its goroutine. It does
-// not close the go-redis client, which the caller owns.
+// Close stops the release subscription and waits for its goroutine and for
+// the pipelines in flight. It does not close the go-redis client, which the
+// caller owns.
 func (r *Redis) Close() error {
 	r.mu.Lock()
 	r.closing = true
 	ps, done := r.ps, r.psDone
 	r.mu.Unlock()
+	defer r.batch.close()
 	if ps == nil {
 		return nil
 	}

@@ -255,6 +255,7 @@ func (c *Config) readRedis(t table) {
 		}
 	}
 	c.readRedisMode(t)
+	c.readRedisTLS(t)
 }
 
 func (c *Config) readHTTP(t table) {

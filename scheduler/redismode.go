@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"crypto/tls"
 	"errors"
 	"math"
 	"net"
@@ -28,6 +29,13 @@ type RedisOptions struct {
 	// after a complete, WAIT for this many replicas of the master that took
 	// the write (0, the default: do not wait). See lock.WithMinReplicasAck.
 	MinReplicasAck int
+	// TLS is [redis] tls = true: TLS to the Sentinels and Redis servers of
+	// addrs (url asks for TLS with rediss://).
+	TLS bool
+	// TLSConfig holds the CA to trust and the client certificate from
+	// [redis] tls_ca_file, tls_cert_file and tls_key_file, read at load;
+	// nil when none is set (the system's roots, no client certificate).
+	TLSConfig *tls.Config
 	// Redlock is [redis] redlock: the URLs of at least MinRedlockNodes
 	// independent masters, each parsed as url is; the slot protocol runs
 	// on all of them and a quorum decides (see lock.NewRedlock).
@@ -67,8 +75,8 @@ func (c *Config) RedisMode() string {
 func (c *Config) Embedded() bool { return c.RedisMode() == ModeEmbedded }
 
 // The [redis] keys of the Sentinel and Cluster modes, and min_replicas_ack.
-var redisModeKeys = []string{"addrs", "master_name", "cluster", "username", "password",
-	"sentinel_username", "sentinel_password", "db", "min_replicas_ack", "redlock"}
+var redisModeKeys = append([]string{"addrs", "master_name", "cluster", "username", "password",
+	"sentinel_username", "sentinel_password", "db", "min_replicas_ack", "redlock"}, redisTLSKeys...)
 
 // MaxReplicasAck bounds min_replicas_ack: far more replicas than anyone runs.
 const MaxReplicasAck = 100

@@ -103,6 +103,9 @@ func TestRedisModeErrors(t *testing.T) {
 		{"redlock not an array", "redlock = \"redis://a:1\"", []string{"redis.redlock", "must be an array", "the string"}},
 		{"redlock item not a string", "redlock = [\"redis://a:1\", 2, \"redis://c:1\"]", []string{"redis.redlock", "item 2", "the integer 2"}},
 		{"redlock bad url", "redlock = [\"redis://a:1\", \"http://b:1\", \"redis://c:1\"]", []string{"redis.redlock", "item 2", "invalid Redis URL"}},
+		{"redlock tls file without rediss", "redlock = [\"redis://a:1\", \"redis://b:1\", \"redis://c:1\"]\ntls_ca_file = \"/nonexistent\"", []string{"redis.tls_ca_file", "needs TLS"}},
+		{"redlock tls = true", "redlock = [\"rediss://a:1\", \"rediss://b:1\", \"rediss://c:1\"]\ntls = true", []string{"redis.tls", "only with addrs"}},
+		{"redlock rediss with a missing CA file", "redlock = [\"rediss://a:1\", \"rediss://b:1\", \"rediss://c:1\"]\ntls_ca_file = \"/nonexistent/ca.pem\"", []string{"redis.tls_ca_file", "/nonexistent/ca.pem"}},
 		{"redlock same server twice", "redlock = [\"redis://a:1/0\", \"redis://b:1\", \"redis://:pw@a:1/3\"]", []string{"redis.redlock", "items 1 and 3", "same server a:1"}},
 		{"unknown key", "url = \"redis://h:6379\"\nsentinels = [\"h:1\"]", []string{`unknown key "redis.sentinels"`, "master_name"}},
 	} {

@@ -196,17 +196,19 @@ func (h *entries) Pop() any {
 func (s *Scheduler) fireLoop(ctx, hard context.Context) {
 	now := s.now()
 	h := make(entries, 0, len(s.cfg.Tasks))
+	var due []entry
 	for i := range s.cfg.Tasks {
 		t := &s.cfg.Tasks[i]
 		if t.Catchup == "latest" {
 			if slot, ok := t.Schedule.Latest(now); ok && now.Before(t.SlotDeadline(slot)) {
-				s.startSlot(ctx, hard, t, slot)
+				due = append(due, entry{task: t, next: slot})
 			}
 		}
 		if next := t.Schedule.Next(now); !next.IsZero() {
 			h = append(h, &entry{task: t, next: next})
 		}
 	}
+	s.startSlots(ctx, hard, due)
 	heap.Init(&h)
 	for len(h) > 0 {
 		// Wake at least once per clock check: if the wall clock steps or the
@@ -221,13 +223,14 @@ func (s *Scheduler) fireLoop(ctx, hard context.Context) {
 		case <-timer.C():
 		}
 		now := s.now()
+		due = due[:0]
 		for len(h) > 0 && !h[0].next.After(now) {
 			e := h[0]
 			// A fire time that passed while this process was stalled still
 			// runs if its window is open; each slot is claimed by its own id,
 			// so a late start cannot run a slot twice.
 			if now.Before(e.task.SlotDeadline(e.next)) {
-				s.startSlot(ctx, hard, e.task, e.next)
+				due = append(due, *e)
 			} else {
 				s.m.missed.WithLabelValues(e.task.Name).Inc()
 				s.log.Warn("slot missed: its window closed before this replica could fire it",
@@ -239,23 +242,36 @@ func (s *Scheduler) fireLoop(ctx, hard context.Context) {
 				heap.Fix(&h, 0)
 			}
 		}
+		s.startSlots(ctx, hard, due)
 	}
 	<-ctx.Done()
 }
 
-func (s *Scheduler) startSlot(ctx, hard context.Context, t *Task, at time.Time) {
-	slot := lock.Slot{Task: t.Name, ID: t.Schedule.SlotID(at), Time: at.UTC(), Deadline: t.SlotDeadline(at).UTC()}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		s.work(ctx, hard, t, slot)
-	}()
+// startSlots starts one goroutine per due slot. The first claims of slots
+// due together form one lock.Burst, so that the store sends them in as few
+// round trips as its batches allow.
+func (s *Scheduler) startSlots(ctx, hard context.Context, due []entry) {
+	var burst *lock.Burst
+	if len(due) > 1 {
+		burst = lock.NewBurst(len(due))
+	}
+	for _, e := range due {
+		t, at := e.task, e.next
+		slot := lock.Slot{Task: t.Name, ID: t.Schedule.SlotID(at), Time: at.UTC(), Deadline: t.SlotDeadline(at).UTC()}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.work(ctx, hard, t, slot, burst)
+		}()
+	}
 }
 
 // work sees one slot through on this replica: claim, run if won, and
 // otherwise watch until the slot is done, exhausted or past its deadline.
-func (s *Scheduler) work(ctx, hard context.Context, t *Task, slot lock.Slot) {
+// Its first claim is a member of burst (nil: none).
+func (s *Scheduler) work(ctx, hard context.Context, t *Task, slot lock.Slot, burst *lock.Burst) {
 	log := s.log.With("task", t.Name, "slot", slot.ID)
+	defer func() { burst.Skip() }() // never claimed: the burst must not wait for it
 	// Watch before the first claim, so a release that follows it is seen.
 	w := s.store.Watch(slot)
 	defer w.Stop()
@@ -277,7 +293,8 @@ func (s *Scheduler) work(ctx, hard context.Context, t *Task, slot lock.Slot) {
 		if settled {
 			wait = slot.Deadline.Sub(s.now())
 		} else {
-			wait, settled = s.claim(ctx, hard, t, slot, w, &failures, &last, log)
+			wait, settled = s.claim(ctx, hard, t, slot, burst, w, &failures, &last, log)
+			burst = nil
 		}
 		if settled {
 			wait = slot.Deadline.Sub(s.now())
@@ -294,13 +311,13 @@ func (s *Scheduler) work(ctx, hard context.Context, t *Task, slot lock.Slot) {
 	}
 }
 
-// claim makes one claim of slot and acts on the answer: runs the task if
-// won. It returns how long to wait before the next claim, and whether the
+// claim makes one claim of slot, as a member of burst if not nil, and acts
+// on the answer: runs the task if won. It returns how long to wait before the next claim, and whether the
 // slot is settled (done or out of attempts).
-func (s *Scheduler) claim(ctx, hard context.Context, t *Task, slot lock.Slot, w *lock.Watch, failures *int, last *lock.Result, log *slog.Logger) (time.Duration, bool) {
+func (s *Scheduler) claim(ctx, hard context.Context, t *Task, slot lock.Slot, burst *lock.Burst, w *lock.Watch, failures *int, last *lock.Result, log *slog.Logger) (time.Duration, bool) {
 	p := lock.Policy{Lease: t.Lease, DoneTTL: t.DoneTTL, MaxAttempts: t.MaxAttempts}
 	cctx, cancel := context.WithTimeout(ctx, t.Lease/3)
-	c, err := s.store.Claim(cctx, slot, s.replica, p)
+	c, err := s.store.Claim(burst.Join(cctx), slot, s.replica, p)
 	cancel()
 	*last = c.Result
 	if err != nil {

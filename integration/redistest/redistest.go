@@ -9,6 +9,7 @@ package redistest
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
@@ -31,10 +32,36 @@ type Server struct {
 	Port    int
 	cmd     *exec.Cmd
 	args    []string
+	tls     *tls.Config // set for a TLS-only server (StartTLS)
 }
 
 // Start runs a redis-server for the test and stops it at cleanup.
 func Start(t testing.TB, extra ...string) *Server {
+	t.Helper()
+	port := FreePort(t)
+	return startOn(t, port, nil, append([]string{"--port", strconv.Itoa(port)}, extra...)...)
+}
+
+// startOn runs redis-server with args, listening on port (plain TCP, or TLS
+// when tlsConf is set), and stops it at cleanup.
+func startOn(t testing.TB, port int, tlsConf *tls.Config, args ...string) *Server {
+	t.Helper()
+	bin := Binary(t)
+	dir := t.TempDir()
+	s := &Server{t: t, bin: bin, logPath: dir + "/redis.log", Port: port, Addr: "127.0.0.1:" + strconv.Itoa(port), tls: tlsConf}
+	s.args = append([]string{
+		"--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no",
+		"--dir", dir, "--loglevel", "warning",
+	}, args...)
+	s.start()
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// Binary is the path of redis-server. Where it is not installed the test is
+// skipped, except under CI=true, where that fails it.
+func Binary(t testing.TB) string {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -43,17 +70,7 @@ func Start(t testing.TB, extra ...string) *Server {
 		}
 		t.Skipf("redis-server not installed (apt-get install -y redis-server): %v", err)
 	}
-	port := FreePort(t)
-	dir := t.TempDir()
-	s := &Server{t: t, bin: bin, logPath: dir + "/redis.log", Port: port, Addr: "127.0.0.1:" + strconv.Itoa(port)}
-	s.args = append([]string{
-		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no",
-		"--dir", dir, "--loglevel", "warning",
-	}, extra...)
-	s.start()
-	t.Cleanup(s.Stop)
-	return s
+	return bin
 }
 
 func (s *Server) start() {
@@ -73,7 +90,7 @@ func (s *Server) start() {
 	s.cmd = cmd
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		c, err := net.DialTimeout("tcp", s.Addr, 100*time.Millisecond)
+		c, err := s.dial()
 		if err == nil {
 			fmt.Fprint(c, "PING\r\n")
 			line, _ := bufio.NewReader(c).ReadString('\n')
@@ -90,6 +107,15 @@ func (s *Server) start() {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// dial opens a raw connection to the server, through TLS for a TLS server.
+func (s *Server) dial() (net.Conn, error) {
+	d := &net.Dialer{Timeout: 100 * time.Millisecond}
+	if s.tls != nil {
+		return tls.DialWithDialer(d, "tcp", s.Addr, s.tls)
+	}
+	return d.Dial("tcp", s.Addr)
 }
 
 // PID is the server's process id.
@@ -120,12 +146,17 @@ func (s *Server) Signal(sig syscall.Signal) {
 	}
 }
 
-// URL is the redis:// URL of the server.
-func (s *Server) URL() string { return "redis://" + s.Addr + "/0" }
+// URL is the redis:// URL of the server (rediss:// for a TLS server).
+func (s *Server) URL() string {
+	if s.tls != nil {
+		return "rediss://" + s.Addr + "/0"
+	}
+	return "redis://" + s.Addr + "/0"
+}
 
 // Client returns a go-redis client for the server, closed at cleanup.
 func (s *Server) Client() *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true, TLSConfig: s.tls})
 	s.t.Cleanup(func() { c.Close() })
 	return c
 }
@@ -133,7 +164,7 @@ func (s *Server) Client() *redis.Client {
 // FlushAll empties the server.
 func (s *Server) FlushAll() {
 	s.t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, TLSConfig: s.tls})
 	defer c.Close()
 	if err := c.FlushAll(context.Background()).Err(); err != nil {
 		s.t.Fatalf("redistest: flushall: %v", err)

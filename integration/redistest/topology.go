@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"os"
 	"os/exec"
@@ -70,6 +71,19 @@ type Cluster struct {
 // and knows all n masters. The servers stop at cleanup.
 func StartCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
+	return startCluster(t, n, nil)
+}
+
+// StartClusterTLS is StartCluster with every node speaking only TLS, on its
+// client port and on the cluster bus, with the certificates of x; Client
+// trusts the CA and presents the client certificate.
+func StartClusterTLS(t testing.TB, n int, x *TLS) *Cluster {
+	t.Helper()
+	return startCluster(t, n, x)
+}
+
+func startCluster(t testing.TB, n int, x *TLS) *Cluster {
+	t.Helper()
 	if n < 3 {
 		t.Fatalf("redistest: a Redis Cluster needs at least 3 masters, not %d", n)
 	}
@@ -79,12 +93,21 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	for range n {
 		// The cluster bus gets a free port of its own: the default,
 		// port+10000, may be taken or out of range.
-		s := Start(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-			"--cluster-port", strconv.Itoa(FreePort(t)), "--cluster-node-timeout", "5000")
+		args := []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+			"--cluster-port", strconv.Itoa(FreePort(t)), "--cluster-node-timeout", "5000"}
+		var s *Server
+		if x != nil {
+			s = StartTLS(t, x, append(args, "--tls-cluster", "yes", "--tls-replication", "yes")...)
+		} else {
+			s = Start(t, args...)
+		}
 		c.Nodes = append(c.Nodes, s)
 		addrs = append(addrs, s.Addr)
 	}
 	args := append(append([]string{"--cluster", "create"}, addrs...), "--cluster-replicas", "0", "--cluster-yes")
+	if x != nil {
+		args = append(args, "--tls", "--cacert", x.CAFile, "--cert", x.ClientCert, "--key", x.ClientKey)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
 	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
@@ -92,7 +115,7 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	}
 	for _, s := range c.Nodes {
 		await(t, "cluster_state:ok on "+s.Addr, setupTimeout, func() string {
-			ci, err := clusterInfo(s.Addr)
+			ci, err := clusterInfo(s.Addr, s.tls)
 			switch {
 			case err != nil:
 				return err.Error()
@@ -107,8 +130,8 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	return c
 }
 
-func clusterInfo(addr string) (map[string]string, error) {
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
+func clusterInfo(addr string, tlsConf *tls.Config) (map[string]string, error) {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second, TLSConfig: tlsConf})
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
@@ -130,7 +153,7 @@ func (c *Cluster) Addrs() []string {
 
 // Client returns a cluster client seeded with every node, closed at cleanup.
 func (c *Cluster) Client() *redis.ClusterClient {
-	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), ContextTimeoutEnabled: true})
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), ContextTimeoutEnabled: true, TLSConfig: c.Nodes[0].tls})
 	c.t.Cleanup(func() { rdb.Close() })
 	return rdb
 }

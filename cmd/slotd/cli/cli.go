@@ -65,16 +65,34 @@ commands:
 exit status: 0 ok, 2 usage or configuration error, 1 otherwise
 `
 
+// Option changes how Main runs the daemon; a custom binary passes them.
+type Option func(*options)
+
+type options struct {
+	redisHooks []redis.Hook
+}
+
+// WithRedisHook adds h to the go-redis client of `run` (for example to count
+// or trace the daemon's Redis commands); the load tool counts round trips
+// with one. The other commands' clients do not get it.
+func WithRedisHook(h redis.Hook) Option {
+	return func(o *options) { o.redisHooks = append(o.redisHooks, h) }
+}
+
 // Main runs the command line and returns the process exit code. SIGTERM and
 // SIGINT stop `run` gracefully.
-func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer, opts ...Option) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return exitUsage
 	}
 	switch cmd, rest := args[0], args[1:]; cmd {
 	case "run":
-		return cmdRun(ctx, rest, stdout, stderr)
+		var o options
+		for _, opt := range opts {
+			opt(&o)
+		}
+		return cmdRun(ctx, rest, stdout, stderr, o)
 	case "validate":
 		return cmdValidate(rest, stdout, stderr)
 	case "status":
@@ -148,7 +166,7 @@ func cmdValidate(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, o options) int {
 	path, _, ok := parseCommand("run", args, stderr, nil, nil)
 	if !ok {
 		return exitUsage
@@ -167,7 +185,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	redis.SetLogger(redisLogger{log.With("component", "redis")})
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := run(ctx, cfg, base); err != nil {
+	if err := run(ctx, cfg, base, o); err != nil {
 		log.Error("slotd failed", "err", err)
 		return exitError
 	}
@@ -176,7 +194,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // run is the daemon: store, metrics, HTTP, scheduler; torn down in reverse.
 // log is not yet scoped to the replica: the scheduler adds that itself.
-func run(ctx context.Context, cfg *scheduler.Config, log *slog.Logger) error {
+func run(ctx context.Context, cfg *scheduler.Config, log *slog.Logger, o options) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -197,6 +215,11 @@ func run(ctx context.Context, cfg *scheduler.Config, log *slog.Logger) error {
 			return err
 		}
 		defer b.Close()
+		for _, c := range b.clients {
+			for _, h := range o.redisHooks {
+				c.AddHook(h)
+			}
+		}
 		log.Info("redis", "mode", cfg.RedisMode(), "min_replicas_ack", cfg.Redis.MinReplicasAck, "redlock_nodes", len(cfg.Redis.Redlock))
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		if err := b.store.Subscribe(sctx); err != nil {

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"time"
@@ -37,6 +38,9 @@ func newRedisClient(cfg *scheduler.Config, maxRetries int) (redis.UniversalClien
 		if maxRetries >= 0 {
 			opt.MaxRetries = maxRetries
 		}
+		if opt.TLSConfig != nil { // rediss://: ParseURL set the server name
+			withTLSFiles(opt.TLSConfig, cfg.Redis.TLSConfig)
+		}
 		return redis.NewClient(opt), nil
 	case scheduler.ModeSentinel, scheduler.ModeCluster:
 		o := cfg.Redis
@@ -54,9 +58,27 @@ func newRedisClient(cfg *scheduler.Config, maxRetries int) (redis.UniversalClien
 		if maxRetries >= 0 {
 			uo.MaxRetries = maxRetries
 		}
+		if o.TLS {
+			// No server name: crypto/tls checks each node's certificate
+			// against the host it dials, which differ from node to node.
+			uo.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+			withTLSFiles(uo.TLSConfig, o.TLSConfig)
+		}
 		return redis.NewUniversalClient(uo), nil
 	}
 	return nil, fmt.Errorf("no Redis configured: the embedded store is in use")
+}
+
+// withTLSFiles adds to conf the CA and client certificate read from
+// [redis] tls_ca_file, tls_cert_file and tls_key_file (files may be nil).
+func withTLSFiles(conf, files *tls.Config) {
+	if files == nil {
+		return
+	}
+	if files.RootCAs != nil {
+		conf.RootCAs = files.RootCAs
+	}
+	conf.Certificates = files.Certificates
 }
 
 // backend is slotd's shared state in cfg's Redis mode: the slot store, the
@@ -104,6 +126,9 @@ func openBackend(cfg *scheduler.Config, maxRetries int) (*backend, error) {
 		opt.MaxRetries = -1 // no retries
 		if maxRetries >= 0 {
 			opt.MaxRetries = maxRetries
+		}
+		if opt.TLSConfig != nil { // rediss://
+			withTLSFiles(opt.TLSConfig, cfg.Redis.TLSConfig)
 		}
 		c := redis.NewClient(opt)
 		b.clients = append(b.clients, c)

@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -117,6 +119,63 @@ func TestNewRedisClient(t *testing.T) {
 		direct := s.Master.Client()
 		if keys, err := direct.Keys(ctx, "slotd:*").Result(); err != nil || len(keys) == 0 {
 			t.Fatalf("master %s holds %v (%v), want the claim's keys", s.Master.Addr, keys, err)
+		}
+	})
+	t.Run("url over TLS", func(t *testing.T) {
+		x := redistest.NewTLS(t)
+		srv := redistest.StartTLS(t, x) // requires a client certificate
+		files := fmt.Sprintf("tls_ca_file = %q\ntls_cert_file = %q\ntls_key_file = %q", x.CAFile, x.ClientCert, x.ClientKey)
+		for _, tc := range []struct {
+			name, keys string
+			ok         bool
+		}{
+			{"CA and client certificate", fmt.Sprintf("url = %q\n%s", srv.URL(), files), true},
+			{"no client certificate", fmt.Sprintf("url = %q\ntls_ca_file = %q", srv.URL(), x.CAFile), false},
+			{"CA not trusted", fmt.Sprintf("url = %q\ntls_cert_file = %q\ntls_key_file = %q", srv.URL(), x.ClientCert, x.ClientKey), false},
+		} {
+			cfg := parseRedis(t, tc.keys)
+			rdb, err := newRedisClient(cfg, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := claimOnce(t, cfg, rdb)
+			rdb.Close()
+			if tc.ok && (err != nil || c.Result != lock.Won) {
+				t.Errorf("%s: claim = %v, %v; want won", tc.name, c.Result, err)
+			}
+			if !tc.ok && (err == nil || !strings.Contains(err.Error(), "certificate")) {
+				t.Errorf("%s: claim = %v, %v; want a certificate error", tc.name, c.Result, err)
+			}
+		}
+	})
+	t.Run("cluster over TLS", func(t *testing.T) {
+		x := redistest.NewTLS(t)
+		rc := redistest.StartClusterTLS(t, 3, x)
+		cfg := parseRedis(t, fmt.Sprintf("addrs = [%q]\ncluster = true\ntls = true\ntls_ca_file = %q\ntls_cert_file = %q\ntls_key_file = %q",
+			rc.Addrs()[0], x.CAFile, x.ClientCert, x.ClientKey))
+		rdb, err := newRedisClient(cfg, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rdb.Close()
+		// Claims on every shard: the client follows the layout to each
+		// node over TLS, checking each node's certificate against its host.
+		for i := range 6 {
+			t.Run(strconv.Itoa(i), func(t *testing.T) {
+				if c, err := claimOnce(t, cfg, rdb); err != nil || c.Result != lock.Won {
+					t.Fatalf("claim on the TLS cluster = %v, %v", c.Result, err)
+				}
+			})
+		}
+		var masters atomic.Int32 // fn runs on the masters concurrently
+		err = rdb.(*redis.ClusterClient).ForEachMaster(context.Background(), func(ctx context.Context, c *redis.Client) error {
+			if n, err := c.DBSize(ctx).Result(); err == nil && n > 0 {
+				masters.Add(1)
+			}
+			return nil
+		})
+		if err != nil || masters.Load() < 2 {
+			t.Fatalf("claims landed on %d masters (%v); want them spread over the shards", masters.Load(), err)
 		}
 	})
 	t.Run("embedded", func(t *testing.T) {

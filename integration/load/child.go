@@ -1,0 +1,225 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime/pprof"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slotd/slotd/cmd/slotd/cli"
+	"github.com/slotd/slotd/tasks"
+)
+
+// A child is one replica: the real daemon (cli.Main "run") with the probe
+// plugin compiled in and a go-redis hook that counts round trips and notes
+// when each claim was answered. Both write lines to the records file the
+// parent names. The probe's lines are written at once, so that a replica
+// killed -9 loses none; the others are buffered and flushed every
+// flushEvery and at exit:
+//
+//	S <task> <slot unix ns> <attempt> <start unix ns>          probe started
+//	E <task> <slot unix ns> <attempt> <end unix ns> ok|fail    probe returned
+//	C <state key> <answer unix ns>                              claim answered
+//	R <unix ns> <round trips> <commands>                        hook counters
+const flushEvery = 100 * time.Millisecond
+
+// recorder is the child's records file; the probe and the hook share it.
+type recorder struct {
+	mu sync.Mutex
+	w  *bufio.Writer
+}
+
+var rec *recorder // set by runChild before the daemon loads its config
+
+func (r *recorder) printf(format string, args ...any) {
+	r.mu.Lock()
+	fmt.Fprintf(r.w, format, args...)
+	r.mu.Unlock()
+}
+
+// now writes one line and flushes it with what was buffered before it.
+func (r *recorder) now(format string, args ...any) {
+	r.mu.Lock()
+	fmt.Fprintf(r.w, format, args...)
+	_ = r.w.Flush()
+	r.mu.Unlock()
+}
+
+func (r *recorder) flush() {
+	r.mu.Lock()
+	_ = r.w.Flush()
+	r.mu.Unlock()
+}
+
+func init() { tasks.Register("probe", newProbe) }
+
+// newProbe builds the probe task: it records its start and end, and on its
+// first attempt can fail or sleep (until done or for sleep_first).
+func newProbe(params map[string]any, _ *slog.Logger) (tasks.Task, error) {
+	var p struct {
+		FailFirst  bool           `toml:"fail_first"`
+		SleepFirst tasks.Duration `toml:"sleep_first"`
+	}
+	if err := tasks.Decode(params, &p); err != nil {
+		return nil, fmt.Errorf("probe: %w", err)
+	}
+	return tasks.TaskFunc(func(ctx context.Context) error {
+		start := time.Now()
+		run, ok := tasks.RunFrom(ctx)
+		if !ok || rec == nil {
+			return errors.New("probe: no slot in the context or no records file")
+		}
+		slot := run.SlotTime.UnixNano()
+		rec.now("S %s %d %d %d\n", run.Task, slot, run.Attempt, start.UnixNano())
+		var err error
+		if run.Attempt == 1 {
+			if p.SleepFirst.Duration > 0 {
+				t := time.NewTimer(p.SleepFirst.Duration)
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+					t.Stop()
+					err = context.Cause(ctx)
+				}
+			}
+			if p.FailFirst && err == nil {
+				err = errors.New("probe: first attempt fails by configuration")
+			}
+		}
+		outcome := "ok"
+		if err != nil {
+			outcome = "fail"
+		}
+		rec.now("E %s %d %d %d %s\n", run.Task, slot, run.Attempt, time.Now().UnixNano(), outcome)
+		return err
+	}), nil
+}
+
+// counter is the go-redis hook: every Process is one round trip of one
+// command, every ProcessPipeline one round trip of len(cmds) commands. A
+// claim is recognised by claim.lua's shape (3 keys, the second ending in
+// ":attempts", 6 arguments); its answer time is recorded.
+type counter struct {
+	trips, cmds atomic.Int64
+}
+
+func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		c.trips.Add(1)
+		c.cmds.Add(1)
+		noteClaim(cmd)
+		return err
+	}
+}
+
+func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		c.trips.Add(1)
+		c.cmds.Add(int64(len(cmds)))
+		for _, cmd := range cmds {
+			noteClaim(cmd)
+		}
+		return err
+	}
+}
+
+func noteClaim(cmd redis.Cmder) {
+	if cmd.Err() != nil && !errors.Is(cmd.Err(), redis.Nil) {
+		return // NOSCRIPT (go-redis sends EVAL next) or a failure: not answered
+	}
+	name := cmd.Name()
+	if name != "evalsha" && name != "eval" {
+		return
+	}
+	a := cmd.Args()
+	if len(a) != 3+3+6 || fmt.Sprint(a[2]) != "3" {
+		return
+	}
+	state, _ := a[3].(string)
+	if attempts, _ := a[4].(string); !strings.HasSuffix(attempts, ":attempts") || state == "" {
+		return
+	}
+	rec.printf("C %s %d\n", state, time.Now().UnixNano())
+}
+
+// runChild runs one replica until SIGTERM; it returns the exit code.
+func runChild(config, records string, profile bool, stderr io.Writer) int {
+	f, err := os.OpenFile(records, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		fmt.Fprintf(stderr, "load child: %v\n", err)
+		return 1
+	}
+	defer f.Close()
+	rec = &recorder{w: bufio.NewWriterSize(f, 1<<16)}
+	hook := &counter{}
+
+	// One goroutine flushes the records and the counters; it is stopped
+	// and waited for before the final flush.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(flushEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				rec.printf("R %d %d %d\n", time.Now().UnixNano(), hook.trips.Load(), hook.cmds.Load())
+				rec.flush()
+			}
+		}
+	}()
+	if profile {
+		base := strings.TrimSuffix(records, ".records")
+		stop, err := startProfiles(base)
+		if err != nil {
+			fmt.Fprintf(stderr, "load child: %v\n", err)
+			return 1
+		}
+		defer stop()
+	}
+	code := cli.Main(context.Background(), []string{"run", "-config", config}, os.Stdout, stderr, cli.WithRedisHook(hook))
+	close(stop)
+	wg.Wait()
+	rec.printf("R %d %d %d\n", time.Now().UnixNano(), hook.trips.Load(), hook.cmds.Load())
+	rec.flush()
+	return code
+}
+
+// startProfiles starts a CPU profile into base.cpu.pprof; the function it
+// returns stops it and writes the heap profile into base.heap.pprof.
+func startProfiles(base string) (func(), error) {
+	cpu, err := os.Create(base + ".cpu.pprof")
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(cpu); err != nil {
+		cpu.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		cpu.Close()
+		if heap, err := os.Create(base + ".heap.pprof"); err == nil {
+			_ = pprof.WriteHeapProfile(heap)
+			heap.Close()
+		}
+	}, nil
+}

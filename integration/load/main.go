@@ -1,0 +1,168 @@
+// Command load measures slotd under load on a real redis-server (issue #5):
+// it starts redis-server on a free loopback port, runs N replicas of the
+// real daemon (cli.Main "run", each a child process of this binary with a
+// "probe" task plugin compiled in) on T tasks due in the same second, and
+// reports claims/s, start delay, Redis commands and round trips per slot,
+// CPU and peak RSS per replica, failure handoff and crash takeover
+// latencies — next to raw go-redis SET NX PX + compare-and-delete measured
+// on the same server in the same run.
+//
+//	go run ./integration/load -replicas 3 -tasks 10000              # table; -json for JSON
+//	go run ./integration/load -replicas 3 -tasks 10000 -duration 10m -period 30s -crash 0   # memory over time
+//	go run ./integration/load -replicas 3 -tasks 10000 -profile -dir /tmp/load   # CPU and heap profiles
+//
+// It asserts no timing. It exits 1 when a correctness check fails (a slot
+// run twice or not retried as configured, a claim not answered) and 2 on
+// bad flags.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Task name prefixes in the generated schedule.
+const (
+	burstPrefix = "burst-"
+	failPrefix  = "fail-"
+	crashPrefix = "crash-"
+)
+
+type options struct {
+	replicas, tasks, fail, crash, batch int
+	warmup                              int
+	period, lease, burstLease           time.Duration
+	duration, sample                    time.Duration
+	redisServer, dir                    string
+	json, profile                       bool
+}
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+func run(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("load", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o options
+	child := fs.Bool("child", false, "internal: run as one replica")
+	config := fs.String("config", "", "internal: the replica's config")
+	recordsPath := fs.String("records", "", "internal: the replica's records file")
+	fs.BoolVar(&o.profile, "profile", false, "each replica writes <id>.cpu.pprof (its whole life) and <id>.heap.pprof (at exit) into -dir")
+	fs.IntVar(&o.replicas, "replicas", 3, "replicas (child processes)")
+	fs.IntVar(&o.tasks, "tasks", 100, "tasks due in the same second at every burst")
+	fs.IntVar(&o.fail, "fail", 10, "tasks whose first attempt fails (failure handoff)")
+	fs.IntVar(&o.crash, "crash", 3, "tasks whose first attempt runs until cancelled; the replica holding most of them is killed -9 (crash takeover); 0: no crash")
+	fs.IntVar(&o.warmup, "warmup", 1, "bursts to let pass before the measured one (connection pools grow in the first)")
+	fs.IntVar(&o.batch, "batch", 256, "pipeline batch size of the raw baseline (the lock package's)")
+	fs.DurationVar(&o.period, "period", 10*time.Second, "every task fires every period (whole seconds dividing a minute, at least 4s): the burst at its start, failures half a period later, crashes a second after them")
+	fs.DurationVar(&o.lease, "lease", 2*time.Second, "lease of the crash tasks (a takeover waits for it)")
+	fs.DurationVar(&o.burstLease, "burst-lease", 15*time.Second, "lease of the burst and failing tasks (slotd's default; a claim's time limit is lease/3)")
+	fs.DurationVar(&o.duration, "duration", 0, "keep the replicas running at least this long (memory growth: -duration 10m)")
+	fs.DurationVar(&o.sample, "sample", 30*time.Second, "RSS sampling interval")
+	fs.StringVar(&o.redisServer, "redis-server", "redis-server", "redis-server binary")
+	fs.StringVar(&o.dir, "dir", "", "keep configs, records and logs here (default: a temporary directory, removed)")
+	fs.BoolVar(&o.json, "json", false, "print the report as JSON")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *child {
+		return runChild(*config, *recordsPath, o.profile, stderr)
+	}
+	if err := o.validate(); err != nil {
+		fmt.Fprintf(stderr, "load: %v\n", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	rep, err := measure(ctx, o, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "load: %v\n", err)
+		return 1
+	}
+	if o.json {
+		err = rep.writeJSON(stdout)
+	} else {
+		rep.writeTable(stdout)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "load: %v\n", err)
+		return 1
+	}
+	if len(rep.Violations) > 0 {
+		fmt.Fprintf(stderr, "load: %d correctness checks failed:\n  %s\n", len(rep.Violations), strings.Join(rep.Violations, "\n  "))
+		return 1
+	}
+	return 0
+}
+
+func (o *options) validate() error {
+	switch {
+	case o.replicas < 1 || o.replicas > 64:
+		return fmt.Errorf("-replicas %d: want 1..64", o.replicas)
+	case o.tasks < 1:
+		return fmt.Errorf("-tasks %d: want at least 1", o.tasks)
+	case o.fail < 0 || o.crash < 0 || o.warmup < 0:
+		return fmt.Errorf("-fail %d, -crash %d, -warmup %d: want 0 or more", o.fail, o.crash, o.warmup)
+	case o.crash > 0 && o.replicas < 2:
+		return fmt.Errorf("-crash %d with -replicas %d: a crash needs a peer to take over", o.crash, o.replicas)
+	case o.batch < 1:
+		return fmt.Errorf("-batch %d: want at least 1", o.batch)
+	case o.period%time.Second != 0 || o.period < 4*time.Second || time.Minute%o.period != 0:
+		return fmt.Errorf("-period %v: want whole seconds dividing a minute, at least 4s", o.period)
+	case o.lease < time.Second || o.burstLease < time.Second:
+		return fmt.Errorf("-lease %v, -burst-lease %v: slotd wants at least 1s", o.lease, o.burstLease)
+	case o.profile && o.dir == "":
+		return fmt.Errorf("-profile needs -dir to keep the profiles in")
+	case o.duration < 0 || o.sample <= 0:
+		return fmt.Errorf("-duration %v, -sample %v: want ≥ 0 and > 0", o.duration, o.sample)
+	}
+	return nil
+}
+
+// writeConfigs writes each replica's config: the same schedule, its own
+// replica id and HTTP port.
+func writeConfigs(o options, dir, redisAddr string, ids, listens []string) ([]string, error) {
+	var b strings.Builder
+	sec := int(o.period / time.Second)
+	half := sec / 2
+	doneTTL := max(time.Minute, 2*o.period)
+	fmt.Fprintf(&b, "[redis]\nurl = \"redis://%s/0\"\n[log]\nlevel = \"warn\"\nformat = \"json\"\n", redisAddr)
+	fmt.Fprintf(&b, "[defaults]\nlease = %q\ndone_ttl = %q\nmax_attempts = 3\ntimeout = \"1m\"\ncatchup = \"none\"\n", o.burstLease, doneTTL)
+	task := func(name, spec, extra, params string) {
+		fmt.Fprintf(&b, "[[task]]\nname = %q\nschedule = %q\nplugin = \"probe\"\n%s", name, spec, extra)
+		if params != "" {
+			fmt.Fprintf(&b, "  [task.params]\n  %s\n", params)
+		}
+	}
+	burst := fmt.Sprintf("0/%d * * * * *", sec)
+	failSpec := fmt.Sprintf("%d/%d * * * * *", half, sec)
+	crashSpec := fmt.Sprintf("%d/%d * * * * *", half+1, sec)
+	for i := range o.tasks {
+		task(fmt.Sprintf("%s%05d", burstPrefix, i), burst, "", "")
+	}
+	for i := range o.fail {
+		task(fmt.Sprintf("%s%03d", failPrefix, i), failSpec, "", "fail_first = true")
+	}
+	for i := range o.crash {
+		// Held by a survivor, it sleeps long enough for the kill and the
+		// takeover to be seen, then succeeds.
+		task(fmt.Sprintf("%s%03d", crashPrefix, i), crashSpec, fmt.Sprintf("lease = %q\n", o.lease), fmt.Sprintf("sleep_first = %q", 3*o.lease))
+	}
+	schedule := b.String()
+	paths := make([]string, len(ids))
+	for i, id := range ids {
+		head := fmt.Sprintf("[daemon]\nreplica = %q\nshutdown_grace = \"10s\"\n[http]\nlisten = %q\n", id, listens[i])
+		paths[i] = filepath.Join(dir, id+".toml")
+		if err := os.WriteFile(paths[i], []byte(head+schedule), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	return paths, nil
+}

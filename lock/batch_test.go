@@ -1,0 +1,531 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slotd/slotd/integration/redistest"
+)
+
+// gate is a go-redis hook that counts round trips (a pipeline, or one
+// command alone), the commands in them by name, the connections dialled,
+// and the round trips sent without a deadline; it holds the first `hold`
+// round trips until it is opened, so a test can fill the batcher's flights
+// and watch what queues behind them. A connection's handshake (HELLO,
+// CLIENT ...) is passed through and not counted.
+type gate struct {
+	hold       int64
+	entered    chan struct{}
+	open       chan struct{}
+	trips      atomic.Int64
+	commands   atomic.Int64
+	dials      atomic.Int64
+	noDeadline atomic.Int64
+	armed      atomic.Bool // counts and holds nothing until armed
+
+	mu    sync.Mutex
+	names map[string]int
+}
+
+func newGate(hold int) *gate {
+	return &gate{hold: int64(hold), entered: make(chan struct{}, hold), open: make(chan struct{}), names: map[string]int{}}
+}
+
+func handshake(cmd redis.Cmder) bool { return cmd.Name() == "hello" || cmd.Name() == "client" }
+
+func (g *gate) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if g.armed.Load() {
+			g.dials.Add(1)
+		}
+		return next(ctx, network, addr)
+	}
+}
+
+func (g *gate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if g.armed.Load() && !handshake(cmd) {
+			g.trip(ctx, []redis.Cmder{cmd})
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (g *gate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if g.armed.Load() && !handshake(cmds[0]) {
+			g.trip(ctx, cmds)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (g *gate) trip(ctx context.Context, cmds []redis.Cmder) {
+	if _, ok := ctx.Deadline(); !ok {
+		g.noDeadline.Add(1)
+	}
+	if n := g.trips.Add(1); n <= g.hold {
+		g.entered <- struct{}{}
+		select { // never hold forever: a stuck test fails, it does not hang
+		case <-g.open:
+		case <-time.After(30 * time.Second):
+		}
+	}
+	g.commands.Add(int64(len(cmds)))
+	g.mu.Lock()
+	for _, c := range cmds {
+		name := fmt.Sprint(c.Args()[0])
+		if strings.EqualFold(name, "script") { // SCRIPT LOAD, SCRIPT FLUSH
+			name += " " + fmt.Sprint(c.Args()[1])
+		}
+		g.names[strings.ToLower(name)]++
+	}
+	g.mu.Unlock()
+}
+
+func (g *gate) count(name string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.names[name]
+}
+
+var _ redis.Hook = (*gate)(nil)
+
+func gatedStore(t *testing.T, g *gate) (*Redis, *redis.Client) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 16, ContextTimeoutEnabled: true})
+	rdb.AddHook(g)
+	t.Cleanup(func() { rdb.Close() })
+	r := NewRedis(rdb, "slotd")
+	t.Cleanup(func() { r.Close() })
+	// Warm the script cache so counts see no NOSCRIPT resend.
+	p := Policy{Lease: time.Minute, DoneTTL: time.Hour, MaxAttempts: 3}
+	now := time.Now()
+	warm := Slot{Task: "warm", ID: "0", Time: now.Add(-time.Second), Deadline: now.Add(time.Hour)}
+	ctx := context.Background()
+	c, err := r.Claim(ctx, warm, "w", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := Owner{Replica: "w", Attempt: c.Attempt}
+	if err := r.Renew(ctx, warm, o, p.Lease); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Release(ctx, warm, o); err != nil {
+		t.Fatal(err)
+	}
+	g.armed.Store(true)
+	return r, rdb
+}
+
+func queued(r *Redis) int {
+	r.batch.mu.Lock()
+	defer r.batch.mu.Unlock()
+	return len(r.batch.queue)
+}
+
+// awaitQueue waits until n calls are queued behind the held flights.
+func awaitQueue(t *testing.T, r *Redis, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); queued(r) < n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d calls queued, want %d", queued(r), n)
+		}
+	}
+}
+
+// awaitEntered waits until one more pipeline is held by the gate.
+func awaitEntered(t *testing.T, g *gate) {
+	t.Helper()
+	select {
+	case <-g.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%d round trips entered the gate, want more", g.trips.Load())
+	}
+}
+
+// fillFlights sends defaultMaxFlights lone claims (slots 0 to 3), one at a
+// time, each held by the gate: what is called next queues behind them.
+func fillFlights(t *testing.T, r *Redis, g *gate, now time.Time, p Policy) *sync.WaitGroup {
+	t.Helper()
+	var wg sync.WaitGroup
+	for i := range defaultMaxFlights {
+		wg.Go(func() { _, _ = r.Claim(context.Background(), batchSlot(i, now), "r", p) })
+		awaitEntered(t, g)
+	}
+	return &wg
+}
+
+func batchSlot(i int, now time.Time) Slot {
+	return Slot{Task: "batch", ID: strconv.Itoa(i), Time: now.Add(-time.Second), Deadline: now.Add(time.Hour)}
+}
+
+// Claims made while the round trips are busy leave together: 4 lone claims
+// fill the flights, the 1000 that follow go in ceil(1000/256) = 4 pipelines.
+func TestRedisPipelinesConcurrentClaims(t *testing.T) {
+	g := newGate(defaultMaxFlights)
+	r, _ := gatedStore(t, g)
+	ctx := context.Background()
+	now := time.Now()
+	p := Policy{Lease: time.Minute, DoneTTL: time.Hour, MaxAttempts: 3}
+
+	const first, rest = defaultMaxFlights, 1000
+	results := make(chan error, first+rest)
+	claim := func(i int) {
+		c, err := r.Claim(ctx, batchSlot(i, now), "r", p)
+		if err == nil && (c.Result != Won || c.Attempt != 1) {
+			err = errors.New("claim " + strconv.Itoa(i) + ": " + c.Result.String())
+		}
+		results <- err
+	}
+	// One at a time: a claim started while an earlier flight has not yet
+	// taken its queue would be coalesced into it, and fewer than `first`
+	// pipelines would ever enter the gate (the cause of the old hang).
+	for i := range first {
+		go claim(i)
+		awaitEntered(t, g)
+	}
+	for i := first; i < first+rest; i++ {
+		go claim(i)
+	}
+	awaitQueue(t, r, rest)
+	close(g.open)
+	for range first + rest {
+		select {
+		case err := <-results:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("claims did not return")
+		}
+	}
+	if got, want := g.trips.Load(), int64(first+(rest+defaultMaxBatch-1)/defaultMaxBatch); got != want {
+		t.Errorf("%d claims took %d round trips, want %d", first+rest, got, want)
+	}
+	if got := g.count("evalsha"); got != first+rest {
+		t.Errorf("%d EVALSHA sent for %d claims", got, first+rest)
+	}
+	if got := g.commands.Load(); got != first+rest {
+		t.Errorf("%d commands sent for %d claims", got, first+rest)
+	}
+	sts, err := r.States(ctx, []Slot{batchSlot(0, now), batchSlot(first+rest-1, now)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range sts {
+		if st.Status != "running" || st.Holder != "r" || st.Attempts != 1 {
+			t.Errorf("state after a pipelined claim: %+v", st)
+		}
+	}
+}
+
+// A claim whose caller gave up while it queued is never sent: it must not
+// win a slot that nobody would then run.
+func TestRedisAbandonedClaimIsNotSent(t *testing.T) {
+	g := newGate(defaultMaxFlights)
+	r, _ := gatedStore(t, g)
+	ctx := context.Background()
+	now := time.Now()
+	p := Policy{Lease: time.Minute, DoneTTL: time.Hour, MaxAttempts: 3}
+	wg := fillFlights(t, r, g, now, p)
+	cctx, cancel := context.WithCancel(ctx)
+	abandoned := batchSlot(100, now)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := r.Claim(cctx, abandoned, "r", p)
+		errc <- err
+	}()
+	awaitQueue(t, r, 1)
+	cancel()
+	var err error
+	select {
+	case err = <-errc:
+	case <-time.After(30 * time.Second):
+		t.Fatal("abandoned claim did not return")
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("abandoned claim: err %v, want context.Canceled", err)
+	}
+	close(g.open)
+	wg.Wait()
+	r.batch.close()
+	st, err := r.State(ctx, abandoned)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Status != "free" || st.Attempts != 0 {
+		t.Errorf("abandoned claim reached Redis: %+v", st)
+	}
+	if got := g.commands.Load(); got != defaultMaxFlights+3 { // + the State read: GET, PTTL, GET
+		t.Errorf("%d commands sent, want %d", got, defaultMaxFlights+3)
+	}
+}
+
+// After SCRIPT FLUSH (or a restart) the scripts are resent in full.
+func TestRedisPipelineReloadsFlushedScripts(t *testing.T) {
+	g := newGate(0)
+	r, rdb := gatedStore(t, g)
+	ctx := context.Background()
+	now := time.Now()
+	p := Policy{Lease: time.Minute, DoneTTL: time.Hour, MaxAttempts: 3}
+	if _, err := r.Claim(ctx, batchSlot(1, now), "r", p); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	slot := batchSlot(2, now)
+	c, err := r.Claim(ctx, slot, "r", p)
+	if err != nil || c.Result != Won {
+		t.Fatalf("claim after SCRIPT FLUSH: %v %v", c.Result, err)
+	}
+	if err := r.Complete(ctx, slot, Owner{Replica: "r", Attempt: c.Attempt}, p.DoneTTL); err != nil {
+		t.Fatalf("complete after SCRIPT FLUSH: %v", err)
+	}
+	if st, err := r.State(ctx, slot); err != nil || st.Status != "done" {
+		t.Fatalf("state: %+v %v", st, err)
+	}
+}
+
+// After SCRIPT FLUSH a pipeline's calls answered NOSCRIPT are resent by
+// hash once the script is loaded: one SCRIPT LOAD, not one EVAL carrying
+// the script's source per call.
+func TestRedisPipelineLoadsFlushedScriptOnce(t *testing.T) {
+	g := newGate(defaultMaxFlights)
+	r, rdb := gatedStore(t, g)
+	ctx := context.Background()
+	now := time.Now()
+	p := Policy{Lease: time.Minute, DoneTTL: time.Hour, MaxAttempts: 3}
+	const n = 10
+	owners := make([]Owner, n)
+	g.armed.Store(false) // these claims are neither held nor counted
+	for i := range n {
+		c, err := r.Claim(ctx, batchSlot(100+i, now), "r", p)
+		if err != nil || c.Result != Won {
+			t.Fatalf("claim: %v %v", c.Result, err)
+		}
+		owners[i] = Owner{Replica: "r", Attempt: c.Attempt}
+	}
+	g.armed.Store(true)
+	wg := fillFlights(t, r, g, now, p)
+	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, n)
+	for i := range n {
+		go func() { errs <- r.Renew(ctx, batchSlot(100+i, now), owners[i], p.Lease) }()
+	}
+	awaitQueue(t, r, n)
+	close(g.open)
+	for range n {
+		if err := <-errs; err != nil {
+			t.Errorf("renew after SCRIPT FLUSH: %v", err)
+		}
+	}
+	wg.Wait()
+	// The held lone claims ran after the flush too: a lone EVALSHA
+	// answered NOSCRIPT is resent as EVAL, as go-redis's Script.Run does,
+	// which loads the claim script for the lone claims after it.
+	if got := g.count("script load"); got != 1 {
+		t.Errorf("SCRIPT LOAD sent %d times, want once", got)
+	}
+	if got := g.count("eval"); got < 1 || got > defaultMaxFlights {
+		t.Errorf("EVAL sent %d times, want 1 to %d (the lone claims only)", got, defaultMaxFlights)
+	}
+	if got, want := g.count("evalsha"), defaultMaxFlights+2*n; got != want {
+		t.Errorf("EVALSHA sent %d times, want %d", got, want)
+	}
+}
+
+// Every round trip has a deadline, also when the callers set none: a lone
+// call and a pipeline of calls made with context.Background.
+func TestRedisEveryRoundTripHasADeadline(t *testing.T) {
+	g := newGate(defaultMaxFlights)
+	r, _ := gatedStore(t, g)
+	now := time.Now()
+	p := Policy{Lease: time.Minute, DoneTTL: time.Hour, MaxAttempts: 3}
+	wg := fillFlights(t, r, g, now, p) // context.Background
+	for i := range 3 {
+		wg.Go(func() { _, _ = r.Claim(context.Background(), batchSlot(100+i, now), "r", p) })
+	}
+	awaitQueue(t, r, 3)
+	close(g.open)
+	wg.Wait()
+	if g.trips.Load() != defaultMaxFlights+1 || g.commands.Load() != defaultMaxFlights+3 {
+		t.Fatalf("%d round trips, %d commands; want %d, %d", g.trips.Load(), g.commands.Load(), defaultMaxFlights+1, defaultMaxFlights+3)
+	}
+	if n := g.noDeadline.Load(); n != 0 {
+		t.Errorf("%d round trips sent without a deadline", n)
+	}
+}
+
+// freshStore is a store on a new server, its client counted by g (not yet
+// armed), with no script loaded and no command sent.
+func freshStore(t *testing.T, g *gate) *Redis {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	rdb.AddHook(g)
+	t.Cleanup(func() { rdb.Close() })
+	r := NewRedis(rdb, "slotd")
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+// claimRenewComplete runs one slot's success path, one call at a time.
+func claimRenewComplete(t *testing.T, ctx context.Context, r *Redis) {
+	t.Helper()
+	now := time.Now()
+	p := Policy{Lease: time.Minute, DoneTTL: time.Hour, MaxAttempts: 3}
+	slot := batchSlot(1, now)
+	c, err := r.Claim(ctx, slot, "r", p)
+	if err != nil || c.Result != Won {
+		t.Fatalf("claim: %v %v", c.Result, err)
+	}
+	o := Owner{Replica: "r", Attempt: c.Attempt}
+	if err := r.Renew(ctx, slot, o, p.Lease); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Complete(ctx, slot, o, p.DoneTTL); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A lone call is a plain EVALSHA on the connection the store's other
+// commands keep warm, not a pipeline, which go-redis serves from a pool of
+// its own: a claim must not wait for a new connection's handshake.
+func TestRedisLoneCallDialsNothing(t *testing.T) {
+	g := newGate(0)
+	r := freshStore(t, g)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := r.Time(ctx); err != nil { // as the clock check does
+		t.Fatal(err)
+	}
+	g.armed.Store(true)
+	claimRenewComplete(t, ctx, r)
+	if n := g.dials.Load(); n != 0 {
+		t.Errorf("a lone claim, renew and complete dialled %d new connections", n)
+	}
+	if n := g.trips.Load() - int64(g.count("eval")); n != 3 { // a fresh server: EVALSHA, NOSCRIPT, EVAL for each
+		t.Errorf("%d EVALSHA round trips for 3 lone calls", n)
+	}
+}
+
+// Close and calls racing it: every call either runs or fails with
+// errClosed, Close waits for what it let in, and no round trip starts
+// after it returns (under -race, a flight started after Close's Wait
+// began is a reported misuse of the WaitGroup).
+func TestRedisCloseRacesCalls(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 16, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { rdb.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	now := time.Now()
+	p := Policy{Lease: time.Minute, DoneTTL: time.Hour, MaxAttempts: 3}
+	ran, refused := 0, 0
+	for round := range 20 {
+		r := NewRedis(rdb, "slotd")
+		results := make(chan error, 50)
+		for i := range 50 {
+			go func() {
+				_, err := r.Claim(ctx, batchSlot(round*100+i, now), "r", p)
+				results <- err
+			}()
+		}
+		if err := r.Close(); err != nil {
+			t.Fatal(err)
+		}
+		r.batch.mu.Lock()
+		left, flights := len(r.batch.queue), r.batch.flights
+		r.batch.mu.Unlock()
+		if left != 0 || flights != 0 {
+			t.Fatalf("after Close: %d calls queued, %d flights", left, flights)
+		}
+		for range 50 {
+			switch err := <-results; {
+			case err == nil:
+				ran++
+			case errors.Is(err, errClosed):
+				refused++
+			default:
+				t.Fatalf("claim racing Close: %v", err)
+			}
+		}
+		if _, err := r.Claim(ctx, batchSlot(round*100+99, now), "r", p); !errors.Is(err, errClosed) {
+			t.Fatalf("claim after Close: %v, want errClosed", err)
+		}
+	}
+	t.Logf("claims racing Close: %d ran, %d refused", ran, refused)
+}
+
+func held(b *Burst) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.held)
+}
+
+// A burst's claims are held until every member has claimed or skipped,
+// then leave together: 500 claims in ceil(500/256) = 2 pipelines. A
+// member's context stays its own: a claim after the burst, made with the
+// same context, is not held.
+func TestBurstSendsItsClaimsTogether(t *testing.T) {
+	g := newGate(0)
+	r, _ := gatedStore(t, g)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	now := time.Now()
+	p := Policy{Lease: time.Minute, DoneTTL: time.Hour, MaxAttempts: 3}
+	const claims, skips = 500, 100
+	b := NewBurst(claims + skips)
+	errs := make(chan error, claims)
+	claim := func(i int) {
+		c, err := r.Claim(b.Join(ctx), batchSlot(i, now), "r", p)
+		if err == nil && c.Result != Won {
+			err = errors.New("claim " + strconv.Itoa(i) + ": " + c.Result.String())
+		}
+		errs <- err
+	}
+	for i := range claims - 1 {
+		go claim(i)
+	}
+	for range skips {
+		go b.Skip()
+	}
+	for deadline := time.Now().Add(10 * time.Second); held(b) < claims-1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d claims held, want %d", held(b), claims-1)
+		}
+	}
+	if n := g.trips.Load(); n != 0 {
+		t.Fatalf("%d round trips before the burst was complete", n)
+	}
+	last := b.Join(ctx)
+	go func() {
+		c, err := r.Claim(last, batchSlot(claims-1, now), "r", p)
+		if err == nil {
+			err = r.Renew(last, batchSlot(claims-1, now), Owner{Replica: "r", Attempt: c.Attempt}, p.Lease)
+		}
+		errs <- err
+	}()
+	for range claims {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Two pipelines of claims, then the renew, alone.
+	if got := g.trips.Load(); got != 3 || g.count("evalsha") != claims+1 {
+		t.Errorf("%d claims and a renew took %d round trips, %d EVALSHA; want 3, %d", claims, got, g.count("evalsha"), claims+1)
+	}
+}

@@ -1,0 +1,286 @@
+package scheduler_test
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slotd/slotd/integration/redistest"
+	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/scheduler"
+	"github.com/slotd/slotd/tasks"
+)
+
+// tripLog is a go-redis hook that records every round trip a client makes:
+// a pipeline, or one command alone, as the list of its commands, a script
+// call named by its file ("claim.lua"). A new connection's handshake is not
+// recorded; dials are counted.
+type tripLog struct {
+	scripts map[string]string // sha1 -> file name
+	sources []string          // the scripts
+
+	mu    sync.Mutex
+	on    bool
+	trips [][]string
+	dials int
+}
+
+func newTripLog(t *testing.T) *tripLog {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join("..", "lock", "*.lua"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("lock scripts: %v %v", files, err)
+	}
+	l := &tripLog{scripts: map[string]string{}}
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := sha1.Sum(src)
+		l.scripts[hex.EncodeToString(sum[:])] = filepath.Base(f)
+		l.sources = append(l.sources, string(src))
+	}
+	return l
+}
+
+func (l *tripLog) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		l.mu.Lock()
+		l.dials++
+		l.mu.Unlock()
+		return next(ctx, network, addr)
+	}
+}
+
+func (l *tripLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		l.record([]redis.Cmder{cmd})
+		return next(ctx, cmd)
+	}
+}
+
+func (l *tripLog) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		l.record(cmds)
+		return next(ctx, cmds)
+	}
+}
+
+func (l *tripLog) record(cmds []redis.Cmder) {
+	if n := cmds[0].Name(); n == "hello" || n == "client" {
+		return
+	}
+	trip := make([]string, len(cmds))
+	for i, c := range cmds {
+		args := c.Args()
+		name := strings.ToLower(fmt.Sprint(args[0]))
+		switch {
+		case (name == "evalsha" || name == "evalsha_ro") && len(args) > 1:
+			if s, ok := l.scripts[fmt.Sprint(args[1])]; ok {
+				name = s
+			}
+		case name == "script" && len(args) > 1:
+			name += " " + strings.ToLower(fmt.Sprint(args[1]))
+		}
+		trip[i] = name
+	}
+	l.mu.Lock()
+	if l.on {
+		l.trips = append(l.trips, trip)
+	}
+	l.mu.Unlock()
+}
+
+// start clears the log and starts recording.
+func (l *tripLog) start() {
+	l.mu.Lock()
+	l.on, l.trips, l.dials = true, nil, 0
+	l.mu.Unlock()
+}
+
+// count returns how many calls of cmd were sent, and in how many round trips.
+func (l *tripLog) count(cmd string) (calls, trips int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, trip := range l.trips {
+		n := 0
+		for _, c := range trip {
+			if c == cmd {
+				n++
+			}
+		}
+		calls += n
+		if n > 0 {
+			trips++
+		}
+	}
+	return calls, trips
+}
+
+// names returns every command recorded, with how often it was sent.
+func (l *tripLog) names() map[string]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	m := map[string]int{}
+	for _, trip := range l.trips {
+		for _, c := range trip {
+			m[c]++
+		}
+	}
+	return m
+}
+
+// loggedStore is a Redis store on a new server whose client records its
+// round trips in l, subscribed and with the scripts loaded (as a replica's
+// first calls would leave them) before l records.
+func loggedStore(t *testing.T, l *tripLog) *lock.Redis {
+	t.Helper()
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, PoolSize: 16})
+	rdb.AddHook(l)
+	t.Cleanup(func() { rdb.Close() })
+	r := lock.NewRedis(rdb, "slotd")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.Subscribe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, src := range l.sources {
+		if err := rdb.ScriptLoad(ctx, src).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+// manyTasks returns n tasks on one schedule, each running job.
+func manyTasks(t *testing.T, n int, spec string, job tasks.Task, edit func(*scheduler.Task)) []scheduler.Task {
+	ts := make([]scheduler.Task, n)
+	for i := range ts {
+		ts[i] = testTask(t, fmt.Sprintf("t%04d", i), spec, job, edit)
+	}
+	return ts
+}
+
+// soon is a daily schedule whose next fire time is 2 to 3 seconds away.
+func soon() string {
+	at := time.Now().Add(2 * time.Second).Truncate(time.Second).Add(time.Second).UTC()
+	return fmt.Sprintf("%d %d %d * * *", at.Second(), at.Minute(), at.Hour())
+}
+
+// 1000 tasks due at the same second on one replica: each slot goroutine
+// claims at once, so the batcher coalesces the claims, and the completions
+// after them, into pipelines.
+func TestBurstOfDueSlotsIsPipelined(t *testing.T) {
+	l := newTripLog(t)
+	store := loggedStore(t, l)
+	led := newLedger()
+	const n = 1000
+	ts := manyTasks(t, n, soon(), led.job(ok), nil)
+	l.start()
+	startReplica(t, "r1", store, time.Second, ts, scheduler.WithClockCheck(time.Hour))
+	led.await(t, "every task to run once", 90*time.Second, func(rs []record) bool {
+		done := 0
+		for _, r := range rs {
+			if r.done {
+				done++
+			}
+		}
+		return done >= n
+	})
+	claims, claimTrips := l.count("claim.lua")
+	completes, completeTrips := l.count("complete.lua")
+	t.Logf("%d claims in %d round trips, %d completes in %d; all commands: %v", claims, claimTrips, completes, completeTrips, l.names())
+	// One lock.Burst: the 1000 claims are queued at once and leave in
+	// ceil(1000/256) = 4 pipelines; a claim retried after an error would
+	// add its own round trip, hence the looser bound.
+	if claims != n || claimTrips > n/50 {
+		t.Errorf("%d claims of %d slots in %d round trips, want %d claims in at most %d", claims, n, claimTrips, n, n/50)
+	}
+	for slot, runs := range bySlot(led.snapshot()) {
+		if len(runs) != n || runs[0].run.Attempt != 1 {
+			t.Errorf("slot %s: %d runs, first attempt %d; want one per task, attempt 1", slot, len(runs), runs[0].run.Attempt)
+		}
+	}
+}
+
+// 200 leases held at once: on each watchdog tick their renewals leave in
+// a few pipelines, not one round trip each.
+func TestRenewalsOfManyLeasesArePipelined(t *testing.T) {
+	l := newTripLog(t)
+	store := loggedStore(t, l)
+	led := newLedger()
+	const n = 200
+	release := make(chan struct{})
+	hold := led.job(func(ctx context.Context, _ tasks.Run) error {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return ctx.Err()
+	})
+	ts := manyTasks(t, n, soon(), hold, func(t *scheduler.Task) { t.Lease = 900 * time.Millisecond })
+	startReplica(t, "r1", store, time.Second, ts, scheduler.WithClockCheck(time.Hour))
+	led.await(t, "every task to start", 60*time.Second, func(rs []record) bool { return len(rs) >= n })
+	l.start()
+	deadline := time.Now().Add(60 * time.Second)
+	for calls, _ := l.count("renew.lua"); calls < 5*n; calls, _ = l.count("renew.lua") {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d renewals in 60s", calls)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	calls, trips := l.count("renew.lua")
+	close(release)
+	t.Logf("%d renewals in %d round trips; all commands: %v", calls, trips, l.names())
+	// The watchdogs wake on one grid instant per tick; the first renewals
+	// go alone (4 flights), the rest queue behind them and leave in
+	// pipelines. How many depends on how fast the woken goroutines queue,
+	// so the bound is loose: a round trip per renewal would be 5 times it.
+	if trips > calls/5 {
+		t.Errorf("%d renewals of %d leases took %d round trips, want at most %d", calls, n, trips, calls/5)
+	}
+}
+
+// Between fires a replica sends only its periodic clock check (TIME):
+// the slots it settled wait for their deadline without polling Redis.
+func TestIdleReplicaSendsOnlyClockChecks(t *testing.T) {
+	l := newTripLog(t)
+	store := loggedStore(t, l)
+	led := newLedger()
+	const n = 20
+	ts := manyTasks(t, n, soon(), led.job(ok), nil)
+	l.start()
+	startReplica(t, "r1", store, time.Second, ts, scheduler.WithClockCheck(500*time.Millisecond))
+	deadline := time.Now().Add(60 * time.Second)
+	for calls, _ := l.count("complete.lua"); calls < n; calls, _ = l.count("complete.lua") {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d slots completed in 60s; commands: %v", calls, n, l.names())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	l.start()
+	time.Sleep(3 * time.Second) // the idle period observed, not a wait for an event
+	names := l.names()
+	t.Logf("commands in 3s idle: %v", names)
+	for cmd := range names {
+		if cmd != "time" && cmd != "ping" {
+			t.Errorf("idle replica sent %s (%d times); all commands: %v", cmd, names[cmd], names)
+		}
+	}
+	if names["time"] == 0 {
+		t.Errorf("no clock check in 3s with a check every 500ms: %v", names)
+	}
+}
