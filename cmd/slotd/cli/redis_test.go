@@ -265,3 +265,36 @@ func TestRedlockBackendAndCommands(t *testing.T) {
 		t.Errorf("status with 1 of 3 masters: %v; want a failure that says there is no quorum", r)
 	}
 }
+
+// Redlock masters over TLS: rediss:// URLs, with the CA and the client
+// certificate of the TLS keys applied to every master.
+func TestRedlockOverTLS(t *testing.T) {
+	x := redistest.NewTLS(t)
+	var urls []string
+	for range 3 {
+		urls = append(urls, fmt.Sprintf("%q", redistest.StartTLS(t, x).URL())) // each requires a client certificate
+	}
+	cfg := parseRedis(t, fmt.Sprintf("redlock = [%s]\ntls_ca_file = %q\ntls_cert_file = %q\ntls_key_file = %q",
+		strings.Join(urls, ", "), x.CAFile, x.ClientCert, x.ClientKey))
+	b, err := openBackend(cfg, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	now, err := b.store.Time(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := lock.Slot{Task: "tls", ID: "1", Time: now.Add(-time.Second), Deadline: now.Add(time.Hour)}
+	c, err := b.store.Claim(ctx, slot, "r", lock.Policy{Lease: 5 * time.Second, DoneTTL: time.Hour, MaxAttempts: 3})
+	if err != nil || c.Result != lock.Won {
+		t.Fatalf("claim on 3 TLS masters = %+v, %v", c, err)
+	}
+	for i, cl := range b.clients {
+		if v := cl.Get(ctx, "slotd:{tls:1}").Val(); v != "run:r:1" {
+			t.Errorf("master %d holds %q, want run:r:1", i, v)
+		}
+	}
+}
