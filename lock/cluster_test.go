@@ -68,13 +68,11 @@ func TestConformanceCluster(t *testing.T) {
 	}
 }
 
-// Releases are published on the shard of the slot's keys; a subscriber
-// connected elsewhere is woken all the same (Cluster broadcasts PUBLISH),
-// for slots on every master.
-func TestClusterReleaseWakesAcrossShards(t *testing.T) {
-	c := redistest.StartCluster(t, 3)
-	rdb := c.Client()
-	r := lock.NewRedis(rdb, "slotd")
+// subscribed returns a store on rdb, subscribed to releases and closed at
+// cleanup, and the server's time.
+func subscribed(t *testing.T, rdb lock.Client, opts ...lock.RedisOption) (*lock.Redis, time.Time) {
+	t.Helper()
+	r := lock.NewRedis(rdb, "slotd", opts...)
 	t.Cleanup(func() { r.Close() })
 	ctx := context.Background()
 	if err := r.Subscribe(ctx); err != nil {
@@ -84,6 +82,17 @@ func TestClusterReleaseWakesAcrossShards(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return r, now
+}
+
+// Releases are published on the shard of the slot's keys; a subscriber
+// connected elsewhere is woken all the same (Cluster broadcasts PUBLISH),
+// for slots on every master.
+func TestClusterReleaseWakesAcrossShards(t *testing.T) {
+	c := redistest.StartCluster(t, 3)
+	rdb := c.Client()
+	r, now := subscribed(t, rdb)
+	ctx := context.Background()
 	shards := map[string]bool{}
 	for i := 0; len(shards) < 3; i++ {
 		if i > 200 {
@@ -150,16 +159,8 @@ func TestMinReplicasAck(t *testing.T) {
 	rdb := srv.Client()
 	rep := replica.Client()
 	const wait = 300 * time.Millisecond
-	r := lock.NewRedis(rdb, "slotd", lock.WithMinReplicasAck(1, wait))
-	t.Cleanup(func() { r.Close() })
+	r, now := subscribed(t, rdb, lock.WithMinReplicasAck(1, wait))
 	ctx := context.Background()
-	if err := r.Subscribe(ctx); err != nil {
-		t.Fatal(err)
-	}
-	now, err := r.Time(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	slot := func(task string) lock.Slot {
 		return lock.Slot{Task: task, ID: "1", Time: now.Add(-time.Second), Deadline: now.Add(time.Hour)}
 	}
@@ -312,16 +313,8 @@ func TestConformanceSentinel(t *testing.T) {
 func TestSentinelStoreFollowsFailover(t *testing.T) {
 	s := redistest.StartSentinel(t)
 	rdb := s.Client()
-	r := lock.NewRedis(rdb, "slotd")
-	t.Cleanup(func() { r.Close() })
+	r, now := subscribed(t, rdb)
 	ctx := context.Background()
-	if err := r.Subscribe(ctx); err != nil {
-		t.Fatal(err)
-	}
-	now, err := r.Time(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	before := lock.Slot{Task: "before", ID: "1", Time: now.Add(-time.Second), Deadline: now.Add(time.Hour)}
 	if c, err := r.Claim(ctx, before, "a", policy); err != nil || c.Result != lock.Won {
 		t.Fatalf("claim before the failover = %v, %v", c.Result, err)
@@ -334,7 +327,10 @@ func TestSentinelStoreFollowsFailover(t *testing.T) {
 	slot := lock.Slot{Task: "after", ID: "1", Time: now.Add(-time.Second), Deadline: now.Add(time.Hour)}
 	w := r.Watch(slot)
 	defer w.Stop()
-	var c lock.Claim
+	var (
+		c   lock.Claim
+		err error
+	)
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)

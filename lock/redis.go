@@ -80,16 +80,10 @@ func (r *Redis) Claim(ctx context.Context, slot Slot, replica string, p Policy) 
 		burst.Skip() // WAIT needs its own connection: nothing is batched
 		return r.claimAcked(ctx, slot, replica, p)
 	}
-	state, attempts := Keys(r.prefix, slot)
+	keys, args := claimArgs(r.prefix, slot, replica, p)
+	state, attempts := keys[0], keys[1]
 	sent := time.Now()
-	res, err := r.batch.runIn(ctx, burst, claimScript, []string{state, attempts, baseKey(state)},
-		replica,
-		p.Lease.Milliseconds(),
-		p.MaxAttempts,
-		slot.Time.Add(-p.Tolerance).UnixMilli(),
-		slot.Deadline.UnixMilli(),
-		p.DoneTTL.Milliseconds(),
-	).Slice()
+	res, err := r.batch.runIn(ctx, burst, claimScript, keys, args...).Slice()
 	if err != nil {
 		return Claim{}, fmt.Errorf("lock: claim %s: %w", slot, err)
 	}
@@ -99,6 +93,19 @@ func (r *Redis) Claim(ctx context.Context, slot Slot, replica string, p Policy) 
 	}
 	c.Sent = sent
 	return c, nil
+}
+
+// claimArgs are claim.lua's keys (state, attempts, base) and arguments.
+func claimArgs(prefix string, slot Slot, replica string, p Policy) ([]string, []any) {
+	state, attempts := Keys(prefix, slot)
+	return []string{state, attempts, baseKey(state)}, []any{
+		replica,
+		p.Lease.Milliseconds(),
+		p.MaxAttempts,
+		slot.Time.Add(-p.Tolerance).UnixMilli(),
+		slot.Deadline.UnixMilli(),
+		p.DoneTTL.Milliseconds(),
+	}
 }
 
 // decodeClaim turns claim.lua's reply into a Claim.

@@ -119,14 +119,8 @@ func (r *Redis) claimAcked(ctx context.Context, slot Slot, replica string, p Pol
 		return Claim{}, fmt.Errorf("lock: claim %s: %w", slot, err)
 	}
 	defer conn.Close()
-	res, err := claimScript.Run(ctx, conn, []string{state, attempts, baseKey(state)},
-		replica,
-		p.Lease.Milliseconds(),
-		p.MaxAttempts,
-		slot.Time.Add(-p.Tolerance).UnixMilli(),
-		slot.Deadline.UnixMilli(),
-		p.DoneTTL.Milliseconds(),
-	).Slice()
+	keys, args := claimArgs(r.prefix, slot, replica, p)
+	res, err := claimScript.Run(ctx, conn, keys, args...).Slice()
 	if err != nil {
 		r.noteMoved(ctx, err)
 		return Claim{}, fmt.Errorf("lock: claim %s: %w", slot, err)
