@@ -304,7 +304,11 @@ func TestHistoryFailureDoesNotHoldSlot(t *testing.T) {
 	if err != nil || st.Status != "done" {
 		t.Errorf("slot %s with a hanging history: state %+v, %v; want done", rs[0].run.Slot, st, err)
 	}
-	if v := value(t, r.reg, "slotd_runs_total", "tick", "success"); v < 2 {
-		t.Errorf("slotd_runs_total{outcome=success} = %v, want >= 2", v)
+	// The job returns before the scheduler marks the slot done and counts
+	// the success: wait for the count rather than race it.
+	for deadline := time.Now().Add(10 * time.Second); value(t, r.reg, "slotd_runs_total", "tick", "success") < 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("slotd_runs_total{outcome=success} = %v after 10s, want >= 2", value(t, r.reg, "slotd_runs_total", "tick", "success"))
+		}
 	}
 }
