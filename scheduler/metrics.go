@@ -100,7 +100,8 @@ func (h *histogram) snapshot() (uint64, float64, map[float64]uint64) {
 	return n, math.Float64frombits(h.sum.Load()), cum
 }
 
-// task returns the series of the named task, one of the config's.
+// task returns the series of the named task. Every caller names one of the
+// config's tasks, which newMetrics indexed: nil for another name.
 func (m *metrics) task(name string) *taskStats { return m.byName[name] }
 
 // claimed counts a claim answered with r. A result outside lock's set
