@@ -111,10 +111,7 @@ func New(cfg *Config, store lock.Store, opts ...Option) *Scheduler {
 	if s.reg == nil {
 		s.reg = prometheus.NewRegistry()
 	}
-	s.m = newMetrics(s.reg)
-	for i := range cfg.Tasks {
-		s.m.init(&cfg.Tasks[i])
-	}
+	s.m = newMetrics(s.reg, cfg.Tasks)
 	s.log = s.log.With("replica", s.replica)
 	return s
 }
@@ -232,7 +229,7 @@ func (s *Scheduler) fireLoop(ctx, hard context.Context) {
 			if now.Before(e.task.SlotDeadline(e.next)) {
 				due = append(due, *e)
 			} else {
-				s.m.missed.WithLabelValues(e.task.Name).Inc()
+				s.m.task(e.task.Name).missed.Inc()
 				s.log.Warn("slot missed: its window closed before this replica could fire it",
 					"task", e.task.Name, "slot", e.task.Schedule.SlotID(e.next))
 			}
@@ -284,7 +281,7 @@ func (s *Scheduler) work(ctx, hard context.Context, t *Task, slot lock.Slot, bur
 		if !s.now().Before(slot.Deadline) {
 			// A holder still running past the deadline reports for itself.
 			if !settled && last != lock.Held {
-				s.m.missed.WithLabelValues(t.Name).Inc()
+				s.m.task(t.Name).missed.Inc()
 				log.Warn("slot window closed without a success", "deadline", slot.Deadline)
 			}
 			return
@@ -321,7 +318,7 @@ func (s *Scheduler) claim(ctx, hard context.Context, t *Task, slot lock.Slot, bu
 	cancel()
 	*last = c.Result
 	if err != nil {
-		s.m.claims.WithLabelValues(t.Name, resultError).Inc()
+		s.m.task(t.Name).claimFailed()
 		wait := s.claimRetry(err, *failures)
 		*failures++
 		switch {
@@ -336,14 +333,14 @@ func (s *Scheduler) claim(ctx, hard context.Context, t *Task, slot lock.Slot, bu
 		return wait, false
 	}
 	*failures = 0
-	s.m.claims.WithLabelValues(t.Name, c.Result.String()).Inc()
+	s.m.task(t.Name).claimed(c.Result)
 	switch c.Result {
 	case lock.Won:
 		if s.attempt(ctx, hard, t, slot, c, log) {
 			return 0, true
 		}
 		if c.Attempt-c.Base >= t.MaxAttempts {
-			s.m.exhausted.WithLabelValues(t.Name).Inc()
+			s.m.task(t.Name).exhausted.Inc()
 			log.Error("slot exhausted: its last allowed attempt failed", "attempts", c.Attempt-c.Base)
 			return 0, true
 		}
@@ -358,7 +355,7 @@ func (s *Scheduler) claim(ctx, hard context.Context, t *Task, slot lock.Slot, bu
 		return 0, true
 	case lock.Late:
 		// The store's clock says the window closed; ours may lag a little.
-		s.m.missed.WithLabelValues(t.Name).Inc()
+		s.m.task(t.Name).missed.Inc()
 		log.Warn("slot window closed without a success", "deadline", slot.Deadline)
 		return 0, true
 	case lock.Held:
@@ -389,10 +386,11 @@ func (s *Scheduler) claimRetry(err error, failures int) time.Duration {
 // would only add a duplicate (a peer may still, after the lease).
 func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, c lock.Claim, log *slog.Logger) bool {
 	log = log.With("attempt", c.Attempt)
+	st := s.m.task(t.Name)
 	lease := lock.Hold(hard, s.store, slot, s.replica, c, t.Lease, lock.LeaseHooks{
-		Renewed: s.m.renewals.WithLabelValues(t.Name).Inc,
+		Renewed: st.renewals.Inc,
 		Lost: func(err error) {
-			s.m.leaseLosses.WithLabelValues(t.Name).Inc()
+			st.leaseLosses.Inc()
 			log.Error("lease lost: cancelling the task", "err", err)
 		},
 	})
@@ -404,13 +402,13 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 	tctx, cancel := context.WithTimeoutCause(lease.Context(), t.Timeout, ErrTimeout)
 	defer cancel()
 	start := s.now()
-	s.m.startDelay.WithLabelValues(t.Name).Observe(max(start.Sub(slot.Time), 0).Seconds())
-	s.m.running.WithLabelValues(t.Name).Inc()
+	st.startDelay.Observe(max(start.Sub(slot.Time), 0).Seconds())
+	st.running.Add(1)
 	log.Info("attempt started", "delay", start.Sub(slot.Time))
 	err := runTask(tasks.WithRun(tctx, run), t.Job)
-	s.m.running.WithLabelValues(t.Name).Dec()
+	st.running.Add(-1)
 	took := s.now().Sub(start)
-	s.m.duration.WithLabelValues(t.Name).Observe(took.Seconds())
+	st.duration.Observe(took.Seconds())
 	entry := HistoryEntry{
 		Slot: slot.ID, SlotTime: slot.Time, Attempt: c.Attempt, Token: lease.Token(),
 		Replica: s.replica, Started: start, Duration: took,
@@ -430,15 +428,15 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 		if ferr != nil {
 			// The task ran but the slot is not marked done: a peer may run it
 			// again after the lease; the fencing token tells them apart.
-			s.m.runs.WithLabelValues(t.Name, outcomeLeaseLost).Inc()
-			s.m.releaseFailed.WithLabelValues(t.Name).Inc()
+			st.ran(outcomeLeaseLost)
+			st.finishErrors.Inc()
 			log.Error("task succeeded but the slot could not be marked done", "err", ferr, "duration", took)
 			entry.Outcome, entry.Error = outcomeLeaseLost, "task succeeded but the slot could not be marked done: "+ferr.Error()
 			s.record(ctx, t.Name, entry, log)
 			return true
 		}
-		s.m.runs.WithLabelValues(t.Name, outcomeSuccess).Inc()
-		s.m.succeeded(t.Name, slot.Time)
+		st.ran(outcomeSuccess)
+		st.succeeded(slot.Time)
 		log.Info("attempt succeeded", "duration", took)
 		entry.Outcome = outcomeSuccess
 		s.record(ctx, t.Name, entry, log)
@@ -456,10 +454,10 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 	if err == nil {
 		err = context.Cause(tctx)
 	}
-	s.m.runs.WithLabelValues(t.Name, outcome).Inc()
+	st.ran(outcome)
 	log.Warn("attempt failed", "outcome", outcome, "err", err, "duration", took)
 	if rerr := lease.Release(fctx); rerr != nil {
-		s.m.releaseFailed.WithLabelValues(t.Name).Inc()
+		st.finishErrors.Inc()
 		log.Error("release failed; the slot frees when its lease runs out", "err", rerr)
 	}
 	entry.Outcome, entry.Error = outcome, err.Error()
