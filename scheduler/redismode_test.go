@@ -109,17 +109,7 @@ func TestRedisModeErrors(t *testing.T) {
 		{"redlock same server twice", "redlock = [\"redis://a:1/0\", \"redis://b:1\", \"redis://:pw@a:1/3\"]", []string{"redis.redlock", "items 1 and 3", "same server a:1"}},
 		{"unknown key", "url = \"redis://h:6379\"\nsentinels = [\"h:1\"]", []string{`unknown key "redis.sentinels"`, "master_name"}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err := ParseConfig([]byte("[redis]\n"+tc.redis+"\n"+minimal), "test.toml", nil)
-			if err == nil {
-				t.Fatalf("no error; want one containing %q", tc.want)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q\ndoes not contain %q", err, w)
-				}
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { wantRedisError(t, tc.redis, tc.want) })
 	}
 }
 
@@ -164,5 +154,20 @@ func TestRedisModeErrorsHidePasswords(t *testing.T) {
 	_, err := ParseConfig([]byte("[redis]\nurl = \"redis://h:6379\"\npassword = \"s3cret\"\nsentinel_password = \"s3cret2\"\n"+minimal), "x", nil)
 	if err == nil || strings.Contains(err.Error(), "s3cret") {
 		t.Fatalf("err = %v; want errors that do not quote the passwords", err)
+	}
+}
+
+// wantRedisError loads a config with the [redis] keys redis and checks
+// that the error contains every string of want.
+func wantRedisError(t *testing.T, redis string, want []string) {
+	t.Helper()
+	_, err := ParseConfig([]byte("[redis]\n"+redis+"\n"+minimal), "test.toml", nil)
+	if err == nil {
+		t.Fatalf("no error; want one containing %q", want)
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q\ndoes not contain %q", err, w)
+		}
 	}
 }

@@ -3,7 +3,6 @@ package scheduler
 import (
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/slotd/slotd/integration/redistest"
@@ -68,16 +67,6 @@ func TestRedisTLSConfig(t *testing.T) {
 		{"key of another certificate", "url = \"rediss://db:6380\"\ntls_cert_file = " + q(x.ClientCert) + "\ntls_key_file = " + q(x.ServerKey),
 			[]string{"redis.tls_cert_file", x.ServerKey, "private key does not match"}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err := ParseConfig([]byte("[redis]\n"+tc.redis+"\n"+minimal), "test.toml", nil)
-			if err == nil {
-				t.Fatalf("no error; want one containing %q", tc.want)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q\ndoes not contain %q", err, w)
-				}
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { wantRedisError(t, tc.redis, tc.want) })
 	}
 }
