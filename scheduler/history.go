@@ -120,10 +120,33 @@ type HistoryClient interface {
 
 // RedisHistory keeps each task's history in a capped Redis stream,
 // HistoryKey(prefix, task), whose TTL every append renews.
+//
+// Appends made while another is in flight queue up and leave together, up
+// to historyBatch in one transaction (one round trip), the way lock's
+// batcher sends claims: a lone append goes at once, and the slots of a
+// burst that finish together cost a few round trips, not one each.
 type RedisHistory struct {
 	rdb    HistoryClient
 	prefix string
 	ttl    time.Duration
+
+	mu      sync.Mutex
+	queue   []*histCall // waiting for the next round trip
+	leading bool        // a call is sending (or about to send) the queue
+}
+
+// historyBatch bounds the appends of one round trip.
+const historyBatch = 256
+
+// histCall is one Append waiting for its round trip. lead hands it the
+// job of sending the queue; done is closed once err is set.
+type histCall struct {
+	ctx  context.Context
+	task string
+	e    HistoryEntry
+	err  error
+	lead chan struct{}
+	done chan struct{}
 }
 
 // NewRedisHistory returns the history in rdb under prefix; each append sets
@@ -133,31 +156,125 @@ func NewRedisHistory(rdb HistoryClient, prefix string, ttl time.Duration) *Redis
 }
 
 // Append implements History: XADD with MAXLEN ~ HistoryMaxLen and PEXPIRE,
-// in one MULTI so that the stream never exists without a TTL.
+// in one MULTI so that the stream never exists without a TTL. No goroutine
+// is started: the caller whose append finds nothing in flight sends the
+// queue, and hands the lead to the first call still waiting.
 func (h *RedisHistory) Append(ctx context.Context, task string, e HistoryEntry) error {
-	key := HistoryKey(h.prefix, task)
-	p := h.rdb.TxPipeline()
-	p.XAdd(ctx, &redis.XAddArgs{
-		Stream: key,
-		MaxLen: HistoryMaxLen,
-		Approx: true,
-		Values: []any{
-			"slot", e.Slot,
-			"slot_time", e.SlotTime.UTC().Format(time.RFC3339),
-			"attempt", strconv.Itoa(e.Attempt),
-			"token", strconv.FormatInt(e.Token, 10),
-			"replica", e.Replica,
-			"outcome", e.Outcome,
-			"started", e.Started.UTC().Format(time.RFC3339Nano),
-			"duration_ms", strconv.FormatInt(e.Duration.Milliseconds(), 10),
-			"error", truncateError(e.Error),
-		},
-	})
-	p.PExpire(ctx, key, h.ttl)
-	if _, err := p.Exec(ctx); err != nil {
-		return fmt.Errorf("history: append %s slot %s attempt %d: %w", task, e.Slot, e.Attempt, err)
+	c := &histCall{ctx: ctx, task: task, e: e, lead: make(chan struct{}, 1), done: make(chan struct{})}
+	h.mu.Lock()
+	h.queue = append(h.queue, c)
+	if !h.leading {
+		h.leading = true
+		c.lead <- struct{}{}
 	}
-	return nil
+	h.mu.Unlock()
+	for {
+		select {
+		case <-c.lead:
+			h.send()
+		case <-c.done:
+			return c.err
+		case <-ctx.Done():
+			h.mu.Lock()
+			h.queue = slices.DeleteFunc(h.queue, func(x *histCall) bool { return x == c })
+			select {
+			case <-c.lead: // handed the lead as it gave up: pass it on
+				h.passLead()
+			default:
+			}
+			h.mu.Unlock()
+			return fmt.Errorf("history: append %s slot %s attempt %d: %w", task, e.Slot, e.Attempt, context.Cause(ctx))
+		}
+	}
+}
+
+// passLead gives the job of sending to the first waiting call, or ends
+// it; called with h.mu held.
+func (h *RedisHistory) passLead() {
+	if len(h.queue) == 0 {
+		h.leading = false
+		return
+	}
+	h.queue[0].lead <- struct{}{}
+}
+
+// send writes the first historyBatch queued appends in one transaction,
+// under the latest deadline among them, and passes the lead on.
+func (h *RedisHistory) send() {
+	h.mu.Lock()
+	n := min(len(h.queue), historyBatch)
+	batch := slices.Clone(h.queue[:n])
+	h.queue = slices.Delete(h.queue, 0, n)
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		h.passLead()
+		h.mu.Unlock()
+	}()
+
+	deadline := time.Now().Add(historyTimeout)
+	type pending struct {
+		c      *histCall
+		xadd   *redis.StringCmd
+		expire *redis.BoolCmd
+	}
+	var sent []pending
+	p := h.rdb.TxPipeline()
+	for _, c := range batch {
+		if err := c.ctx.Err(); err != nil { // gave up while queued
+			c.err = err
+			close(c.done)
+			continue
+		}
+		if d, ok := c.ctx.Deadline(); ok && d.After(deadline) {
+			deadline = d
+		}
+		key := HistoryKey(h.prefix, c.task)
+		e := c.e
+		x := p.XAdd(c.ctx, &redis.XAddArgs{
+			Stream: key,
+			MaxLen: HistoryMaxLen,
+			Approx: true,
+			Values: []any{
+				"slot", e.Slot,
+				"slot_time", e.SlotTime.UTC().Format(time.RFC3339),
+				"attempt", strconv.Itoa(e.Attempt),
+				"token", strconv.FormatInt(e.Token, 10),
+				"replica", e.Replica,
+				"outcome", e.Outcome,
+				"started", e.Started.UTC().Format(time.RFC3339Nano),
+				"duration_ms", strconv.FormatInt(e.Duration.Milliseconds(), 10),
+				"error", truncateError(e.Error),
+			},
+		})
+		sent = append(sent, pending{c, x, p.PExpire(c.ctx, key, h.ttl)})
+	}
+	if len(sent) == 0 {
+		return
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	// A failed round trip sets every command's error; a command that fails
+	// on its own (a foreign key of another type) fails only its append.
+	// Exec's error is used only if, unexpectedly, no command carries one.
+	_, execErr := p.Exec(ctx)
+	cmdErr := func(s pending) error {
+		if err := s.xadd.Err(); err != nil {
+			return err
+		}
+		return s.expire.Err()
+	}
+	blame := execErr != nil && !slices.ContainsFunc(sent, func(s pending) bool { return cmdErr(s) != nil })
+	for _, s := range sent {
+		err := cmdErr(s)
+		if err == nil && blame {
+			err = execErr
+		}
+		if err != nil {
+			s.c.err = fmt.Errorf("history: append %s slot %s attempt %d: %w", s.c.task, s.c.e.Slot, s.c.e.Attempt, err)
+		}
+		close(s.c.done)
+	}
 }
 
 // Recent implements History with XREVRANGE. Fields that do not parse are
