@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/slotd/slotd/integration/redistest"
 )
 
@@ -157,14 +155,13 @@ func sentinelFailover(t *testing.T, ack int) {
 	promoted := time.Now()
 	t.Logf("master killed; replica %s promoted %v later", s.Replica.Addr, promoted.Sub(killed))
 	if ack > 0 {
-		// The old master comes back empty; Sentinel turns it into a replica
-		// of the new master, and acknowledgements resume. Priority 0: on a
-		// loaded machine the Sentinels (down-after 1 s) may also think the
-		// new master down for a moment, and must not fail over to the empty
-		// node, which would replicate its emptiness over the new master.
-		s.Master.RestartWith("--replica-priority", "0")
-		awaitReplicaLinked(t, s.Master.Addr, 90*time.Second)
-		t.Logf("old master back as a replica %v after the kill", time.Since(killed))
+		// A new replica of the new master, so acknowledgements resume. (The
+		// test used to restart the old master empty and wait for Sentinel
+		// to make it a replica; on a loaded machine the promoted master
+		// twice ended up replicating the empty node instead, a Sentinel
+		// race outside slotd that this test is not about.)
+		redistest.StartReplica(t, s.Replica)
+		t.Logf("a replica of the new master acknowledges %v after the kill", time.Since(killed))
 	}
 	resumed := time.Now().Truncate(time.Second).Add(time.Second)
 	c.ledger.await("3 slots fired after recovery completed", 90*time.Second, func(evs []event) bool {
@@ -223,23 +220,4 @@ func sentinelFailover(t *testing.T, ack int) {
 	}
 	t.Logf("min_replicas_ack=%d: %d slots from %s to %s, %d ran more than once", ack,
 		int(last.Sub(first)/time.Second)+1, first.Format("150405"), last.Format("150405"), reruns)
-}
-
-// awaitReplicaLinked waits until the server at addr is a replica whose link
-// to its master is up.
-func awaitReplicaLinked(t *testing.T, addr string, timeout time.Duration) {
-	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
-	defer c.Close()
-	awaitPoll(t, addr+" linked as a replica", timeout, func() string {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		s, err := c.Info(ctx, "replication").Result()
-		if err != nil {
-			return err.Error()
-		}
-		return s
-	}, func(s string) bool {
-		return strings.Contains(s, "role:slave") && strings.Contains(s, "master_link_status:up")
-	}, func(s string) string { return s })
 }

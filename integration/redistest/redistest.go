@@ -138,14 +138,6 @@ func (s *Server) Restart() {
 	s.start()
 }
 
-// RestartWith stops the server and starts an empty one on the same port,
-// with extra arguments added to its own from now on.
-func (s *Server) RestartWith(extra ...string) {
-	s.t.Helper()
-	s.args = append(s.args, extra...)
-	s.Restart()
-}
-
 // Signal sends sig to the server (SIGSTOP/SIGCONT to stall it).
 func (s *Server) Signal(sig syscall.Signal) {
 	s.t.Helper()
