@@ -255,28 +255,17 @@ type armToxic struct {
 }
 
 func (a *armToxic) Pipe(stub *toxics.ToxicStub) {
-	v, _ := triggers.Load(a.Key)
-	tr := v.(*resetTrigger)
-	for {
-		select {
-		case <-stub.Interrupt:
-			return
-		case c := <-stub.Input:
-			if c == nil {
-				stub.Close()
-				return
+	tr := trigger(a.Key)
+	pipeUntilCut(stub, func(data []byte) bool {
+		if tr.fired.Load() == 0 && slices.ContainsFunc(tr.match, func(m []byte) bool { return bytes.Contains(data, m) }) {
+			if tr.mode == "request" {
+				tr.fired.Add(1)
+				return true // the request is dropped
 			}
-			if tr.fired.Load() == 0 && slices.ContainsFunc(tr.match, func(m []byte) bool { return bytes.Contains(c.Data, m) }) {
-				if tr.mode == "request" {
-					tr.fired.Add(1)
-					stub.Close() // the request is dropped
-					return
-				}
-				tr.armed.Store(true)
-			}
-			stub.Output <- c
+			tr.armed.Store(true)
 		}
-	}
+		return false
+	})
 }
 
 type cutToxic struct {
@@ -284,22 +273,33 @@ type cutToxic struct {
 }
 
 func (x *cutToxic) Pipe(stub *toxics.ToxicStub) {
-	v, _ := triggers.Load(x.Key)
-	tr := v.(*resetTrigger)
+	tr := trigger(x.Key)
+	pipeUntilCut(stub, func(data []byte) bool {
+		// Scripts answer integers; a pub/sub message or an error is
+		// not the reply we are after.
+		if len(data) > 0 && data[0] == ':' && tr.armed.CompareAndSwap(true, false) {
+			tr.fired.Add(1)
+			return true // the reply is dropped
+		}
+		return false
+	})
+}
+
+func trigger(key string) *resetTrigger {
+	v, _ := triggers.Load(key)
+	return v.(*resetTrigger)
+}
+
+// pipeUntilCut passes chunks through until cut says to drop one: then the
+// connection is closed (a reset) and the toxic ends.
+func pipeUntilCut(stub *toxics.ToxicStub, cut func(data []byte) bool) {
 	for {
 		select {
 		case <-stub.Interrupt:
 			return
 		case c := <-stub.Input:
-			if c == nil {
+			if c == nil || cut(c.Data) {
 				stub.Close()
-				return
-			}
-			// Scripts answer integers; a pub/sub message or an error is
-			// not the reply we are after.
-			if len(c.Data) > 0 && c.Data[0] == ':' && tr.armed.CompareAndSwap(true, false) {
-				tr.fired.Add(1)
-				stub.Close() // the reply is dropped
 				return
 			}
 			stub.Output <- c

@@ -134,14 +134,7 @@ func TestConformanceReplicasAck(t *testing.T) {
 	srv := redistest.Start(t)
 	redistest.StartReplica(t, srv)
 	rdb := srv.Client()
-	keys := func() []string {
-		ks, err := rdb.Keys(context.Background(), "*").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ks
-	}
-	h := clientHarness(t, rdb, lock.NewRedis(rdb, "slotd", lock.WithMinReplicasAck(1, 5*time.Second)), keys)
+	h := clientHarness(t, rdb, lock.NewRedis(rdb, "slotd", lock.WithMinReplicasAck(1, 5*time.Second)), serverKeys(t, rdb))
 	for _, tc := range conformance {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, h) })
 	}
@@ -294,14 +287,7 @@ func TestMinReplicasToWriteRefusesBeforeCounting(t *testing.T) {
 func TestConformanceSentinel(t *testing.T) {
 	s := redistest.StartSentinel(t)
 	rdb := s.Client()
-	keys := func() []string {
-		ks, err := rdb.Keys(context.Background(), "*").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ks
-	}
-	h := clientHarness(t, rdb, lock.NewRedis(rdb, "slotd"), keys)
+	h := clientHarness(t, rdb, lock.NewRedis(rdb, "slotd"), serverKeys(t, rdb))
 	for _, tc := range conformance {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, h) })
 	}

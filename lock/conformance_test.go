@@ -104,16 +104,20 @@ func clientHarness(t *testing.T, rdb redis.UniversalClient, r *lock.Redis, keys 
 	}
 }
 
-func redisHarness(t *testing.T) harness {
-	rdb := redistest.Start(t).Client()
-	keys := func() []string {
+// serverKeys lists every key of the one server behind rdb.
+func serverKeys(t *testing.T, rdb redis.UniversalClient) func() []string {
+	return func() []string {
 		ks, err := rdb.Keys(context.Background(), "*").Result()
 		if err != nil {
 			t.Fatal(err)
 		}
 		return ks
 	}
-	return clientHarness(t, rdb, lock.NewRedis(rdb, "slotd"), keys)
+}
+
+func redisHarness(t *testing.T) harness {
+	rdb := redistest.Start(t).Client()
+	return clientHarness(t, rdb, lock.NewRedis(rdb, "slotd"), serverKeys(t, rdb))
 }
 
 // TestConformance runs the same suite against both stores.

@@ -46,6 +46,18 @@ func claimOnce(t *testing.T, cfg *scheduler.Config, rdb redis.UniversalClient) (
 	return store.Claim(ctx, slot, "r", lock.Policy{Lease: 5 * time.Second, DoneTTL: time.Hour, MaxAttempts: 3})
 }
 
+// claimWith builds the client for the [redis] keys and claims once with it.
+func claimWith(t *testing.T, keys string) (lock.Claim, error) {
+	t.Helper()
+	cfg := parseRedis(t, keys)
+	rdb, err := newRedisClient(cfg, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	return claimOnce(t, cfg, rdb)
+}
+
 // One builder serves every mode: each client it returns carries the slot
 // protocol to the servers of its mode, an ACL user in the URL is used and
 // a wrong password is refused, and min_replicas_ack reaches the store.
@@ -60,13 +72,7 @@ func TestNewRedisClient(t *testing.T) {
 			{fmt.Sprintf("redis://slotd:wrong@%s/0", srv.Addr), false},
 			{fmt.Sprintf("redis://%s/0", srv.Addr), false}, // the default user is off
 		} {
-			cfg := parseRedis(t, "url = "+fmt.Sprintf("%q", tc.url))
-			rdb, err := newRedisClient(cfg, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			c, err := claimOnce(t, cfg, rdb)
-			rdb.Close()
+			c, err := claimWith(t, "url = "+fmt.Sprintf("%q", tc.url))
 			if tc.ok && (err != nil || c.Result != lock.Won) {
 				t.Errorf("claim as the ACL user = %v, %v; want won", c.Result, err)
 			}
@@ -133,13 +139,7 @@ func TestNewRedisClient(t *testing.T) {
 			{"no client certificate", fmt.Sprintf("url = %q\ntls_ca_file = %q", srv.URL(), x.CAFile), false},
 			{"CA not trusted", fmt.Sprintf("url = %q\ntls_cert_file = %q\ntls_key_file = %q", srv.URL(), x.ClientCert, x.ClientKey), false},
 		} {
-			cfg := parseRedis(t, tc.keys)
-			rdb, err := newRedisClient(cfg, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			c, err := claimOnce(t, cfg, rdb)
-			rdb.Close()
+			c, err := claimWith(t, tc.keys)
 			if tc.ok && (err != nil || c.Result != lock.Won) {
 				t.Errorf("%s: claim = %v, %v; want won", tc.name, c.Result, err)
 			}
