@@ -71,27 +71,26 @@ func newBatcher(rdb Client) *batcher {
 
 // run runs s, pipelined with whatever other calls are waiting.
 func (b *batcher) run(ctx context.Context, s *redis.Script, keys []string, args ...any) *redis.Cmd {
-	return b.runIn(ctx, nil, s, keys, args...)
-}
-
-// runIn is run for a member of burst (nil: none), whose call is held until
-// the burst is complete.
-func (b *batcher) runIn(ctx context.Context, burst *Burst, s *redis.Script, keys []string, args ...any) *redis.Cmd {
 	if err := ctx.Err(); err != nil {
-		burst.Skip()
 		return errCmd(ctx, err)
 	}
-	c := &scriptCall{ctx: ctx, script: s, keys: keys, args: args, done: make(chan struct{})}
-	if burst != nil {
-		burst.arrive(b, c)
-	} else {
-		b.enqueue(c)
-	}
+	c := newCall(ctx, s, keys, args)
+	b.enqueue(c)
+	return c.wait()
+}
+
+func newCall(ctx context.Context, s *redis.Script, keys []string, args []any) *scriptCall {
+	return &scriptCall{ctx: ctx, script: s, keys: keys, args: args, done: make(chan struct{})}
+}
+
+// wait returns c's reply once its round trip is back, or its context's
+// error if that ends first.
+func (c *scriptCall) wait() *redis.Cmd {
 	select {
 	case <-c.done:
 		return c.cmd
-	case <-ctx.Done():
-		return errCmd(ctx, ctx.Err())
+	case <-c.ctx.Done():
+		return errCmd(c.ctx, c.ctx.Err())
 	}
 }
 

@@ -470,62 +470,109 @@ func TestRedisCloseRacesCalls(t *testing.T) {
 	t.Logf("claims racing Close: %d ran, %d refused", ran, refused)
 }
 
-func held(b *Burst) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return len(b.held)
-}
-
-// A burst's claims are held until every member has claimed or skipped,
-// then leave together: 500 claims in ceil(500/256) = 2 pipelines. A
-// member's context stays its own: a claim after the burst, made with the
-// same context, is not held.
-func TestBurstSendsItsClaimsTogether(t *testing.T) {
+// ClaimMany queues a burst's claims at once: 500 claims leave in
+// ceil(500/256) = 2 round trips, and each request gets its own answer —
+// won, held by the peer that claimed first, or the foreign value planted
+// in one slot's key — in order. Memory, which cannot batch, answers the
+// same through Store.Claim.
+func TestClaimManyAnswersEachInFewRoundTrips(t *testing.T) {
 	g := newGate(0)
-	r, _ := gatedStore(t, g)
+	r, rdb := gatedStore(t, g)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	now := time.Now()
 	p := Policy{Lease: time.Minute, DoneTTL: time.Hour, MaxAttempts: 3}
-	const claims, skips = 500, 100
-	b := NewBurst(claims + skips)
-	errs := make(chan error, claims)
-	claim := func(i int) {
-		c, err := r.Claim(b.Join(ctx), batchSlot(i, now), "r", p)
-		if err == nil && c.Result != Won {
-			err = errors.New("claim " + strconv.Itoa(i) + ": " + c.Result.String())
-		}
-		errs <- err
+	const n, foreign = 500, 7
+	reqs := make([]ClaimRequest, n)
+	for i := range reqs {
+		reqs[i] = ClaimRequest{Slot: batchSlot(i, now), Replica: "r", Policy: p}
 	}
-	for i := range claims - 1 {
-		go claim(i)
-	}
-	for range skips {
-		go b.Skip()
-	}
-	for deadline := time.Now().Add(10 * time.Second); held(b) < claims-1; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d claims held, want %d", held(b), claims-1)
+	mem := NewMemory(time.Now)
+	for _, s := range []Store{r, mem} {
+		for i := 0; i < n; i += 2 { // the peer holds the even slots
+			if c, err := s.Claim(ctx, reqs[i].Slot, "peer", p); err != nil || c.Result != Won {
+				t.Fatalf("peer claim %d: %v %v", i, c.Result, err)
+			}
 		}
 	}
-	if n := g.trips.Load(); n != 0 {
-		t.Fatalf("%d round trips before the burst was complete", n)
+	state, _ := Keys("slotd", reqs[foreign].Slot)
+	if err := rdb.Set(ctx, state, "not ours", time.Hour).Err(); err != nil {
+		t.Fatal(err)
 	}
-	last := b.Join(ctx)
-	go func() {
-		c, err := r.Claim(last, batchSlot(claims-1, now), "r", p)
-		if err == nil {
-			err = r.Renew(last, batchSlot(claims-1, now), Owner{Replica: "r", Attempt: c.Attempt}, p.Lease)
+	mem.Set(state, "not ours", time.Hour)
+
+	for _, s := range []Store{r, mem} {
+		trips := g.trips.Load()
+		replies := ClaimMany(ctx, s, reqs)
+		if s == Store(r) {
+			if got := g.trips.Load() - trips; got != 2 {
+				t.Errorf("Redis: %d claims took %d round trips, want 2", n, got)
+			}
 		}
-		errs <- err
-	}()
-	for range claims {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
+		for i, rep := range replies {
+			switch {
+			case i == foreign:
+				if !errors.Is(rep.Err, ErrForeign) {
+					t.Errorf("%T: claim %d of a foreign key: %v, %v; want ErrForeign", s, i, rep.Result, rep.Err)
+				}
+			case rep.Err != nil:
+				t.Errorf("%T: claim %d: %v", s, i, rep.Err)
+			case i%2 == 0 && (rep.Result != Held || rep.Holder != "peer"):
+				t.Errorf("%T: claim %d: %v held by %q, want held by peer", s, i, rep.Result, rep.Holder)
+			case i%2 == 1 && (rep.Result != Won || rep.Attempt != 1):
+				t.Errorf("%T: claim %d: %v attempt %d, want won attempt 1", s, i, rep.Result, rep.Attempt)
+			}
 		}
 	}
-	// Two pipelines of claims, then the renew, alone.
-	if got := g.trips.Load(); got != 3 || g.count("evalsha") != claims+1 {
-		t.Errorf("%d claims and a renew took %d round trips, %d EVALSHA; want 3, %d", claims, got, g.count("evalsha"), claims+1)
+}
+
+// A watch with OnRelease calls its function on a release instead of
+// signalling C, and a stopped watch calls nothing.
+func TestWatchOnRelease(t *testing.T) {
+	r, _ := gatedStore(t, newGate(0))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := r.Subscribe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []Store{r, NewMemory(time.Now)} {
+		slot := batchSlot(1, time.Now())
+		w := s.Watch(slot)
+		called := make(chan struct{}, 2)
+		w.OnRelease(func() { called <- struct{}{} })
+		p := Policy{Lease: time.Minute, DoneTTL: time.Hour, MaxAttempts: 3}
+		release := func() {
+			c, err := s.Claim(ctx, slot, "r", p)
+			if err == nil {
+				err = s.Release(ctx, slot, Owner{Replica: "r", Attempt: c.Attempt})
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		release()
+		select {
+		case <-called:
+		case <-ctx.Done():
+			t.Fatalf("%T: OnRelease not called", s)
+		}
+		if len(w.C()) != 0 {
+			t.Errorf("%T: a release signalled C although OnRelease was set", s)
+		}
+		w.Stop()
+		release()
+		// The Redis notification is asynchronous: a third watch, added
+		// after the stop, proves the second release was delivered.
+		w2 := s.Watch(slot)
+		release()
+		select {
+		case <-w2.C():
+		case <-ctx.Done():
+			t.Fatalf("%T: release not signalled", s)
+		}
+		w2.Stop()
+		if len(called) != 0 {
+			t.Errorf("%T: a stopped watch's OnRelease was called", s)
+		}
 	}
 }

@@ -40,6 +40,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -255,6 +256,7 @@ func parseValue(v string) (st State, err error) {
 // signal, which is all it needs to claim again.
 type Watch struct {
 	c     chan struct{}
+	fn    atomic.Pointer[func()] // set by OnRelease: called instead of signalling c
 	stop  func()
 	relay *Watch // set: signals go to relay instead (a Redlock node's watch)
 }
@@ -265,9 +267,20 @@ func (w *Watch) C() <-chan struct{} { return w.c }
 // Stop ends the watch. It is safe to call more than once.
 func (w *Watch) Stop() { w.stop() }
 
+// OnRelease makes every later release call f instead of signalling C, so
+// that a replica watching ten thousand slots needs no goroutine per slot
+// to wait on them; a signal already pending on C stays there. f runs on
+// the store's notification goroutine while it holds the store's lock: it
+// must return quickly and must not call the store (Stop included).
+func (w *Watch) OnRelease(f func()) { w.fn.Store(&f) }
+
 func (w *Watch) notify() {
 	if w.relay != nil {
 		w.relay.notify()
+		return
+	}
+	if f := w.fn.Load(); f != nil {
+		(*f)()
 		return
 	}
 	select {

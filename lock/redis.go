@@ -75,20 +75,23 @@ func NewRedis(rdb Client, prefix string, opts ...RedisOption) *Redis {
 
 // Claim implements Store.
 func (r *Redis) Claim(ctx context.Context, slot Slot, replica string, p Policy) (Claim, error) {
-	burst := burstOf(ctx)
 	if r.ack.n > 0 {
-		burst.Skip() // WAIT needs its own connection: nothing is batched
 		return r.claimAcked(ctx, slot, replica, p)
 	}
 	keys, args := claimArgs(r.prefix, slot, replica, p)
-	state, attempts := keys[0], keys[1]
 	sent := time.Now()
-	res, err := r.batch.runIn(ctx, burst, claimScript, keys, args...).Slice()
+	return r.claimReply(r.batch.run(ctx, claimScript, keys, args...), slot, sent)
+}
+
+// claimReply decodes the reply to claim.lua for slot, sent at sent.
+func (r *Redis) claimReply(cmd *redis.Cmd, slot Slot, sent time.Time) (Claim, error) {
+	res, err := cmd.Slice()
 	if err != nil {
 		return Claim{}, fmt.Errorf("lock: claim %s: %w", slot, err)
 	}
 	c, err := decodeClaim(res)
 	if err != nil {
+		state, attempts := Keys(r.prefix, slot)
 		return Claim{}, fmt.Errorf("lock: claim %s (keys %s, %s): %w", slot, state, attempts, err)
 	}
 	c.Sent = sent

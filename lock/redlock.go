@@ -134,12 +134,6 @@ func read[T any](ctx context.Context, r *Redlock, op func(context.Context, *Redi
 // won is undone on every node that granted it (owner-checked; a node whose
 // reply was lost keeps its grant until the lease runs out).
 func (r *Redlock) Claim(ctx context.Context, slot Slot, replica string, p Policy) (Claim, error) {
-	// A Burst gathers the calls of one node's store: the nodes here are as
-	// many stores, so the claim leaves its burst at once, holding nothing,
-	// and no node call joins it (the first to look would be held, then sent
-	// on whichever node's connection the burst's last member used).
-	burstOf(ctx).Skip()
-	ctx = context.WithValue(ctx, burstKey{}, (*burstTicket)(nil))
 	sent := time.Now()
 	res := all(ctx, r, p.Lease, func(ctx context.Context, n *Redis) (Claim, error) {
 		return n.Claim(ctx, slot, replica, p)

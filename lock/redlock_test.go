@@ -447,39 +447,23 @@ func TestRedlockReadsDoNotWaitForAStalledNode(t *testing.T) {
 	}
 }
 
-// Slots due together claim as one lock.Burst; on a Redlock store each
-// claim leaves the burst at once, and every node's call goes to its own
-// node, unheld: each slot is won, held alike on every node, even while a
-// member of the burst has yet to claim (a node call held for it would
-// never be sent).
-func TestRedlockClaimsInABurst(t *testing.T) {
+// Slots due together are claimed with lock.ClaimMany; a Redlock store,
+// which cannot batch across its nodes, claims each through Claim: each
+// slot is won, held alike on every node.
+func TestRedlockClaimMany(t *testing.T) {
 	ctx := context.Background()
 	_, clients := startNodes(t, 3)
 	r := newRedlock(t, clients, lock.WithRedlockNodeTimeout(5*time.Second))
-	const n = 6
-	burst := lock.NewBurst(n + 1) // the last member claims after the checks
-	defer burst.Skip()
-	slots := make([]lock.Slot, n)
-	claims := make([]lock.Claim, n)
-	errs := make([]error, n)
-	done := make(chan int)
-	for i := range n {
-		slots[i] = redlockSlot(t)
-		go func() {
-			claims[i], errs[i] = r.Claim(burst.Join(ctx), slots[i], "r", policy)
-			done <- i
-		}()
+	const n = 100
+	reqs := make([]lock.ClaimRequest, n)
+	for i := range reqs {
+		reqs[i] = lock.ClaimRequest{Slot: redlockSlot(t), Replica: "r", Policy: policy}
 	}
-	for range n {
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			t.Fatal("claims of a burst did not return within 30s")
-		}
-	}
-	for i, slot := range slots {
-		if errs[i] != nil || claims[i].Result != lock.Won {
-			t.Fatalf("slot %d: %+v, %v; want won", i, claims[i], errs[i])
+	replies := lock.ClaimMany(ctx, r, reqs)
+	for i, rep := range replies {
+		slot := reqs[i].Slot
+		if rep.Err != nil || rep.Result != lock.Won {
+			t.Fatalf("slot %d: %+v, %v; want won", i, rep.Claim, rep.Err)
 		}
 		states, _ := nodeKeys(t, clients, slot)
 		for j, v := range states {
