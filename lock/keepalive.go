@@ -3,65 +3,129 @@ package lock
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 )
 
-// keepAlive is the watchdog loop shared by Lease (a slot) and Mutex (a named
+// keepAlive is the watchdog shared by Lease (a slot) and Mutex (a named
 // lock): renew every ttl/3, and give up when no renewal is confirmed before
 // validUntil. validUntil is counted by the caller from the send time of the
 // last confirmed acquisition or renewal, on the monotonic clock; renewed
 // records the send time of each confirmed renewal, which moves it.
 //
 // renew answers nil when the renewal is confirmed, an error wrapping
-// ErrNotHeld when the lock is known to be someone else's (the loop ends at
-// once), and any other error when the outcome is unknown (the loop tries
-// again soon, while the lock may still be ours).
+// ErrNotHeld when the lock is known to be someone else's (the watchdog ends
+// at once), and any other error when the outcome is unknown (it tries again
+// soon, while the lock may still be ours).
 //
 // Renewals fall on a grid shared by every lease with the same interval (see
 // renewGrid), never later than interval after the last one: the watchdogs of
 // the leases taken in one burst then wake on the same instant, and their
 // renewals leave together in a few pipelines instead of one round trip each.
 //
-// keepAlive returns why the lock was lost, or nil when ctx ended it.
+// keepAlive blocks; it returns why the lock was lost, or nil when ctx
+// ended it. startKeepAlive is the same watchdog without a goroutine of its
+// own between renewals (a timer calls it), for holders of many leases.
 func keepAlive(ctx context.Context, ttl time.Duration, validUntil func() time.Time,
 	renew func(context.Context) error, renewed func(sent time.Time)) error {
+	var why error
+	<-startKeepAlive(ctx, ttl, validUntil, renew, renewed, func(err error) { why = err })
+	return why
+}
+
+// startKeepAlive starts the watchdog of keepAlive and returns at once. It
+// calls ended exactly once, with why the lock was lost or nil when ctx
+// ended it, and then closes the channel it returned.
+func startKeepAlive(ctx context.Context, ttl time.Duration, validUntil func() time.Time,
+	renew func(context.Context) error, renewed func(sent time.Time), ended func(why error)) <-chan struct{} {
 	interval := ttl / 3
-	retry := max(interval/8, time.Millisecond)
-	grid := renewGrid(interval)
-	next := onGrid(interval, grid)
-	noRenewal := errors.New("no renewal confirmed within the lease")
-	for {
-		until := time.Until(validUntil())
-		if until <= 0 {
-			return noRenewal
-		}
-		t := time.NewTimer(min(next, until))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil
-		case <-t.C:
-		}
-		until = time.Until(validUntil())
-		if until <= 0 {
-			return noRenewal
-		}
-		sent := time.Now()
-		rctx, cancel := context.WithTimeout(ctx, until)
-		err := renew(rctx)
-		cancel()
-		switch {
-		case err == nil:
-			renewed(sent)
-			next = onGrid(interval, grid)
-		case errors.Is(err, ErrNotHeld):
-			return err
-		case ctx.Err() != nil:
-			return nil
-		default:
-			next = retry
-		}
+	k := &keeper{ctx: ctx, interval: interval, retry: max(interval/8, time.Millisecond), grid: renewGrid(interval),
+		validUntil: validUntil, renew: renew, renewed: renewed, ended: ended, done: make(chan struct{})}
+	k.unhook = context.AfterFunc(ctx, k.cancel)
+	k.schedule(onGrid(interval, k.grid))
+	return k.done
+}
+
+var errNoRenewal = errors.New("no renewal confirmed within the lease")
+
+// keeper is one watchdog: parked on a timer between renewals; the timer's
+// goroutine makes the renewal.
+type keeper struct {
+	ctx                   context.Context
+	interval, retry, grid time.Duration
+	validUntil            func() time.Time
+	renew                 func(context.Context) error
+	renewed               func(sent time.Time)
+	ended                 func(why error)
+	unhook                func() bool
+	done                  chan struct{}
+
+	mu    sync.Mutex
+	timer *time.Timer // pending, unless a renewal is running
+}
+
+// schedule sets the timer for the next renewal, next from now at the
+// latest, and never later than the lease's validity.
+func (k *keeper) schedule(next time.Duration) {
+	until := time.Until(k.validUntil())
+	if until <= 0 {
+		k.end(errNoRenewal)
+		return
 	}
+	k.mu.Lock()
+	// ctx.Err is read under mu: if it is nil here, cancel (run after ctx
+	// ends) will find the timer and stop it.
+	if k.ctx.Err() != nil {
+		k.mu.Unlock()
+		k.end(nil)
+		return
+	}
+	k.timer = time.AfterFunc(min(next, until), k.tick)
+	k.mu.Unlock()
+}
+
+// cancel ends the watchdog at the end of ctx if it is waiting on its
+// timer; a renewal under way ends by itself, as its context ends too.
+func (k *keeper) cancel() {
+	k.mu.Lock()
+	stopped := k.timer != nil && k.timer.Stop()
+	k.mu.Unlock()
+	if stopped {
+		k.end(nil)
+	}
+}
+
+func (k *keeper) tick() {
+	if k.ctx.Err() != nil {
+		k.end(nil)
+		return
+	}
+	until := time.Until(k.validUntil())
+	if until <= 0 {
+		k.end(errNoRenewal)
+		return
+	}
+	sent := time.Now()
+	rctx, cancel := context.WithTimeout(k.ctx, until)
+	err := k.renew(rctx)
+	cancel()
+	switch {
+	case err == nil:
+		k.renewed(sent)
+		k.schedule(onGrid(k.interval, k.grid))
+	case errors.Is(err, ErrNotHeld):
+		k.end(err)
+	case k.ctx.Err() != nil:
+		k.end(nil)
+	default:
+		k.schedule(k.retry)
+	}
+}
+
+func (k *keeper) end(why error) {
+	k.unhook()
+	k.ended(why)
+	close(k.done)
 }
 
 // renewGrid is the spacing of the instants renewals fall on: the largest of

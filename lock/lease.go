@@ -28,7 +28,7 @@ type Lease struct {
 	cancel context.CancelCauseFunc
 
 	stopWatchdog context.CancelFunc
-	done         chan struct{}
+	done         <-chan struct{} // closed when the watchdog has ended
 
 	mu       sync.Mutex
 	lastSent time.Time // send time of the last confirmed claim or renewal
@@ -54,20 +54,21 @@ func Hold(parent context.Context, s Store, slot Slot, replica string, c Claim, l
 		ttl:      lease,
 		token:    Token(slot.Time, c.Attempt),
 		lastSent: c.Sent,
-		done:     make(chan struct{}),
 	}
 	l.ctx, l.cancel = context.WithCancelCause(parent)
 	if !time.Now().Before(l.validUntil()) {
 		// Lost before Hold returns, not by the watchdog a moment later: the
 		// caller starts its task under Context next, and must find it done.
 		l.stopWatchdog = func() {}
-		close(l.done)
+		done := make(chan struct{})
+		close(done)
+		l.done = done
 		l.lose(hooks, errors.New("the claim's reply came after the lease's validity"))
 		return l
 	}
 	var wctx context.Context
 	wctx, l.stopWatchdog = context.WithCancel(context.Background())
-	go l.watchdog(wctx, hooks)
+	l.watchdog(wctx, hooks)
 	return l
 }
 
@@ -102,10 +103,11 @@ func (l *Lease) validUntil() time.Time {
 	return l.lastSent.Add(l.ttl - l.margin())
 }
 
+// watchdog starts the lease's keepalive, which holds no goroutine between
+// renewals: a replica holding ten thousand leases pays a timer for each.
 func (l *Lease) watchdog(ctx context.Context, hooks LeaseHooks) {
-	defer close(l.done)
 	renew := func(ctx context.Context) error { return l.store.Renew(ctx, l.slot, l.owner, l.ttl) }
-	why := keepAlive(ctx, l.ttl, l.validUntil, renew, func(sent time.Time) {
+	l.done = startKeepAlive(ctx, l.ttl, l.validUntil, renew, func(sent time.Time) {
 		l.mu.Lock()
 		l.lastSent = sent
 		l.renewals++
@@ -113,10 +115,11 @@ func (l *Lease) watchdog(ctx context.Context, hooks LeaseHooks) {
 		if hooks.Renewed != nil {
 			hooks.Renewed()
 		}
+	}, func(why error) {
+		if why != nil {
+			l.lose(hooks, why)
+		}
 	})
-	if why != nil {
-		l.lose(hooks, why)
-	}
 }
 
 func (l *Lease) lose(hooks LeaseHooks, why error) {
