@@ -503,7 +503,7 @@ func TestClaimManyAnswersEachInFewRoundTrips(t *testing.T) {
 
 	for _, s := range []Store{r, mem} {
 		trips := g.trips.Load()
-		replies := ClaimMany(ctx, s, reqs)
+		replies := claimAll(ctx, s, reqs)
 		if s == Store(r) {
 			if got := g.trips.Load() - trips; got != 2 {
 				t.Errorf("Redis: %d claims took %d round trips, want 2", n, got)
@@ -526,53 +526,85 @@ func TestClaimManyAnswersEachInFewRoundTrips(t *testing.T) {
 	}
 }
 
-// A watch with OnRelease calls its function on a release instead of
-// signalling C, and a stopped watch calls nothing.
-func TestWatchOnRelease(t *testing.T) {
+// claimAll is ClaimMany, collected; it checks that f saw each index once.
+func claimAll(ctx context.Context, s Store, reqs []ClaimRequest) []ClaimReply {
+	out := make([]ClaimReply, len(reqs))
+	seen := make([]bool, len(reqs))
+	ClaimMany(ctx, s, reqs, func(i int, r ClaimReply) {
+		if seen[i] {
+			panic("ClaimMany: reply " + strconv.Itoa(i) + " twice")
+		}
+		seen[i], out[i] = true, r
+	})
+	for i, ok := range seen {
+		if !ok {
+			out[i].Err = errors.New("ClaimMany: no reply")
+		}
+	}
+	return out
+}
+
+// A watch with OnChange calls its function with false on a release and
+// true when the holder marks the slot done, instead of signalling C; a
+// stopped watch calls nothing.
+func TestWatchOnChange(t *testing.T) {
 	r, _ := gatedStore(t, newGate(0))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := r.Subscribe(ctx); err != nil {
 		t.Fatal(err)
 	}
+	p := Policy{Lease: time.Minute, DoneTTL: time.Hour, MaxAttempts: 5}
 	for _, s := range []Store{r, NewMemory(time.Now)} {
 		slot := batchSlot(1, time.Now())
 		w := s.Watch(slot)
-		called := make(chan struct{}, 2)
-		w.OnRelease(func() { called <- struct{}{} })
-		p := Policy{Lease: time.Minute, DoneTTL: time.Hour, MaxAttempts: 3}
-		release := func() {
+		notices := make(chan bool, 4)
+		w.OnChange(func(done bool) { notices <- done })
+		// finish claims the slot and releases it, or completes it if done.
+		finish := func(done bool) {
 			c, err := s.Claim(ctx, slot, "r", p)
-			if err == nil {
+			if err == nil && c.Result != Won {
+				err = errors.New("claim: " + c.Result.String())
+			}
+			if err == nil && done {
+				err = s.Complete(ctx, slot, Owner{Replica: "r", Attempt: c.Attempt}, p.DoneTTL)
+			} else if err == nil {
 				err = s.Release(ctx, slot, Owner{Replica: "r", Attempt: c.Attempt})
 			}
 			if err != nil {
-				t.Fatal(err)
+				t.Fatalf("%T: %v", s, err)
 			}
 		}
-		release()
-		select {
-		case <-called:
-		case <-ctx.Done():
-			t.Fatalf("%T: OnRelease not called", s)
+		for _, done := range []bool{false, true} {
+			finish(done)
+			select {
+			case got := <-notices:
+				if got != done {
+					t.Errorf("%T: notice done=%v, want %v", s, got, done)
+				}
+			case <-ctx.Done():
+				t.Fatalf("%T: OnChange not called", s)
+			}
 		}
 		if len(w.C()) != 0 {
-			t.Errorf("%T: a release signalled C although OnRelease was set", s)
+			t.Errorf("%T: C signalled although OnChange was set", s)
 		}
 		w.Stop()
-		release()
-		// The Redis notification is asynchronous: a third watch, added
-		// after the stop, proves the second release was delivered.
+		if _, err := s.Rerun(ctx, slot, false); err != nil {
+			t.Fatal(err)
+		}
+		// The Redis notification is asynchronous: a watch added after the
+		// stop proves the notices before it were delivered.
 		w2 := s.Watch(slot)
-		release()
+		finish(false)
 		select {
 		case <-w2.C():
 		case <-ctx.Done():
 			t.Fatalf("%T: release not signalled", s)
 		}
 		w2.Stop()
-		if len(called) != 0 {
-			t.Errorf("%T: a stopped watch's OnRelease was called", s)
+		if len(notices) != 0 {
+			t.Errorf("%T: a stopped watch's OnChange was called", s)
 		}
 	}
 }

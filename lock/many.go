@@ -20,20 +20,24 @@ type ClaimReply struct {
 	Err error
 }
 
-// ClaimMany claims every request on s and returns the replies in order.
-// It is how a replica claims the slots due at one instant: a Redis store
-// queues them at once, so ten thousand claims leave in ceil(n/256)
-// pipelined round trips, with no goroutine per claim. A store that cannot
-// batch (Memory, Redlock, Redis under WithMinReplicasAck, or a wrapper
-// that embeds a Store) gets the claims through Store.Claim, at most
-// claimEachLimit at a time. Each reply ends with ctx.
-func ClaimMany(ctx context.Context, s Store, reqs []ClaimRequest) []ClaimReply {
+// ClaimMany claims every request on s and calls f with each request's
+// index and reply, one call at a time, on the caller's goroutine, as the
+// replies come in (on Redis, in order); it returns when f has seen them
+// all. It is how a replica claims the slots due at one instant: a Redis
+// store queues them at once, so ten thousand claims leave in ceil(n/256)
+// pipelined round trips, with no goroutine per claim, and the slots won in
+// the first round trip can start before the last one is back. A store that
+// cannot batch (Memory, Redlock, Redis under WithMinReplicasAck, or a
+// wrapper that embeds a Store) gets the claims through Store.Claim, at
+// most claimEachLimit at a time. Each claim ends with ctx.
+func ClaimMany(ctx context.Context, s Store, reqs []ClaimRequest, f func(i int, r ClaimReply)) {
 	if m, ok := s.(interface {
-		ClaimMany(context.Context, []ClaimRequest) []ClaimReply
+		ClaimMany(context.Context, []ClaimRequest, func(int, ClaimReply))
 	}); ok {
-		return m.ClaimMany(ctx, reqs)
+		m.ClaimMany(ctx, reqs, f)
+		return
 	}
-	return claimEach(ctx, s, reqs)
+	claimEach(ctx, s, reqs, f)
 }
 
 // claimEachLimit bounds the concurrent Store.Claim calls of claimEach:
@@ -41,27 +45,40 @@ func ClaimMany(ctx context.Context, s Store, reqs []ClaimRequest) []ClaimReply {
 // start a goroutine per slot.
 const claimEachLimit = 64
 
-func claimEach(ctx context.Context, s Store, reqs []ClaimRequest) []ClaimReply {
-	out := make([]ClaimReply, len(reqs))
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, claimEachLimit)
-	for i, q := range reqs {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			out[i].Claim, out[i].Err = s.Claim(ctx, q.Slot, q.Replica, q.Policy)
-		}()
+func claimEach(ctx context.Context, s Store, reqs []ClaimRequest, f func(int, ClaimReply)) {
+	type answer struct {
+		i int
+		r ClaimReply
 	}
-	wg.Wait()
-	return out
+	answers := make(chan answer, claimEachLimit)
+	go func() { // the senders; the caller's goroutine hands the replies to f
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, claimEachLimit)
+		for i, q := range reqs {
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				var a answer
+				a.i = i
+				a.r.Claim, a.r.Err = s.Claim(ctx, q.Slot, q.Replica, q.Policy)
+				answers <- a
+			}()
+		}
+		wg.Wait()
+		close(answers)
+	}()
+	for a := range answers {
+		f(a.i, a.r)
+	}
 }
 
 // ClaimMany claims every request in as few round trips as the batcher
 // allows; see the package function ClaimMany.
-func (r *Redis) ClaimMany(ctx context.Context, reqs []ClaimRequest) []ClaimReply {
+func (r *Redis) ClaimMany(ctx context.Context, reqs []ClaimRequest, f func(int, ClaimReply)) {
 	if r.ack.n > 0 { // WAIT needs the connection that wrote: one call each
-		return claimEach(ctx, r, reqs)
+		claimEach(ctx, r, reqs, f)
+		return
 	}
 	calls := make([]*scriptCall, len(reqs))
 	for i, q := range reqs {
@@ -70,9 +87,9 @@ func (r *Redis) ClaimMany(ctx context.Context, reqs []ClaimRequest) []ClaimReply
 	}
 	sent := time.Now()
 	r.batch.enqueue(calls...)
-	out := make([]ClaimReply, len(reqs))
 	for i, c := range calls {
-		out[i].Claim, out[i].Err = r.claimReply(c.wait(), reqs[i].Slot, sent)
+		var rep ClaimReply
+		rep.Claim, rep.Err = r.claimReply(c.wait(), reqs[i].Slot, sent)
+		f(i, rep)
 	}
-	return out
 }

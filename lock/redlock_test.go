@@ -459,7 +459,8 @@ func TestRedlockClaimMany(t *testing.T) {
 	for i := range reqs {
 		reqs[i] = lock.ClaimRequest{Slot: redlockSlot(t), Replica: "r", Policy: policy}
 	}
-	replies := lock.ClaimMany(ctx, r, reqs)
+	replies := make([]lock.ClaimReply, n)
+	lock.ClaimMany(ctx, r, reqs, func(i int, rep lock.ClaimReply) { replies[i] = rep })
 	for i, rep := range replies {
 		slot := reqs[i].Slot
 		if rep.Err != nil || rep.Result != lock.Won {
