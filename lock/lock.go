@@ -24,7 +24,8 @@
 //	                                   "done:<replica>:<attempt>:<unix ms>" (TTL done TTL)
 //	slotd:{<task>:<slot id>}:attempts  INCR per claim (TTL >= done TTL)
 //	slotd:{<task>:<slot id>}:base      attempts before the last operator rerun, if any
-//	slotd:released                     pub/sub channel; message = state key
+//	slotd:released                     pub/sub channel: a slot was released or rerun; message = state key
+//	slotd:done                         pub/sub channel: a slot was marked done; message = state key
 //
 // The package also offers the same machinery for locking any resource of
 // one's own (see Locker and Mutex in mutex.go): TryLock, Lock woken by
@@ -256,7 +257,7 @@ func parseValue(v string) (st State, err error) {
 // signal, which is all it needs to claim again.
 type Watch struct {
 	c     chan struct{}
-	fn    atomic.Pointer[func()] // set by OnRelease: called instead of signalling c
+	fn    atomic.Pointer[func(bool)] // set by OnChange: called instead of signalling c
 	stop  func()
 	relay *Watch // set: signals go to relay instead (a Redlock node's watch)
 }
@@ -267,20 +268,31 @@ func (w *Watch) C() <-chan struct{} { return w.c }
 // Stop ends the watch. It is safe to call more than once.
 func (w *Watch) Stop() { w.stop() }
 
-// OnRelease makes every later release call f instead of signalling C, so
-// that a replica watching ten thousand slots needs no goroutine per slot
-// to wait on them; a signal already pending on C stays there. f runs on
-// the store's notification goroutine while it holds the store's lock: it
-// must return quickly and must not call the store (Stop included).
-func (w *Watch) OnRelease(f func()) { w.fn.Store(&f) }
+// OnChange makes every later release (or operator's rerun) of the slot
+// call f(false) instead of signalling C, and its completion by the holder
+// call f(true), so that a replica watching ten thousand slots needs no
+// goroutine per slot to wait on them, and learns that a slot is done
+// without claiming it again; a signal already pending on C stays there.
+// f runs on the store's notification goroutine while it holds the store's
+// lock: it must return quickly and must not call the store (Stop
+// included). A completion is a hint: a Redlock store never reports one
+// (one node's done marker is not a quorum's).
+func (w *Watch) OnChange(f func(done bool)) { w.fn.Store(&f) }
 
-func (w *Watch) notify() {
+// notify delivers a release, or with done a completion, which only OnChange
+// hears.
+func (w *Watch) notify(done bool) {
 	if w.relay != nil {
-		w.relay.notify()
+		if !done {
+			w.relay.notify(false)
+		}
 		return
 	}
 	if f := w.fn.Load(); f != nil {
-		(*f)()
+		(*f)(done)
+		return
+	}
+	if done {
 		return
 	}
 	select {
@@ -316,8 +328,8 @@ func (ws *watchers) remove(key string, w *Watch) {
 	}
 }
 
-func (ws *watchers) notify(key string) {
+func (ws *watchers) notify(key string, done bool) {
 	for w := range ws.m[key] {
-		w.notify()
+		w.notify(done)
 	}
 }

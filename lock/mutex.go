@@ -485,7 +485,7 @@ func (l *Locker) subscribe(ctx context.Context) error {
 			defer l.subDone.Done()
 			for msg := range ch {
 				l.mu.Lock()
-				l.watch.notify(msg.Payload)
+				l.watch.notify(msg.Payload, false)
 				l.mu.Unlock()
 			}
 		}()

@@ -46,7 +46,8 @@ type Client interface {
 type Redis struct {
 	rdb     Client
 	prefix  string
-	channel string
+	channel string   // releases and reruns
+	doneCh  string   // completions
 	batch   *batcher // claims, renewals, completions and releases
 
 	mu      sync.Mutex
@@ -66,7 +67,7 @@ type Redis struct {
 // ReadTimeout, and a lease watchdog blocked on a frozen Redis cannot cancel
 // its task before the lease runs out.
 func NewRedis(rdb Client, prefix string, opts ...RedisOption) *Redis {
-	r := &Redis{rdb: rdb, prefix: prefix, channel: prefix + ":released", batch: newBatcher(rdb)}
+	r := &Redis{rdb: rdb, prefix: prefix, channel: prefix + ":released", doneCh: prefix + ":done", batch: newBatcher(rdb)}
 	for _, o := range opts {
 		o(r)
 	}
@@ -163,7 +164,7 @@ func (r *Redis) Complete(ctx context.Context, slot Slot, owner Owner, doneTTL ti
 	}
 	state, attempts := Keys(r.prefix, slot)
 	return r.compare(ctx, "complete", slot, owner, completeScript, []string{state, attempts, baseKey(state)},
-		owner.value(), owner.donePrefix(), doneTTL.Milliseconds())
+		owner.value(), owner.donePrefix(), doneTTL.Milliseconds(), r.doneCh)
 }
 
 // Release implements Store.
@@ -300,10 +301,12 @@ func (r *Redis) Subscribe(ctx context.Context) error {
 	if r.ps != nil {
 		return nil
 	}
-	ps := r.rdb.Subscribe(ctx, r.channel)
-	if _, err := ps.Receive(ctx); err != nil {
-		_ = ps.Close()
-		return fmt.Errorf("lock: subscribe %s: %w", r.channel, err)
+	ps := r.rdb.Subscribe(ctx, r.channel, r.doneCh)
+	for range 2 { // one confirmation per channel
+		if _, err := ps.Receive(ctx); err != nil {
+			_ = ps.Close()
+			return fmt.Errorf("lock: subscribe %s, %s: %w", r.channel, r.doneCh, err)
+		}
 	}
 	r.start(ps)
 	return nil
@@ -311,7 +314,7 @@ func (r *Redis) Subscribe(ctx context.Context) error {
 
 // subscribe starts the subscription without waiting; called with r.mu held.
 func (r *Redis) subscribe() {
-	r.start(r.rdb.Subscribe(context.Background(), r.channel))
+	r.start(r.rdb.Subscribe(context.Background(), r.channel, r.doneCh))
 }
 
 // start runs the one goroutine that fans notifications out to watchers;
@@ -324,7 +327,7 @@ func (r *Redis) start(ps *redis.PubSub) {
 		defer close(r.psDone)
 		for msg := range ch {
 			r.mu.Lock()
-			r.watch.notify(msg.Payload)
+			r.watch.notify(msg.Payload, msg.Channel == r.doneCh)
 			r.mu.Unlock()
 		}
 	}()

@@ -162,7 +162,7 @@ func (r *Redis) completeAcked(ctx context.Context, slot Slot, owner Owner, doneT
 	}
 	defer conn.Close()
 	n, err := completeScript.Run(ctx, conn, []string{state, attempts, baseKey(state)},
-		owner.value(), owner.donePrefix(), doneTTL.Milliseconds()).Int()
+		owner.value(), owner.donePrefix(), doneTTL.Milliseconds(), r.doneCh).Int()
 	if err != nil {
 		r.noteMoved(ctx, err)
 		return fmt.Errorf("lock: complete %s attempt %d: %w", slot, owner.Attempt, err)

@@ -146,23 +146,34 @@ func (l *tripLog) names() map[string]int {
 // first calls would leave them) before l records.
 func loggedStore(t *testing.T, l *tripLog) *lock.Redis {
 	t.Helper()
+	return loggedStores(t, l, 1)[0]
+}
+
+// loggedStores is n stores, as n replicas would have, on one new server
+// and one client that records in l.
+func loggedStores(t *testing.T, l *tripLog, n int) []*lock.Redis {
+	t.Helper()
 	srv := redistest.Start(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, PoolSize: 16})
 	rdb.AddHook(l)
 	t.Cleanup(func() { rdb.Close() })
-	r := lock.NewRedis(rdb, "slotd")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := r.Subscribe(ctx); err != nil {
-		t.Fatal(err)
-	}
 	for _, src := range l.sources {
 		if err := rdb.ScriptLoad(ctx, src).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	t.Cleanup(func() { r.Close() })
-	return r
+	stores := make([]*lock.Redis, n)
+	for i := range stores {
+		r := lock.NewRedis(rdb, "slotd")
+		if err := r.Subscribe(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close() })
+		stores[i] = r
+	}
+	return stores
 }
 
 // manyTasks returns n tasks on one schedule, each running job.
@@ -282,5 +293,40 @@ func TestIdleReplicaSendsOnlyClockChecks(t *testing.T) {
 	}
 	if names["time"] == 0 {
 		t.Errorf("no clock check in 3s with a check every 500ms: %v", names)
+	}
+}
+
+// A replica that lost the race learns from the holder's completion that
+// the slot is done: it settles without claiming again when the lease it
+// saw would have run out (the thundering herd of re-claims a burst of
+// ten thousand slots used to bring a lease later).
+func TestLosersSettleOnCompletionWithoutReclaiming(t *testing.T) {
+	l := newTripLog(t)
+	stores := loggedStores(t, l, 2)
+	led := newLedger()
+	const n = 50
+	lease := time.Second
+	ts := manyTasks(t, n, soon(), led.job(ok), func(t *scheduler.Task) { t.Lease = lease })
+	l.start()
+	for i, s := range stores {
+		startReplica(t, fmt.Sprintf("r%d", i+1), s, time.Second, ts, scheduler.WithClockCheck(time.Hour))
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for calls, _ := l.count("complete.lua"); calls < n; calls, _ = l.count("complete.lua") {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d slots completed in 60s; commands: %v", calls, n, l.names())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The observed period: the holders' leases, and the handoff jitter
+	// after them, are over; a loser that had not settled claims by then.
+	time.Sleep(lease + 500*time.Millisecond)
+	if claims, _ := l.count("claim.lua"); claims != 2*n {
+		t.Errorf("%d claims of %d slots by 2 replicas, want %d (one each); commands: %v", claims, n, 2*n, l.names())
+	}
+	for slot, runs := range bySlot(led.snapshot()) {
+		if len(runs) != n {
+			t.Errorf("slot %s: %d runs, want %d", slot, len(runs), n)
+		}
 	}
 }
