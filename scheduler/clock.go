@@ -7,6 +7,8 @@ import "time"
 type Clock interface {
 	Now() time.Time
 	NewTimer(d time.Duration) Timer
+	// AfterFunc calls f in its own goroutine after d; the Timer's C is nil.
+	AfterFunc(d time.Duration, f func()) Timer
 }
 
 // Timer is the part of *time.Timer the scheduler uses.
@@ -21,6 +23,8 @@ type realClock struct{}
 func (realClock) Now() time.Time { return time.Now() }
 
 func (realClock) NewTimer(d time.Duration) Timer { return realTimer{time.NewTimer(d)} }
+
+func (realClock) AfterFunc(d time.Duration, f func()) Timer { return realTimer{time.AfterFunc(d, f)} }
 
 type realTimer struct{ t *time.Timer }
 

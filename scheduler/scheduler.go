@@ -244,119 +244,257 @@ func (s *Scheduler) fireLoop(ctx, hard context.Context) {
 	<-ctx.Done()
 }
 
-// startSlots starts one goroutine per due slot. The first claims of slots
-// due together form one lock.Burst, so that the store sends them in as few
-// round trips as its batches allow.
+// startSlots begins the life of each due slot on this replica (see
+// slotRun). The first claims of slots due together go to the store as one
+// lock.ClaimMany, so that ten thousand of them cost a few round trips and
+// one goroutine; another goroutine starts only for each slot won.
 func (s *Scheduler) startSlots(ctx, hard context.Context, due []entry) {
-	var burst *lock.Burst
-	if len(due) > 1 {
-		burst = lock.NewBurst(len(due))
+	if len(due) == 0 {
+		return
 	}
-	for _, e := range due {
-		t, at := e.task, e.next
-		slot := lock.Slot{Task: t.Name, ID: t.Schedule.SlotID(at), Time: at.UTC(), Deadline: t.SlotDeadline(at).UTC()}
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			s.work(ctx, hard, t, slot, burst)
-		}()
+	runs := make([]*slotRun, len(due))
+	for i, e := range due {
+		runs[i] = s.newRun(ctx, hard, e.task, e.next)
 	}
+	if len(runs) == 1 {
+		go runs[0].step(nil)
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		reqs := make([]lock.ClaimRequest, len(runs))
+		lease := runs[0].t.Lease
+		for i, r := range runs {
+			reqs[i] = lock.ClaimRequest{Slot: r.slot, Replica: s.replica, Policy: r.policy()}
+			lease = min(lease, r.t.Lease)
+		}
+		cctx, cancel := context.WithTimeout(ctx, lease/3)
+		defer cancel()
+		lock.ClaimMany(cctx, s.store, reqs, func(i int, reply lock.ClaimReply) {
+			if reply.Err == nil && reply.Result == lock.Won {
+				go runs[i].step(&reply)
+			} else {
+				runs[i].step(&reply) // parks at once: nothing to run
+			}
+		})
+	}()
 }
 
-// work sees one slot through on this replica: claim, run if won, and
-// otherwise watch until the slot is done, exhausted or past its deadline.
-// Its first claim is a member of burst (nil: none).
-func (s *Scheduler) work(ctx, hard context.Context, t *Task, slot lock.Slot, burst *lock.Burst) {
-	log := s.log.With("task", t.Name, "slot", slot.ID)
-	defer func() { burst.Skip() }() // never claimed: the burst must not wait for it
-	// Watch before the first claim, so a release that follows it is seen.
-	w := s.store.Watch(slot)
-	defer w.Stop()
-	failures := 0
-	var last lock.Result
-	// settled: the slot succeeded or exhausted its attempts. The replica
-	// still watches it until the deadline, for an operator's rerun.
-	settled := false
-	for ctx.Err() == nil {
-		if !s.now().Before(slot.Deadline) {
-			// A holder still running past the deadline reports for itself.
-			if !settled && last != lock.Held {
-				s.m.task(t.Name).missed.Inc()
-				log.Warn("slot window closed without a success", "deadline", slot.Deadline)
-			}
+// slotRun is one slot's life on this replica, from its fire time to its
+// deadline: claim, run if won, and otherwise wait until the slot is
+// released, its holder's lease runs out, or it is settled (done or out of
+// attempts) and then only for an operator's rerun until the deadline.
+//
+// No goroutine waits on its behalf: between claims it is parked on a
+// clock timer and on its watch's OnRelease, and a goroutine exists only
+// while it claims or runs an attempt. Whichever of the timer, a release
+// or the end of ctx comes first unparks it, exactly once, by starting
+// step; the goroutine in step is the run's only owner until it parks or
+// ends.
+type slotRun struct {
+	s         *Scheduler
+	ctx, hard context.Context
+	t         *Task
+	slot      lock.Slot
+	w         *lock.Watch
+	unhook    func() bool // stops the ctx hook
+
+	// Owned by the goroutine in step.
+	log      *slog.Logger // made on first use: most slots never log
+	failures int
+	last     lock.Result
+	settled  bool
+
+	mu     sync.Mutex
+	parked bool   // waiting: timer set, no goroutine
+	news   notice // the latest notice since the last look
+	timer  Timer  // while parked
+}
+
+// notice is what the watch last said about the slot.
+type notice int
+
+const (
+	noNotice notice = iota
+	released        // released after a failure, or rerun by an operator: claim again
+	done            // marked done by its holder: settled, no claim needed
+)
+
+// newRun registers slot at of task t with s.wg and starts watching it, so
+// that a release that follows the first claim is seen.
+func (s *Scheduler) newRun(ctx, hard context.Context, t *Task, at time.Time) *slotRun {
+	r := &slotRun{s: s, ctx: ctx, hard: hard, t: t,
+		slot: lock.Slot{Task: t.Name, ID: t.Schedule.SlotID(at), Time: at.UTC(), Deadline: t.SlotDeadline(at).UTC()}}
+	s.wg.Add(1)
+	r.w = s.store.Watch(r.slot)
+	r.w.OnChange(r.wake)
+	r.unhook = context.AfterFunc(ctx, r.unpark)
+	return r
+}
+
+func (r *slotRun) policy() lock.Policy {
+	return lock.Policy{Lease: r.t.Lease, DoneTTL: r.t.DoneTTL, MaxAttempts: r.t.MaxAttempts}
+}
+
+func (r *slotRun) logger() *slog.Logger {
+	if r.log == nil {
+		r.log = r.s.log.With("task", r.t.Name, "slot", r.slot.ID)
+	}
+	return r.log
+}
+
+// step claims (using first, if not nil, as the first claim's reply) and
+// acts on the answer until the run parks or ends.
+func (r *slotRun) step(first *lock.ClaimReply) {
+	s := r.s
+	for {
+		if r.ctx.Err() != nil {
+			r.end()
 			return
 		}
+		if !s.now().Before(r.slot.Deadline) {
+			// A holder still running past the deadline reports for itself.
+			if !r.settled && r.last != lock.Held {
+				s.m.task(r.t.Name).missed.Inc()
+				r.logger().Warn("slot window closed without a success", "deadline", r.slot.Deadline)
+			}
+			r.end()
+			return
+		}
+		switch r.takeNews() {
+		case released:
+			r.settled = false // a release, or a rerun of a settled slot: claim again
+		case done:
+			r.settled = true // as a claim would find it, without the claim
+		}
 		var wait time.Duration
-		if settled {
-			wait = slot.Deadline.Sub(s.now())
-		} else {
-			wait, settled = s.claim(ctx, hard, t, slot, burst, w, &failures, &last, log)
-			burst = nil
+		if !r.settled {
+			reply := first
+			if reply == nil {
+				reply = r.claim()
+			}
+			first = nil
+			wait, r.settled = r.handle(reply)
 		}
-		if settled {
-			wait = slot.Deadline.Sub(s.now())
+		if r.settled {
+			wait = r.slot.Deadline.Sub(s.now())
 		}
-		wait = min(wait, slot.Deadline.Sub(s.now()))
-		timer := s.clock.NewTimer(max(wait, 0))
-		select {
-		case <-ctx.Done():
-		case <-w.C():
-			settled = false // a rerun: claim again
-		case <-timer.C():
+		if r.park(min(wait, r.slot.Deadline.Sub(s.now()))) {
+			return
 		}
-		timer.Stop()
 	}
 }
 
-// claim makes one claim of slot, as a member of burst if not nil, and acts
-// on the answer: runs the task if won. It returns how long to wait before the next claim, and whether the
-// slot is settled (done or out of attempts).
-func (s *Scheduler) claim(ctx, hard context.Context, t *Task, slot lock.Slot, burst *lock.Burst, w *lock.Watch, failures *int, last *lock.Result, log *slog.Logger) (time.Duration, bool) {
-	p := lock.Policy{Lease: t.Lease, DoneTTL: t.DoneTTL, MaxAttempts: t.MaxAttempts}
-	cctx, cancel := context.WithTimeout(ctx, t.Lease/3)
-	c, err := s.store.Claim(burst.Join(cctx), slot, s.replica, p)
-	cancel()
-	*last = c.Result
+// claim makes one claim of the slot.
+func (r *slotRun) claim() *lock.ClaimReply {
+	cctx, cancel := context.WithTimeout(r.ctx, r.t.Lease/3)
+	defer cancel()
+	c, err := r.s.store.Claim(cctx, r.slot, r.s.replica, r.policy())
+	return &lock.ClaimReply{Claim: c, Err: err}
+}
+
+// park waits wait for the timer, or for a notice, or for the end of ctx.
+// It reports false, without parking, if a notice came while the run was
+// busy (look at it now) or ctx has ended.
+func (r *slotRun) park(wait time.Duration) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	// ctx.Err is read under mu: if it is nil here, unpark (run by
+	// context.AfterFunc after ctx ends) will find the run parked.
+	if r.news != noNotice || r.ctx.Err() != nil {
+		return false
+	}
+	r.parked = true
+	r.timer = r.s.clock.AfterFunc(max(wait, 0), r.unpark)
+	return true
+}
+
+// unpark starts step if the run is parked; the timer and ctx call it.
+func (r *slotRun) unpark() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.parked {
+		return
+	}
+	r.parked = false
+	r.timer.Stop()
+	go r.step(nil)
+}
+
+// wake is the watch's OnChange: it runs under the store's lock, so it
+// only notes the news (the latest wins: a rerun after a completion means
+// claim, a completion after a release means settled) and unparks.
+func (r *slotRun) wake(isDone bool) {
+	r.mu.Lock()
+	r.news = released
+	if isDone {
+		r.news = done
+	}
+	r.mu.Unlock()
+	r.unpark()
+}
+
+func (r *slotRun) takeNews() notice {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := r.news
+	r.news = noNotice
+	return n
+}
+
+// end finishes the run: it is not parked and no timer is set.
+func (r *slotRun) end() {
+	r.unhook()
+	r.w.Stop()
+	r.s.wg.Done()
+}
+
+// handle acts on a claim's reply: runs the task if won. It returns how
+// long to wait before the next claim, and whether the slot is settled
+// (done or out of attempts).
+func (r *slotRun) handle(reply *lock.ClaimReply) (time.Duration, bool) {
+	s, t, c, err := r.s, r.t, reply.Claim, reply.Err
+	r.last = c.Result
 	if err != nil {
 		s.m.task(t.Name).claimFailed()
-		wait := s.claimRetry(err, *failures)
-		*failures++
+		wait := s.claimRetry(err, r.failures)
+		r.failures++
 		switch {
-		case ctx.Err() != nil:
+		case r.ctx.Err() != nil:
 		case errors.Is(err, lock.ErrForeign):
 			// Somebody else's data: never overwrite it, never run over it.
-			log.Error("slot keys hold a value slotd did not write; not running the slot, leaving the keys alone",
+			r.logger().Error("slot keys hold a value slotd did not write; not running the slot, leaving the keys alone",
 				"err", err, "retry_in", wait)
 		default:
-			log.Warn("claim failed; not running, will retry", "err", err, "retry_in", wait)
+			r.logger().Warn("claim failed; not running, will retry", "err", err, "retry_in", wait)
 		}
 		return wait, false
 	}
-	*failures = 0
+	r.failures = 0
 	s.m.task(t.Name).claimed(c.Result)
 	switch c.Result {
 	case lock.Won:
-		if s.attempt(ctx, hard, t, slot, c, log) {
+		if s.attempt(r.ctx, r.hard, t, r.slot, c, r.logger()) {
 			return 0, true
 		}
 		if c.Attempt-c.Base >= t.MaxAttempts {
 			s.m.task(t.Name).exhausted.Inc()
-			log.Error("slot exhausted: its last allowed attempt failed", "attempts", c.Attempt-c.Base)
+			r.logger().Error("slot exhausted: its last allowed attempt failed", "attempts", c.Attempt-c.Base)
 			return 0, true
 		}
 		// Our own release woke us too; let a peer go first.
-		select {
-		case <-w.C():
-		default:
-		}
+		r.takeNews()
 		return s.handoff.Delay(0), false
 	case lock.Done, lock.Exhausted:
-		log.Debug("slot settled", "result", c.Result, "holder", c.Holder, "attempt", c.Attempt)
+		if s.log.Enabled(r.ctx, slog.LevelDebug) {
+			r.logger().Debug("slot settled", "result", c.Result, "holder", c.Holder, "attempt", c.Attempt)
+		}
 		return 0, true
 	case lock.Late:
 		// The store's clock says the window closed; ours may lag a little.
 		s.m.task(t.Name).missed.Inc()
-		log.Warn("slot window closed without a success", "deadline", slot.Deadline)
+		r.logger().Warn("slot window closed without a success", "deadline", r.slot.Deadline)
 		return 0, true
 	case lock.Held:
 		// Woken early by a release; otherwise try when the lease would run

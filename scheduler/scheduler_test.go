@@ -420,6 +420,10 @@ func (c offsetClock) NewTimer(d time.Duration) scheduler.Timer {
 	return stdTimer{time.NewTimer(d)}
 }
 
+func (c offsetClock) AfterFunc(d time.Duration, f func()) scheduler.Timer {
+	return stdTimer{time.AfterFunc(d, f)}
+}
+
 type stdTimer struct{ t *time.Timer }
 
 func (t stdTimer) C() <-chan time.Time { return t.t.C }
@@ -537,6 +541,10 @@ type steppingClock struct{ d atomic.Int64 }
 func (c *steppingClock) Now() time.Time { return time.Now().Add(time.Duration(c.d.Load())) }
 func (c *steppingClock) NewTimer(d time.Duration) scheduler.Timer {
 	return stdTimer{time.NewTimer(d)}
+}
+
+func (c *steppingClock) AfterFunc(d time.Duration, f func()) scheduler.Timer {
+	return stdTimer{time.AfterFunc(d, f)}
 }
 
 // A wall-clock step of an hour either way, mid-task, changes nothing that
