@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/metrics"
 	"runtime/pprof"
 	"strings"
 	"sync"
@@ -31,6 +32,7 @@ import (
 //	E <task> <slot unix ns> <attempt> <end unix ns> ok|fail    probe returned
 //	C <state key> <answer unix ns>                              claim answered
 //	R <unix ns> <round trips> <commands>                        hook counters
+//	M <heap in use> <stacks in use> <goroutines>                Go runtime, peak of each since the last M line
 const flushEvery = 100 * time.Millisecond
 
 // recorder is the child's records file; the probe and the hook share it.
@@ -166,6 +168,9 @@ func runChild(config, records string, profile bool, stderr io.Writer) int {
 	defer f.Close()
 	rec = &recorder{w: bufio.NewWriterSize(f, 1<<16)}
 	hook := &counter{}
+	peaks := &runtimePeaks{}
+	stopPeaks := peaks.sample(10 * time.Millisecond)
+	defer stopPeaks()
 
 	// One goroutine flushes the records and the counters; it is stopped
 	// and waited for before the final flush.
@@ -182,6 +187,8 @@ func runChild(config, records string, profile bool, stderr io.Writer) int {
 				return
 			case <-t.C:
 				rec.printf("R %d %d %d\n", time.Now().UnixNano(), hook.trips.Load(), hook.cmds.Load())
+				heap, stacks, gs := peaks.take()
+				rec.printf("M %d %d %d\n", heap, stacks, gs)
 				rec.flush()
 			}
 		}
@@ -222,4 +229,54 @@ func startProfiles(base string) (func(), error) {
 			heap.Close()
 		}
 	}, nil
+}
+
+// runtimePeaks samples what the RSS is made of: the Go heap in use, the
+// goroutine stacks in use and the number of goroutines, keeping the peak
+// of each between takes. runtime/metrics reads them without stopping the
+// world.
+type runtimePeaks struct {
+	mu                sync.Mutex
+	heap, stacks, gos uint64
+}
+
+var peakMetrics = []string{"/memory/classes/heap/objects:bytes", "/memory/classes/heap/stacks:bytes", "/sched/goroutines:goroutines"}
+
+// sample reads the metrics every d until the returned function is called.
+func (p *runtimePeaks) sample(d time.Duration) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s := make([]metrics.Sample, len(peakMetrics))
+		for i, name := range peakMetrics {
+			s[i].Name = name
+		}
+		t := time.NewTicker(d)
+		defer t.Stop()
+		for {
+			metrics.Read(s)
+			p.mu.Lock()
+			p.heap = max(p.heap, s[0].Value.Uint64())
+			p.stacks = max(p.stacks, s[1].Value.Uint64())
+			p.gos = max(p.gos, s[2].Value.Uint64())
+			p.mu.Unlock()
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
+}
+
+// take returns the peaks since the last take and starts over.
+func (p *runtimePeaks) take() (heap, stacks, gos uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	heap, stacks, gos = p.heap, p.stacks, p.gos
+	p.heap, p.stacks, p.gos = 0, 0, 0
+	return heap, stacks, gos
 }

@@ -202,7 +202,7 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 	}
 	rep.analyzeBurst(recs, o, burst, before, after)
 	rep.analyzeRetries(recs, o, failAt, crashAt)
-	rep.analyzeReplicas(reps, sampler)
+	rep.analyzeReplicas(reps, sampler, recs)
 	rep.check(recs, o, failAt, crashAt)
 	return rep, nil
 }

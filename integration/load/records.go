@@ -35,7 +35,15 @@ type records struct {
 	claimAt  int64            // the burst slot whose claims are kept (unix s); 0: none yet
 	claims   map[string]int64 // replica + " " + state key → first answer, unix ns
 	counters map[string][]counterSample
+	peaks    map[string]goPeaks // replica → peaks of the Go runtime over its life
 	tails    []*tail
+}
+
+// goPeaks is what a replica's RSS is made of, at the peak of each.
+type goPeaks struct {
+	HeapMB     float64 `json:"peak_heap_mb"`   // Go heap objects
+	StacksMB   float64 `json:"peak_stacks_mb"` // goroutine stacks
+	Goroutines uint64  `json:"peak_goroutines"`
 }
 
 type tail struct {
@@ -46,7 +54,7 @@ type tail struct {
 }
 
 func newRecords(reps []*replica) *records {
-	r := &records{slots: map[string]*slotRuns{}, claims: map[string]int64{}, counters: map[string][]counterSample{}}
+	r := &records{slots: map[string]*slotRuns{}, claims: map[string]int64{}, counters: map[string][]counterSample{}, peaks: map[string]goPeaks{}}
 	for _, rep := range reps {
 		r.tails = append(r.tails, &tail{replica: rep.id, path: rep.records})
 	}
@@ -123,6 +131,12 @@ func (r *records) parse(replica, line string) error {
 		}
 	case f[0] == "R" && len(f) == 4:
 		r.counters[replica] = append(r.counters[replica], counterSample{num(1), num(2), num(3)})
+	case f[0] == "M" && len(f) == 4:
+		p := r.peaks[replica]
+		p.HeapMB = max(p.HeapMB, float64(num(1))/(1<<20))
+		p.StacksMB = max(p.StacksMB, float64(num(2))/(1<<20))
+		p.Goroutines = max(p.Goroutines, uint64(num(3)))
+		r.peaks[replica] = p
 	default:
 		return fmt.Errorf("bad line %q", line)
 	}

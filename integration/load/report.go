@@ -94,6 +94,7 @@ type crashReport struct {
 type replicaReport struct {
 	ID string `json:"id"`
 	procStats
+	goPeaks
 	BurstCPU float64 `json:"burst_cpu_s"` // over the burst's command window
 	Killed   bool    `json:"killed"`
 }
@@ -237,9 +238,10 @@ func attemptN(s *slotRuns, n int) *attempt {
 	return nil
 }
 
-func (rep *report) analyzeReplicas(reps []*replica, smp *sampler) {
+func (rep *report) analyzeReplicas(reps []*replica, smp *sampler, recs *records) {
 	for _, r := range reps {
-		rep.Replicas = append(rep.Replicas, replicaReport{ID: r.id, procStats: r.final, BurstCPU: rep.burstCPU[r.id], Killed: r.killed})
+		rep.Replicas = append(rep.Replicas, replicaReport{ID: r.id, procStats: r.final, goPeaks: recs.peaks[r.id],
+			BurstCPU: rep.burstCPU[r.id], Killed: r.killed})
 	}
 	rep.RSSSamples = smp.samples
 }
@@ -349,7 +351,8 @@ func (rep *report) writeTable(w io.Writer) {
 			note = " (killed -9; until then)"
 		}
 		row("replica "+r.ID, fmt.Sprintf("CPU %.2f s in the burst window, %.2f s in all; peak RSS %.1f MB%s",
-			r.BurstCPU, r.CPUSeconds, r.PeakRSSMB, note), "")
+			r.BurstCPU, r.CPUSeconds, r.PeakRSSMB, note),
+			fmt.Sprintf("Go peaks: heap %.1f MB, stacks %.1f MB, %d goroutines", r.HeapMB, r.StacksMB, r.Goroutines))
 	}
 	tw.Flush()
 	if len(rep.RSSSamples) > 1 {
