@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -68,6 +69,11 @@ type Scheduler struct {
 	storeOK atomic.Bool
 
 	wg sync.WaitGroup // one per slot being worked on
+
+	// settledRuns holds the runs parked until their deadline, grouped by
+	// it (see parkSettled).
+	settledMu   sync.Mutex
+	settledRuns map[time.Time]*deadlineGroup
 }
 
 // Option configures a Scheduler.
@@ -164,6 +170,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		<-done
 	}
 	bg.Wait()
+	s.stopDeadlines()
 	s.log.Info("scheduler stopped")
 	return nil
 }
@@ -248,6 +255,12 @@ func (s *Scheduler) fireLoop(ctx, hard context.Context) {
 // slotRun). The first claims of slots due together go to the store as one
 // lock.ClaimMany, so that ten thousand of them cost a few round trips and
 // one goroutine; another goroutine starts only for each slot won.
+//
+// Each replica claims them in its own random order. In the same order
+// everywhere, the replica whose first round trip lands first would win
+// nearly every slot, and run them all at once while its peers idle; in
+// random orders each replica's first round trips win their own share, so
+// the work of a burst spreads over the replicas.
 func (s *Scheduler) startSlots(ctx, hard context.Context, due []entry) {
 	if len(due) == 0 {
 		return
@@ -256,6 +269,7 @@ func (s *Scheduler) startSlots(ctx, hard context.Context, due []entry) {
 	for i, e := range due {
 		runs[i] = s.newRun(ctx, hard, e.task, e.next)
 	}
+	rand.Shuffle(len(runs), func(i, j int) { runs[i], runs[j] = runs[j], runs[i] })
 	if len(runs) == 1 {
 		go runs[0].step(nil)
 		return
@@ -307,9 +321,10 @@ type slotRun struct {
 	settled  bool
 
 	mu     sync.Mutex
-	parked bool   // waiting: timer set, no goroutine
+	parked bool   // waiting: no goroutine
+	parks  int    // times parked, so that a deadline group skips a stale entry
 	news   notice // the latest notice since the last look
-	timer  Timer  // while parked
+	timer  Timer  // while parked, unless in a deadline group
 }
 
 // notice is what the watch last said about the slot.
@@ -378,7 +393,10 @@ func (r *slotRun) step(first *lock.ClaimReply) {
 			wait, r.settled = r.handle(reply)
 		}
 		if r.settled {
-			wait = r.slot.Deadline.Sub(s.now())
+			if r.parkSettled() {
+				return
+			}
+			continue
 		}
 		if r.park(min(wait, r.slot.Deadline.Sub(s.now()))) {
 			return
@@ -406,11 +424,101 @@ func (r *slotRun) park(wait time.Duration) bool {
 		return false
 	}
 	r.parked = true
+	r.parks++
 	r.timer = r.s.clock.AfterFunc(max(wait, 0), r.unpark)
 	return true
 }
 
-// unpark starts step if the run is parked; the timer and ctx call it.
+// parkSettled is park until the deadline for a settled slot, which waits
+// only for a rerun. It joins the deadline's group instead of setting a
+// timer: the slots of one fire time share a deadline, and ten thousand
+// timers firing at once would start as many goroutines, each to do nothing
+// but stop its watch.
+func (r *slotRun) parkSettled() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.news != noNotice || r.ctx.Err() != nil {
+		return false
+	}
+	r.parked, r.timer = true, nil
+	r.parks++
+	r.s.joinDeadline(r, r.parks)
+	return true
+}
+
+// deadlineGroup is the settled runs parked until one deadline, and the one
+// timer that ends them.
+type deadlineGroup struct {
+	runs  []parkedRun
+	timer Timer
+}
+
+type parkedRun struct {
+	r     *slotRun
+	parks int // the park the entry was made for
+}
+
+// joinDeadline adds r, parked for the parks-th time, to its deadline's
+// group; called with r.mu held.
+func (s *Scheduler) joinDeadline(r *slotRun, parks int) {
+	s.settledMu.Lock()
+	defer s.settledMu.Unlock()
+	at := r.slot.Deadline
+	g := s.settledRuns[at]
+	if g == nil {
+		if s.settledRuns == nil {
+			s.settledRuns = map[time.Time]*deadlineGroup{}
+		}
+		g = &deadlineGroup{}
+		s.settledRuns[at] = g
+		g.timer = s.clock.AfterFunc(max(at.Sub(s.now()), 0), func() { s.expire(at) })
+	}
+	g.runs = append(g.runs, parkedRun{r, parks})
+}
+
+// expire steps, one after the other on the timer's goroutine, the runs of
+// the group of deadline at that are still parked where they joined it.
+// step finds each past its deadline and ends it; one that the clock says
+// is not (timers fire early by a hair on an adjusted clock) parks again.
+func (s *Scheduler) expire(at time.Time) {
+	s.settledMu.Lock()
+	g := s.settledRuns[at]
+	delete(s.settledRuns, at)
+	s.settledMu.Unlock()
+	if g == nil {
+		return
+	}
+	for _, p := range g.runs {
+		if p.r.take(p.parks) {
+			p.r.step(nil)
+		}
+	}
+}
+
+// stopDeadlines stops the timers of the deadline groups, once every run
+// has ended: their entries are all stale.
+func (s *Scheduler) stopDeadlines() {
+	s.settledMu.Lock()
+	defer s.settledMu.Unlock()
+	for at, g := range s.settledRuns {
+		g.timer.Stop()
+		delete(s.settledRuns, at)
+	}
+}
+
+// take unparks r if it is still parked for the parks-th time.
+func (r *slotRun) take(parks int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.parked || r.parks != parks {
+		return false
+	}
+	r.parked = false
+	return true
+}
+
+// unpark starts step if the run is parked; the timer, ctx and a notice
+// call it. A run in a deadline group stays in it, as a stale entry.
 func (r *slotRun) unpark() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -418,7 +526,9 @@ func (r *slotRun) unpark() {
 		return
 	}
 	r.parked = false
-	r.timer.Stop()
+	if r.timer != nil {
+		r.timer.Stop()
+	}
 	go r.step(nil)
 }
 
