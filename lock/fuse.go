@@ -64,6 +64,10 @@ func (b *batcher) group(live []*scriptCall) []*send {
 		}
 		if ok && b.fuse {
 			if s := sendOf(out, c.script); s != nil {
+				if len(s.calls) == 1 { // fusing starts: room for the whole batch, not the caller's slices
+					s.keys = append(make([]string, 0, len(live)*a.keys), s.keys...)
+					s.args = append(make([]any, 0, len(live)*a.args), s.args...)
+				}
 				s.calls = append(s.calls, c)
 				s.keys = append(s.keys, c.keys...)
 				s.args = append(s.args, c.args...)
@@ -80,10 +84,6 @@ func (b *batcher) group(live []*scriptCall) []*send {
 func sendOf(sends []*send, s *redis.Script) *send {
 	for _, x := range sends {
 		if x.script == s {
-			if len(x.calls) == 1 { // about to grow: own its keys and args
-				x.keys = append(make([]string, 0, 2*len(x.keys)), x.keys...)
-				x.args = append(make([]any, 0, 2*len(x.args)), x.args...)
-			}
 			return x
 		}
 	}
