@@ -21,10 +21,13 @@ var errClosed = errors.New("lock: store closed")
 // as many leases on one watchdog tick, thus cost tens of round trips, not
 // ten thousand, with no timer and no tuning.
 //
-// A batch of one is sent as a plain EVALSHA, not as a pipeline: go-redis
-// serves pipelines from a pool of their own, which starts empty, so a lone
-// claim sent as a pipeline would dial a new connection (and wait for its
-// handshake) where the periodic clock check keeps one warm. A slow link
+// Within a round trip the calls of one slot script are fused into one
+// EVALSHA (see fuse.go), so a round trip carries at most one command per
+// script. A round trip of one command is sent as a plain EVALSHA, not as a
+// pipeline: go-redis serves pipelines from a pool of their own, which
+// starts empty, so a lone claim sent as a pipeline would dial a new
+// connection (and wait for its handshake) where the periodic clock check
+// keeps one warm. A slow link
 // then timed every claim out during the handshake, before it was sent.
 //
 // Each call keeps its own context: a call whose context ends while it
@@ -142,7 +145,8 @@ func (b *batcher) fly() {
 	}
 }
 
-// exec sends batch in one round trip: one EVALSHA alone, or a pipeline.
+// exec sends batch in one round trip: one EVALSHA alone, or a pipeline of
+// one per script (fused) or per call (not fusable, or on a Cluster).
 // Calls whose context has ended are answered with its error and not sent.
 func (b *batcher) exec(batch []*scriptCall) {
 	live := batch[:0:0]
