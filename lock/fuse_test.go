@@ -209,3 +209,31 @@ func TestClusterClaimsAreNotFused(t *testing.T) {
 		}
 	}
 }
+
+// A call whose keys or arguments do not fit its script's arity would shift
+// its neighbours' arguments in a fused call: it is answered with an error
+// naming the counts and not sent, and the calls beside it are unharmed.
+func TestFusedCallOfWrongArityFailsAlone(t *testing.T) {
+	g := newGate(defaultMaxFlights)
+	r, _ := gatedStore(t, g)
+	now := time.Now()
+	ctx := context.Background()
+	owner := Owner{Replica: "r", Attempt: 1}
+	errs, evalsha := fusedBurst(t, r, g, now, 3, func(i int, slot Slot) error {
+		if i == 1 {
+			return r.batch.run(ctx, releaseScript, []string{"k1", "k2"}, owner.value()).Err()
+		}
+		return r.Release(ctx, slot, owner)
+	})
+	if errs[1] == nil || !strings.Contains(errs[1].Error(), "2 keys and 1 arguments, want 1 and 2") {
+		t.Errorf("call of the wrong arity: %v, want an error naming the counts", errs[1])
+	}
+	for _, i := range []int{0, 2} {
+		if !errors.Is(errs[i], ErrNotHeld) {
+			t.Errorf("release %d beside it: %v, want ErrNotHeld (the slot is free)", i, errs[i])
+		}
+	}
+	if evalsha != 1 {
+		t.Errorf("%d EVALSHA for the two well-formed releases, want 1", evalsha)
+	}
+}
