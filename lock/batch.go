@@ -21,10 +21,13 @@ var errClosed = errors.New("lock: store closed")
 // as many leases on one watchdog tick, thus cost tens of round trips, not
 // ten thousand, with no timer and no tuning.
 //
-// A batch of one is sent as a plain EVALSHA, not as a pipeline: go-redis
-// serves pipelines from a pool of their own, which starts empty, so a lone
-// claim sent as a pipeline would dial a new connection (and wait for its
-// handshake) where the periodic clock check keeps one warm. A slow link
+// Within a round trip the calls of one slot script are fused into one
+// EVALSHA (see fuse.go), so a round trip carries at most one command per
+// script. A round trip of one command is sent as a plain EVALSHA, not as a
+// pipeline: go-redis serves pipelines from a pool of their own, which
+// starts empty, so a lone claim sent as a pipeline would dial a new
+// connection (and wait for its handshake) where the periodic clock check
+// keeps one warm. A slow link
 // then timed every claim out during the handshake, before it was sent.
 //
 // Each call keeps its own context: a call whose context ends while it
@@ -37,6 +40,7 @@ type batcher struct {
 	rdb        Client
 	maxBatch   int
 	maxFlights int
+	fuse       bool // send the calls of one fusable script as one EVALSHA (not on a Cluster)
 
 	mu      sync.Mutex
 	queue   []*scriptCall
@@ -66,7 +70,8 @@ const (
 )
 
 func newBatcher(rdb Client) *batcher {
-	return &batcher{rdb: rdb, maxBatch: defaultMaxBatch, maxFlights: defaultMaxFlights}
+	_, cluster := rdb.(clusterClient)
+	return &batcher{rdb: rdb, maxBatch: defaultMaxBatch, maxFlights: defaultMaxFlights, fuse: !cluster}
 }
 
 // run runs s, pipelined with whatever other calls are waiting.
@@ -140,7 +145,8 @@ func (b *batcher) fly() {
 	}
 }
 
-// exec sends batch in one round trip: one EVALSHA alone, or a pipeline.
+// exec sends batch in one round trip: one EVALSHA alone, or a pipeline of
+// one per script (fused) or per call (not fusable, or on a Cluster).
 // Calls whose context has ended are answered with its error and not sent.
 func (b *batcher) exec(batch []*scriptCall) {
 	live := batch[:0:0]
@@ -160,29 +166,33 @@ func (b *batcher) exec(batch []*scriptCall) {
 			deadline = d
 		}
 	}
-	switch len(live) {
+	sends := b.group(live)
+	switch len(sends) {
 	case 0:
 		return
 	case 1:
-		c := live[0]
-		ctx, cancel := context.WithDeadline(c.ctx, deadline)
+		s := sends[0]
+		parent := context.Background() // a fused call serves callers other than the first
+		if len(s.calls) == 1 {
+			parent = s.calls[0].ctx
+		}
+		ctx, cancel := context.WithDeadline(parent, deadline)
 		defer cancel()
-		c.cmd = c.script.Run(ctx, b.rdb, c.keys, c.args...) // EVALSHA; EVAL after NOSCRIPT
-		close(c.done)
+		s.answer(s.script.Run(ctx, b.rdb, s.keys, s.args...)) // EVALSHA; EVAL after NOSCRIPT
 		return
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	cmds := b.pipeline(ctx, live)
+	cmds := b.pipeline(ctx, sends)
 	if again := noScript(cmds); len(again) > 0 {
 		// Redis lost its script cache (a restart, a failover, SCRIPT FLUSH):
 		// load each missing script once, then resend those calls by hash,
 		// rather than sending every call's full source as EVAL.
-		resend := make([]*scriptCall, len(again))
+		resend := make([]*send, len(again))
 		loaded := map[*redis.Script]bool{}
 		for j, i := range again {
-			resend[j] = live[i]
-			if s := live[i].script; !loaded[s] {
+			resend[j] = sends[i]
+			if s := sends[i].script; !loaded[s] {
 				loaded[s] = true
 				_ = s.Load(ctx, b.rdb).Err() // a failure shows as NOSCRIPT again
 			}
@@ -191,19 +201,18 @@ func (b *batcher) exec(batch []*scriptCall) {
 			cmds[again[j]] = cmd
 		}
 	}
-	for i, c := range live {
-		c.cmd = cmds[i]
-		close(c.done)
+	for i, s := range sends {
+		s.answer(cmds[i])
 	}
 }
 
-// pipeline sends calls as EVALSHA in one pipeline and returns their
-// commands, each with its own reply or error.
-func (b *batcher) pipeline(ctx context.Context, calls []*scriptCall) []*redis.Cmd {
+// pipeline sends each of sends as one EVALSHA, all in one pipeline, and
+// returns their commands, each with its own reply or error.
+func (b *batcher) pipeline(ctx context.Context, sends []*send) []*redis.Cmd {
 	p := b.rdb.Pipeline()
-	cmds := make([]*redis.Cmd, len(calls))
-	for i, c := range calls {
-		cmds[i] = c.script.EvalSha(ctx, p, c.keys, c.args...)
+	cmds := make([]*redis.Cmd, len(sends))
+	for i, s := range sends {
+		cmds[i] = s.script.EvalSha(ctx, p, s.keys, s.args...)
 	}
 	_, _ = p.Exec(ctx) // each command carries its own error
 	return cmds

@@ -171,7 +171,8 @@ func batchSlot(i int, now time.Time) Slot {
 }
 
 // Claims made while the round trips are busy leave together: 4 lone claims
-// fill the flights, the 1000 that follow go in ceil(1000/256) = 4 pipelines.
+// fill the flights, the 1000 that follow go in ceil(1000/256) = 4 round
+// trips, each one fused EVALSHA.
 func TestRedisPipelinesConcurrentClaims(t *testing.T) {
 	g := newGate(defaultMaxFlights)
 	r, _ := gatedStore(t, g)
@@ -213,11 +214,13 @@ func TestRedisPipelinesConcurrentClaims(t *testing.T) {
 	if got, want := g.trips.Load(), int64(first+(rest+defaultMaxBatch-1)/defaultMaxBatch); got != want {
 		t.Errorf("%d claims took %d round trips, want %d", first+rest, got, want)
 	}
-	if got := g.count("evalsha"); got != first+rest {
-		t.Errorf("%d EVALSHA sent for %d claims", got, first+rest)
+	// Each round trip's claims are fused into one EVALSHA (see fuse.go).
+	fused := first + (rest+defaultMaxBatch-1)/defaultMaxBatch
+	if got := g.count("evalsha"); got != fused {
+		t.Errorf("%d EVALSHA sent for %d claims, want %d", got, first+rest, fused)
 	}
-	if got := g.commands.Load(); got != first+rest {
-		t.Errorf("%d commands sent for %d claims", got, first+rest)
+	if got := g.commands.Load(); got != int64(fused) {
+		t.Errorf("%d commands sent for %d claims, want %d", got, first+rest, fused)
 	}
 	sts, err := r.States(ctx, []Slot{batchSlot(0, now), batchSlot(first+rest-1, now)})
 	if err != nil {
@@ -299,15 +302,17 @@ func TestRedisPipelineReloadsFlushedScripts(t *testing.T) {
 }
 
 // After SCRIPT FLUSH a pipeline's calls answered NOSCRIPT are resent by
-// hash once the script is loaded: one SCRIPT LOAD, not one EVAL carrying
-// the script's source per call.
+// hash once the script is loaded: one SCRIPT LOAD per script, not one EVAL
+// carrying the script's source per call. The renewals and releases queued
+// together leave as a pipeline of two fused EVALSHAs, both answered
+// NOSCRIPT and both resent.
 func TestRedisPipelineLoadsFlushedScriptOnce(t *testing.T) {
 	g := newGate(defaultMaxFlights)
 	r, rdb := gatedStore(t, g)
 	ctx := context.Background()
 	now := time.Now()
 	p := Policy{Lease: time.Minute, DoneTTL: time.Hour, MaxAttempts: 3}
-	const n = 10
+	const n = 10 // the even slots renewed, the odd ones released
 	owners := make([]Owner, n)
 	g.armed.Store(false) // these claims are neither held nor counted
 	for i := range n {
@@ -324,32 +329,50 @@ func TestRedisPipelineLoadsFlushedScriptOnce(t *testing.T) {
 	}
 	errs := make(chan error, n)
 	for i := range n {
-		go func() { errs <- r.Renew(ctx, batchSlot(100+i, now), owners[i], p.Lease) }()
+		go func() {
+			if i%2 == 0 {
+				errs <- r.Renew(ctx, batchSlot(100+i, now), owners[i], 2*p.Lease)
+			} else {
+				errs <- r.Release(ctx, batchSlot(100+i, now), owners[i])
+			}
+		}()
 	}
 	awaitQueue(t, r, n)
 	close(g.open)
 	for range n {
 		if err := <-errs; err != nil {
-			t.Errorf("renew after SCRIPT FLUSH: %v", err)
+			t.Errorf("renew or release after SCRIPT FLUSH: %v", err)
 		}
 	}
 	wg.Wait()
 	// The held lone claims ran after the flush too: a lone EVALSHA
 	// answered NOSCRIPT is resent as EVAL, as go-redis's Script.Run does,
 	// which loads the claim script for the lone claims after it.
-	if got := g.count("script load"); got != 1 {
-		t.Errorf("SCRIPT LOAD sent %d times, want once", got)
+	if got := g.count("script load"); got != 2 {
+		t.Errorf("SCRIPT LOAD sent %d times, want twice (renew, release)", got)
 	}
 	if got := g.count("eval"); got < 1 || got > defaultMaxFlights {
 		t.Errorf("EVAL sent %d times, want 1 to %d (the lone claims only)", got, defaultMaxFlights)
 	}
-	if got, want := g.count("evalsha"), defaultMaxFlights+2*n; got != want {
+	if got, want := g.count("evalsha"), defaultMaxFlights+2*2; got != want {
 		t.Errorf("EVALSHA sent %d times, want %d", got, want)
+	}
+	for i := range n {
+		st, err := r.State(ctx, batchSlot(100+i, now))
+		switch {
+		case err != nil:
+			t.Fatal(err)
+		case i%2 == 0 && (st.Status != "running" || st.TTL <= p.Lease):
+			t.Errorf("slot %d after a renewal to %v: %+v", i, 2*p.Lease, st)
+		case i%2 == 1 && st.Status != "free":
+			t.Errorf("slot %d after its release: %+v", i, st)
+		}
 	}
 }
 
 // Every round trip has a deadline, also when the callers set none: a lone
-// call and a pipeline of calls made with context.Background.
+// call and a pipeline of calls (claims and releases, one fused EVALSHA
+// each) made with context.Background.
 func TestRedisEveryRoundTripHasADeadline(t *testing.T) {
 	g := newGate(defaultMaxFlights)
 	r, _ := gatedStore(t, g)
@@ -358,12 +381,13 @@ func TestRedisEveryRoundTripHasADeadline(t *testing.T) {
 	wg := fillFlights(t, r, g, now, p) // context.Background
 	for i := range 3 {
 		wg.Go(func() { _, _ = r.Claim(context.Background(), batchSlot(100+i, now), "r", p) })
+		wg.Go(func() { _ = r.Release(context.Background(), batchSlot(200+i, now), Owner{Replica: "r", Attempt: 1}) })
 	}
-	awaitQueue(t, r, 3)
+	awaitQueue(t, r, 6)
 	close(g.open)
 	wg.Wait()
-	if g.trips.Load() != defaultMaxFlights+1 || g.commands.Load() != defaultMaxFlights+3 {
-		t.Fatalf("%d round trips, %d commands; want %d, %d", g.trips.Load(), g.commands.Load(), defaultMaxFlights+1, defaultMaxFlights+3)
+	if g.trips.Load() != defaultMaxFlights+1 || g.commands.Load() != defaultMaxFlights+2 {
+		t.Fatalf("%d round trips, %d commands; want %d, %d", g.trips.Load(), g.commands.Load(), defaultMaxFlights+1, defaultMaxFlights+2)
 	}
 	if n := g.noDeadline.Load(); n != 0 {
 		t.Errorf("%d round trips sent without a deadline", n)
@@ -471,7 +495,7 @@ func TestRedisCloseRacesCalls(t *testing.T) {
 }
 
 // ClaimMany queues a burst's claims at once: 500 claims leave in
-// ceil(500/256) = 2 round trips, and each request gets its own answer —
+// ceil(500/256) = 2 round trips of one fused EVALSHA each, and each request gets its own answer —
 // won, held by the peer that claimed first, or the foreign value planted
 // in one slot's key — in order. Memory, which cannot batch, answers the
 // same through Store.Claim.
@@ -502,11 +526,14 @@ func TestClaimManyAnswersEachInFewRoundTrips(t *testing.T) {
 	mem.Set(state, "not ours", time.Hour)
 
 	for _, s := range []Store{r, mem} {
-		trips := g.trips.Load()
+		trips, evalsha := g.trips.Load(), g.count("evalsha")
 		replies := claimAll(ctx, s, reqs)
 		if s == Store(r) {
 			if got := g.trips.Load() - trips; got != 2 {
 				t.Errorf("Redis: %d claims took %d round trips, want 2", n, got)
+			}
+			if got := g.count("evalsha") - evalsha; got != 2 {
+				t.Errorf("Redis: %d claims took %d EVALSHA, want 2 (fused)", n, got)
 			}
 		}
 		for i, rep := range replies {

@@ -1,67 +1,93 @@
--- claim.lua: try to take one slot, in one round trip.
+-- claim.lua: try to take N slots, in one round trip. The keys and
+-- arguments are N single-slot claims laid end to end (3 keys and 6
+-- arguments each); the batcher fuses concurrent claims into one call this
+-- way, since a Lua call costs Redis more than the few commands each slot
+-- needs.
 --
--- KEYS[1]  state key     slotd:{task:slotid}
--- KEYS[2]  attempts key  slotd:{task:slotid}:attempts
--- KEYS[3]  base key      slotd:{task:slotid}:base (attempts counted before the last rerun)
--- ARGV[1]  replica id
--- ARGV[2]  lease, ms
--- ARGV[3]  max attempts
--- ARGV[4]  earliest start, unix ms (slot time minus tolerance)
--- ARGV[5]  deadline, unix ms (end of the slot window)
--- ARGV[6]  attempts TTL, ms (>= done TTL)
+-- For slot i (0-based), k = 3i and a = 6i:
+-- KEYS[k+1]  state key     slotd:{task:slotid}
+-- KEYS[k+2]  attempts key  slotd:{task:slotid}:attempts
+-- KEYS[k+3]  base key      slotd:{task:slotid}:base (attempts counted before the last rerun)
+-- ARGV[a+1]  replica id
+-- ARGV[a+2]  lease, ms
+-- ARGV[a+3]  max attempts
+-- ARGV[a+4]  earliest start, unix ms (slot time minus tolerance)
+-- ARGV[a+5]  deadline, unix ms (end of the slot window)
+-- ARGV[a+6]  attempts TTL, ms (>= done TTL)
 --
--- Returns {result, attempt, ms, server_now_ms, value, base}:
---   {"won", n, lease_ms, now, ""}        the caller holds the slot as attempt n
---   {"held", 0, pttl, now, value}        a replica runs it; value says who
---   {"done", 0, 0, now, value}           the slot succeeded; value says who
---   {"exhausted", n, 0, now, ""}         n attempts used, none left
---   {"early", 0, wait_ms, now, ""}       the slot time has not come by this server's clock
---   {"late", 0, 0, now, ""}              the window has closed
---   {"foreign", 0, 0, now, value}        a key holds a value slotd did not write
+-- Returns an array of N replies, one per slot in order, each
+-- {result, attempt, ms, server_now_ms, value, base}:
+--   {"won", n, lease_ms, now, "", base}  the caller holds the slot as attempt n
+--   {"held", 0, pttl, now, value, 0}     a replica runs it; value says who
+--   {"done", 0, 0, now, value, 0}        the slot succeeded; value says who
+--   {"exhausted", n, 0, now, "", base}   n attempts used, none left
+--   {"early", 0, wait_ms, now, "", 0}    the slot time has not come by this server's clock
+--   {"late", 0, 0, now, "", 0}           the window has closed
+--   {"foreign", 0, 0, now, value, 0}     a key holds a value slotd did not write
+-- or an error reply for that slot alone (a key of the wrong type), so that
+-- one slot's trouble does not fail the others.
 -- The cap applies to the attempts since the last rerun (attempt - base);
 -- attempt numbers themselves only grow, so fencing tokens never repeat, and
 -- stop at 999, the most a token can encode.
 -- The state is checked before the clock so that a finished slot reads as done.
+-- TIME is read once for all N slots: the script runs atomically. Each
+-- slot's commands are those of the one-slot script: reading both counters
+-- with one MGET and writing the counter with SET PX instead of INCR and
+-- PEXPIRE saved nothing measurable (256-slot calls, INFO commandstats) and
+-- would overwrite a counter key of the wrong type instead of failing.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
-local v = redis.call('GET', KEYS[1])
-if v then
-  if string.sub(v, 1, 4) == 'run:' then
-    return {'held', 0, redis.call('PTTL', KEYS[1]), now, v, 0}
+local function claim(k, a)
+  local state = KEYS[k + 1]
+  local v = redis.call('GET', state)
+  if v then
+    if string.sub(v, 1, 4) == 'run:' then
+      return {'held', 0, redis.call('PTTL', state), now, v, 0}
+    end
+    if string.sub(v, 1, 5) == 'done:' then
+      return {'done', 0, 0, now, v, 0}
+    end
+    return {'foreign', 0, 0, now, v, 0}
   end
-  if string.sub(v, 1, 5) == 'done:' then
-    return {'done', 0, 0, now, v, 0}
+
+  local earliest = tonumber(ARGV[a + 4])
+  if now < earliest then
+    return {'early', 0, earliest - now, now, '', 0}
   end
-  return {'foreign', 0, 0, now, v, 0}
+  if now >= tonumber(ARGV[a + 5]) then
+    return {'late', 0, 0, now, '', 0}
+  end
+
+  local c = redis.call('GET', KEYS[k + 2])
+  local n = tonumber(c or '0')
+  if not n then
+    return {'foreign', 0, 0, now, c, 0}
+  end
+  local b = redis.call('GET', KEYS[k + 3])
+  local base = tonumber(b or '0')
+  if not base then
+    return {'foreign', 0, 0, now, b, 0}
+  end
+  if n - base >= tonumber(ARGV[a + 3]) or n >= 999 then
+    return {'exhausted', n, 0, now, '', base}
+  end
+
+  n = redis.call('INCR', KEYS[k + 2])
+  redis.call('PEXPIRE', KEYS[k + 2], ARGV[a + 6])
+  if base > 0 then
+    redis.call('PEXPIRE', KEYS[k + 3], ARGV[a + 6])
+  end
+  redis.call('SET', state, 'run:' .. ARGV[a + 1] .. ':' .. n, 'PX', ARGV[a + 2])
+  return {'won', n, tonumber(ARGV[a + 2]), now, '', base}
 end
 
-local earliest = tonumber(ARGV[4])
-if now < earliest then
-  return {'early', 0, earliest - now, now, '', 0}
+local out = {}
+for i = 0, #KEYS / 3 - 1 do
+  local ok, r = pcall(claim, 3 * i, 6 * i)
+  if not ok then
+    r = {err = tostring(r)}
+  end
+  out[i + 1] = r
 end
-if now >= tonumber(ARGV[5]) then
-  return {'late', 0, 0, now, '', 0}
-end
-
-local c = redis.call('GET', KEYS[2])
-local n = tonumber(c or '0')
-if not n then
-  return {'foreign', 0, 0, now, c, 0}
-end
-local b = redis.call('GET', KEYS[3])
-local base = tonumber(b or '0')
-if not base then
-  return {'foreign', 0, 0, now, b, 0}
-end
-if n - base >= tonumber(ARGV[3]) or n >= 999 then
-  return {'exhausted', n, 0, now, '', base}
-end
-
-n = redis.call('INCR', KEYS[2])
-redis.call('PEXPIRE', KEYS[2], ARGV[6])
-if base > 0 then
-  redis.call('PEXPIRE', KEYS[3], ARGV[6])
-end
-redis.call('SET', KEYS[1], 'run:' .. ARGV[1] .. ':' .. n, 'PX', ARGV[2])
-return {'won', n, tonumber(ARGV[2]), now, '', base}
+return out

@@ -1,28 +1,44 @@
--- complete.lua: turn the caller's running lease into the slot's done marker.
+-- complete.lua: turn N callers' running leases into the slots' done
+-- markers. The keys and arguments are N single-slot completions laid end to
+-- end.
 --
--- KEYS[1]  state key
--- KEYS[2]  attempts key
--- KEYS[3]  base key (kept as long as the attempts key, if it exists)
--- ARGV[1]  owner value, "run:<replica>:<attempt>"
--- ARGV[2]  done prefix, "done:<replica>:<attempt>:" (the server's unix ms is appended)
--- ARGV[3]  done TTL, ms (also given to the attempts key, so it outlives nothing it guards)
--- ARGV[4]  done channel (one per prefix; the message is the state key): watchers
---          learn the slot is done without claiming it again
+-- For slot i (0-based), k = 3i and a = 4i:
+-- KEYS[k+1]  state key
+-- KEYS[k+2]  attempts key
+-- KEYS[k+3]  base key (kept as long as the attempts key, if it exists)
+-- ARGV[a+1]  owner value, "run:<replica>:<attempt>"
+-- ARGV[a+2]  done prefix, "done:<replica>:<attempt>:" (the server's unix ms is appended)
+-- ARGV[a+3]  done TTL, ms (also given to the attempts key, so it outlives nothing it guards)
+-- ARGV[a+4]  done channel (one per prefix; the message is the state key):
+--            watchers learn the slot is done without claiming it again
 --
--- Returns 1 when the slot is done by this owner — also when it already was, so
--- that a call retried after a lost reply reads the state instead of guessing —
--- and 0 when the caller does not hold the slot.
-local v = redis.call('GET', KEYS[1])
-if v == ARGV[1] then
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  redis.call('SET', KEYS[1], ARGV[2] .. now, 'PX', ARGV[3])
-  redis.call('PEXPIRE', KEYS[2], ARGV[3])
-  redis.call('PEXPIRE', KEYS[3], ARGV[3])
-  redis.call('PUBLISH', ARGV[4], KEYS[1])
-  return 1
+-- Returns an array of N replies, one per slot in order: 1 when the slot is
+-- done by this owner — also when it already was, so that a call retried
+-- after a lost reply reads the state instead of guessing — 0 when the
+-- caller does not hold the slot, or an error reply for that slot alone (a
+-- key of the wrong type). TIME is read once, by the first slot that needs it.
+local now
+
+local out = {}
+for i = 0, #KEYS / 3 - 1 do
+  local k, a = 3 * i, 4 * i
+  local ok, v = pcall(redis.call, 'GET', KEYS[k + 1])
+  if not ok then
+    out[#out + 1] = {err = tostring(v)}
+  elseif v == ARGV[a + 1] then
+    if not now then
+      local t = redis.call('TIME')
+      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    end
+    redis.call('SET', KEYS[k + 1], ARGV[a + 2] .. now, 'PX', ARGV[a + 3])
+    redis.call('PEXPIRE', KEYS[k + 2], ARGV[a + 3])
+    redis.call('PEXPIRE', KEYS[k + 3], ARGV[a + 3])
+    redis.call('PUBLISH', ARGV[a + 4], KEYS[k + 1])
+    out[#out + 1] = 1
+  elseif v and string.sub(v, 1, string.len(ARGV[a + 2])) == ARGV[a + 2] then
+    out[#out + 1] = 1
+  else
+    out[#out + 1] = 0
+  end
 end
-if v and string.sub(v, 1, string.len(ARGV[2])) == ARGV[2] then
-  return 1
-end
-return 0
+return out

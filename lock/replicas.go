@@ -120,7 +120,7 @@ func (r *Redis) claimAcked(ctx context.Context, slot Slot, replica string, p Pol
 	}
 	defer conn.Close()
 	keys, args := claimArgs(r.prefix, slot, replica, p)
-	res, err := claimScript.Run(ctx, conn, keys, args...).Slice()
+	res, err := runOne(ctx, conn, claimScript, keys, args...).Slice()
 	if err != nil {
 		r.noteMoved(ctx, err)
 		return Claim{}, fmt.Errorf("lock: claim %s: %w", slot, err)
@@ -161,7 +161,7 @@ func (r *Redis) completeAcked(ctx context.Context, slot Slot, owner Owner, doneT
 		return fmt.Errorf("lock: complete %s attempt %d: %w", slot, owner.Attempt, err)
 	}
 	defer conn.Close()
-	n, err := completeScript.Run(ctx, conn, []string{state, attempts, baseKey(state)},
+	n, err := runOne(ctx, conn, completeScript, []string{state, attempts, baseKey(state)},
 		owner.value(), owner.donePrefix(), doneTTL.Milliseconds(), r.doneCh).Int()
 	if err != nil {
 		r.noteMoved(ctx, err)

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -23,8 +24,9 @@ import (
 
 // tripLog is a go-redis hook that records every round trip a client makes:
 // a pipeline, or one command alone, as the list of its commands, a script
-// call named by its file ("claim.lua"). A new connection's handshake is not
-// recorded; dials are counted.
+// call named by its file ("claim.lua"), once per slot it carries (the lock
+// package fuses concurrent calls of one slot script into one EVALSHA). A
+// new connection's handshake is not recorded; dials are counted.
 type tripLog struct {
 	scripts map[string]string // sha1 -> file name
 	sources []string          // the scripts
@@ -81,19 +83,24 @@ func (l *tripLog) record(cmds []redis.Cmder) {
 	if n := cmds[0].Name(); n == "hello" || n == "client" {
 		return
 	}
-	trip := make([]string, len(cmds))
-	for i, c := range cmds {
+	trip := make([]string, 0, len(cmds))
+	for _, c := range cmds {
 		args := c.Args()
 		name := strings.ToLower(fmt.Sprint(args[0]))
+		slots := 1
 		switch {
-		case (name == "evalsha" || name == "evalsha_ro") && len(args) > 1:
+		case (name == "evalsha" || name == "evalsha_ro") && len(args) > 2:
 			if s, ok := l.scripts[fmt.Sprint(args[1])]; ok {
 				name = s
+				keys, _ := strconv.Atoi(fmt.Sprint(args[2]))
+				slots = max(keys/slotKeys[s], 1)
 			}
 		case name == "script" && len(args) > 1:
 			name += " " + strings.ToLower(fmt.Sprint(args[1]))
 		}
-		trip[i] = name
+		for range slots {
+			trip = append(trip, name)
+		}
 	}
 	l.mu.Lock()
 	if l.on {
@@ -102,6 +109,9 @@ func (l *tripLog) record(cmds []redis.Cmder) {
 	l.mu.Unlock()
 }
 
+// slotKeys is how many keys one slot adds to a call of a slot script.
+var slotKeys = map[string]int{"claim.lua": 3, "complete.lua": 3, "renew.lua": 1, "release.lua": 1}
+
 // start clears the log and starts recording.
 func (l *tripLog) start() {
 	l.mu.Lock()
@@ -109,7 +119,8 @@ func (l *tripLog) start() {
 	l.mu.Unlock()
 }
 
-// count returns how many calls of cmd were sent, and in how many round trips.
+// count returns how many calls of cmd (slots, for a slot script) were
+// sent, and in how many round trips.
 func (l *tripLog) count(cmd string) (calls, trips int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -110,7 +110,8 @@ func newProbe(params map[string]any, _ *slog.Logger) (tasks.Task, error) {
 // counter is the go-redis hook: every Process is one round trip of one
 // command, every ProcessPipeline one round trip of len(cmds) commands. A
 // claim is recognised by claim.lua's shape (3 keys, the second ending in
-// ":attempts", 6 arguments); its answer time is recorded.
+// ":attempts", and 6 arguments per slot); each slot's answer time is
+// recorded.
 type counter struct {
 	trips, cmds atomic.Int64
 }
@@ -147,15 +148,22 @@ func noteClaim(cmd redis.Cmder) {
 	if name != "evalsha" && name != "eval" {
 		return
 	}
+	// The batcher fuses concurrent claims into one call: 3 keys and 6
+	// arguments per slot, laid end to end.
 	a := cmd.Args()
-	if len(a) != 3+3+6 || fmt.Sprint(a[2]) != "3" {
+	nkeys, _ := a[2].(int)
+	n := nkeys / 3
+	if n == 0 || nkeys != 3*n || len(a) != 3+9*n {
 		return
 	}
-	state, _ := a[3].(string)
-	if attempts, _ := a[4].(string); !strings.HasSuffix(attempts, ":attempts") || state == "" {
-		return
+	now := time.Now().UnixNano()
+	for i := range n {
+		state, _ := a[3+3*i].(string)
+		if attempts, _ := a[4+3*i].(string); !strings.HasSuffix(attempts, ":attempts") || state == "" {
+			return
+		}
+		rec.printf("C %s %d\n", state, now)
 	}
-	rec.printf("C %s %d\n", state, time.Now().UnixNano())
 }
 
 // runChild runs one replica until SIGTERM; it returns the exit code.
