@@ -302,34 +302,39 @@ func (w *Watch) notify(done bool) {
 }
 
 // watchers is the registry behind Watch, shared by both stores: keys are
-// state keys, and one notification wakes every watcher of that key.
+// state keys, and one notification wakes every watcher of that key. A key
+// has one watcher per watching replica in practice, so a slice (not a set)
+// keeps the ten thousand keys of a burst small.
 type watchers struct {
-	m map[string]map[*Watch]struct{}
+	m map[string][]*Watch
 }
 
 func (ws *watchers) add(key string, w *Watch) {
 	if ws.m == nil {
-		ws.m = map[string]map[*Watch]struct{}{}
+		ws.m = map[string][]*Watch{}
 	}
-	set := ws.m[key]
-	if set == nil {
-		set = map[*Watch]struct{}{}
-		ws.m[key] = set
-	}
-	set[w] = struct{}{}
+	ws.m[key] = append(ws.m[key], w)
 }
 
 func (ws *watchers) remove(key string, w *Watch) {
-	if set := ws.m[key]; set != nil {
-		delete(set, w)
-		if len(set) == 0 {
-			delete(ws.m, key)
+	set := ws.m[key]
+	for i, x := range set {
+		if x == w {
+			set[i] = set[len(set)-1]
+			set[len(set)-1] = nil
+			set = set[:len(set)-1]
+			break
 		}
+	}
+	if len(set) == 0 {
+		delete(ws.m, key)
+	} else {
+		ws.m[key] = set
 	}
 }
 
 func (ws *watchers) notify(key string, done bool) {
-	for w := range ws.m[key] {
+	for _, w := range ws.m[key] {
 		w.notify(done)
 	}
 }

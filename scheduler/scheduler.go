@@ -74,6 +74,11 @@ type Scheduler struct {
 	// it (see parkSettled).
 	settledMu   sync.Mutex
 	settledRuns map[time.Time]*deadlineGroup
+
+	// runs lists every slotRun that has not ended, so that shutdown can
+	// unpark them (a list threaded through the runs: no allocation each).
+	runsMu sync.Mutex
+	runs   *slotRun
 }
 
 // Option configures a Scheduler.
@@ -155,6 +160,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	s.fireLoop(ctx, hard)
 
 	s.log.Info("shutting down: no new attempts", "grace", s.cfg.ShutdownGrace)
+	s.unparkAll()
 	done := make(chan struct{})
 	go func() {
 		s.wg.Wait()
@@ -307,12 +313,12 @@ func (s *Scheduler) startSlots(ctx, hard context.Context, due []entry) {
 // step; the goroutine in step is the run's only owner until it parks or
 // ends.
 type slotRun struct {
-	s         *Scheduler
-	ctx, hard context.Context
-	t         *Task
-	slot      lock.Slot
-	w         *lock.Watch
-	unhook    func() bool // stops the ctx hook
+	s          *Scheduler
+	ctx, hard  context.Context
+	t          *Task
+	slot       lock.Slot
+	w          *lock.Watch
+	prev, next *slotRun // in s.runs
 
 	// Owned by the goroutine in step.
 	log      *slog.Logger // made on first use: most slots never log
@@ -344,8 +350,28 @@ func (s *Scheduler) newRun(ctx, hard context.Context, t *Task, at time.Time) *sl
 	s.wg.Add(1)
 	r.w = s.store.Watch(r.slot)
 	r.w.OnChange(r.wake)
-	r.unhook = context.AfterFunc(ctx, r.unpark)
+	s.runsMu.Lock()
+	r.next = s.runs
+	if s.runs != nil {
+		s.runs.prev = r
+	}
+	s.runs = r
+	s.runsMu.Unlock()
 	return r
+}
+
+// unparkAll unparks every parked run once ctx has ended; each then ends.
+// A run busy now sees the end of ctx when it would park.
+func (s *Scheduler) unparkAll() {
+	var all []*slotRun
+	s.runsMu.Lock()
+	for r := s.runs; r != nil; r = r.next {
+		all = append(all, r)
+	}
+	s.runsMu.Unlock()
+	for _, r := range all {
+		r.unpark()
+	}
 }
 
 func (r *slotRun) policy() lock.Policy {
@@ -418,8 +444,8 @@ func (r *slotRun) claim() *lock.ClaimReply {
 func (r *slotRun) park(wait time.Duration) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	// ctx.Err is read under mu: if it is nil here, unpark (run by
-	// context.AfterFunc after ctx ends) will find the run parked.
+	// ctx.Err is read under mu: if it is nil here, unparkAll (called once
+	// ctx has ended) will find the run parked.
 	if r.news != noNotice || r.ctx.Err() != nil {
 		return false
 	}
@@ -517,8 +543,8 @@ func (r *slotRun) take(parks int) bool {
 	return true
 }
 
-// unpark starts step if the run is parked; the timer, ctx and a notice
-// call it. A run in a deadline group stays in it, as a stale entry.
+// unpark starts step if the run is parked; the timer, a notice and
+// shutdown call it. A run in a deadline group stays in it, as a stale entry.
 func (r *slotRun) unpark() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -555,9 +581,20 @@ func (r *slotRun) takeNews() notice {
 
 // end finishes the run: it is not parked and no timer is set.
 func (r *slotRun) end() {
-	r.unhook()
 	r.w.Stop()
-	r.s.wg.Done()
+	s := r.s
+	s.runsMu.Lock()
+	if r.prev != nil {
+		r.prev.next = r.next
+	} else {
+		s.runs = r.next
+	}
+	if r.next != nil {
+		r.next.prev = r.prev
+	}
+	r.prev, r.next = nil, nil
+	s.runsMu.Unlock()
+	s.wg.Done()
 }
 
 // handle acts on a claim's reply: runs the task if won. It returns how
@@ -585,7 +622,7 @@ func (r *slotRun) handle(reply *lock.ClaimReply) (time.Duration, bool) {
 	s.m.task(t.Name).claimed(c.Result)
 	switch c.Result {
 	case lock.Won:
-		if s.attempt(r.ctx, r.hard, t, r.slot, c, r.logger()) {
+		if s.attempt(r.ctx, r.hard, t, r.slot, c) {
 			return 0, true
 		}
 		if c.Attempt-c.Base >= t.MaxAttempts {
@@ -632,8 +669,10 @@ func (s *Scheduler) claimRetry(err error, failures int) time.Duration {
 // whether this replica is finished with the slot: the task succeeded — even
 // if the slot could not then be marked done, since running it again here
 // would only add a duplicate (a peer may still, after the lease).
-func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, c lock.Claim, log *slog.Logger) bool {
-	log = log.With("attempt", c.Attempt)
+func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, c lock.Claim) bool {
+	// One With for the attempt's four attributes: a JSON handler formats
+	// them at once, and a burst makes ten thousand of these.
+	log := s.log.With("task", t.Name, "slot", slot.ID, "attempt", c.Attempt, "token", lock.Token(slot.Time, c.Attempt))
 	st := s.m.task(t.Name)
 	lease := lock.Hold(hard, s.store, slot, s.replica, c, t.Lease, lock.LeaseHooks{
 		Renewed: st.renewals.Inc,
@@ -642,7 +681,6 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 			log.Error("lease lost: cancelling the task", "err", err)
 		},
 	})
-	log = log.With("token", lease.Token())
 	run := tasks.Run{
 		Task: t.Name, Slot: slot.ID, SlotTime: slot.Time, Attempt: c.Attempt,
 		Token: lease.Token(), Replica: s.replica,
