@@ -275,9 +275,10 @@ type cutToxic struct {
 func (x *cutToxic) Pipe(stub *toxics.ToxicStub) {
 	tr := trigger(x.Key)
 	pipeUntilCut(stub, func(data []byte) bool {
-		// Scripts answer integers; a pub/sub message or an error is
-		// not the reply we are after.
-		if len(data) > 0 && data[0] == ':' && tr.armed.CompareAndSwap(true, false) {
+		// A slot script answers one integer per slot: a call for one
+		// slot, an array of one integer. A pub/sub message (an array of
+		// three) or an error is not the reply we are after.
+		if bytes.HasPrefix(data, []byte("*1\r\n:")) && tr.armed.CompareAndSwap(true, false) {
 			tr.fired.Add(1)
 			return true // the reply is dropped
 		}
