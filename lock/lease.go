@@ -8,7 +8,8 @@ import (
 	"time"
 )
 
-// Lease is a won claim kept alive by exactly one watchdog goroutine.
+// Lease is a won claim kept alive by exactly one watchdog, which waits on a
+// timer between renewals (no goroutine of its own until it renews).
 //
 // The watchdog renews every lease/3. The lease is taken to be valid until
 // lease (minus a safety margin) after the last renewal that Redis confirmed

@@ -307,11 +307,11 @@ func (s *Scheduler) startSlots(ctx, hard context.Context, due []entry) {
 // attempts) and then only for an operator's rerun until the deadline.
 //
 // No goroutine waits on its behalf: between claims it is parked on a
-// clock timer and on its watch's OnRelease, and a goroutine exists only
-// while it claims or runs an attempt. Whichever of the timer, a release
-// or the end of ctx comes first unparks it, exactly once, by starting
-// step; the goroutine in step is the run's only owner until it parks or
-// ends.
+// clock timer (or, settled, in its deadline's group) and on its watch's
+// OnChange, and a goroutine exists only while it claims or runs an
+// attempt. Whichever of the timer, a notice or shutdown comes first
+// unparks it, exactly once, by starting step; the goroutine in step is
+// the run's only owner until it parks or ends.
 type slotRun struct {
 	s          *Scheduler
 	ctx, hard  context.Context
