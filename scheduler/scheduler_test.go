@@ -507,12 +507,22 @@ func value(t *testing.T, reg *prometheus.Registry, name, task, label string) flo
 }
 
 // An operator's rerun of a done slot, while its window is open, runs it
-// again on the live daemons — as a later attempt, with a higher token.
+// again on the live daemons — as a later attempt, with a higher token —
+// once, whether the replica that takes it is the one that ran it or a peer
+// that learnt of the success from the completion's notice.
 func TestRerunOfDoneSlotRunsAgain(t *testing.T) {
+	for _, replicas := range []int{1, 2} {
+		t.Run(fmt.Sprintf("%d replicas", replicas), func(t *testing.T) { testRerunOfDoneSlot(t, replicas) })
+	}
+}
+
+func testRerunOfDoneSlot(t *testing.T, replicas int) {
 	l := newLedger()
 	task := testTask(t, "hourly", "0 * * * *", l.job(ok), func(t *scheduler.Task) { t.Catchup = "latest" })
 	store := lock.NewMemory(nil)
-	startReplica(t, "solo", store, time.Second, []scheduler.Task{task})
+	for i := range replicas {
+		startReplica(t, fmt.Sprintf("r%d", i+1), store, time.Second, []scheduler.Task{task})
+	}
 	rs := l.await(t, "the current slot", 10*time.Second, func(rs []record) bool { return len(rs) > 0 && rs[0].done })
 	first := rs[0].run
 	slot := lock.Slot{Task: "hourly", ID: first.Slot, Time: first.SlotTime, Deadline: first.SlotTime.Add(time.Hour)}
@@ -531,6 +541,9 @@ func TestRerunOfDoneSlotRunsAgain(t *testing.T) {
 	rs = l.await(t, "the rerun", 10*time.Second, func(rs []record) bool { return len(rs) > 1 && rs[1].done })
 	if again := rs[1].run; again.Slot != first.Slot || again.Attempt != 2 || again.Token <= first.Token {
 		t.Fatalf("rerun ran %+v after %+v; want the same slot as attempt 2 with a higher token", again, first)
+	}
+	if rs := l.snapshot(); len(rs) != 2 {
+		t.Fatalf("%d runs after one rerun, want 2: %+v", len(rs), rs)
 	}
 }
 
