@@ -63,7 +63,10 @@ func claimWith(t *testing.T, keys string) (lock.Claim, error) {
 // a wrong password is refused, and min_replicas_ack reaches the store.
 func TestNewRedisClient(t *testing.T) {
 	t.Run("url with ACL user", func(t *testing.T) {
-		srv := redistest.Start(t, "--user", "slotd", "on", ">s3cret", "~*", "&*", "+@all", "--user", "default", "off")
+		// The least the README says the user needs: the prefix's keys and
+		// its two channels.
+		srv := redistest.Start(t, "--user", "slotd", "on", ">s3cret", "~slotd:*", "&slotd:released", "&slotd:done", "+@all",
+			"--user", "default", "off")
 		for _, tc := range []struct {
 			url string
 			ok  bool
@@ -79,6 +82,29 @@ func TestNewRedisClient(t *testing.T) {
 			if !tc.ok && err == nil {
 				t.Errorf("claim with bad credentials succeeded (%v)", c.Result)
 			}
+		}
+		// The user may also subscribe to both channels and complete the
+		// slot it holds (complete publishes on the done channel).
+		cfg := parseRedis(t, fmt.Sprintf("url = %q", fmt.Sprintf("redis://slotd:s3cret@%s/0", srv.Addr)))
+		rdb, err := newRedisClient(cfg, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rdb.Close()
+		store := lock.NewRedis(rdb, cfg.Prefix)
+		defer store.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := store.Subscribe(ctx); err != nil {
+			t.Fatalf("subscribe as the ACL user: %v", err)
+		}
+		c, err := claimOnce(t, cfg, rdb) // held by the claim above, as replica "r"
+		if err == nil {
+			slot := lock.Slot{Task: strings.ReplaceAll(t.Name(), "/", "."), ID: "1", Time: c.Now.Add(-time.Second), Deadline: c.Now.Add(time.Hour)}
+			err = store.Complete(ctx, slot, lock.Owner{Replica: c.Holder, Attempt: c.Attempt}, time.Hour)
+		}
+		if err != nil || c.Holder != "r" {
+			t.Fatalf("claim (holder %q) and complete as the ACL user: %v", c.Holder, err)
 		}
 	})
 	t.Run("url with min_replicas_ack and no replica", func(t *testing.T) {
