@@ -403,11 +403,13 @@ func (r *slotRun) step(first *lock.ClaimReply) {
 			r.end()
 			return
 		}
-		switch r.takeNews() {
-		case released:
-			r.settled = false // a release, or a rerun of a settled slot: claim again
-		case done:
-			r.settled = true // as a claim would find it, without the claim
+		if first == nil { // else news waits until first is handled: park sees it
+			switch r.takeNews() {
+			case released:
+				r.settled = false // a release, or a rerun of a settled slot: claim again
+			case done:
+				r.settled = true // as a claim would find it, without the claim
+			}
 		}
 		var wait time.Duration
 		if !r.settled {
