@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -338,6 +339,56 @@ func TestLosersSettleOnCompletionWithoutReclaiming(t *testing.T) {
 	for slot, runs := range bySlot(led.snapshot()) {
 		if len(runs) != n {
 			t.Errorf("slot %s: %d runs, want %d", slot, len(runs), n)
+		}
+	}
+}
+
+// Slots claimed together (one ClaimMany) still wake their watchers on a
+// release: every first attempt fails, and the peer that lost the race,
+// woken by the release, takes most second attempts before the replica that
+// failed retries after its handoff pause (20–200 ms); without the wake-up
+// the peer would wait out the 30 s lease it saw, and take none.
+func TestBurstReleasesWakePeers(t *testing.T) {
+	stores := loggedStores(t, newTripLog(t), 2)
+	led := newLedger()
+	const n = 40
+	fail := errors.New("first attempt fails")
+	ts := manyTasks(t, n, soon(), led.job(func(_ context.Context, r tasks.Run) error {
+		if r.Attempt == 1 {
+			return fail
+		}
+		return nil
+	}), func(t *scheduler.Task) { t.Lease = 30 * time.Second })
+	for i, s := range stores {
+		startReplica(t, fmt.Sprintf("r%d", i+1), s, time.Second, ts, scheduler.WithClockCheck(time.Hour))
+	}
+	led.await(t, "every slot to succeed on its second attempt", 20*time.Second, func(rs []record) bool {
+		ok := 0
+		for _, r := range rs {
+			if r.done && r.err == nil && r.run.Attempt == 2 {
+				ok++
+			}
+		}
+		return ok == n
+	})
+	first := map[string]string{} // task -> replica of attempt 1
+	for _, r := range led.snapshot() {
+		if r.run.Attempt == 1 {
+			first[r.run.Task] = r.run.Replica
+		}
+	}
+	peer := 0
+	for _, r := range led.snapshot() {
+		if r.run.Attempt == 2 && r.run.Replica != first[r.run.Task] {
+			peer++
+		}
+	}
+	if peer < n/2 {
+		t.Errorf("%d of %d second attempts taken by the woken peer, want at least %d", peer, n, n/2)
+	}
+	for slot, runs := range bySlot(led.snapshot()) {
+		if len(runs) != 2*n {
+			t.Errorf("slot %s: %d runs, want %d (two per task)", slot, len(runs), 2*n)
 		}
 	}
 }
