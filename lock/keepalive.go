@@ -7,11 +7,11 @@ import (
 	"time"
 )
 
-// keepAlive is the watchdog shared by Lease (a slot) and Mutex (a named
-// lock): renew every ttl/3, and give up when no renewal is confirmed before
-// validUntil. validUntil is counted by the caller from the send time of the
-// last confirmed acquisition or renewal, on the monotonic clock; renewed
-// records the send time of each confirmed renewal, which moves it.
+// startKeepAlive starts the watchdog shared by Lease (a slot) and Mutex (a
+// named lock): renew every ttl/3, and give up when no renewal is confirmed
+// before validUntil. validUntil is counted by the caller from the send time
+// of the last confirmed acquisition or renewal, on the monotonic clock;
+// renewed records the send time of each confirmed renewal, which moves it.
 //
 // renew answers nil when the renewal is confirmed, an error wrapping
 // ErrNotHeld when the lock is known to be someone else's (the watchdog ends
@@ -23,27 +23,23 @@ import (
 // the leases taken in one burst then wake on the same instant, and their
 // renewals leave together in a few pipelines instead of one round trip each.
 //
-// keepAlive blocks; it returns why the lock was lost, or nil when ctx
-// ended it. startKeepAlive is the same watchdog without a goroutine of its
-// own between renewals (a timer calls it), for holders of many leases.
-func keepAlive(ctx context.Context, ttl time.Duration, validUntil func() time.Time,
-	renew func(context.Context) error, renewed func(sent time.Time)) error {
-	var why error
-	<-startKeepAlive(ctx, ttl, validUntil, renew, renewed, func(err error) { why = err })
-	return why
-}
-
-// startKeepAlive starts the watchdog of keepAlive and returns at once. It
-// calls ended exactly once, with why the lock was lost or nil when ctx
-// ended it, and then closes the channel it returned.
-func startKeepAlive(ctx context.Context, ttl time.Duration, validUntil func() time.Time,
-	renew func(context.Context) error, renewed func(sent time.Time), ended func(why error)) <-chan struct{} {
+// It returns at once. Between renewals the watchdog is a timer, not a
+// goroutine, and stop ends it on the caller's goroutine (a renewal under
+// way is cancelled), so that holding and finishing the ten thousand leases
+// of a burst starts no goroutine but the timers'. It calls ended exactly
+// once, with why the lock was lost or nil when stop ended it, and then
+// closes the channel it returned.
+func startKeepAlive(ttl time.Duration, validUntil func() time.Time, renew func(context.Context) error,
+	renewed func(sent time.Time), ended func(why error)) (done <-chan struct{}, stop func()) {
 	interval := ttl / 3
-	k := &keeper{ctx: ctx, interval: interval, retry: max(interval/8, time.Millisecond), grid: renewGrid(interval),
+	k := &keeper{interval: interval, retry: max(interval/8, time.Millisecond), grid: renewGrid(interval),
 		validUntil: validUntil, renew: renew, renewed: renewed, ended: ended, done: make(chan struct{})}
-	k.unhook = context.AfterFunc(ctx, k.cancel)
+	k.ctx, k.stop = context.WithCancel(context.Background())
 	k.schedule(onGrid(interval, k.grid))
-	return k.done
+	return k.done, func() {
+		k.stop() // a renewal under way ends
+		k.cancel()
+	}
 }
 
 var errNoRenewal = errors.New("no renewal confirmed within the lease")
@@ -51,13 +47,13 @@ var errNoRenewal = errors.New("no renewal confirmed within the lease")
 // keeper is one watchdog: parked on a timer between renewals; the timer's
 // goroutine makes the renewal.
 type keeper struct {
-	ctx                   context.Context
+	ctx                   context.Context    // ends when the watchdog is stopped or ends
+	stop                  context.CancelFunc // ends ctx
 	interval, retry, grid time.Duration
 	validUntil            func() time.Time
 	renew                 func(context.Context) error
 	renewed               func(sent time.Time)
 	ended                 func(why error)
-	unhook                func() bool
 	done                  chan struct{}
 
 	mu    sync.Mutex
@@ -73,8 +69,8 @@ func (k *keeper) schedule(next time.Duration) {
 		return
 	}
 	k.mu.Lock()
-	// ctx.Err is read under mu: if it is nil here, cancel (run after ctx
-	// ends) will find the timer and stop it.
+	// ctx.Err is read under mu: if it is nil here, cancel (called after
+	// ctx ends) will find the timer and stop it.
 	if k.ctx.Err() != nil {
 		k.mu.Unlock()
 		k.end(nil)
@@ -84,8 +80,9 @@ func (k *keeper) schedule(next time.Duration) {
 	k.mu.Unlock()
 }
 
-// cancel ends the watchdog at the end of ctx if it is waiting on its
-// timer; a renewal under way ends by itself, as its context ends too.
+// cancel ends the watchdog, once ctx has ended, if it is waiting on its
+// timer; a renewal under way ends by itself, as its context ends too. A
+// second call does nothing.
 func (k *keeper) cancel() {
 	k.mu.Lock()
 	stopped := k.timer != nil && k.timer.Stop()
@@ -123,7 +120,7 @@ func (k *keeper) tick() {
 }
 
 func (k *keeper) end(why error) {
-	k.unhook()
+	k.stop()
 	k.ended(why)
 	close(k.done)
 }

@@ -28,7 +28,7 @@ type Lease struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	stopWatchdog context.CancelFunc
+	stopWatchdog func()
 	done         <-chan struct{} // closed when the watchdog has ended
 
 	mu       sync.Mutex
@@ -67,9 +67,7 @@ func Hold(parent context.Context, s Store, slot Slot, replica string, c Claim, l
 		l.lose(hooks, errors.New("the claim's reply came after the lease's validity"))
 		return l
 	}
-	var wctx context.Context
-	wctx, l.stopWatchdog = context.WithCancel(context.Background())
-	l.watchdog(wctx, hooks)
+	l.watchdog(hooks)
 	return l
 }
 
@@ -106,9 +104,11 @@ func (l *Lease) validUntil() time.Time {
 
 // watchdog starts the lease's keepalive, which holds no goroutine between
 // renewals: a replica holding ten thousand leases pays a timer for each.
-func (l *Lease) watchdog(ctx context.Context, hooks LeaseHooks) {
+// Only stopWatchdog ends it (the context never ends), and so it ends on
+// the goroutine that finishes the lease.
+func (l *Lease) watchdog(hooks LeaseHooks) {
 	renew := func(ctx context.Context) error { return l.store.Renew(ctx, l.slot, l.owner, l.ttl) }
-	l.done = startKeepAlive(ctx, l.ttl, l.validUntil, renew, func(sent time.Time) {
+	l.done, l.stopWatchdog = startKeepAlive(l.ttl, l.validUntil, renew, func(sent time.Time) {
 		l.mu.Lock()
 		l.lastSent = sent
 		l.renewals++

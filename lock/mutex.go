@@ -734,8 +734,8 @@ type hold struct {
 	refs         int                     // Mutexes sharing it; under l.mu
 	ctx          context.Context         // cancelled with ErrLeaseLost when lost
 	cancel       context.CancelCauseFunc //
-	stopWatchdog context.CancelFunc
-	done         chan struct{}
+	stopWatchdog func()
+	done         <-chan struct{} // closed when the watchdog has ended
 
 	mu       sync.Mutex
 	lastSent time.Time // send time of the last confirmed acquisition or renewal
@@ -743,11 +743,9 @@ type hold struct {
 }
 
 func (l *Locker) newHold(name, owner string, ttl time.Duration, token int64, sent time.Time) *hold {
-	h := &hold{l: l, name: name, owner: owner, ttl: ttl, token: token, lastSent: sent, done: make(chan struct{})}
+	h := &hold{l: l, name: name, owner: owner, ttl: ttl, token: token, lastSent: sent}
 	h.ctx, h.cancel = context.WithCancelCause(context.Background())
-	var wctx context.Context
-	wctx, h.stopWatchdog = context.WithCancel(context.Background())
-	go h.watchdog(wctx)
+	h.watchdog()
 	return h
 }
 
@@ -757,17 +755,19 @@ func (h *hold) validUntil() time.Time {
 	return h.lastSent.Add(h.ttl - leaseMargin(h.ttl))
 }
 
-func (h *hold) watchdog(ctx context.Context) {
-	defer close(h.done)
+// watchdog starts the hold's keepalive, as Lease's: a timer between
+// renewals, no goroutine; stopWatchdog ends it.
+func (h *hold) watchdog() {
 	renew := func(ctx context.Context) error { return h.l.renew(ctx, h.name, h.owner, h.ttl) }
-	why := keepAlive(ctx, h.ttl, h.validUntil, renew, func(sent time.Time) {
+	h.done, h.stopWatchdog = startKeepAlive(h.ttl, h.validUntil, renew, func(sent time.Time) {
 		h.mu.Lock()
 		h.lastSent = sent
 		h.mu.Unlock()
+	}, func(why error) {
+		if why != nil {
+			h.lose(why)
+		}
 	})
-	if why != nil {
-		h.lose(why)
-	}
 }
 
 // lose marks the hold lost and cancels its Mutexes' contexts.
