@@ -30,6 +30,13 @@ var errClosed = errors.New("lock: store closed")
 // keeps one warm. A slow link
 // then timed every claim out during the handshake, before it was sent.
 //
+// Claims queue behind every other call: a round trip takes the queued
+// renewals, completions and releases first and fills up with claims. Those
+// calls finish or keep work already won, where a claim starts more; in a
+// burst, the claims of ten thousand slots queued first would otherwise hold
+// up the completions of the slots won in the first round trips (and the
+// goroutines waiting for them), and the renewals of every lease held.
+//
 // Each call keeps its own context: a call whose context ends while it
 // queues is never sent (an abandoned claim must not win and then sit on the
 // slot for a lease), and a caller stops waiting when its context ends. A
@@ -43,7 +50,8 @@ type batcher struct {
 	fuse       bool // send the calls of one fusable script as one EVALSHA (not on a Cluster)
 
 	mu      sync.Mutex
-	queue   []*scriptCall
+	queue   []*scriptCall // waiting calls other than claims: sent first
+	claims  []*scriptCall // waiting claims
 	flights int
 	closed  bool // set by close; no flight starts after it
 	wg      sync.WaitGroup
@@ -111,8 +119,15 @@ func (b *batcher) enqueue(calls ...*scriptCall) {
 		}
 		return
 	}
-	b.queue = append(b.queue, calls...)
-	for started := 0; b.flights < b.maxFlights && started*b.maxBatch < len(b.queue); started++ {
+	for _, c := range calls {
+		if c.script == claimScript {
+			b.claims = append(b.claims, c)
+		} else {
+			b.queue = append(b.queue, c)
+		}
+	}
+	waiting := len(b.queue) + len(b.claims)
+	for started := 0; b.flights < b.maxFlights && started*b.maxBatch < waiting; started++ {
 		b.flights++
 		b.wg.Add(1) // under mu, never after close's Wait has begun
 		go b.fly()
@@ -132,14 +147,15 @@ func (b *batcher) fly() {
 	for {
 		b.mu.Lock()
 		n := min(len(b.queue), b.maxBatch)
-		if n == 0 {
-			b.queue = nil // let the backing array go after a burst
+		m := min(len(b.claims), b.maxBatch-n)
+		if n+m == 0 {
+			b.queue, b.claims = nil, nil // let the backing arrays go after a burst
 			b.flights--
 			b.mu.Unlock()
 			return
 		}
-		batch := b.queue[:n:n]
-		b.queue = b.queue[n:]
+		batch := append(b.queue[:n:n], b.claims[:m]...)
+		b.queue, b.claims = b.queue[n:], b.claims[m:]
 		b.mu.Unlock()
 		b.exec(batch)
 	}

@@ -35,6 +35,7 @@ type gate struct {
 
 	mu    sync.Mutex
 	names map[string]int
+	sent  [][]redis.Cmder // each round trip's commands, as they entered
 }
 
 func newGate(hold int) *gate {
@@ -83,6 +84,7 @@ func (g *gate) trip(ctx context.Context, cmds []redis.Cmder) {
 	}
 	g.commands.Add(int64(len(cmds)))
 	g.mu.Lock()
+	g.sent = append(g.sent, cmds)
 	for _, c := range cmds {
 		name := fmt.Sprint(c.Args()[0])
 		if strings.EqualFold(name, "script") { // SCRIPT LOAD, SCRIPT FLUSH
@@ -131,7 +133,7 @@ func gatedStore(t *testing.T, g *gate) (*Redis, *redis.Client) {
 func queued(r *Redis) int {
 	r.batch.mu.Lock()
 	defer r.batch.mu.Unlock()
-	return len(r.batch.queue)
+	return len(r.batch.queue) + len(r.batch.claims)
 }
 
 // awaitQueue waits until n calls are queued behind the held flights.
@@ -230,6 +232,86 @@ func TestRedisPipelinesConcurrentClaims(t *testing.T) {
 		if st.Status != "running" || st.Holder != "r" || st.Attempts != 1 {
 			t.Errorf("state after a pipelined claim: %+v", st)
 		}
+	}
+}
+
+// A renewal queued behind a burst's claims leaves before them, in the first
+// round trip that takes from the queue, with the claims it has room for:
+// renewals, completions and releases keep or finish work already won, and
+// must not wait for ten thousand claims of new work.
+func TestRedisSendsQueuedRenewalBeforeClaims(t *testing.T) {
+	g := newGate(defaultMaxFlights)
+	r, _ := gatedStore(t, g)
+	ctx := context.Background()
+	now := time.Now()
+	p := Policy{Lease: time.Minute, DoneTTL: time.Hour, MaxAttempts: 3}
+	own := batchSlot(100, now)
+	g.armed.Store(false) // this claim is neither held nor counted
+	c, err := r.Claim(ctx, own, "r", p)
+	if err != nil || c.Result != Won {
+		t.Fatalf("claim: %v %v", c.Result, err)
+	}
+	g.armed.Store(true)
+	wg := fillFlights(t, r, g, now, p)
+
+	const claims = 2*defaultMaxBatch + 10
+	reqs := make([]ClaimRequest, claims)
+	for i := range reqs {
+		reqs[i] = ClaimRequest{Slot: batchSlot(200+i, now), Replica: "r", Policy: p}
+	}
+	won := make(chan int, 1)
+	go func() {
+		n := 0
+		r.ClaimMany(ctx, reqs, func(_ int, rep ClaimReply) {
+			if rep.Err == nil && rep.Result == Won {
+				n++
+			}
+		})
+		won <- n
+	}()
+	awaitQueue(t, r, claims)
+	renewed := make(chan error, 1)
+	go func() { renewed <- r.Renew(ctx, own, Owner{Replica: "r", Attempt: c.Attempt}, p.Lease) }()
+	awaitQueue(t, r, claims+1)
+	close(g.open)
+	if err := <-renewed; err != nil {
+		t.Fatalf("renew: %v", err)
+	}
+	if n := <-won; n != claims {
+		t.Fatalf("%d of %d claims won", n, claims)
+	}
+	wg.Wait()
+
+	// Count the claims in the round trip that carried the renewal: a
+	// fused claim EVALSHA has 3 keys a slot. In the order of arrival it
+	// would have left last, with the 10 claims left over.
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	found := false
+	for _, trip := range g.sent {
+		with, slots := false, 0
+		for _, cmd := range trip {
+			a := cmd.Args()
+			if len(a) < 3 || !strings.EqualFold(fmt.Sprint(a[0]), "evalsha") {
+				continue
+			}
+			switch a[1] {
+			case renewScript.Hash():
+				with = true
+			case claimScript.Hash():
+				keys, _ := strconv.Atoi(fmt.Sprint(a[2]))
+				slots += keys / 3
+			}
+		}
+		if with {
+			found = true
+			if slots != defaultMaxBatch-1 {
+				t.Errorf("the renewal left with %d claims, want %d: it waited behind claims queued before it", slots, defaultMaxBatch-1)
+			}
+		}
+	}
+	if !found {
+		t.Fatal("no round trip carried the renewal")
 	}
 }
 
