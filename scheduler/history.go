@@ -374,23 +374,23 @@ func (h *MemoryHistory) Recent(ctx context.Context, task string, n int) ([]Histo
 	return out, nil
 }
 
-// record appends one finished attempt to the history without holding the
-// slot up: in a goroutine that Run waits for, under a short timeout that
-// outlives ctx (an attempt cut short by shutdown is recorded too). A failed
-// append is logged; the slot's outcome does not depend on it.
-func (s *Scheduler) record(ctx context.Context, task string, e HistoryEntry, log *slog.Logger) {
+// record appends one finished attempt to the history, on the attempt's own
+// goroutine once the slot is completed or released, so it holds up no
+// slot: only this replica's next claim after a failure, by one round trip
+// (historyTimeout at most). It runs under that timeout outliving ctx (an
+// attempt cut short by shutdown is recorded too). A failed append is
+// logged; the slot's outcome does not depend on it. A goroutine per
+// append would cost a burst of ten thousand slots as many goroutines, each
+// waiting for the round trip its append leaves in.
+func (s *Scheduler) record(ctx context.Context, task string, e HistoryEntry, log func() *slog.Logger) {
 	if s.hist == nil {
 		return
 	}
-	s.wg.Add(1) // the slot's own goroutine holds the group open
-	go func() {
-		defer s.wg.Done()
-		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), historyTimeout)
-		defer cancel()
-		if err := s.hist.Append(hctx, task, e); err != nil {
-			log.Warn("run history not recorded", "err", err, "outcome", e.Outcome)
-		}
-	}()
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), historyTimeout)
+	defer cancel()
+	if err := s.hist.Append(hctx, task, e); err != nil {
+		log().Warn("run history not recorded", "err", err, "outcome", e.Outcome)
+	}
 }
 
 // MultiHistory keeps the history on several independent stores at once —

@@ -499,10 +499,17 @@ func (s *Scheduler) joinDeadline(r *slotRun, parks int) {
 		}
 		g = &deadlineGroup{}
 		s.settledRuns[at] = g
-		g.timer = s.clock.AfterFunc(max(at.Sub(s.now()), 0), func() { s.expire(at) })
+		g.timer = s.clock.AfterFunc(max(at.Sub(s.now()), 0)+expireLag, func() { s.expire(at) })
 	}
 	g.runs = append(g.runs, parkedRun{r, parks})
 }
+
+// expireLag is how long after their deadline settled runs are ended. A
+// deadline is by default the next fire time, when the replica is busiest
+// claiming the next slots; ending the old runs, which wait only for a rerun
+// that can no longer start, is not urgent. A rerun announced in the lag
+// wakes its run, which then finds the window closed and ends.
+const expireLag = time.Second
 
 // expire steps, one after the other on the timer's goroutine, the runs of
 // the group of deadline at that are still parked where they joined it.
@@ -562,9 +569,21 @@ func (r *slotRun) unpark() {
 
 // wake is the watch's OnChange: it runs under the store's lock, so it
 // only notes the news (the latest wins: a rerun after a completion means
-// claim, a completion after a release means settled) and unparks.
+// claim, a completion after a release means settled) and unparks. A
+// completion of a slot parked on its timer settles it here instead, as
+// step would, without a goroutine: that is how the replicas that lost a
+// burst's slots hear of each, ten thousand at once.
 func (r *slotRun) wake(isDone bool) {
 	r.mu.Lock()
+	if isDone && r.parked && r.timer != nil && r.ctx.Err() == nil && r.timer.Stop() {
+		r.settled = true // no goroutine owns the run while it is parked
+		r.news = noNotice
+		r.timer = nil
+		r.parks++
+		r.s.joinDeadline(r, r.parks)
+		r.mu.Unlock()
+		return
+	}
 	r.news = released
 	if isDone {
 		r.news = done
@@ -672,15 +691,18 @@ func (s *Scheduler) claimRetry(err error, failures int) time.Duration {
 // if the slot could not then be marked done, since running it again here
 // would only add a duplicate (a peer may still, after the lease).
 func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, c lock.Claim) bool {
-	// One With for the attempt's four attributes: a JSON handler formats
-	// them at once, and a burst makes ten thousand of these.
-	log := s.log.With("task", t.Name, "slot", slot.ID, "attempt", c.Attempt, "token", lock.Token(slot.Time, c.Attempt))
+	// One With for the attempt's four attributes, made on first use: a JSON
+	// handler formats them at once, a burst makes ten thousand of these,
+	// and at level warn most attempts log nothing.
+	log := sync.OnceValue(func() *slog.Logger {
+		return s.log.With("task", t.Name, "slot", slot.ID, "attempt", c.Attempt, "token", lock.Token(slot.Time, c.Attempt))
+	})
 	st := s.m.task(t.Name)
 	lease := lock.Hold(hard, s.store, slot, s.replica, c, t.Lease, lock.LeaseHooks{
 		Renewed: st.renewals.Inc,
 		Lost: func(err error) {
 			st.leaseLosses.Inc()
-			log.Error("lease lost: cancelling the task", "err", err)
+			log().Error("lease lost: cancelling the task", "err", err)
 		},
 	})
 	run := tasks.Run{
@@ -692,7 +714,9 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 	start := s.now()
 	st.startDelay.Observe(max(start.Sub(slot.Time), 0).Seconds())
 	st.running.Add(1)
-	log.Info("attempt started", "delay", start.Sub(slot.Time))
+	if s.log.Enabled(ctx, slog.LevelInfo) {
+		log().Info("attempt started", "delay", start.Sub(slot.Time))
+	}
 	err := runTask(tasks.WithRun(tctx, run), t.Job)
 	st.running.Add(-1)
 	took := s.now().Sub(start)
@@ -710,7 +734,7 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 		if errors.Is(ferr, lock.ErrNotReplicated) {
 			// Done on the master; a failover before the replicas catch up
 			// could lose the marker and let a peer run the slot again.
-			log.Warn("slot marked done, but not acknowledged by min_replicas_ack replicas", "err", ferr)
+			log().Warn("slot marked done, but not acknowledged by min_replicas_ack replicas", "err", ferr)
 			ferr = nil
 		}
 		if ferr != nil {
@@ -718,14 +742,16 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 			// again after the lease; the fencing token tells them apart.
 			st.ran(outcomeLeaseLost)
 			st.finishErrors.Inc()
-			log.Error("task succeeded but the slot could not be marked done", "err", ferr, "duration", took)
+			log().Error("task succeeded but the slot could not be marked done", "err", ferr, "duration", took)
 			entry.Outcome, entry.Error = outcomeLeaseLost, "task succeeded but the slot could not be marked done: "+ferr.Error()
 			s.record(ctx, t.Name, entry, log)
 			return true
 		}
 		st.ran(outcomeSuccess)
 		st.succeeded(slot.Time)
-		log.Info("attempt succeeded", "duration", took)
+		if s.log.Enabled(ctx, slog.LevelInfo) {
+			log().Info("attempt succeeded", "duration", took)
+		}
 		entry.Outcome = outcomeSuccess
 		s.record(ctx, t.Name, entry, log)
 		return true
@@ -743,10 +769,10 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 		err = context.Cause(tctx)
 	}
 	st.ran(outcome)
-	log.Warn("attempt failed", "outcome", outcome, "err", err, "duration", took)
+	log().Warn("attempt failed", "outcome", outcome, "err", err, "duration", took)
 	if rerr := lease.Release(fctx); rerr != nil {
 		st.finishErrors.Inc()
-		log.Error("release failed; the slot frees when its lease runs out", "err", rerr)
+		log().Error("release failed; the slot frees when its lease runs out", "err", rerr)
 	}
 	entry.Outcome, entry.Error = outcome, err.Error()
 	s.record(ctx, t.Name, entry, log)
