@@ -82,7 +82,15 @@ func newProbe(params map[string]any, _ *slog.Logger) (tasks.Task, error) {
 			return errors.New("probe: no slot in the context or no records file")
 		}
 		slot := run.SlotTime.UnixNano()
-		rec.now("S %s %d %d %d\n", run.Task, slot, run.Attempt, start.UnixNano())
+		// A long task's lines are flushed at once: its replica may be the
+		// one killed while it runs. The others wait for the next flush, not
+		// to make a burst's ten thousand starts as many writes under one
+		// lock, which would cost the replica more than slotd does.
+		emit := rec.printf
+		if p.SleepFirst.Duration > 0 {
+			emit = rec.now
+		}
+		emit("S %s %d %d %d\n", run.Task, slot, run.Attempt, start.UnixNano())
 		var err error
 		if run.Attempt == 1 {
 			if p.SleepFirst.Duration > 0 {
@@ -102,7 +110,7 @@ func newProbe(params map[string]any, _ *slog.Logger) (tasks.Task, error) {
 		if err != nil {
 			outcome = "fail"
 		}
-		rec.now("E %s %d %d %d %s\n", run.Task, slot, run.Attempt, time.Now().UnixNano(), outcome)
+		emit("E %s %d %d %d %s\n", run.Task, slot, run.Attempt, time.Now().UnixNano(), outcome)
 		return err
 	}), nil
 }
