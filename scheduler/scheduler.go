@@ -575,6 +575,13 @@ func (r *slotRun) unpark() {
 // burst's slots hear of each, ten thousand at once.
 func (r *slotRun) wake(isDone bool) {
 	r.mu.Lock()
+	if isDone && r.parked && r.settled {
+		// Settled already (its claim found the slot done, or an earlier
+		// notice said so): a completion changes nothing, and waking the run
+		// would cost a goroutine only to park it again.
+		r.mu.Unlock()
+		return
+	}
 	if isDone && r.parked && r.timer != nil && r.ctx.Err() == nil && r.timer.Stop() {
 		r.settled = true // no goroutine owns the run while it is parked
 		r.news = noNotice

@@ -1,0 +1,89 @@
+package scheduler
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/slotd/slotd/lock"
+)
+
+// parkedRunAfter makes a run of the "report" task's slot of the current hour
+// and feeds it reply as its first claim's, so that it parks as it would
+// after a ClaimMany.
+func parkedRunAfter(t *testing.T, reply lock.ClaimReply) (*Scheduler, *slotRun) {
+	t.Helper()
+	s := New(parse(t, minimal), lock.NewMemory(time.Now))
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() {
+		cancel()
+		s.unparkAll()
+		s.wg.Wait()
+		s.stopDeadlines()
+	})
+	task := &s.cfg.Tasks[0]
+	r := s.newRun(ctx, ctx, task, time.Now().Truncate(time.Hour))
+	r.step(&reply)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.parked {
+		t.Fatalf("the run did not park after a %v claim", reply.Result)
+	}
+	return s, r
+}
+
+func groupEntries(s *Scheduler, r *slotRun) int {
+	s.settledMu.Lock()
+	defer s.settledMu.Unlock()
+	if g := s.settledRuns[r.slot.Deadline]; g != nil {
+		return len(g.runs)
+	}
+	return 0
+}
+
+// A loser parked on its timer (the slot held by a peer) is settled by the
+// holder's completion notice in the callback itself: it stays parked, now
+// in its deadline's group, with no timer and no goroutine started.
+func TestCompletionSettlesParkedRunInPlace(t *testing.T) {
+	s, r := parkedRunAfter(t, lock.ClaimReply{Claim: lock.Claim{Result: lock.Held, Wait: time.Hour}})
+	if r.timer == nil || r.settled {
+		t.Fatalf("after a held claim: timer %v, settled %v; want a timer, not settled", r.timer, r.settled)
+	}
+	r.wake(true)
+	r.mu.Lock()
+	parked, settled, timer, news := r.parked, r.settled, r.timer, r.news
+	r.mu.Unlock()
+	if !parked || !settled || timer != nil || news != noNotice {
+		t.Errorf("after the completion: parked %v, settled %v, timer %v, news %v; want parked, settled, no timer, no news",
+			parked, settled, timer, news)
+	}
+	if n := groupEntries(s, r); n != 1 {
+		t.Errorf("%d entries in the deadline's group, want 1", n)
+	}
+}
+
+// A run already settled (its claim found the slot done) ignores a
+// completion notice: it is not woken only to park again, which would cost
+// a goroutine and a stale entry in its deadline's group. A rerun still
+// wakes it.
+func TestCompletionLeavesSettledRunParked(t *testing.T) {
+	s, r := parkedRunAfter(t, lock.ClaimReply{Claim: lock.Claim{Result: lock.Done}})
+	r.wake(true)
+	r.mu.Lock()
+	parked, news := r.parked, r.news
+	r.mu.Unlock()
+	if !parked || news != noNotice {
+		t.Errorf("after a completion notice: parked %v, news %v; want parked, no news", parked, news)
+	}
+	if n := groupEntries(s, r); n != 1 {
+		t.Errorf("%d entries in the deadline's group, want 1", n)
+	}
+
+	r.wake(false) // a rerun: claim again
+	r.mu.Lock()
+	parked = r.parked
+	r.mu.Unlock()
+	if parked {
+		t.Error("a rerun notice left the settled run parked")
+	}
+}
