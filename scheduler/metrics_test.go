@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"fmt"
+	"io"
 	"runtime"
 	"strings"
 	"sync"
@@ -9,7 +10,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/slotd/slotd/lock"
 )
@@ -34,6 +37,8 @@ func TestMetricsExposition(t *testing.T) {
 	idle := metricsTask(t, "idle", "*/5 * * * *")
 	idle.Deadline = time.Minute // shorter than the gap: the window is the gap
 	m := newMetrics(reg, []Task{nightly, idle})
+	full := prometheus.NewRegistry() // the same, with the per-task series as a collector
+	full.MustRegister(m.redisUp, m.clockSkew, &taskCollector{m: m, d: newTaskDescs()})
 
 	st := m.task("nightly")
 	for _, r := range []lock.Result{lock.Won, lock.Won, lock.Held, lock.Done, lock.Exhausted, lock.Early, lock.Late, lock.Result(42)} {
@@ -192,9 +197,49 @@ slotd_task_duration_seconds_count{task="nightly"} 4
 slotd_task_window_seconds{task="idle"} 300
 slotd_task_window_seconds{task="nightly"} 86400
 `
-	if got := exposition(t, reg); got != strings.TrimPrefix(want, "\n") {
-		t.Errorf("scrape differs from the *Vec series' exposition:\n%s", lineDiff(got, want))
+	want = strings.TrimPrefix(want, "\n")
+	if got := exposition(t, full); got != want {
+		t.Errorf("TaskCollector's scrape differs from the *Vec series' exposition:\n%s", lineDiff(got, want))
 	}
+	// What /metrics serves: the registry, then writeText's families. The
+	// text format orders neither families nor series, so the lines are
+	// compared as a set, after a parser has read the whole as valid.
+	var b strings.Builder
+	if err := m.writeText(&b); err != nil {
+		t.Fatal(err)
+	}
+	served := exposition(t, reg) + b.String()
+	if _, err := parseText(served); err != nil {
+		t.Fatalf("writeText's scrape does not parse: %v\n%s", err, served)
+	}
+	if d := lineDiff(served, want); d != "" {
+		t.Errorf("writeText's scrape differs from the *Vec series' exposition:\n%s", d)
+	}
+}
+
+// A task name is escaped as a label value: a backslash, a double quote and
+// a line feed would otherwise end the value or the line.
+func TestWriteMetricsEscapesTaskNames(t *testing.T) {
+	name := "a\\b\"c\nd"
+	m := newMetrics(prometheus.NewRegistry(), []Task{metricsTask(t, name, "@every 1s")})
+	var b strings.Builder
+	if err := m.writeText(&b); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := parseText(b.String())
+	if err != nil {
+		t.Fatalf("does not parse: %v\n%s", err, b.String())
+	}
+	got := mfs["slotd_running_tasks"].GetMetric()[0].GetLabel()[0].GetValue()
+	if got != name {
+		t.Errorf("task label %q, want %q", got, name)
+	}
+}
+
+// parseText parses a scrape in the text format, as Prometheus would.
+func parseText(s string) (map[string]*dto.MetricFamily, error) {
+	p := expfmt.NewTextParser(model.LegacyValidation)
+	return p.TextToMetricFamilies(strings.NewReader(s))
 }
 
 // exposition is one scrape of reg in the text format.
@@ -261,6 +306,7 @@ func TestMetricsHistogramBounds(t *testing.T) {
 func TestMetricsConcurrentScrape(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := newMetrics(reg, []Task{metricsTask(t, "busy", "@every 1s")})
+	reg.MustRegister(&taskCollector{m: m, d: newTaskDescs()})
 	st := m.task("busy")
 	const workers, each = 4, 2000
 	var wg sync.WaitGroup
@@ -351,22 +397,22 @@ func vecSeries(reg prometheus.Registerer, names []string) {
 	}
 }
 
-// heapGrowth is the live heap that build adds, in bytes, and the bytes one
-// scrape of the registry it fills allocates.
-func heapGrowth(build func(prometheus.Registerer)) (live, scrape uint64) {
-	var before, after, scraped runtime.MemStats
+// heapGrowth is the live heap that build adds, in bytes, and the bytes the
+// scrape it returns allocates.
+func heapGrowth(build func(prometheus.Registerer) (scrape func() error)) (live, scraped uint64) {
+	var before, after, done runtime.MemStats
 	reg := prometheus.NewRegistry()
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	build(reg)
+	scrape := build(reg)
 	runtime.GC()
 	runtime.ReadMemStats(&after)
-	if _, err := reg.Gather(); err != nil {
+	if err := scrape(); err != nil {
 		panic(err)
 	}
-	runtime.ReadMemStats(&scraped)
+	runtime.ReadMemStats(&done)
 	runtime.KeepAlive(reg)
-	return after.HeapAlloc - min(before.HeapAlloc, after.HeapAlloc), scraped.TotalAlloc - after.TotalAlloc
+	return after.HeapAlloc - min(before.HeapAlloc, after.HeapAlloc), done.TotalAlloc - after.TotalAlloc
 }
 
 // The live heap of 10,000 tasks' series, against the *Vec series measured
@@ -387,13 +433,29 @@ func TestMetricsHeapPerTask(t *testing.T) {
 		names[i] = fmt.Sprintf("task-%05d", i)
 		tasks[i] = Task{Name: names[i], Schedule: s}
 	}
-	newLive, newScrape := heapGrowth(func(reg prometheus.Registerer) { newMetrics(reg, tasks) })
-	oldLive, oldScrape := heapGrowth(func(reg prometheus.Registerer) { vecSeries(reg, names) })
-	t.Logf("live heap per task: %d B (atomics, one collector) vs %d B (*Vec series), ratio %.3f",
+	gather := func(reg prometheus.Registerer) func() error {
+		return func() error { _, err := reg.(prometheus.Gatherer).Gather(); return err }
+	}
+	newLive, newScrape := heapGrowth(func(reg prometheus.Registerer) func() error {
+		m := newMetrics(reg, tasks)
+		return func() error { return m.writeText(io.Discard) }
+	})
+	_, collectorScrape := heapGrowth(func(reg prometheus.Registerer) func() error {
+		reg.MustRegister(&taskCollector{m: newMetrics(reg, tasks), d: newTaskDescs()})
+		return gather(reg)
+	})
+	oldLive, oldScrape := heapGrowth(func(reg prometheus.Registerer) func() error {
+		vecSeries(reg, names)
+		return gather(reg)
+	})
+	t.Logf("live heap per task: %d B (atomics) vs %d B (*Vec series), ratio %.3f",
 		newLive/n, oldLive/n, float64(newLive)/float64(oldLive))
-	t.Logf("allocated per task by one scrape: %d B vs %d B, ratio %.2f",
-		newScrape/n, oldScrape/n, float64(newScrape)/float64(oldScrape))
+	t.Logf("allocated per task by one scrape: %d B (writeText), %d B (TaskCollector), %d B (*Vec series)",
+		newScrape/n, collectorScrape/n, oldScrape/n)
 	if newLive*10 > oldLive {
 		t.Errorf("live heap per task %d B is more than a tenth of the *Vec series' %d B", newLive/n, oldLive/n)
+	}
+	if newScrape > 64<<10+n*16 {
+		t.Errorf("a scrape of %d tasks allocated %d B, want about one 64 KB buffer", n, newScrape)
 	}
 }

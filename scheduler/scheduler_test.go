@@ -137,6 +137,7 @@ func startReplica(t *testing.T, name string, store lock.Store, grace time.Durati
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	opts = append([]scheduler.Option{scheduler.WithLogger(log), scheduler.WithRegisterer(r.reg)}, opts...)
 	r.sched = scheduler.New(cfg, store, opts...)
+	r.reg.MustRegister(r.sched.TaskCollector())
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	go func() {

@@ -5,6 +5,7 @@
 package cli
 
 import (
+	"compress/gzip"
 	"context"
 	"errors"
 	"flag"
@@ -16,13 +17,16 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/lmittmann/tint"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/common/expfmt"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slotd/slotd/lock"
@@ -260,11 +264,69 @@ func run(ctx context.Context, cfg *scheduler.Config, log *slog.Logger, o options
 	return sched.Run(ctx)
 }
 
+// metricsHandler serves reg's series and then sched's per-task series in
+// the text format (0.0.4), gzipped if the scraper accepts it. The per-task
+// series are written straight from the scheduler's counters
+// (Scheduler.WriteMetrics): with 10,000 tasks, promhttp over a registry
+// holding them allocated 170 MB a scrape and took a replica's RSS to
+// 260-290 MB. The text format is what Prometheus reads from every target
+// that offers nothing else.
+func metricsHandler(reg prometheus.Gatherer, sched *scheduler.Scheduler) http.Handler {
+	format := expfmt.NewFormat(expfmt.TypeTextPlain)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mfs, err := reg.Gather()
+		if err != nil {
+			http.Error(w, "gathering metrics: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", string(format))
+		var out io.Writer = w
+		if acceptsGzip(r) {
+			w.Header().Set("Content-Encoding", "gzip")
+			gz := gzipWriters.Get().(*gzip.Writer)
+			gz.Reset(w)
+			defer func() {
+				_ = gz.Close()
+				gzipWriters.Put(gz)
+			}()
+			out = gz
+		}
+		enc := expfmt.NewEncoder(out, format)
+		for _, mf := range mfs {
+			if err := enc.Encode(mf); err != nil {
+				return // the scraper went away
+			}
+		}
+		_ = sched.WriteMetrics(out)
+	})
+}
+
+// gzipWriters are reused across scrapes: a new one allocates its
+// compressor's state, several hundred kilobytes.
+var gzipWriters = sync.Pool{New: func() any { return gzip.NewWriter(io.Discard) }}
+
+// acceptsGzip reports whether r's Accept-Encoding lists gzip with a
+// quality above zero.
+func acceptsGzip(r *http.Request) bool {
+	for _, part := range strings.Split(r.Header.Get("Accept-Encoding"), ",") {
+		enc, params, _ := strings.Cut(part, ";")
+		if strings.TrimSpace(enc) != "gzip" {
+			continue
+		}
+		q, ok := strings.CutPrefix(strings.TrimSpace(params), "q=")
+		if f, err := strconv.ParseFloat(q, 64); ok && err == nil && f == 0 {
+			return false
+		}
+		return true
+	}
+	return false
+}
+
 // handler serves /metrics, /healthz, /readyz, and the fleet view from
 // store and hist: /api/v1/tasks and the status page at /.
 func handler(reg *prometheus.Registry, sched *scheduler.Scheduler, cfg *scheduler.Config, store lock.Store, hist scheduler.History) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.Handle("GET /metrics", metricsHandler(reg, sched))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})

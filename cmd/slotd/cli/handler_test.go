@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/scheduler"
@@ -170,4 +173,63 @@ type downStore struct{ lock.Store }
 
 func (downStore) Time(context.Context) (time.Time, error) {
 	return time.Time{}, errors.New("lock: time: dial tcp: <down>")
+}
+
+// /metrics serves the registry's series (here the scheduler's gauges) and
+// every task's, as one valid text-format scrape, and the same gzipped to a
+// scraper that asks for it.
+func TestMetricsEndpoint(t *testing.T) {
+	s := newServed(t, lock.NewMemory(time.Now))
+	res, body := s.get("/metrics")
+	if res.StatusCode != http.StatusOK || !strings.HasPrefix(res.Header.Get("Content-Type"), "text/plain; version=0.0.4") {
+		t.Fatalf("GET /metrics: %s, Content-Type %q", res.Status, res.Header.Get("Content-Type"))
+	}
+	p := expfmt.NewTextParser(model.LegacyValidation)
+	mfs, err := p.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("the scrape does not parse: %v", err)
+	}
+	for _, name := range []string{"slotd_redis_up", "slotd_clock_skew_seconds", "slotd_claims_total", "slotd_task_duration_seconds"} {
+		if mfs[name] == nil {
+			t.Errorf("no %s in the scrape", name)
+		}
+	}
+	tasks := map[string]bool{}
+	for _, m := range mfs["slotd_running_tasks"].GetMetric() {
+		tasks[m.GetLabel()[0].GetValue()] = true
+	}
+	if len(tasks) != len(s.cfg.Tasks) || !tasks["report"] || !tasks["backup"] {
+		t.Errorf("slotd_running_tasks for tasks %v, want every configured task", tasks)
+	}
+
+	for _, accept := range []string{"gzip", "deflate, gzip;q=0.5", "gzip;q=0"} {
+		req := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+		req.Header.Set("Accept-Encoding", accept)
+		rec := httptest.NewRecorder()
+		s.h.ServeHTTP(rec, req)
+		want := "gzip"
+		if accept == "gzip;q=0" {
+			want = ""
+		}
+		if got := rec.Header().Get("Content-Encoding"); got != want {
+			t.Errorf("Accept-Encoding %q: Content-Encoding %q, want %q", accept, got, want)
+			continue
+		}
+		var r io.Reader = rec.Body
+		if want == "gzip" {
+			zr, err := gzip.NewReader(rec.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r = zr
+		}
+		p := expfmt.NewTextParser(model.LegacyValidation)
+		got, err := p.TextToMetricFamilies(r)
+		if err != nil {
+			t.Fatalf("Accept-Encoding %q: the scrape does not parse: %v", accept, err)
+		}
+		if len(got) != len(mfs) {
+			t.Errorf("Accept-Encoding %q: %d families, want %d", accept, len(got), len(mfs))
+		}
+	}
 }
