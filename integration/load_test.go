@@ -31,7 +31,11 @@ type loadReport struct {
 		ClientCmdsPerSlot  float64 `json:"client_commands_per_slot"`
 	} `json:"burst"`
 	Failure latency `json:"failure_handoff"`
-	Crash   struct {
+	Scrapes struct {
+		N       int     `json:"n"`
+		MeanKiB float64 `json:"mean_kib"`
+	} `json:"scrapes"`
+	Crash struct {
 		Killed   string  `json:"killed"`
 		Takeover latency `json:"takeover_after_expiry"`
 	} `json:"crash_takeover"`
@@ -72,7 +76,7 @@ func TestLoadToolSmall(t *testing.T) {
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, bin, "-replicas", "2", "-tasks", "50", "-fail", "2", "-crash", "1",
-		"-period", "4s", "-lease", "1s", "-redis-server", redisServer, "-json")
+		"-period", "4s", "-lease", "1s", "-scrape", "1s", "-redis-server", redisServer, "-json")
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("load tool: %v\nstderr:\n%s\nstdout:\n%s", err, stderr.String(), stdout.String())
@@ -106,6 +110,11 @@ func TestLoadToolSmall(t *testing.T) {
 		bu.ClientTripsPerSlot <= 0 || bu.ClientTripsPerSlot > bu.ClientCmdsPerSlot {
 		t.Errorf("commands per slot: server %.2f, client %.2f round trips and %.2f commands; want ≥ 3 on the server, and 0 < round trips ≤ client commands ≤ server commands",
 			bu.ServerCmdsPerSlot, bu.ClientTripsPerSlot, bu.ClientCmdsPerSlot)
+	}
+	// 50 tasks' series are some 130 KiB of text: a scrape that read less
+	// lost the per-task families.
+	if r.Scrapes.N == 0 || r.Scrapes.MeanKiB < 100 {
+		t.Errorf("scrapes: %d, %.0f KiB each; want some, each with every task's series", r.Scrapes.N, r.Scrapes.MeanKiB)
 	}
 	if r.Failure.N != 2 {
 		t.Errorf("failure handoff measured %d times, want 2", r.Failure.N)

@@ -40,7 +40,7 @@ type options struct {
 	replicas, tasks, fail, crash, batch int
 	warmup                              int
 	period, lease, burstLease           time.Duration
-	duration, sample                    time.Duration
+	duration, sample, scrape            time.Duration
 	redisServer, dir                    string
 	json, profile                       bool
 }
@@ -66,6 +66,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.burstLease, "burst-lease", 15*time.Second, "lease of the burst and failing tasks (slotd's default; a claim's time limit is lease/3)")
 	fs.DurationVar(&o.duration, "duration", 0, "keep the replicas running at least this long (memory growth: -duration 10m)")
 	fs.DurationVar(&o.sample, "sample", 30*time.Second, "RSS sampling interval")
+	fs.DurationVar(&o.scrape, "scrape", 0, "fetch every replica's /metrics (gzipped) this often, as Prometheus would; 0: never")
 	fs.StringVar(&o.redisServer, "redis-server", "redis-server", "redis-server binary")
 	fs.StringVar(&o.dir, "dir", "", "keep configs, records and logs here (default: a temporary directory, removed)")
 	fs.BoolVar(&o.json, "json", false, "print the report as JSON")

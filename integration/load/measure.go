@@ -84,6 +84,10 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 	}
 	recs := newRecords(reps)
 	sampler := newSampler(reps, o.sample, started)
+	var sc *scraper
+	if o.scrape > 0 {
+		sc = startScraper(reps, o.scrape)
+	}
 	wait := func(until time.Time) error {
 		for time.Now().Before(until) {
 			sampler.tick()
@@ -191,6 +195,9 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 		return nil, err
 	}
 	sampler.sample()
+	if sc != nil {
+		rep.Scrapes = sc.finish(o.scrape)
+	}
 	progress("stopping the replicas")
 	for _, r := range reps {
 		if err := r.stop(30 * time.Second); err != nil {

@@ -20,7 +20,8 @@ type report struct {
 	Crash      crashReport        `json:"crash_takeover"`
 	Replicas   []replicaReport    `json:"replicas"`
 	RSSSamples []rssSample        `json:"rss_samples"`
-	Checks     map[string]int     `json:"checks"` // slots checked, by task kind
+	Scrapes    scrapeReport       `json:"scrapes"` // with -scrape
+	Checks     map[string]int     `json:"checks"`  // slots checked, by task kind
 	Violations []string           `json:"violations"`
 	burstCPU   map[string]float64 // by replica id, over the burst's window
 }
@@ -353,6 +354,10 @@ func (rep *report) writeTable(w io.Writer) {
 		row("replica "+r.ID, fmt.Sprintf("CPU %.2f s in the burst window, %.2f s in all; peak RSS %.1f MB%s",
 			r.BurstCPU, r.CPUSeconds, r.PeakRSSMB, note),
 			fmt.Sprintf("Go peaks: heap %.1f MB, stacks %.1f MB, %d goroutines", r.HeapMB, r.StacksMB, r.Goroutines))
+	}
+	if sc := rep.Scrapes; sc.Every != "" {
+		row("/metrics scraped every "+sc.Every, fmt.Sprintf("%d scrapes of %.0f KiB of text (gzipped on the wire), %d failed; took %s",
+			sc.N, sc.MeanKiB, sc.Errors, lat(sc.Took)), "")
 	}
 	tw.Flush()
 	if len(rep.RSSSamples) > 1 {
