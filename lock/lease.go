@@ -104,8 +104,8 @@ func (l *Lease) validUntil() time.Time {
 
 // watchdog starts the lease's keepalive, which holds no goroutine between
 // renewals: a replica holding ten thousand leases pays a timer for each.
-// Only stopWatchdog ends it (the context never ends), and so it ends on
-// the goroutine that finishes the lease.
+// Unless the lease is lost, only stopWatchdog ends it, on the goroutine
+// that finishes the lease.
 func (l *Lease) watchdog(hooks LeaseHooks) {
 	renew := func(ctx context.Context) error { return l.store.Renew(ctx, l.slot, l.owner, l.ttl) }
 	l.done, l.stopWatchdog = startKeepAlive(l.ttl, l.validUntil, renew, func(sent time.Time) {
