@@ -87,3 +87,28 @@ func TestCompletionLeavesSettledRunParked(t *testing.T) {
 		t.Error("a rerun notice left the settled run parked")
 	}
 }
+
+// During the handoff pause after its own failed attempt, a run ignores a
+// release notice (its own, published as it released, may arrive after it
+// parked): only the pause's end or a completion moves it.
+func TestHandoffIgnoresReleaseNotice(t *testing.T) {
+	s, r := parkedRunAfter(t, lock.ClaimReply{Claim: lock.Claim{Result: lock.Held, Wait: time.Hour}})
+	r.mu.Lock()
+	r.handingOff = true // as handle leaves it after a failed attempt
+	r.mu.Unlock()
+	r.wake(false)
+	r.mu.Lock()
+	parked, news := r.parked, r.news
+	r.mu.Unlock()
+	if !parked || news != noNotice {
+		t.Fatalf("after a release notice in the handoff: parked %v, news %v; want parked, no news", parked, news)
+	}
+	r.wake(true)
+	r.mu.Lock()
+	settled, handingOff := r.settled, r.handingOff
+	r.mu.Unlock()
+	if !settled || handingOff || groupEntries(s, r) != 1 {
+		t.Errorf("after a completion in the handoff: settled %v, handing off %v, %d group entries; want settled, not handing off, 1",
+			settled, handingOff, groupEntries(s, r))
+	}
+}

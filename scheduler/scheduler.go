@@ -330,7 +330,11 @@ type slotRun struct {
 	parked bool   // waiting: no goroutine
 	parks  int    // times parked, so that a deadline group skips a stale entry
 	news   notice // the latest notice since the last look
-	timer  Timer  // while parked, unless in a deadline group
+	// handingOff: after this replica's own failed attempt, until the
+	// handoff pause ends. A release notice then is (or may be) its own,
+	// published as it released: it must not cut the pause short.
+	handingOff bool
+	timer      Timer // while parked, unless in a deadline group
 }
 
 // notice is what the watch last said about the slot.
@@ -548,7 +552,7 @@ func (r *slotRun) take(parks int) bool {
 	if !r.parked || r.parks != parks {
 		return false
 	}
-	r.parked = false
+	r.parked, r.handingOff = false, false
 	return true
 }
 
@@ -560,7 +564,7 @@ func (r *slotRun) unpark() {
 	if !r.parked {
 		return
 	}
-	r.parked = false
+	r.parked, r.handingOff = false, false
 	if r.timer != nil {
 		r.timer.Stop()
 	}
@@ -575,6 +579,12 @@ func (r *slotRun) unpark() {
 // burst's slots hear of each, ten thousand at once.
 func (r *slotRun) wake(isDone bool) {
 	r.mu.Lock()
+	if !isDone && r.handingOff {
+		// Our own release, most likely; another (a peer's, a rerun) waits
+		// for the pause to end, which is short.
+		r.mu.Unlock()
+		return
+	}
 	if isDone && r.parked && r.settled {
 		// Settled already (its claim found the slot done, or an earlier
 		// notice said so): a completion changes nothing, and waking the run
@@ -584,7 +594,7 @@ func (r *slotRun) wake(isDone bool) {
 	}
 	if isDone && r.parked && r.timer != nil && r.ctx.Err() == nil && r.timer.Stop() {
 		r.settled = true // no goroutine owns the run while it is parked
-		r.news = noNotice
+		r.news, r.handingOff = noNotice, false
 		r.timer = nil
 		r.parks++
 		r.s.joinDeadline(r, r.parks)
@@ -603,7 +613,7 @@ func (r *slotRun) takeNews() notice {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n := r.news
-	r.news = noNotice
+	r.news, r.handingOff = noNotice, false
 	return n
 }
 
@@ -658,8 +668,11 @@ func (r *slotRun) handle(reply *lock.ClaimReply) (time.Duration, bool) {
 			r.logger().Error("slot exhausted: its last allowed attempt failed", "attempts", c.Attempt-c.Base)
 			return 0, true
 		}
-		// Our own release woke us too; let a peer go first.
-		r.takeNews()
+		// Let a peer go first: our own release's notice, which may arrive
+		// before or after this, must not wake us (see wake).
+		r.mu.Lock()
+		r.news, r.handingOff = noNotice, true
+		r.mu.Unlock()
 		return s.handoff.Delay(0), false
 	case lock.Done, lock.Exhausted:
 		if s.log.Enabled(r.ctx, slog.LevelDebug) {
