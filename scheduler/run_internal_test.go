@@ -32,6 +32,13 @@ func parkedRunAfter(t *testing.T, reply lock.ClaimReply) (*Scheduler, *slotRun) 
 	return s, r
 }
 
+// parkedState is whether r is parked, and its notice not yet looked at.
+func parkedState(r *slotRun) (bool, notice) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.parked, r.news
+}
+
 func groupEntries(s *Scheduler, r *slotRun) int {
 	s.settledMu.Lock()
 	defer s.settledMu.Unlock()
@@ -69,10 +76,7 @@ func TestCompletionSettlesParkedRunInPlace(t *testing.T) {
 func TestCompletionLeavesSettledRunParked(t *testing.T) {
 	s, r := parkedRunAfter(t, lock.ClaimReply{Claim: lock.Claim{Result: lock.Done}})
 	r.wake(true)
-	r.mu.Lock()
-	parked, news := r.parked, r.news
-	r.mu.Unlock()
-	if !parked || news != noNotice {
+	if parked, news := parkedState(r); !parked || news != noNotice {
 		t.Errorf("after a completion notice: parked %v, news %v; want parked, no news", parked, news)
 	}
 	if n := groupEntries(s, r); n != 1 {
@@ -80,10 +84,7 @@ func TestCompletionLeavesSettledRunParked(t *testing.T) {
 	}
 
 	r.wake(false) // a rerun: claim again
-	r.mu.Lock()
-	parked = r.parked
-	r.mu.Unlock()
-	if parked {
+	if parked, _ := parkedState(r); parked {
 		t.Error("a rerun notice left the settled run parked")
 	}
 }
@@ -97,10 +98,7 @@ func TestHandoffIgnoresReleaseNotice(t *testing.T) {
 	r.handingOff = true // as handle leaves it after a failed attempt
 	r.mu.Unlock()
 	r.wake(false)
-	r.mu.Lock()
-	parked, news := r.parked, r.news
-	r.mu.Unlock()
-	if !parked || news != noNotice {
+	if parked, news := parkedState(r); !parked || news != noNotice {
 		t.Fatalf("after a release notice in the handoff: parked %v, news %v; want parked, no news", parked, news)
 	}
 	r.wake(true)
