@@ -110,3 +110,45 @@ func TestHandoffIgnoresReleaseNotice(t *testing.T) {
 			settled, handingOff, groupEntries(s, r))
 	}
 }
+
+// A settled run ends a little after its deadline (expireLag), not at it; a
+// rerun announced in between wakes it, and it ends without claiming: no
+// attempt starts after the deadline.
+func TestRerunAfterDeadlineClaimsNothing(t *testing.T) {
+	store := lock.NewMemory(time.Now)
+	s := New(parse(t, minimal), store)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() {
+		cancel()
+		s.unparkAll()
+		s.wg.Wait()
+		s.stopDeadlines()
+	})
+	r := s.newRun(ctx, ctx, &s.cfg.Tasks[0], time.Now().Truncate(time.Hour))
+	r.slot.Deadline = time.Now().Add(100 * time.Millisecond)
+	r.step(&lock.ClaimReply{Claim: lock.Claim{Result: lock.Done}})
+	for time.Now().Before(r.slot.Deadline) {
+		time.Sleep(10 * time.Millisecond) // the clock's own condition, not a race
+	}
+	if parked, _ := parkedState(r); !parked {
+		t.Fatal("the settled run ended at its deadline, want it parked until the lag")
+	}
+	r.wake(false) // an operator's rerun, after the deadline
+	ended := func() bool {
+		s.runsMu.Lock()
+		defer s.runsMu.Unlock()
+		return s.runs == nil
+	}
+	for deadline := time.Now().Add(5 * time.Second); !ended(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the woken run did not end")
+		}
+	}
+	sts, err := store.States(ctx, []lock.Slot{r.slot})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sts[0].Attempts != 0 {
+		t.Errorf("state after a rerun past the deadline: %+v, want no claim", sts[0])
+	}
+}
