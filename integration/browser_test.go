@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/slotd/slotd/integration/redistest"
+	"github.com/slotd/slotd/internal/redistest"
 )
 
 // chromium returns the path of Debian's headless-capable chromium. Without

@@ -20,7 +20,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/slotd/slotd/integration/redistest"
+	"github.com/slotd/slotd/internal/redistest"
 )
 
 // slotdBin is the binary TestMain built.

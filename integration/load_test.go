@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/slotd/slotd/integration/redistest"
+	"github.com/slotd/slotd/internal/redistest"
 )
 
 // loadReport is the part of the load tool's -json report this test reads.

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/slotd/slotd/integration/redistest"
+	"github.com/slotd/slotd/internal/redistest"
 )
 
 // modesConfig is config() with the [redis] url replaced by other keys.

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/slotd/slotd/integration/redistest"
+	"github.com/slotd/slotd/internal/redistest"
 )
 
 // Three replicas in Redlock mode on five independent masters. With two

@@ -14,7 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/slotd/slotd/integration/redistest"
+	"github.com/slotd/slotd/internal/redistest"
 )
 
 // gate is a go-redis hook that counts round trips (a pipeline, or one

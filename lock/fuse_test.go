@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/slotd/slotd/integration/redistest"
+	"github.com/slotd/slotd/internal/redistest"
 )
 
 // fusedBurst makes n concurrent calls of op (slot i is batchSlot(100+i))

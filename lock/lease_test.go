@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/slotd/slotd/integration/redistest"
+	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/lock"
 )
 

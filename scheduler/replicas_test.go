@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/slotd/slotd/integration/redistest"
+	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/scheduler"
 	"github.com/slotd/slotd/tasks"

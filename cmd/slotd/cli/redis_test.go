@@ -16,7 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/slotd/slotd/integration/redistest"
+	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/scheduler"
 )
