@@ -17,6 +17,7 @@ import (
 	"github.com/BurntSushi/toml"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/tasks"
 )
 
@@ -39,7 +40,7 @@ const (
 	MinLease = time.Second
 	// MaxAttemptsLimit bounds max_attempts: the fencing token is
 	// slot_unix_seconds*1000 + attempt, so attempts must stay below 1000.
-	MaxAttemptsLimit = 999
+	MaxAttemptsLimit = lock.MaxAttempts
 )
 
 // Catch-up policies: what a replica does on start-up with a slot whose
@@ -62,47 +63,6 @@ type Config struct {
 	LogLevel      slog.Level    // [log] level: debug|info|warn|error; default info
 	LogFormat     string        // [log] format: auto|text|json; default auto
 	Tasks         []Task        // [[task]], in file order
-}
-
-// Policy is how the slots of one task are claimed and run: [defaults],
-// overridden key by key in each [[task]].
-type Policy struct {
-	Lease       time.Duration // default 15s; >= 1s (renewed every lease/3, so shorter cannot renew reliably)
-	DoneTTL     time.Duration // default: max(48h, the task's window); if set explicitly (in [defaults] or the task) it must be >= the window
-	MaxAttempts int           // default 3; 1..999 (the fencing token is slot_unix_seconds*1000 + attempt)
-	Timeout     time.Duration // default 1h; > 0
-	Catchup     string        // "latest" (default) or "none"
-	Deadline    time.Duration // 0 (default) = the slot window ends at the next fire time; else slot time + Deadline; must be > 0 if set and <= DoneTTL
-}
-
-// Task is one configured [[task]].
-type Task struct {
-	Name     string
-	Spec     string         // the schedule key as written
-	Timezone string         // as written; "" is UTC
-	Plugin   string         // the registered plugin name
-	Params   map[string]any // [task.params]; never nil
-	Policy
-	Schedule *Schedule
-	Job      tasks.Task // built by the plugin's factory at load
-}
-
-// Window returns how long after its fire time a slot may still start: the
-// deadline if set, else the schedule's longest gap between fire times.
-func (t *Task) Window() time.Duration {
-	if t.Deadline > 0 {
-		return t.Deadline
-	}
-	return t.Schedule.MaxGap()
-}
-
-// SlotDeadline returns the end of the window of the slot that fires at slot:
-// slot+Deadline if set, else the next fire time.
-func (t *Task) SlotDeadline(slot time.Time) time.Time {
-	if t.Deadline > 0 {
-		return slot.Add(t.Deadline).UTC()
-	}
-	return t.Schedule.Next(slot)
 }
 
 // taskNameRE is what a task name may look like: it is written inside the
@@ -465,7 +425,9 @@ func readTask(m map[string]any, n int, seen map[string]int, defaults rawPolicy, 
 		}
 	}
 
-	task.Policy = resolvePolicy(t, readPolicy(t), defaults, task.Schedule)
+	pol := resolvePolicy(t, readPolicy(t), defaults, task.Schedule)
+	task.Policy = lock.Policy{Lease: pol.Lease, DoneTTL: pol.DoneTTL, MaxAttempts: pol.MaxAttempts}
+	task.Timeout, task.Catchup, task.Deadline = pol.Timeout, pol.Catchup, pol.Deadline
 	return task, len(p.errs) == before
 }
 
@@ -495,7 +457,7 @@ func registered() string {
 // resolvePolicy merges a task's policy keys over [defaults] and checks the
 // keys against each other and against the schedule (nil if invalid). Keys
 // already found invalid are left out of the cross-checks.
-func resolvePolicy(t table, own, defaults rawPolicy, sched *Schedule) Policy {
+func resolvePolicy(t table, own, defaults rawPolicy, sched *Schedule) taskPolicy {
 	lease := own.lease.or(defaults.lease)
 	doneTTL := own.doneTTL.or(defaults.doneTTL)
 	maxAttempts := own.maxAttempts.or(defaults.maxAttempts)
@@ -503,7 +465,7 @@ func resolvePolicy(t table, own, defaults rawPolicy, sched *Schedule) Policy {
 	catchup := own.catchup.or(defaults.catchup)
 	deadline := own.deadline.or(defaults.deadline)
 
-	pol := Policy{
+	pol := taskPolicy{
 		Lease:       pick(lease, DefaultLease),
 		MaxAttempts: pick(maxAttempts, DefaultMaxAttempts),
 		Timeout:     pick(timeout, DefaultTimeout),
@@ -539,6 +501,13 @@ func resolvePolicy(t table, own, defaults rawPolicy, sched *Schedule) Policy {
 		t.errorf("lease", "%v%s is longer than done_ttl %v%s", pol.Lease, lease.where, pol.DoneTTL, doneTTL.where)
 	}
 	return pol
+}
+
+// taskPolicy is a task's policy keys once merged over [defaults].
+type taskPolicy struct {
+	Lease, DoneTTL, Timeout, Deadline time.Duration
+	MaxAttempts                       int
+	Catchup                           string
 }
 
 func pick[T any](o opt[T], def T) T {

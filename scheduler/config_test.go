@@ -73,9 +73,9 @@ func TestParseConfigDefaults(t *testing.T) {
 		t.Fatalf("%d tasks", len(cfg.Tasks))
 	}
 	task := cfg.Tasks[0]
-	want := Policy{Lease: 15 * time.Second, DoneTTL: 48 * time.Hour, MaxAttempts: 3, Timeout: time.Hour, Catchup: "latest"}
-	if task.Policy != want {
-		t.Errorf("Policy = %+v, want %+v", task.Policy, want)
+	want := taskPolicy{Lease: 15 * time.Second, DoneTTL: 48 * time.Hour, MaxAttempts: 3, Timeout: time.Hour, Catchup: "latest"}
+	if got := policyOf(task); got != want {
+		t.Errorf("Policy = %+v, want %+v", got, want)
 	}
 	switch {
 	case task.Name != "report", task.Spec != "0 * * * *", task.Timezone != "", task.Plugin != noopPlugin:
@@ -167,14 +167,14 @@ done_ttl = "200h"
 		t.Fatalf("tasks in order %q", names)
 	}
 
-	inherits := cfg.Tasks[0].Policy
-	if want := (Policy{Lease: 20 * time.Second, DoneTTL: 72 * time.Hour, MaxAttempts: 5, Timeout: 30 * time.Minute, Catchup: "none"}); inherits != want {
+	inherits := policyOf(cfg.Tasks[0])
+	if want := (taskPolicy{Lease: 20 * time.Second, DoneTTL: 72 * time.Hour, MaxAttempts: 5, Timeout: 30 * time.Minute, Catchup: "none"}); inherits != want {
 		t.Errorf("inherited policy = %+v, want %+v", inherits, want)
 	}
 
 	o := cfg.Tasks[1]
-	if want := (Policy{Lease: time.Second, DoneTTL: 9 * 24 * time.Hour, MaxAttempts: 999, Timeout: 2 * time.Hour, Catchup: "latest", Deadline: 10 * time.Minute}); o.Policy != want {
-		t.Errorf("overridden policy = %+v, want %+v", o.Policy, want)
+	if want := (taskPolicy{Lease: time.Second, DoneTTL: 9 * 24 * time.Hour, MaxAttempts: 999, Timeout: 2 * time.Hour, Catchup: "latest", Deadline: 10 * time.Minute}); policyOf(o) != want {
+		t.Errorf("overridden policy = %+v, want %+v", policyOf(o), want)
 	}
 	if o.Timezone != "Europe/Paris" || o.Schedule.String() != "0 9 * * 1 in Europe/Paris" || o.Window() != 10*time.Minute {
 		t.Errorf("timezone %q, schedule %v, window %v", o.Timezone, o.Schedule, o.Window())
@@ -498,4 +498,9 @@ func FuzzParseConfig(f *testing.F) {
 			}
 		}
 	})
+}
+
+// policyOf reads back a task's merged policy keys.
+func policyOf(t Task) taskPolicy {
+	return taskPolicy{Lease: t.Lease, DoneTTL: t.DoneTTL, MaxAttempts: t.MaxAttempts, Timeout: t.Timeout, Catchup: t.Catchup, Deadline: t.Deadline}
 }

@@ -131,7 +131,7 @@ func TestRedlockErrorsHidePasswords(t *testing.T) {
 // random (Redlock's random delay); after other errors it is the backoff's
 // floor, growing.
 func TestClaimRetryJitteredAfterNoQuorum(t *testing.T) {
-	s := New(&Config{}, nil)
+	s := New(nil, nil)
 	noQuorum := fmt.Errorf("claim: %w", lock.ErrNoQuorum)
 	seen := map[time.Duration]bool{}
 	for range 200 {

@@ -13,7 +13,7 @@ import (
 // after a ClaimMany.
 func parkedRunAfter(t *testing.T, reply lock.ClaimReply) (*Scheduler, *slotRun) {
 	t.Helper()
-	s := New(parse(t, minimal), lock.NewMemory(time.Now))
+	s := New(parse(t, minimal).Tasks, lock.NewMemory(time.Now))
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(func() {
 		cancel()
@@ -21,7 +21,7 @@ func parkedRunAfter(t *testing.T, reply lock.ClaimReply) (*Scheduler, *slotRun) 
 		s.wg.Wait()
 		s.stopDeadlines()
 	})
-	task := &s.cfg.Tasks[0]
+	task := &s.tasks[0]
 	r := s.newRun(ctx, ctx, task, time.Now().Truncate(time.Hour))
 	r.step(&reply)
 	r.mu.Lock()
@@ -116,7 +116,7 @@ func TestHandoffIgnoresReleaseNotice(t *testing.T) {
 // attempt starts after the deadline.
 func TestRerunAfterDeadlineClaimsNothing(t *testing.T) {
 	store := lock.NewMemory(time.Now)
-	s := New(parse(t, minimal), store)
+	s := New(parse(t, minimal).Tasks, store)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(func() {
 		cancel()
@@ -124,7 +124,7 @@ func TestRerunAfterDeadlineClaimsNothing(t *testing.T) {
 		s.wg.Wait()
 		s.stopDeadlines()
 	})
-	r := s.newRun(ctx, ctx, &s.cfg.Tasks[0], time.Now().Truncate(time.Hour))
+	r := s.newRun(ctx, ctx, &s.tasks[0], time.Now().Truncate(time.Hour))
 	r.slot.Deadline = time.Now().Add(100 * time.Millisecond)
 	r.step(&lock.ClaimReply{Claim: lock.Claim{Result: lock.Done}})
 	for time.Now().Before(r.slot.Deadline) {

@@ -46,7 +46,9 @@ var (
 
 // Scheduler runs one replica's share of the configured tasks.
 type Scheduler struct {
-	cfg     *Config
+	tasks   []Task
+	grace   time.Duration // for running attempts at shutdown
+	maxSkew time.Duration // 0: not checked
 	store   lock.Store
 	clock   Clock
 	log     *slog.Logger
@@ -100,17 +102,31 @@ func WithClockCheck(every time.Duration) Option {
 // private registry, i.e. not exported).
 func WithRegisterer(reg prometheus.Registerer) Option { return func(s *Scheduler) { s.reg = reg } }
 
+// WithReplica names this replica in claims, logs and history (default: the
+// host name and process id).
+func WithReplica(id string) Option { return func(s *Scheduler) { s.replica = id } }
+
+// WithShutdownGrace sets how long running attempts may go on after Run's
+// context ends before they are cancelled (default 30s).
+func WithShutdownGrace(d time.Duration) Option { return func(s *Scheduler) { s.grace = d } }
+
+// WithMaxClockSkew sets the skew against the store's clock beyond which
+// the scheduler reports itself unhealthy and warns (default 1s; 0: never).
+func WithMaxClockSkew(d time.Duration) Option { return func(s *Scheduler) { s.maxSkew = d } }
+
 // WithHistory records every attempt's outcome in h (default: not recorded).
 func WithHistory(h History) Option { return func(s *Scheduler) { s.hist = h } }
 
-// New returns a scheduler for cfg's tasks on store. It does no I/O.
-func New(cfg *Config, store lock.Store, opts ...Option) *Scheduler {
+// New returns a scheduler for tasks on store. It does no I/O.
+func New(tasks []Task, store lock.Store, opts ...Option) *Scheduler {
 	s := &Scheduler{
-		cfg:          cfg,
+		tasks:        tasks,
+		grace:        DefaultShutdownGrace,
+		maxSkew:      DefaultMaxClockSkew,
 		store:        store,
 		clock:        realClock{},
 		log:          slog.Default(),
-		replica:      cfg.Replica,
+		replica:      defaultReplica(),
 		backoff:      retry.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second},
 		handoff:      retry.Backoff{Min: 20 * time.Millisecond, Max: 200 * time.Millisecond},
 		checkEvery:   10 * time.Second,
@@ -122,7 +138,7 @@ func New(cfg *Config, store lock.Store, opts ...Option) *Scheduler {
 	if s.reg == nil {
 		s.reg = prometheus.NewRegistry()
 	}
-	s.m = newMetrics(s.reg, cfg.Tasks)
+	s.m = newMetrics(s.reg, s.tasks)
 	s.log = s.log.With("replica", s.replica)
 	return s
 }
@@ -155,18 +171,18 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		s.clockLoop(ctx)
 	}()
 
-	s.log.Info("scheduler started", "tasks", len(s.cfg.Tasks), "store_ok", s.storeOK.Load(),
+	s.log.Info("scheduler started", "tasks", len(s.tasks), "store_ok", s.storeOK.Load(),
 		"clock_skew", time.Duration(s.skew.Load()))
 	s.fireLoop(ctx, hard)
 
-	s.log.Info("shutting down: no new attempts", "grace", s.cfg.ShutdownGrace)
+	s.log.Info("shutting down: no new attempts", "grace", s.grace)
 	s.unparkAll()
 	done := make(chan struct{})
 	go func() {
 		s.wg.Wait()
 		close(done)
 	}()
-	grace := s.clock.NewTimer(s.cfg.ShutdownGrace)
+	grace := s.clock.NewTimer(s.grace)
 	select {
 	case <-done:
 		grace.Stop()
@@ -205,10 +221,10 @@ func (h *entries) Pop() any {
 // the task's catchup is "latest".
 func (s *Scheduler) fireLoop(ctx, hard context.Context) {
 	now := s.now()
-	h := make(entries, 0, len(s.cfg.Tasks))
+	h := make(entries, 0, len(s.tasks))
 	var due []entry
-	for i := range s.cfg.Tasks {
-		t := &s.cfg.Tasks[i]
+	for i := range s.tasks {
+		t := &s.tasks[i]
 		if t.Catchup == "latest" {
 			if slot, ok := t.Schedule.Latest(now); ok && now.Before(t.SlotDeadline(slot)) {
 				due = append(due, entry{task: t, next: slot})
@@ -379,7 +395,7 @@ func (s *Scheduler) unparkAll() {
 }
 
 func (r *slotRun) policy() lock.Policy {
-	return lock.Policy{Lease: r.t.Lease, DoneTTL: r.t.DoneTTL, MaxAttempts: r.t.MaxAttempts}
+	return r.t.Policy
 }
 
 func (r *slotRun) logger() *slog.Logger {
@@ -857,7 +873,7 @@ func (s *Scheduler) checkClock(ctx context.Context) {
 	s.skew.Store(int64(skew))
 	s.offset.Store(int64(skew))
 	s.m.clockSkew.Set(skew.Seconds())
-	if limit := s.cfg.MaxClockSkew; limit > 0 && skew.Abs() > limit {
+	if limit := s.maxSkew; limit > 0 && skew.Abs() > limit {
 		s.log.Warn("clock skew against the store exceeds max_clock_skew", "skew", skew, "max", limit)
 	}
 }

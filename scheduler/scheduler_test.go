@@ -108,10 +108,8 @@ func testTask(t *testing.T, name, spec string, job tasks.Task, edit func(*schedu
 	}
 	task := scheduler.Task{
 		Name: name, Spec: spec, Plugin: "test", Params: map[string]any{},
-		Policy: scheduler.Policy{
-			Lease: 3 * time.Second, DoneTTL: time.Hour, MaxAttempts: 3,
-			Timeout: time.Minute, Catchup: "none",
-		},
+		Policy:  lock.Policy{Lease: 3 * time.Second, DoneTTL: time.Hour, MaxAttempts: 3},
+		Timeout: time.Minute, Catchup: "none",
 		Schedule: s,
 		Job:      job,
 	}
@@ -132,11 +130,11 @@ type replica struct {
 
 func startReplica(t *testing.T, name string, store lock.Store, grace time.Duration, ts []scheduler.Task, opts ...scheduler.Option) *replica {
 	t.Helper()
-	cfg := &scheduler.Config{Replica: name, ShutdownGrace: grace, MaxClockSkew: time.Second, Tasks: ts}
 	r := &replica{name: name, reg: prometheus.NewRegistry(), done: make(chan struct{})}
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	opts = append([]scheduler.Option{scheduler.WithLogger(log), scheduler.WithRegisterer(r.reg)}, opts...)
-	r.sched = scheduler.New(cfg, store, opts...)
+	opts = append([]scheduler.Option{scheduler.WithLogger(log), scheduler.WithRegisterer(r.reg),
+		scheduler.WithReplica(name), scheduler.WithShutdownGrace(grace), scheduler.WithMaxClockSkew(time.Second)}, opts...)
+	r.sched = scheduler.New(ts, store, opts...)
 	r.reg.MustRegister(r.sched.TaskCollector())
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel

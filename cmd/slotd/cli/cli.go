@@ -235,8 +235,9 @@ func run(ctx context.Context, cfg *scheduler.Config, log *slog.Logger, o options
 		store, hist = b.store, b.hist
 	}
 
-	sched := scheduler.New(cfg, store, scheduler.WithLogger(log), scheduler.WithRegisterer(reg),
-		scheduler.WithHistory(hist))
+	sched := scheduler.New(cfg.Tasks, store, scheduler.WithLogger(log), scheduler.WithRegisterer(reg),
+		scheduler.WithHistory(hist), scheduler.WithReplica(cfg.Replica),
+		scheduler.WithShutdownGrace(cfg.ShutdownGrace), scheduler.WithMaxClockSkew(cfg.MaxClockSkew))
 
 	if cfg.Listen != "off" {
 		ln, err := net.Listen("tcp", cfg.Listen)

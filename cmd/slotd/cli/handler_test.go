@@ -44,7 +44,7 @@ listen = "off"
 	}
 	hist := scheduler.NewMemoryHistory(0)
 	reg := prometheus.NewRegistry()
-	sched := scheduler.New(cfg, store, scheduler.WithRegisterer(reg), scheduler.WithLogger(slog.New(slog.DiscardHandler)))
+	sched := scheduler.New(cfg.Tasks, store, scheduler.WithReplica(cfg.Replica), scheduler.WithRegisterer(reg), scheduler.WithLogger(slog.New(slog.DiscardHandler)))
 	return &served{t: t, cfg: cfg, store: store, hist: hist, h: handler(reg, sched, cfg, store, hist)}
 }
 
