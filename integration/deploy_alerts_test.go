@@ -10,145 +10,91 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"gopkg.in/yaml.v3"
 )
 
-// ---- the Prometheus alert rules ----
-
-// alertRule is one rule of the alert file.
+// alertRule is one alerting rule of the alert file.
 type alertRule struct {
 	name        string
 	line        int
-	expr        string
+	expr        string // without trailing newlines
 	forDur      string
 	labels      map[string]string
 	annotations map[string]string
 }
 
-// parseAlertRules reads Prometheus rule files written in the YAML subset
-// slotd-alerts.yml keeps to (there is no YAML library in go.mod: the one in
-// the module graph, go.yaml.in/yaml, is required by prometheus/common and
-// client_golang for packages slotd does not import, so it is in neither
-// go.mod nor go.sum, and using it would add a dependency): block mappings and
-// "- " lists indented with spaces; values plain, "double-quoted" or
-// 'single-quoted' on one line, or a `|`/`|-` block scalar; comments only on
-// lines of their own. Anything else — tabs, flow collections, anchors,
-// folded scalars, multi-line plain scalars — is reported as an error rather
-// than misread.
-func parseAlertRules(text string) ([]alertRule, error) {
-	type frame struct {
-		indent int
-		key    string
+// ruleFile is a Prometheus rule file, as far as slotd's uses one. Decoding
+// it with unknown fields refused catches a misspelt key.
+type ruleFile struct {
+	Groups []struct {
+		Name     string     `yaml:"name"`
+		Interval string     `yaml:"interval"`
+		Limit    int        `yaml:"limit"`
+		Rules    []ruleYAML `yaml:"rules"`
+	} `yaml:"groups"`
+}
+
+// ruleYAML is one rule, alerting or recording, with the line it starts on.
+type ruleYAML struct {
+	line          int
+	Alert         string            `yaml:"alert"`
+	Record        string            `yaml:"record"`
+	Expr          string            `yaml:"expr"`
+	For           string            `yaml:"for"`
+	KeepFiringFor string            `yaml:"keep_firing_for"`
+	Labels        map[string]string `yaml:"labels"`
+	Annotations   map[string]string `yaml:"annotations"`
+}
+
+// UnmarshalYAML notes the rule's line. A node decodes without the
+// decoder's KnownFields, so the rule's keys are checked here.
+func (r *ruleYAML) UnmarshalYAML(n *yaml.Node) error {
+	type plain ruleYAML // without this method
+	known := []string{"alert", "record", "expr", "for", "keep_firing_for", "labels", "annotations"}
+	if n.Kind == yaml.MappingNode {
+		for i := 0; i < len(n.Content); i += 2 {
+			if k := n.Content[i]; !slices.Contains(known, k.Value) {
+				return fmt.Errorf("line %d: unexpected key %q in a rule", k.Line, k.Value)
+			}
+		}
 	}
-	var (
-		rules []alertRule
-		cur   *alertRule
-		stack []frame // the open mapping keys, outermost first
-	)
-	lines := strings.Split(text, "\n")
-	for n := 0; n < len(lines); n++ {
-		raw := strings.TrimRight(lines[n], " \r")
-		lineNo := n + 1
-		if strings.Contains(raw, "\t") {
-			return nil, fmt.Errorf("line %d: tab", lineNo)
-		}
-		trimmed := strings.TrimLeft(raw, " ")
-		if trimmed == "" || strings.HasPrefix(trimmed, "#") {
-			continue
-		}
-		indent := len(raw) - len(trimmed)
-		item := false
-		if strings.HasPrefix(trimmed, "- ") {
-			item = true
-			trimmed = strings.TrimLeft(trimmed[2:], " ")
-			indent = len(raw) - len(trimmed)
-		}
-		key, val, ok := strings.Cut(trimmed, ":")
-		if !ok || !regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`).MatchString(key) || val != "" && val[0] != ' ' {
-			return nil, fmt.Errorf("line %d: want `key: value`, got %q", lineNo, trimmed)
-		}
-		val = strings.TrimSpace(val)
-		for len(stack) > 0 && stack[len(stack)-1].indent >= indent {
-			stack = stack[:len(stack)-1]
-		}
-		parent := ""
-		if len(stack) > 0 {
-			parent = stack[len(stack)-1].key
-		}
-		if val == "|" || val == "|-" {
-			// A block scalar: the following lines indented deeper.
-			var block []string
-			blockIndent := -1
-			for n+1 < len(lines) {
-				next := strings.TrimRight(lines[n+1], " \r")
-				nt := strings.TrimLeft(next, " ")
-				ni := len(next) - len(nt)
-				if nt != "" && ni <= indent {
-					break
-				}
-				n++
-				if nt == "" {
-					block = append(block, "")
-					continue
-				}
-				if strings.Contains(next, "\t") {
-					return nil, fmt.Errorf("line %d: tab", n+1)
-				}
-				if blockIndent < 0 {
-					blockIndent = ni
-				}
-				if ni < blockIndent {
-					return nil, fmt.Errorf("line %d: block scalar dedented", n+1)
-				}
-				block = append(block, next[blockIndent:])
+	if err := n.Decode((*plain)(r)); err != nil {
+		return err
+	}
+	r.line = n.Line
+	return nil
+}
+
+// parseAlertRules reads the alerting rules of a Prometheus rule file
+// (recording rules are read, then left out) with gopkg.in/yaml.v3. A key
+// Prometheus does not know, or a rule that is neither or both an alert and
+// a record, is an error.
+func parseAlertRules(text string) ([]alertRule, error) {
+	dec := yaml.NewDecoder(strings.NewReader(text))
+	dec.KnownFields(true)
+	var f ruleFile
+	if err := dec.Decode(&f); err != nil {
+		return nil, err
+	}
+	var rules []alertRule
+	for _, g := range f.Groups {
+		for _, r := range g.Rules {
+			if (r.Alert == "") == (r.Record == "") {
+				return nil, fmt.Errorf("line %d: a rule names an alert or a record, not %q and %q", r.line, r.Alert, r.Record)
 			}
-			val = strings.TrimRight(strings.Join(block, "\n"), "\n")
-		} else if val != "" {
-			switch val[0] {
-			case '"':
-				s, err := strconv.Unquote(val)
-				if err != nil {
-					return nil, fmt.Errorf("line %d: double-quoted value: %v", lineNo, err)
-				}
-				val = s
-			case '\'':
-				if len(val) < 2 || val[len(val)-1] != '\'' {
-					return nil, fmt.Errorf("line %d: unterminated single-quoted value", lineNo)
-				}
-				val = strings.ReplaceAll(val[1:len(val)-1], "''", "'")
-			case '{', '[', '&', '*', '!', '>', '|', '%', '@', '`':
-				return nil, fmt.Errorf("line %d: unsupported YAML %q", lineNo, val)
-			default:
-				if strings.Contains(val, " #") {
-					return nil, fmt.Errorf("line %d: comments only on lines of their own", lineNo)
-				}
+			if r.Alert == "" {
+				continue
 			}
-		}
-		switch {
-		case key == "alert" && item && parent == "rules":
-			rules = append(rules, alertRule{name: val, line: lineNo, labels: map[string]string{}, annotations: map[string]string{}})
-			cur = &rules[len(rules)-1]
-		case key == "record" && item && parent == "rules":
-			// A recording rule: read, then dropped (not an alert).
-			cur = &alertRule{name: val, line: lineNo, labels: map[string]string{}, annotations: map[string]string{}}
-		case cur != nil && parent == "labels":
-			cur.labels[key] = val
-		case cur != nil && parent == "annotations":
-			cur.annotations[key] = val
-		case cur != nil && key == "expr":
-			cur.expr = val
-		case cur != nil && key == "for":
-			cur.forDur = val
-		case cur != nil && (key == "labels" || key == "annotations" || key == "keep_firing_for"):
-		case key == "groups" && indent == 0, key == "name" && parent == "groups", key == "rules" && parent == "groups",
-			key == "interval" && parent == "groups", key == "limit" && parent == "groups":
-			if key == "name" || key == "rules" {
-				cur = nil
+			a := alertRule{name: r.Alert, line: r.line, expr: strings.TrimRight(r.Expr, "\n"), forDur: r.For,
+				labels: r.Labels, annotations: r.Annotations}
+			if a.labels == nil {
+				a.labels = map[string]string{}
 			}
-		default:
-			return nil, fmt.Errorf("line %d: unexpected key %q (under %q)", lineNo, key, parent)
-		}
-		if val == "" {
-			stack = append(stack, frame{indent, key})
+			if a.annotations == nil {
+				a.annotations = map[string]string{}
+			}
+			rules = append(rules, a)
 		}
 	}
 	return rules, nil
@@ -171,6 +117,9 @@ func loadAlertRules(t *testing.T) ([]alertRule, []query) {
 	return rules, qs
 }
 
+// The alert rules are read with their lines, their block expressions
+// without the trailing newline, and their labels and annotations; a key
+// Prometheus would not know is an error.
 func TestParseAlertRules(t *testing.T) {
 	t.Parallel()
 	rules, err := parseAlertRules(`# c
@@ -200,14 +149,20 @@ groups:
 		t.Fatalf("%d rules, want 2: %+v", len(rules), rules)
 	}
 	a, b := rules[0], rules[1]
-	if a.name != "A" || a.expr != "sum by (task) (x)\n  > 0" || a.forDur != "5m" || a.labels["severity"] != "critical" ||
+	if a.name != "A" || a.line != 5 || a.expr != "sum by (task) (x)\n  > 0" || a.forDur != "5m" || a.labels["severity"] != "critical" ||
 		a.annotations["summary"] != `say "{{ $labels.task }}"` || a.annotations["description"] != "it's" {
 		t.Errorf("rule A: %+v", a)
 	}
-	if b.name != "B" || b.expr != "z == 0" || b.forDur != "" || len(b.labels) != 0 {
+	if b.name != "B" || b.line != 18 || b.expr != "z == 0" || b.forDur != "" || len(b.labels) != 0 {
 		t.Errorf("rule B: %+v", b)
 	}
-	for _, bad := range []string{"groups:\n\t- name: g\n", "groups: {a: 1}\n", "groups:\n  - name: g\n    rules:\n      - alert: A\n        expr: x # c\n", "colour: red\n"} {
+	rule := "groups:\n  - name: g\n    rules:\n      - "
+	for _, bad := range []string{
+		"groups:\n\t- name: g\n", "groups: {a: 1}\n", "colour: red\n", "groups:\n  - name: g\n    colour: red\n",
+		rule + "alert: A\n        expr: x\n        annotation: {summary: s}\n", // misspelt
+		rule + "alert: A\n        record: r\n        expr: x\n", rule + "expr: x\n",
+		rule + "alert: A\n        expr: [x]\n",
+	} {
 		if _, err := parseAlertRules(bad); err == nil {
 			t.Errorf("no error for %q", bad)
 		}

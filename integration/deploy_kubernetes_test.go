@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -73,27 +72,17 @@ func TestKustomization(t *testing.T) {
 	if err != nil {
 		t.Fatalf("kubectl kustomize %s: %v", k8sDir, err)
 	}
-	// kubectl writes long strings as multi-line plain scalars, which
-	// parseYAML does not read: only the documents this test needs are
-	// parsed.
+	docs, err := parseYAML(string(out))
+	if err != nil {
+		t.Fatalf("kustomize output: %v\n%s", err, out)
+	}
 	var kinds []string
 	var configMap, deploymentVolume string
-	for _, doc := range strings.Split(string(out), "\n---\n") {
-		m := regexp.MustCompile(`(?m)^kind: (\S+)$`).FindStringSubmatch(doc)
-		if m == nil {
-			t.Errorf("kustomize output: a document without a kind:\n%s", doc)
-			continue
-		}
-		kinds = append(kinds, m[1])
-		if m[1] != "ConfigMap" && m[1] != "Deployment" {
-			continue
-		}
-		docs, err := parseYAML(doc)
-		if err != nil || len(docs) != 1 {
-			t.Fatalf("kustomize output, %s: %v\n%s", m[1], err, doc)
-		}
-		d := ydoc{t, "kustomize output", docs[0]}
-		switch m[1] {
+	for _, v := range docs {
+		d := ydoc{t, "kustomize output", v}
+		kind := d.str("kind")
+		kinds = append(kinds, kind)
+		switch kind {
 		case "ConfigMap":
 			configMap = d.str("metadata", "name")
 			if got := d.str("data", "config.toml"); got != string(mustRead(t, filepath.Join(k8sDir, "config.toml"))) {
@@ -268,7 +257,7 @@ func TestKubernetesPrometheusRule(t *testing.T) {
 	if !reflect.DeepEqual(rule.at("spec", "groups").v, alerts.at("groups").v) {
 		t.Errorf("prometheusrule.yaml spec.groups differs from %s: copy it again (sed -n '/^groups:/,$p' | indent by 2)", alertRulesPath)
 	}
-	// The alert tests' own reader agrees with this one on the rules.
+	// The alert tests' typed reading of the rules agrees with this one.
 	parsed, err := parseAlertRules(string(mustRead(t, alertRulesPath)))
 	if err != nil {
 		t.Fatal(err)

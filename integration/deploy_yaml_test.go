@@ -1,353 +1,100 @@
 package integration
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"gopkg.in/yaml.v3"
 )
 
-// ---- a YAML reader for the subset the deployment files keep to ----
-
-// parseYAML reads the YAML subset the deployment files are written in
-// (there is no YAML library in go.mod; see parseAlertRules): documents
-// separated by "---"; block mappings and "- " lists indented with spaces (a
-// list may sit at its key's indentation, as Kubernetes writes them); values
-// plain, "double-quoted" or 'single-quoted' on one line, one-line flow
-// lists of scalars ["a", b], {} and []; `|` and `|-` block scalars; comments
-// on lines of their own or after a value. Scalars stay strings; an absent
-// value is nil. Anything else — tabs, anchors, aliases, tags, folded or
-// multi-line plain scalars, nested flow collections — is an error rather
-// than misread.
+// parseYAML reads a YAML stream with gopkg.in/yaml.v3 into the plain values
+// the deploy tests walk: map[string]any, []any, nil for null, and every
+// other scalar as the text the file writes, quotes removed — so 3, "3" and
+// '3' all read "3", true and "true" both "true", and the checks compare
+// text, as they did with the reader this replaced (they do not tell a
+// quoted number from a number). Aliases are resolved; a key written twice
+// in one mapping (which YAML forbids), a merge key (<<) and a key that is
+// not a scalar are errors. Empty documents are left out.
 func parseYAML(text string) ([]any, error) {
+	dec := yaml.NewDecoder(strings.NewReader(text))
 	var docs []any
-	var cur []yamlLine
-	flush := func() error {
-		r := &yamlReader{lines: cur}
-		cur = nil
-		r.skip()
-		if r.i == len(r.lines) {
-			return nil
+	for {
+		var doc yaml.Node
+		err := dec.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			return docs, nil
 		}
-		if r.lines[r.i].indent != 0 {
-			return r.errorf("the document does not start at column 1")
-		}
-		v, err := r.block(0)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		if r.skip(); r.i < len(r.lines) {
-			return r.errorf("unexpected indentation")
+		if len(doc.Content) == 0 {
+			continue
+		}
+		root := doc.Content[0]
+		if root.Kind == yaml.ScalarNode && root.Tag == "!!null" && root.Value == "" {
+			continue // "---" with nothing after it
+		}
+		v, err := plainYAML(root)
+		if err != nil {
+			return nil, err
 		}
 		docs = append(docs, v)
-		return nil
 	}
-	for n, raw := range strings.Split(text, "\n") {
-		raw = strings.TrimRight(raw, " \r")
-		switch {
-		case raw == "---":
-			if err := flush(); err != nil {
-				return nil, err
-			}
-			continue
-		case raw == "..." || strings.HasPrefix(raw, "%"):
-			return nil, fmt.Errorf("line %d: directives and document ends are not supported", n+1)
+}
+
+// plainYAML converts one node; see parseYAML.
+func plainYAML(n *yaml.Node) (any, error) {
+	switch n.Kind {
+	case yaml.AliasNode:
+		return plainYAML(n.Alias)
+	case yaml.ScalarNode:
+		if n.Tag == "!!null" {
+			return nil, nil
 		}
-		body := strings.TrimLeft(raw, " ")
-		if strings.HasPrefix(body, "\t") {
-			return nil, fmt.Errorf("line %d: a tab in the indentation", n+1)
-		}
-		cur = append(cur, yamlLine{n: n + 1, indent: len(raw) - len(body), text: body, raw: raw})
-	}
-	if err := flush(); err != nil {
-		return nil, err
-	}
-	return docs, nil
-}
-
-type yamlLine struct {
-	n      int // 1-based
-	indent int
-	text   string // without the indentation
-	raw    string
-}
-
-func (l yamlLine) blank() bool { return l.text == "" || l.text[0] == '#' }
-
-type yamlReader struct {
-	lines []yamlLine
-	i     int
-}
-
-func (r *yamlReader) errorf(format string, args ...any) error {
-	n := 0
-	if r.i < len(r.lines) {
-		n = r.lines[r.i].n
-	} else if len(r.lines) > 0 {
-		n = r.lines[len(r.lines)-1].n
-	}
-	return fmt.Errorf("line %d: %s", n, fmt.Sprintf(format, args...))
-}
-
-// skip moves past blank and comment lines.
-func (r *yamlReader) skip() {
-	for r.i < len(r.lines) && r.lines[r.i].blank() {
-		r.i++
-	}
-}
-
-func isItem(text string) bool { return text == "-" || strings.HasPrefix(text, "- ") }
-
-// block reads the node whose first line, r.i, is at indent.
-func (r *yamlReader) block(indent int) (any, error) {
-	l := r.lines[r.i]
-	if isItem(l.text) {
-		return r.list(indent)
-	}
-	if _, _, ok, err := splitKey(l.text); err != nil {
-		return nil, r.errorf("%v", err)
-	} else if ok {
-		return r.mapping(indent)
-	}
-	v, err := yamlScalar(l.text)
-	if err != nil {
-		return nil, r.errorf("%v", err)
-	}
-	r.i++
-	if r.skip(); r.i < len(r.lines) && r.lines[r.i].indent > indent {
-		return nil, r.errorf("a multi-line plain scalar, or a value where a key was expected")
-	}
-	return v, nil
-}
-
-func (r *yamlReader) list(indent int) (any, error) {
-	out := []any{}
-	for {
-		r.skip()
-		if r.i == len(r.lines) || r.lines[r.i].indent != indent || !isItem(r.lines[r.i].text) {
-			return out, nil
-		}
-		l := r.lines[r.i]
-		rest := strings.TrimLeft(l.text[1:], " ")
-		if rest == "" || rest[0] == '#' {
-			r.i++
-			r.skip()
-			if r.i == len(r.lines) || r.lines[r.i].indent <= indent {
-				out = append(out, nil)
-				continue
-			}
-			v, err := r.block(r.lines[r.i].indent)
+		return n.Value, nil
+	case yaml.SequenceNode:
+		out := make([]any, 0, len(n.Content))
+		for _, c := range n.Content {
+			v, err := plainYAML(c)
 			if err != nil {
 				return nil, err
 			}
 			out = append(out, v)
-			continue
-		}
-		// "- key: value" opens a mapping at the column of "key".
-		r.lines[r.i].indent += len(l.text) - len(rest)
-		r.lines[r.i].text = rest
-		v, err := r.block(r.lines[r.i].indent)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-	}
-}
-
-func (r *yamlReader) mapping(indent int) (any, error) {
-	out := map[string]any{}
-	for {
-		r.skip()
-		if r.i == len(r.lines) || r.lines[r.i].indent < indent {
-			return out, nil
-		}
-		l := r.lines[r.i]
-		if l.indent > indent {
-			return nil, r.errorf("unexpected indentation")
-		}
-		if isItem(l.text) {
-			return nil, r.errorf("a list item where a key was expected")
-		}
-		key, rest, ok, err := splitKey(l.text)
-		if err != nil || !ok {
-			return nil, r.errorf("want key: value, got %q (%v)", l.text, err)
-		}
-		if _, dup := out[key]; dup {
-			return nil, r.errorf("key %q twice", key)
-		}
-		r.i++
-		var v any
-		switch {
-		case rest == "" || rest[0] == '#':
-			r.skip()
-			if r.i < len(r.lines) {
-				next := r.lines[r.i]
-				if next.indent > indent || next.indent == indent && isItem(next.text) {
-					if v, err = r.block(next.indent); err != nil {
-						return nil, err
-					}
-				}
-			}
-		case rest == "|" || rest == "|-":
-			v = r.blockScalar(indent, rest == "|-")
-		case rest[0] == '|' || rest[0] == '>':
-			return nil, fmt.Errorf("line %d: block scalar %q: only | and |- are supported", l.n, rest)
-		default:
-			if v, err = yamlScalar(rest); err != nil {
-				return nil, fmt.Errorf("line %d: %s: %v", l.n, key, err)
-			}
-		}
-		out[key] = v
-	}
-}
-
-// blockScalar reads the lines of a `|` scalar under a key at indent.
-func (r *yamlReader) blockScalar(indent int, strip bool) string {
-	var lines []string
-	content := -1
-	for r.i < len(r.lines) {
-		l := r.lines[r.i]
-		if l.text == "" {
-			lines = append(lines, "")
-			r.i++
-			continue
-		}
-		if l.indent <= indent {
-			break
-		}
-		if content < 0 {
-			content = l.indent
-		}
-		if l.indent < content {
-			break // less indented than the first line: the scalar has ended
-		}
-		lines = append(lines, l.raw[content:])
-		r.i++
-	}
-	for len(lines) > 0 && lines[len(lines)-1] == "" {
-		lines = lines[:len(lines)-1]
-	}
-	s := strings.Join(lines, "\n")
-	if !strip && s != "" {
-		s += "\n"
-	}
-	return s
-}
-
-// splitKey splits "key: rest" (the key plain or quoted); ok is false when
-// text is not a key.
-func splitKey(text string) (key, rest string, ok bool, err error) {
-	if text[0] == '"' || text[0] == '\'' {
-		q, after, err := quoted(text)
-		if err != nil {
-			return "", "", false, err
-		}
-		if after == ":" || strings.HasPrefix(after, ": ") {
-			return q, strings.TrimSpace(after[1:]), true, nil
-		}
-		return "", "", false, nil
-	}
-	if strings.ContainsRune("[{&*!|>%@`", rune(text[0])) {
-		return "", "", false, nil
-	}
-	if i := strings.Index(text, ": "); i > 0 && !strings.Contains(text[:i], " #") {
-		return text[:i], strings.TrimSpace(text[i+2:]), true, nil
-	}
-	if strings.HasSuffix(text, ":") && !strings.Contains(text, " #") {
-		return text[:len(text)-1], "", true, nil
-	}
-	return "", "", false, nil
-}
-
-// quoted reads the quoted scalar at the start of s and returns what follows it.
-func quoted(s string) (string, string, error) {
-	q := s[0]
-	for i := 1; i < len(s); i++ {
-		switch {
-		case q == '"' && s[i] == '\\':
-			i++
-		case s[i] == q && q == '\'' && i+1 < len(s) && s[i+1] == '\'':
-			i++
-		case s[i] == q:
-			body, after := s[:i+1], strings.TrimLeft(s[i+1:], " ")
-			if q == '\'' {
-				return strings.ReplaceAll(body[1:len(body)-1], "''", "'"), after, nil
-			}
-			v, err := strconv.Unquote(body)
-			if err != nil {
-				return "", "", fmt.Errorf("%s: %v", body, err)
-			}
-			return v, after, nil
-		}
-	}
-	return "", "", fmt.Errorf("unterminated string %s", s)
-}
-
-// yamlScalar reads a one-line value.
-func yamlScalar(s string) (any, error) {
-	switch {
-	case s == "{}":
-		return map[string]any{}, nil
-	case s[0] == '"' || s[0] == '\'':
-		v, after, err := quoted(s)
-		if err != nil {
-			return nil, err
-		}
-		if after != "" && after[0] != '#' {
-			return nil, fmt.Errorf("text after a quoted string: %q", after)
-		}
-		return v, nil
-	case s[0] == '[':
-		end := strings.LastIndexByte(s, ']')
-		if end < 0 {
-			return nil, fmt.Errorf("unterminated flow list %s", s)
-		}
-		if after := strings.TrimSpace(s[end+1:]); after != "" && after[0] != '#' {
-			return nil, fmt.Errorf("text after a flow list: %q", after)
-		}
-		out := []any{}
-		body := strings.TrimSpace(s[1:end])
-		for body != "" {
-			var item string
-			if body[0] == '"' || body[0] == '\'' {
-				v, after, err := quoted(body)
-				if err != nil {
-					return nil, err
-				}
-				item, body = v, after
-			} else {
-				if strings.ContainsRune("[{&*!", rune(body[0])) {
-					return nil, fmt.Errorf("nested or tagged flow item in %s", s)
-				}
-				j := strings.IndexByte(body, ',')
-				if j < 0 {
-					j = len(body)
-				}
-				item, body = strings.TrimSpace(body[:j]), body[j:]
-			}
-			out = append(out, item)
-			body = strings.TrimSpace(body)
-			if body != "" {
-				if body[0] != ',' {
-					return nil, fmt.Errorf("want , between flow items in %s", s)
-				}
-				body = strings.TrimSpace(body[1:])
-			}
 		}
 		return out, nil
-	case strings.ContainsRune("{&*!%@`|>", rune(s[0])):
-		return nil, fmt.Errorf("unsupported YAML: %q", s)
+	case yaml.MappingNode:
+		out := make(map[string]any, len(n.Content)/2)
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, val := n.Content[i], n.Content[i+1]
+			if k.Kind != yaml.ScalarNode {
+				return nil, fmt.Errorf("line %d: a key that is not a scalar", k.Line)
+			}
+			if k.Tag == "!!merge" {
+				return nil, fmt.Errorf("line %d: merge keys (<<) are not read", k.Line)
+			}
+			if _, dup := out[k.Value]; dup {
+				return nil, fmt.Errorf("line %d: key %q twice", k.Line, k.Value)
+			}
+			v, err := plainYAML(val)
+			if err != nil {
+				return nil, err
+			}
+			out[k.Value] = v
+		}
+		return out, nil
 	}
-	if i := strings.Index(s, " #"); i >= 0 {
-		s = strings.TrimSpace(s[:i])
-	}
-	return s, nil
+	return nil, fmt.Errorf("line %d: unexpected YAML node kind %v", n.Line, n.Kind)
 }
 
+// The conversion keeps the text of scalars and resolves what the library
+// reads; the library's errors, and keys written twice, are errors.
 func TestParseYAML(t *testing.T) {
 	t.Parallel()
 	docs, err := parseYAML(`# c
@@ -355,6 +102,8 @@ a: 1
 b:
   c: "x: \"y\"" # comment
   d: 'it''s'
+  n: null
+  t: true
 list:
 - one
 - k: v
@@ -372,24 +121,39 @@ block: |
     indented # not a comment
 tail: |-
   no newline
+anchored: &x {p: [1, {q: r}]}
+alias: *x
+folded: >
+  one
+  two
+plain: multi
+  line
+tagged: !!str 3
+---
 ---
 second: doc
 `)
 	if err != nil {
 		t.Fatal(err)
 	}
+	anchored := map[string]any{"p": []any{"1", map[string]any{"q": "r"}}}
 	want := []any{
 		map[string]any{
 			"a": "1",
-			"b": map[string]any{"c": `x: "y"`, "d": "it's"},
+			"b": map[string]any{"c": `x: "y"`, "d": "it's", "n": nil, "t": "true"},
 			"list": []any{"one",
 				map[string]any{"k": "v", "k2": []any{"a", "b c", "d"}, "nested": []any{"x"}},
 				[]any{"inner"}},
-			"empty": nil,
-			"e":     map[string]any{},
-			"f":     []any{},
-			"block": "line 1\n\n  indented # not a comment\n",
-			"tail":  "no newline",
+			"empty":    nil,
+			"e":        map[string]any{},
+			"f":        []any{},
+			"block":    "line 1\n\n  indented # not a comment\n",
+			"tail":     "no newline",
+			"anchored": anchored,
+			"alias":    anchored,
+			"folded":   "one two\n",
+			"plain":    "multi line",
+			"tagged":   "3",
 		},
 		map[string]any{"second": "doc"},
 	}
@@ -397,8 +161,8 @@ second: doc
 		t.Errorf("got  %#v\nwant %#v", docs, want)
 	}
 	for _, bad := range []string{
-		"a:\n\tb: 1\n", "a: &x 1\n", "a: *x\n", "a: !!str 1\n", "a: >\n  folded\n", "a: [[1]]\n",
-		"a: 1\na: 2\n", "a:\n  b: 1\n c: 2\n", "a: plain\n  continued\n", "a: \"open\n", "- a\nb: 1\n",
+		"a:\n\tb: 1\n", "a: *x\n", "a: 1\na: 2\n", "a:\n  b: 1\n c: 2\n", "a: \"open\n", "- a\nb: 1\n",
+		"base: &b {x: 1}\nc:\n  <<: *b\n", "? [k]\n: v\n",
 	} {
 		if _, err := parseYAML(bad); err == nil {
 			t.Errorf("no error for %q", bad)
