@@ -57,7 +57,7 @@ type latency struct {
 	Max float64 `json:"max_ms"`
 }
 
-// The load tool (integration/load) runs in a small configuration so that it
+// The load tool (cmd/slotd-load) runs in a small configuration so that it
 // cannot rot: two replicas, fifty tasks in one burst, two failing, one
 // crashing. Correctness only, no timing: every burst slot ran exactly once,
 // the failures were retried once, the crashed holder's slot was taken over,
@@ -67,10 +67,10 @@ func TestLoadToolSmall(t *testing.T) {
 	redisServer := redistest.Binary(t)
 	bin := filepath.Join(t.TempDir(), "load")
 	// Built with -race: the replicas are the real daemon under load.
-	build := exec.Command("go", "build", "-race", "-o", bin, "./integration/load")
+	build := exec.Command("go", "build", "-race", "-o", bin, "./cmd/slotd-load")
 	build.Dir = ".."
 	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./integration/load: %v\n%s", err, out)
+		t.Fatalf("go build ./cmd/slotd-load: %v\n%s", err, out)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -1,4 +1,4 @@
-// Command load measures slotd under load on a real redis-server (issue #5):
+// Command slotd-load measures slotd under load on a real redis-server (issue #5):
 // it starts redis-server on a free loopback port, runs N replicas of the
 // real daemon (cli.Main "run", each a child process of this binary with a
 // "probe" task plugin compiled in) on T tasks due in the same second, and
@@ -7,13 +7,14 @@
 // latencies — next to raw go-redis SET NX PX + compare-and-delete measured
 // on the same server in the same run.
 //
-//	go run ./integration/load -replicas 3 -tasks 10000              # table; -json for JSON
-//	go run ./integration/load -replicas 3 -tasks 10000 -duration 10m -period 30s -crash 0   # memory over time
-//	go run ./integration/load -replicas 3 -tasks 10000 -profile -dir /tmp/load   # CPU and heap profiles
+//	go run ./cmd/slotd-load -replicas 3 -tasks 10000              # table; -json for JSON
+//	go run ./cmd/slotd-load -replicas 3 -tasks 10000 -duration 10m -period 30s -crash 0   # memory over time
+//	go run ./cmd/slotd-load -replicas 3 -tasks 10000 -profile -dir /tmp/load   # CPU and heap profiles
 //
 // It asserts no timing. It exits 1 when a correctness check fails (a slot
 // run twice or not retried as configured, a claim not answered) and 2 on
-// bad flags.
+// bad flags. README.md beside this file explains every flag and every line
+// of the report.
 package main
 
 import (
@@ -48,7 +49,7 @@ type options struct {
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("load", flag.ContinueOnError)
+	fs := flag.NewFlagSet("slotd-load", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o options
 	child := fs.Bool("child", false, "internal: run as one replica")
