@@ -275,10 +275,11 @@ func (t *execTask) Run(ctx context.Context) error {
 	return err
 }
 
-// environ is base (the daemon's environment), then the env parameter, then
-// the slot's facts; exec keeps the last of duplicate names.
+// environ is base (the daemon's environment, less the variables DropEnv
+// names), then the env parameter, then the slot's facts; exec keeps the
+// last of duplicate names.
 func (t *execTask) environ(ctx context.Context, base []string) []string {
-	env := append(base, t.env...)
+	env := append(withoutDropped(base), t.env...)
 	r, ok := RunFrom(ctx)
 	if !ok {
 		return env
