@@ -37,14 +37,17 @@ var supervisorAvailable = sync.OnceValue(func() bool {
 // supervised is a command run under a supervisor (see supervisor.go),
 // seen from the daemon.
 type supervised struct {
-	cmd    *exec.Cmd     // the supervisor
-	pid    int           // the command, as the supervisor reported it
-	ctl    *os.File      // to the supervisor; closing it kills the tree
-	status *os.File      // from the supervisor
-	r      *bufio.Reader // of status
+	cmd     *exec.Cmd     // the supervisor
+	pid     int           // the command, as the supervisor reported it
+	ctl     *os.File      // to the supervisor; closing it kills the tree
+	status  *os.File      // from the supervisor
+	r       *bufio.Reader // of status
+	reports chan struct{} // closed when the supervisor's reports end
 
 	mu     sync.Mutex
-	killer *time.Timer // kills the supervisor if 'K' did not end it
+	exit   syscall.WaitStatus // the command's, once reported
+	exited bool
+	killer *time.Timer // kills the supervisor if it does not end in time
 	waited bool
 }
 
@@ -89,6 +92,8 @@ func startSupervised(c command) (process, error) {
 	stR.SetReadDeadline(time.Time{})
 	if pid, ok := reported(line, "started"); ok {
 		p.pid = pid
+		p.reports = make(chan struct{})
+		go p.readReports()
 		return p, nil
 	}
 	if rerr != nil { // silent: hung, or dead
@@ -115,15 +120,41 @@ func reported(line, what string) (int, bool) {
 	return int(n), err == nil
 }
 
-func (p *supervised) terminate() { p.ctl.Write([]byte{ctlTerminate}) }
+// readReports reads the supervisor's reports until it exits. Once the
+// command has exited, the supervisor gets supervisorKill to kill what the
+// command left: a process stuck in the kernel must not hold the attempt
+// until its timeout.
+func (p *supervised) readReports() {
+	defer close(p.reports)
+	for {
+		line, err := p.r.ReadString('\n')
+		if n, ok := reported(line, "exit"); ok {
+			p.mu.Lock()
+			p.exit, p.exited = syscall.WaitStatus(n), true
+			p.mu.Unlock()
+			p.armKiller()
+		}
+		if err != nil {
+			return
+		}
+	}
+}
 
-func (p *supervised) kill() {
-	p.ctl.Write([]byte{ctlKill})
+// armKiller has the supervisor killed supervisorKill from now, unless it
+// has exited by then or a killer is armed already.
+func (p *supervised) armKiller() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.killer == nil && !p.waited {
 		p.killer = time.AfterFunc(supervisorKill, func() { p.cmd.Process.Kill() })
 	}
+}
+
+func (p *supervised) terminate() { p.ctl.Write([]byte{ctlTerminate}) }
+
+func (p *supervised) kill() {
+	p.ctl.Write([]byte{ctlKill})
+	p.armKiller()
 }
 
 // wait waits for the supervisor, which exits once the whole tree is gone.
@@ -136,22 +167,16 @@ func (p *supervised) wait() (syscall.WaitStatus, error) {
 	}
 	p.mu.Unlock()
 	p.ctl.Close()
-
-	// The rest of the reports: written before the supervisor exited.
+	// The last reports were written before the supervisor exited; nobody
+	// else holds the pipe, so its end is near.
 	p.status.SetReadDeadline(time.Now().Add(time.Second))
-	var ws syscall.WaitStatus
-	got := false
-	for {
-		line, rerr := p.r.ReadString('\n')
-		if n, ok := reported(line, "exit"); ok {
-			ws, got = syscall.WaitStatus(n), true
-		}
-		if rerr != nil {
-			break
-		}
-	}
+	<-p.reports
 	p.status.Close()
-	if got {
+
+	p.mu.Lock()
+	ws, exited := p.exit, p.exited
+	p.mu.Unlock()
+	if exited {
 		return ws, nil
 	}
 	// The supervisor died before the command did (SIGKILL): the command

@@ -3,6 +3,7 @@ package tasks
 import (
 	"fmt"
 	"os"
+	"syscall"
 )
 
 // The supervisor is the process that runs one attempt of an exec task on
@@ -48,10 +49,13 @@ const (
 // before the packages that import this one are initialised, and it never
 // returns: whatever happens, the process exits here. A supervisor that
 // fell through to main would run the program it was built as, which could
-// start tasks, and so supervisors, of its own.
+// start tasks, and so supervisors, of its own. syscall.Exit rather than
+// os.Exit: there is nothing to flush, and a race-enabled build would sleep
+// a second at exit (the race runtime's atexit_sleep_ms), at the end of
+// every attempt.
 func init() {
 	if len(os.Args) > 1 && os.Args[1] == superviseArg {
-		os.Exit(supervise(os.Args[2:]))
+		syscall.Exit(supervise(os.Args[2:]))
 	}
 }
 

@@ -308,3 +308,41 @@ func TestExecDirect(t *testing.T) {
 		t.Errorf("Run = %v, want SIGKILL after the grace", err)
 	}
 }
+
+// TestSupervisorUnresponsive checks the daemon's last resort: a supervisor
+// that has not ended supervisorKill after 'K' (here it is stopped) is
+// killed, Run returns, and the command dies with it (its Pdeathsig).
+func TestSupervisorUnresponsive(t *testing.T) {
+	const grace = 100 * time.Millisecond
+	dir := t.TempDir()
+	task, _ := newExecTask(t, map[string]any{
+		"command": shell(`echo $$ > "$1/cmd.tmp"; echo $PPID > "$1/sup.tmp"; mv "$1/cmd.tmp" "$1/cmd"; mv "$1/sup.tmp" "$1/sup"; trap '' TERM; while :; do sleep 0.05; done`, dir),
+		"grace":   grace.String(),
+	})
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	done := make(chan error, 1)
+	go func() { done <- task.Run(ctx) }()
+	waitFor(t, 10*time.Second, "the command to start", func() bool { return exists(filepath.Join(dir, "sup")) })
+	sup, cmd := readPid(t, filepath.Join(dir, "sup")), readPid(t, filepath.Join(dir, "cmd"))
+	t.Cleanup(func() { killIfRunning(sup); killIfRunning(cmd) })
+	if err := syscall.Kill(sup, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	cancel(errTestLeaseLost)
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(grace + supervisorKill + 10*time.Second):
+		t.Fatal("Run did not return")
+	}
+	if d := time.Since(start); d < grace+supervisorKill {
+		t.Errorf("Run returned after %v, before grace + supervisorKill", d)
+	}
+	var xe *ExitError
+	if !errors.As(err, &xe) || xe.Signal != syscall.SIGKILL || !errors.Is(err, errTestLeaseLost) {
+		t.Errorf("Run = %v, want an ExitError for SIGKILL wrapping the cause", err)
+	}
+	waitFor(t, 5*time.Second, fmt.Sprintf("command %d to die", cmd), func() bool { return processGone(cmd) })
+}
