@@ -6,6 +6,7 @@ package integration
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -169,4 +170,25 @@ catchup = "none"`,
 		t.Errorf("%d SIGHUP log lines, want 2", n)
 	}
 	c.stopAll()
+}
+
+// Both binaries answer the supervisor's hidden argument from package
+// tasks, before their command line: started by hand, without its pipes,
+// the supervisor refuses (exit 125) rather than run slotd, which would
+// reject an unknown command (exit 2) or, in a build with another main,
+// do whatever that main does — start tasks, and supervisors, of its own.
+func TestSuperviseDispatchInBinaries(t *testing.T) {
+	t.Parallel()
+	custom := filepath.Join(t.TempDir(), "slotd-custom")
+	build := exec.Command("go", "build", "-o", custom, "./cmd/slotd-custom")
+	build.Dir = ".."
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/slotd-custom: %v\n%s", err, out)
+	}
+	for _, bin := range []string{slotdBin, custom} {
+		out, err := exec.Command(bin, "__supervise", "/bin/sh", "sh", "-c", "echo ran").CombinedOutput()
+		if code := exitCode(err); code != 125 || !strings.Contains(string(out), "internal supervisor of exec tasks") {
+			t.Errorf("%s __supervise: exit %d, output %q; want 125 and the supervisor's refusal", filepath.Base(bin), code, out)
+		}
+	}
 }
