@@ -15,7 +15,7 @@ import (
 	"time"
 )
 
-// treeTask is a task that starts a process tree before working for 3s: a
+// treeTask is a task that starts a process tree before working for 5s: a
 // subshell, a double-forked worker (its parent exits at once, so it is
 // reparented), and a setsid worker in a session and group of its own, each appending a tick
 // ("child", "orphan", "setsid") to the ledger every 100ms with the
@@ -29,7 +29,7 @@ func (c *cluster) treeTask(name, schedule, extra string) string {
 ( while :; do rec child; sleep 0.1; done ) &
 ( /bin/sh %[1]s orphan & ) &
 setsid /bin/sh %[1]s setsid &
-sleep 3
+sleep 5
 rec end
 `, q(worker)), extra)
 }

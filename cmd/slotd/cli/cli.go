@@ -384,8 +384,12 @@ func durationString(_ []string, a slog.Attr) slog.Attr {
 // ignoreHangups logs each SIGHUP and keeps running: reload is not supported
 // yet, and dying of it (exit 129) would skip the shutdown, leaving running
 // slots held until their leases ran out. Tasks still get the default
-// SIGHUP action. The returned func stops it and waits for it.
+// SIGHUP action. Started with SIGHUP ignored (nohup), it leaves it so, and
+// tasks inherit that as before. The returned func stops it and waits for it.
 func ignoreHangups(log *slog.Logger) (stop func()) {
+	if signal.Ignored(syscall.SIGHUP) {
+		return func() {}
+	}
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	quit, done := make(chan struct{}), make(chan struct{})
