@@ -25,10 +25,11 @@ const (
 	DefaultExecMaxOutput = 64 << 10
 )
 
-// outputDrain bounds how long Run waits, once the command's process group
-// is gone, for the end of its output. Only a process that left the group
-// (setsid, a double fork into a new group) can keep the pipe open longer,
-// and it must not hold the attempt hostage.
+// outputDrain bounds how long Run waits, once the command has exited and
+// been cleaned up after, for the end of its output. Under the supervisor
+// nothing is left to hold the pipe by then. Run directly, a process that
+// left the group (setsid, a double fork into a new group) can keep it open
+// longer, and it must not hold the attempt hostage.
 const outputDrain = 2 * time.Second
 
 // errTailMax bounds the output quoted in an error message; the whole
