@@ -25,10 +25,11 @@ const (
 	DefaultExecMaxOutput = 64 << 10
 )
 
-// outputDrain bounds how long Run waits, once the command's process group
-// is gone, for the end of its output. Only a process that left the group
-// (setsid, a double fork into a new group) can keep the pipe open longer,
-// and it must not hold the attempt hostage.
+// outputDrain bounds how long Run waits, once the command has exited and
+// been cleaned up after, for the end of its output. Under the supervisor
+// nothing is left to hold the pipe by then. Run directly, a process that
+// left the group (setsid, a double fork into a new group) can keep it open
+// longer, and it must not hold the attempt hostage.
 const outputDrain = 2 * time.Second
 
 // errTailMax bounds the output quoted in an error message; the whole
@@ -58,6 +59,8 @@ type execTask struct {
 	grace     time.Duration
 	maxOutput int
 	log       *slog.Logger
+
+	start func(command) (process, error) // nil: startProcess; tests set startDirect
 }
 
 func newExec(params map[string]any, log *slog.Logger) (Task, error) {
@@ -172,34 +175,19 @@ func outputTail(s string, n int) string {
 	return "..." + s
 }
 
-// Run runs the command in a process group of its own. When ctx is done the
-// group gets SIGTERM, and SIGKILL after the grace. Whatever is left of the
-// group when the command exits is killed too: it would otherwise outlive the
-// attempt and its lease, and could overlap the next attempt.
+// Run runs the command in a process group of its own; on Linux under a
+// supervisor (see supervisor.go) that kills every process the command
+// started, including those that left its group or session, when the
+// command exits, when the attempt is stopped, and when the daemon dies.
+// When ctx is done the group gets SIGTERM, and after the grace everything
+// is killed. Whatever is left when the command exits is killed too: it
+// would otherwise outlive the attempt and its lease, and could overlap the
+// next attempt.
 func (t *execTask) Run(ctx context.Context) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("tasks: exec: %s: not started: %w", t.argv[0], context.Cause(ctx))
 	}
 	start := time.Now()
-
-	cmd := exec.CommandContext(ctx, t.path, t.argv[1:]...)
-	cmd.Args[0] = t.argv[0]
-	cmd.Dir = t.dir
-	cmd.Env = t.environ(ctx, cmd.Environ()) // with PWD matching Dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	orphanSignal(cmd.SysProcAttr)
-	var stopped atomic.Bool
-	cmd.Cancel = func() error {
-		stopped.Store(true)
-		err := syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-		if errors.Is(err, syscall.ESRCH) {
-			return os.ErrProcessDone
-		}
-		return err
-	}
-	// After the grace, exec kills the group's leader; the rest of the group
-	// goes with the clean-up below, as soon as Wait returns.
-	cmd.WaitDelay = t.grace
 
 	// Our own pipe rather than exec's: exec would make Wait wait for every
 	// holder of the pipe, including grandchildren that outlive the command.
@@ -208,13 +196,14 @@ func (t *execTask) Run(ctx context.Context) error {
 		return fmt.Errorf("tasks: exec: %w", err)
 	}
 	defer pr.Close()
-	cmd.Stdout, cmd.Stderr = pw, pw
-	err = cmd.Start()
+	base := (&exec.Cmd{Dir: t.dir}).Environ() // with PWD matching Dir
+	startFn := t.start
+	if startFn == nil {
+		startFn = startProcess
+	}
+	p, err := startFn(command{path: t.path, argv: t.argv, dir: t.dir, env: t.environ(ctx, base), out: pw})
 	pw.Close() // the child has its copy; ours would keep the pipe open
 	if err != nil {
-		if ctx.Err() != nil {
-			err = context.Cause(ctx)
-		}
 		return fmt.Errorf("tasks: exec: start %s: %w", t.argv[0], err)
 	}
 
@@ -225,19 +214,39 @@ func (t *execTask) Run(ctx context.Context) error {
 		io.Copy(out, pr) // out never fails; a read error just ends the output
 	}()
 
-	waitErr := cmd.Wait()
-	// A group lives on while it has members, and its id cannot be reused
-	// until it is empty; ESRCH means nothing was left.
-	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	exited, stopperDone := make(chan struct{}), make(chan struct{})
+	var stopped atomic.Bool
+	go func() {
+		defer close(stopperDone)
+		select {
+		case <-exited:
+			return
+		case <-ctx.Done():
+		}
+		stopped.Store(true)
+		p.terminate()
+		grace := time.NewTimer(t.grace)
+		defer grace.Stop()
+		select {
+		case <-exited:
+		case <-grace.C:
+			p.kill()
+		}
+	}()
+	ws, waitErr := p.wait()
+	close(exited)
+	<-stopperDone
 	pr.SetReadDeadline(time.Now().Add(outputDrain))
 	<-copied
-
-	state := cmd.ProcessState
-	if state == nil { // Wait failed before the command ended; not seen on Unix
+	if waitErr != nil { // no status: not seen on Unix
 		return fmt.Errorf("tasks: exec: %s: %w", t.argv[0], waitErr)
 	}
-	xe := &ExitError{ExitCode: state.ExitCode(), Output: out.String()}
-	if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+
+	xe := &ExitError{ExitCode: -1, Output: out.String()}
+	switch {
+	case ws.Exited():
+		xe.ExitCode = ws.ExitStatus()
+	case ws.Signaled():
 		xe.Signal = ws.Signal()
 	}
 	if stopped.Load() {
@@ -258,7 +267,7 @@ func (t *execTask) Run(ctx context.Context) error {
 	if xe.Signal != 0 {
 		attrs = append(attrs, slog.String("signal", xe.Signal.String()))
 	}
-	if state.Success() && xe.Cause == nil {
+	if xe.ExitCode == 0 && xe.Cause == nil {
 		t.log.LogAttrs(ctx, slog.LevelInfo, "command succeeded", attrs...)
 		return nil
 	}
@@ -267,10 +276,11 @@ func (t *execTask) Run(ctx context.Context) error {
 	return err
 }
 
-// environ is base (the daemon's environment), then the env parameter, then
-// the slot's facts; exec keeps the last of duplicate names.
+// environ is base (the daemon's environment, less the variables DropEnv
+// names), then the env parameter, then the slot's facts; exec keeps the
+// last of duplicate names.
 func (t *execTask) environ(ctx context.Context, base []string) []string {
-	env := append(base, t.env...)
+	env := append(withoutDropped(base), t.env...)
 	r, ok := RunFrom(ctx)
 	if !ok {
 		return env

@@ -13,6 +13,13 @@
 // A Task learns which slot it runs from its context (RunFrom), never from the
 // wall clock: the slot time is the schedule's fire time, whatever the time is
 // when the task actually starts.
+//
+// The exec plugin guarantees, on Linux, that no process an attempt started
+// outlives the attempt: each runs under a supervisor, the program's own
+// binary re-executed with the hidden argument __supervise, which this
+// package answers from an init function, so every binary that links it
+// (slotd, a build with custom plugins, a test binary) is its own supervisor.
+// The daemon's variables named by DropEnv never reach an exec task.
 package tasks
 
 import (

@@ -1,6 +1,8 @@
 // Command slotd-custom is slotd with a custom plugin compiled in: the
 // example greet plugin. Copy it, and replace the blank import with your own
-// plugins' packages; see package greet for how to write one.
+// plugins' packages; see package greet for how to write one. Like slotd,
+// the binary supervises its own exec task attempts (package tasks answers
+// the hidden __supervise subcommand before main): nothing to add for that.
 package main
 
 import (

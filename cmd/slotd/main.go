@@ -1,5 +1,7 @@
 // Command slotd is the distributed scheduled-task runner daemon. See the
-// README for the quick start and cli for the commands.
+// README for the quick start and cli for the commands. On Linux the binary
+// is also the supervisor of each exec task attempt, re-executed as
+// `slotd __supervise ...`; package tasks dispatches that before main runs.
 package main
 
 import (

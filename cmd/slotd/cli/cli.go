@@ -84,7 +84,8 @@ func WithRedisHook(h redis.Hook) Option {
 }
 
 // Main runs the command line and returns the process exit code. SIGTERM and
-// SIGINT stop `run` gracefully.
+// SIGINT stop `run` gracefully. SIGHUP is logged and ignored: reload is not
+// supported yet.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer, opts ...Option) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
@@ -189,6 +190,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, o opti
 	redis.SetLogger(redisLogger{log.With("component", "redis")})
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	defer ignoreHangups(log)()
 	if err := run(ctx, cfg, base, o); err != nil {
 		log.Error("slotd failed", "err", err)
 		return exitError
@@ -378,4 +380,34 @@ func durationString(_ []string, a slog.Attr) slog.Attr {
 		a.Value = slog.StringValue(a.Value.Duration().String())
 	}
 	return a
+}
+
+// ignoreHangups logs each SIGHUP and keeps running: reload is not supported
+// yet, and dying of it (exit 129) would skip the shutdown, leaving running
+// slots held until their leases ran out. Tasks still get the default
+// SIGHUP action. Started with SIGHUP ignored (nohup), it leaves it so, and
+// tasks inherit that as before. The returned func stops it and waits for it.
+func ignoreHangups(log *slog.Logger) (stop func()) {
+	if signal.Ignored(syscall.SIGHUP) {
+		return func() {}
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-hup:
+				log.Warn("SIGHUP ignored: reload is not supported yet; restart to apply a new configuration, SIGTERM to stop")
+			case <-quit:
+				return
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(hup)
+		close(quit)
+		<-done
+	}
 }

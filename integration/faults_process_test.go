@@ -1,0 +1,194 @@
+package integration
+
+// Process faults (issue 16 items 1 and SIGHUP): what becomes of a task's
+// processes when its daemon dies, and of the daemon on SIGHUP.
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// treeTask is a task that starts a process tree before working for 5s: a
+// subshell, a double-forked worker (its parent exits at once, so it is
+// reparented), and a setsid worker in a session and group of its own, each appending a tick
+// ("child", "orphan", "setsid") to the ledger every 100ms with the
+// attempt's variables; $$ in a worker's line is its own pid.
+func (c *cluster) treeTask(name, schedule, extra string) string {
+	worker := filepath.Join(c.t.TempDir(), "worker.sh")
+	if err := os.WriteFile(worker, []byte(recordFn+`while :; do rec "$1"; sleep 0.1; done`+"\n"), 0o644); err != nil {
+		c.t.Fatal(err)
+	}
+	return c.execTask(name, schedule, fmt.Sprintf(`rec start
+( while :; do rec child; sleep 0.1; done ) &
+( /bin/sh %[1]s orphan & ) &
+setsid /bin/sh %[1]s setsid &
+sleep 5
+rec end
+`, q(worker)), extra)
+}
+
+// Scenario: the winner is killed (kill -9, its process group, as a crash
+// or the OOM killer would) while its task's process tree runs, part of it
+// outside the task's process group and session. Every process of the tree
+// is gone within lease/3 of the kill — long before the lease runs out —
+// and the peer's attempt 2 starts only after the last line any attempt-1
+// process wrote: attempt 1 does not overlap its retry.
+func TestKill9WinnerKillsTaskTree(t *testing.T) {
+	t.Parallel()
+	const lease = 3 * time.Second
+	c := newCluster(t)
+	spec, _ := oneShot(3 * time.Second)
+	c.start(2, "1s", `lease = "3s"
+max_attempts = 3
+timeout = "1m"
+catchup = "latest"`,
+		c.treeTask("tree", spec, `deadline = "30s"`))
+	c.awaitStarted(10 * time.Second)
+
+	evs := c.ledger.await("attempt 1's whole tree to tick", 20*time.Second, func(evs []event) bool {
+		return len(find(evs, "child", 1)) > 0 && len(find(evs, "orphan", 1)) > 0 && len(find(evs, "setsid", 1)) > 0
+	})
+	first := find(evs, "start", 1)[0]
+	victim := c.replica(first.Replica)
+	setsid := find(evs, "setsid", 1)[0].PGID // its own pid, group and session
+	if sid, _, e := syscall.RawSyscall(syscall.SYS_GETSID, uintptr(setsid), 0, 0); e != 0 || int(sid) != setsid {
+		t.Fatalf("setsid worker %d: session %d (%v), want its own", setsid, sid, e)
+	}
+	tree := marked(victim.mark)
+	for _, pid := range []int{first.PGID, find(evs, "orphan", 1)[0].PGID, setsid} {
+		if !slices.Contains(tree, pid) {
+			t.Fatalf("process %d of attempt 1 is not among the victim's processes %v", pid, tree)
+		}
+	}
+	t.Logf("attempt 1 on %s: %d processes besides the daemon", victim.name, len(tree)-1)
+
+	victim.Kill9()
+	killAt := time.Now()
+	left := awaitPoll(t, "attempt 1's processes to be gone", lease, func() []int { return marked(victim.mark) },
+		func(pids []int) bool { return len(pids) == 0 },
+		func(pids []int) string { return fmt.Sprintf("alive: %v", pids) })
+	goneAt := time.Now()
+	t.Logf("attempt 1's processes gone %v after the kill", goneAt.Sub(killAt))
+	if d := goneAt.Sub(killAt); d > lease/3 {
+		t.Errorf("attempt 1's processes gone %v after the kill, want within lease/3 = %v (%v)", d, lease/3, left)
+	}
+
+	evs = c.ledger.await("the peer's attempt 2", lease+10*time.Second, func(evs []event) bool {
+		return len(find(evs, "start", 2)) > 0
+	})
+	second := find(evs, "start", 2)[0]
+	if second.Replica == victim.name {
+		t.Fatalf("attempt 2 ran on the killed replica")
+	}
+	// Give a straggler of attempt 1, if any, time to show in the ledger.
+	time.Sleep(500 * time.Millisecond)
+	evs = c.ledger.read()
+	var last event
+	for _, e := range evs {
+		if e.Attempt == 1 && e.At.After(last.At) {
+			last = e
+		}
+	}
+	t.Logf("attempt 2 on %s %v after the kill; attempt 1's last line (%s) %v before it",
+		second.Replica, second.At.Sub(killAt), last.Kind, second.At.Sub(last.At))
+	if !last.At.Before(second.At) {
+		t.Errorf("attempt 1 wrote after attempt 2 started:\n%s", dump(evs))
+	}
+	if last.At.After(goneAt) {
+		t.Errorf("attempt 1 wrote at %s, after its processes were seen gone at %s", last.At.Format("15:04:05.000"), goneAt.Format("15:04:05.000"))
+	}
+	if len(find(evs, "end", 1)) != 0 {
+		t.Errorf("attempt 1 ended although its daemon was killed:\n%s", dump(evs))
+	}
+
+	// Attempt 2 ends on its own; what it started goes with it.
+	evs = c.ledger.await("attempt 2 to end", 15*time.Second, func(evs []event) bool {
+		return len(find(evs, "end", 2)) > 0
+	})
+	end := find(evs, "end", 2)[0]
+	c.awaitKey(stateKey("tree", second.Slot), "to be done by attempt 2", 5*time.Second, func(v string, _ bool) bool {
+		return strings.HasPrefix(v, "done:"+second.Replica+":2:")
+	})
+	time.Sleep(500 * time.Millisecond)
+	for _, e := range c.ledger.read() {
+		// A tick already under way when the shell exited may land just after.
+		if e.Attempt == 2 && e.At.After(end.At.Add(200*time.Millisecond)) {
+			t.Errorf("attempt 2's %s (pid %d) wrote %v after attempt 2 ended", e.Kind, e.PGID, e.At.Sub(end.At))
+		}
+	}
+	c.stopAll()
+}
+
+// SIGHUP does not stop the daemon (it used to exit with 129, without its
+// shutdown, leaving its running slot held until the lease ran out): it
+// logs that reload is not supported yet and keeps running and running
+// tasks; SIGTERM then stops it as usual, exit status 0.
+func TestSighupIgnored(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	c.start(1, "1s", `lease = "3s"
+timeout = "1m"
+catchup = "none"`,
+		c.execTask("hup", "@every 1s", `rec start; sleep 0.2; rec end`, ""))
+	c.awaitStarted(10 * time.Second)
+	r := c.reps[0]
+	c.ledger.await("a first run", 10*time.Second, func(evs []event) bool { return len(find(evs, "end", 0)) > 0 })
+
+	hupAt := time.Now()
+	r.Signal(syscall.SIGHUP)
+	r.awaitLog("the SIGHUP", 5*time.Second, func(rec logRec) bool {
+		return rec.msg() == "SIGHUP ignored: reload is not supported yet; restart to apply a new configuration, SIGTERM to stop" &&
+			rec.str("level") == "WARN"
+	})
+	r.Signal(syscall.SIGHUP)
+	c.ledger.await("two runs started and ended after the SIGHUP", 10*time.Second, func(evs []event) bool {
+		n := 0
+		for _, e := range find(evs, "start", 0) {
+			if e.At.After(hupAt) && len(find(bySlot(evs)[e.Slot], "end", 0)) > 0 {
+				n++
+			}
+		}
+		return n >= 2
+	})
+	if !r.running() {
+		t.Fatalf("replica exited after SIGHUP: %v", r.cmd.ProcessState)
+	}
+	n := 0
+	for _, rec := range r.records() {
+		if strings.HasPrefix(rec.msg(), "SIGHUP ignored") {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Errorf("%d SIGHUP log lines, want 2", n)
+	}
+	c.stopAll()
+}
+
+// Both binaries answer the supervisor's hidden argument from package
+// tasks, before their command line: started by hand, without its pipes,
+// the supervisor refuses (exit 125) rather than run slotd, which would
+// reject an unknown command (exit 2) or, in a build with another main,
+// do whatever that main does — start tasks, and supervisors, of its own.
+func TestSuperviseDispatchInBinaries(t *testing.T) {
+	t.Parallel()
+	custom := filepath.Join(t.TempDir(), "slotd-custom")
+	build := exec.Command("go", "build", "-o", custom, "./cmd/slotd-custom")
+	build.Dir = ".."
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/slotd-custom: %v\n%s", err, out)
+	}
+	for _, bin := range []string{slotdBin, custom} {
+		out, err := exec.Command(bin, "__supervise", "/bin/sh", "sh", "-c", "echo ran").CombinedOutput()
+		if code := exitCode(err); code != 125 || !strings.Contains(string(out), "internal supervisor of exec tasks") {
+			t.Errorf("%s __supervise: exit %d, output %q; want 125 and the supervisor's refusal", filepath.Base(bin), code, out)
+		}
+	}
+}
