@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/scheduler/schedule"
 	"github.com/slotd/slotd/tasks"
 )
 
@@ -376,7 +377,7 @@ func readTask(m map[string]any, n int, seen map[string]int, defaults rawPolicy, 
 	tz, tzOK := t.str("timezone")
 	if tzOK {
 		task.Timezone = tz
-		if _, err := loadLocation(tz); err != nil {
+		if _, err := schedule.LoadLocation(tz); err != nil {
 			t.errorf("timezone", "%v", err)
 			tzOK = false
 		}
@@ -389,7 +390,7 @@ func readTask(m map[string]any, n int, seen map[string]int, defaults rawPolicy, 
 	case !t.has("schedule"):
 		t.errorf("schedule", "required (a cron spec such as \"0 * * * *\", or \"@every 5m\")")
 	case specOK && tzOK:
-		s, err := ParseSchedule(spec, tz)
+		s, err := schedule.Parse(spec, tz)
 		if err != nil {
 			t.wrapf("schedule", err)
 		}
@@ -457,7 +458,7 @@ func registered() string {
 // resolvePolicy merges a task's policy keys over [defaults] and checks the
 // keys against each other and against the schedule (nil if invalid). Keys
 // already found invalid are left out of the cross-checks.
-func resolvePolicy(t table, own, defaults rawPolicy, sched *Schedule) taskPolicy {
+func resolvePolicy(t table, own, defaults rawPolicy, sched *schedule.Schedule) taskPolicy {
 	lease := own.lease.or(defaults.lease)
 	doneTTL := own.doneTTL.or(defaults.doneTTL)
 	maxAttempts := own.maxAttempts.or(defaults.maxAttempts)
@@ -494,7 +495,7 @@ func resolvePolicy(t table, own, defaults rawPolicy, sched *Schedule) taskPolicy
 				doneTTL.v, doneTTL.where, deadline.v, deadline.where)
 		default:
 			t.errorf("done_ttl", "%v%s is shorter than the slot window %v (the longest gap between fire times of %q): a slot could run again after its done marker expires; raise done_ttl or set deadline",
-				doneTTL.v, doneTTL.where, window, sched.spec)
+				doneTTL.v, doneTTL.where, window, sched.Spec())
 		}
 	}
 	if !lease.bad && !doneTTL.bad && pol.Lease > pol.DoneTTL {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slotd/slotd/scheduler/schedule"
 	"github.com/slotd/slotd/tasks"
 )
 
@@ -382,7 +383,7 @@ max_attempts = 0
 
 func TestParseScheduleErrorIsWrapped(t *testing.T) {
 	_, err := ParseConfig([]byte("[[task]]\nname = \"x\"\nschedule = \"@every 1ms\"\nplugin = \"config-test-noop\"\n"), "x", nil)
-	_, direct := ParseSchedule("@every 1ms", "")
+	_, direct := schedule.Parse("@every 1ms", "")
 	if err == nil || direct == nil || !strings.Contains(err.Error(), direct.Error()) {
 		t.Fatalf("config error %v does not carry the schedule error %v", err, direct)
 	}
@@ -503,4 +504,12 @@ func FuzzParseConfig(f *testing.F) {
 // policyOf reads back a task's merged policy keys.
 func policyOf(t Task) taskPolicy {
 	return taskPolicy{Lease: t.Lease, DoneTTL: t.DoneTTL, MaxAttempts: t.MaxAttempts, Timeout: t.Timeout, Catchup: t.Catchup, Deadline: t.Deadline}
+}
+
+func utc(s string) time.Time {
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		panic(err)
+	}
+	return t.UTC()
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/scheduler"
+	"github.com/slotd/slotd/scheduler/schedule"
 )
 
 // fleet is a Memory store on a clock the test sets, and a history.
@@ -199,7 +200,7 @@ type downStore struct{ lock.Store }
 func (downStore) States(context.Context, []lock.Slot) ([]lock.State, error) { return nil, errDown }
 
 func TestParseSlot(t *testing.T) {
-	half, err := scheduler.ParseSchedule("30 * * * *", "")
+	half, err := schedule.Parse("30 * * * *", "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package scheduler
+package schedule
 
 import (
 	"fmt"
@@ -12,9 +12,9 @@ import (
 
 func mustParse(t testing.TB, spec, tz string) *Schedule {
 	t.Helper()
-	s, err := ParseSchedule(spec, tz)
+	s, err := Parse(spec, tz)
 	if err != nil {
-		t.Fatalf("ParseSchedule(%q, %q): %v", spec, tz, err)
+		t.Fatalf("Parse(%q, %q): %v", spec, tz, err)
 	}
 	return s
 }
@@ -250,7 +250,7 @@ func TestNextMatchesRobfig(t *testing.T) {
 			// 01:54 on 2024-10-06 it returns 02:30 for "30 1 * * *".
 			continue
 		}
-		loc, err := loadLocation(tz)
+		loc, err := LoadLocation(tz)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -414,7 +414,7 @@ func TestMaxGapMatchesWalk(t *testing.T) {
 	}
 }
 
-func TestParseScheduleErrors(t *testing.T) {
+func TestParseErrors(t *testing.T) {
 	for _, tc := range []struct{ spec, tz, want string }{
 		{"", "", "empty"},
 		{"   ", "", "empty"},
@@ -439,14 +439,14 @@ func TestParseScheduleErrors(t *testing.T) {
 		{"*/0 * * * *", "", "step"},
 		{"a b c d e", "", "a"},
 	} {
-		_, err := ParseSchedule(tc.spec, tc.tz)
+		_, err := Parse(tc.spec, tc.tz)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("ParseSchedule(%q, %q) = %v, want an error containing %q", tc.spec, tc.tz, err, tc.want)
+			t.Errorf("Parse(%q, %q) = %v, want an error containing %q", tc.spec, tc.tz, err, tc.want)
 		}
 	}
 }
 
-func TestParseScheduleIsCached(t *testing.T) {
+func TestParseIsCached(t *testing.T) {
 	const n = 50
 	got := make([]*Schedule, n)
 	var wg sync.WaitGroup
@@ -476,9 +476,9 @@ func TestScheduleString(t *testing.T) {
 	}
 }
 
-func BenchmarkParseSchedule(b *testing.B) {
+func BenchmarkParse(b *testing.B) {
 	for i := 0; b.Loop(); i++ {
-		if _, err := parseSchedule(fmt.Sprintf("%d * * * *", i%60), "America/New_York"); err != nil {
+		if _, err := parse(fmt.Sprintf("%d * * * *", i%60), "America/New_York"); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -492,7 +492,7 @@ func BenchmarkNextDST(b *testing.B) {
 	}
 }
 
-func FuzzParseSchedule(f *testing.F) {
+func FuzzParse(f *testing.F) {
 	for _, seed := range [][2]string{
 		{"0 * * * *", ""}, {"*/5 * * * * *", "UTC"}, {"@daily", "Europe/London"},
 		{"@every 90s", ""}, {"0 0 29 2 *", "Australia/Lord_Howe"}, {"0 0 30 2 *", ""},
@@ -503,7 +503,7 @@ func FuzzParseSchedule(f *testing.F) {
 	}
 	from := utc("2024-03-31T00:59:59Z")
 	f.Fuzz(func(t *testing.T, spec, tz string) {
-		s, err := ParseSchedule(spec, tz)
+		s, err := Parse(spec, tz)
 		if err != nil {
 			return
 		}
@@ -524,7 +524,7 @@ func FuzzParseSchedule(f *testing.F) {
 }
 
 func ExampleSchedule_SlotID() {
-	s, err := ParseSchedule("0 * * * *", "")
+	s, err := Parse("0 * * * *", "")
 	if err != nil {
 		panic(err)
 	}
@@ -536,7 +536,7 @@ func ExampleSchedule_SlotID() {
 // The table of fixed-offset periods agrees with the zone itself.
 func TestZoneTable(t *testing.T) {
 	for _, tz := range append(propertyZones[1:], "Africa/Casablanca", "Europe/Dublin", "America/Asuncion", "Asia/Gaza", "Pacific/Apia", "America/St_Johns") {
-		loc, err := loadLocation(tz)
+		loc, err := LoadLocation(tz)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -649,7 +649,7 @@ func TestNextMatchesClassicReference(t *testing.T) {
 			// 04:00 CHADT (14:15Z) for "0 */2 * * *" in Chatham.
 			continue
 		}
-		loc, err := loadLocation(tz)
+		loc, err := LoadLocation(tz)
 		if err != nil {
 			t.Fatal(err)
 		}
