@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	dconfig "github.com/slotd/slotd/internal/config"
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/scheduler"
 	"github.com/slotd/slotd/tasks"
@@ -571,12 +572,12 @@ func validateConfig(t *testing.T, path string, env ...string) string {
 
 // loadDeployConfig loads a deployment's configuration with slotd's own
 // loader, env set first.
-func loadDeployConfig(t *testing.T, path string, env map[string]string) *scheduler.Config {
+func loadDeployConfig(t *testing.T, path string, env map[string]string) *dconfig.Config {
 	t.Helper()
 	for k, v := range env {
 		t.Setenv(k, v)
 	}
-	cfg, err := scheduler.LoadConfig(path, nil)
+	cfg, err := dconfig.Load(path, nil)
 	if err != nil {
 		t.Fatalf("%v", err)
 	}
@@ -588,7 +589,7 @@ func loadDeployConfig(t *testing.T, path string, env map[string]string) *schedul
 // SIGKILL grace (the default, or the longest configured), then the HTTP
 // server's shutdown. A container runtime or service manager that kills it
 // sooner cuts the hand-over of running slots short.
-func stopNeeds(t *testing.T, cfg *scheduler.Config) time.Duration {
+func stopNeeds(t *testing.T, cfg *dconfig.Config) time.Duration {
 	t.Helper()
 	grace := tasks.DefaultExecGrace
 	for _, task := range cfg.Tasks {
@@ -603,7 +604,7 @@ func stopNeeds(t *testing.T, cfg *scheduler.Config) time.Duration {
 
 // listenPort is the port of an [http] listen address, which must be on
 // every interface (a container's or pod's port).
-func listenPort(t *testing.T, cfg *scheduler.Config) string {
+func listenPort(t *testing.T, cfg *dconfig.Config) string {
 	t.Helper()
 	host, port, err := net.SplitHostPort(cfg.Listen)
 	if err != nil {
@@ -618,7 +619,7 @@ func listenPort(t *testing.T, cfg *scheduler.Config) string {
 // defaultPort is the port of the daemon's default [http] listen address.
 func defaultPort(t *testing.T) string {
 	t.Helper()
-	_, port, err := net.SplitHostPort(scheduler.DefaultListen)
+	_, port, err := net.SplitHostPort(dconfig.DefaultListen)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1684,7 +1685,7 @@ func TestSystemdUnit(t *testing.T) {
 	if err != nil {
 		t.Errorf("slotd.service: TimeoutStopSec: %v", err)
 	}
-	def := &scheduler.Config{ShutdownGrace: scheduler.DefaultShutdownGrace}
+	def := &dconfig.Config{ShutdownGrace: scheduler.DefaultShutdownGrace}
 	if needs := stopNeeds(t, def); stop <= needs {
 		t.Errorf("slotd.service: TimeoutStopSec=%v, want more than %v (the default shutdown_grace %v + exec kill grace + HTTP shutdown)", stop, needs, def.ShutdownGrace)
 	}

@@ -86,12 +86,12 @@ type History interface {
 func HistoryKey(prefix, task string) string { return prefix + ":history:{" + task + "}" }
 
 // HistoryTTL is how long a task's history lives after its last entry: the
-// longest done_ttl of cfg's tasks, and at least MinHistoryTTL, so that the
+// longest done_ttl of tasks, and at least MinHistoryTTL, so that the
 // history of a slot outlives the slot's own keys.
-func HistoryTTL(cfg *Config) time.Duration {
+func HistoryTTL(tasks []Task) time.Duration {
 	ttl := MinHistoryTTL
-	for i := range cfg.Tasks {
-		ttl = max(ttl, cfg.Tasks[i].DoneTTL)
+	for i := range tasks {
+		ttl = max(ttl, tasks[i].DoneTTL)
 	}
 	return ttl
 }

@@ -199,12 +199,12 @@ func TestRedisHistoryTTLAndCap(t *testing.T) {
 }
 
 func TestHistoryTTL(t *testing.T) {
-	cfg := &scheduler.Config{Tasks: []scheduler.Task{{Policy: lock.Policy{DoneTTL: 48 * time.Hour}}}}
-	if got := scheduler.HistoryTTL(cfg); got != scheduler.MinHistoryTTL {
+	tasks := []scheduler.Task{{Policy: lock.Policy{DoneTTL: 48 * time.Hour}}}
+	if got := scheduler.HistoryTTL(tasks); got != scheduler.MinHistoryTTL {
 		t.Errorf("HistoryTTL with done_ttl 48h = %v, want %v", got, scheduler.MinHistoryTTL)
 	}
-	cfg.Tasks = append(cfg.Tasks, scheduler.Task{Policy: lock.Policy{DoneTTL: 30 * 24 * time.Hour}})
-	if got := scheduler.HistoryTTL(cfg); got != 30*24*time.Hour {
+	tasks = append(tasks, scheduler.Task{Policy: lock.Policy{DoneTTL: 30 * 24 * time.Hour}})
+	if got := scheduler.HistoryTTL(tasks); got != 30*24*time.Hour {
 		t.Errorf("HistoryTTL with done_ttl 720h = %v, want 720h", got)
 	}
 }

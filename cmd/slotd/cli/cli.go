@@ -29,6 +29,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slotd/slotd/internal/config"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/scheduler"
 	"github.com/slotd/slotd/tasks"
@@ -121,8 +122,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, opts ...
 
 // loadConfig loads and validates the file at path, building the plugins
 // with log; on failure it says why on stderr.
-func loadConfig(path string, log *slog.Logger, stderr io.Writer) (*scheduler.Config, bool) {
-	cfg, err := scheduler.LoadConfig(path, log)
+func loadConfig(path string, log *slog.Logger, stderr io.Writer) (*config.Config, bool) {
+	cfg, err := config.Load(path, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "slotd: %v\n", err)
 		return nil, false
@@ -198,7 +199,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, o opti
 
 // run is the daemon: store, metrics, HTTP, scheduler; torn down in reverse.
 // log is not yet scoped to the replica: the scheduler adds that itself.
-func run(ctx context.Context, cfg *scheduler.Config, log *slog.Logger, o options) error {
+func run(ctx context.Context, cfg *config.Config, log *slog.Logger, o options) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -325,7 +326,7 @@ func acceptsGzip(r *http.Request) bool {
 
 // handler serves /metrics, /healthz, /readyz, and the fleet view from
 // store and hist: /api/v1/tasks and the status page at /.
-func handler(reg *prometheus.Registry, sched *scheduler.Scheduler, cfg *scheduler.Config, store lock.Store, hist scheduler.History) http.Handler {
+func handler(reg *prometheus.Registry, sched *scheduler.Scheduler, cfg *config.Config, store lock.Store, hist scheduler.History) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", metricsHandler(reg, sched))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slotd/slotd/internal/config"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/scheduler"
 )
@@ -27,9 +28,9 @@ const replicasAckTimeout = time.Second
 // deadlines lock puts on each call and waits out its ReadTimeout, and a
 // lease watchdog blocked on a frozen Redis cannot cancel its task before the
 // lease runs out (see lock.NewRedis).
-func newRedisClient(cfg *scheduler.Config, maxRetries int) (redis.UniversalClient, error) {
+func newRedisClient(cfg *config.Config, maxRetries int) (redis.UniversalClient, error) {
 	switch cfg.RedisMode() {
-	case scheduler.ModeURL:
+	case config.ModeURL:
 		opt, err := redis.ParseURL(cfg.RedisURL)
 		if err != nil { // validated at load; not expected
 			return nil, fmt.Errorf("redis url: %w", err)
@@ -42,7 +43,7 @@ func newRedisClient(cfg *scheduler.Config, maxRetries int) (redis.UniversalClien
 			withTLSFiles(opt.TLSConfig, cfg.Redis.TLSConfig)
 		}
 		return redis.NewClient(opt), nil
-	case scheduler.ModeSentinel, scheduler.ModeCluster:
+	case config.ModeSentinel, config.ModeCluster:
 		o := cfg.Redis
 		uo := &redis.UniversalOptions{
 			Addrs:                 o.Addrs,
@@ -98,16 +99,16 @@ type backend struct {
 // master (each parsed as [redis] url is), the slot protocol runs on all of
 // them through lock.NewRedlock, and the history is kept on every one of
 // them (scheduler.MultiHistory). It does no I/O. The caller closes it.
-func openBackend(cfg *scheduler.Config, maxRetries int) (*backend, error) {
+func openBackend(cfg *config.Config, maxRetries int) (*backend, error) {
 	b := &backend{}
-	if cfg.RedisMode() != scheduler.ModeRedlock {
+	if cfg.RedisMode() != config.ModeRedlock {
 		rdb, err := newRedisClient(cfg, maxRetries)
 		if err != nil {
 			return nil, err
 		}
 		b.clients = []redis.UniversalClient{rdb}
 		b.store = lock.NewRedis(rdb, cfg.Prefix, redisStoreOptions(cfg)...)
-		b.hist = scheduler.NewRedisHistory(rdb, cfg.Prefix, scheduler.HistoryTTL(cfg))
+		b.hist = scheduler.NewRedisHistory(rdb, cfg.Prefix, scheduler.HistoryTTL(cfg.Tasks))
 		return b, nil
 	}
 	nodes := make([]lock.Client, 0, len(cfg.Redis.Redlock))
@@ -133,7 +134,7 @@ func openBackend(cfg *scheduler.Config, maxRetries int) (*backend, error) {
 		c := redis.NewClient(opt)
 		b.clients = append(b.clients, c)
 		nodes = append(nodes, c)
-		hists = append(hists, scheduler.NewRedisHistory(c, cfg.Prefix, scheduler.HistoryTTL(cfg)))
+		hists = append(hists, scheduler.NewRedisHistory(c, cfg.Prefix, scheduler.HistoryTTL(cfg.Tasks)))
 	}
 	store, err := lock.NewRedlock(nodes, cfg.Prefix)
 	if err != nil {
@@ -157,7 +158,7 @@ func (b *backend) Close() error {
 }
 
 // redisStoreOptions are the lock options cfg asks for.
-func redisStoreOptions(cfg *scheduler.Config) []lock.RedisOption {
+func redisStoreOptions(cfg *config.Config) []lock.RedisOption {
 	var opts []lock.RedisOption
 	if n := cfg.Redis.MinReplicasAck; n > 0 {
 		opts = append(opts, lock.WithMinReplicasAck(n, replicasAckTimeout))

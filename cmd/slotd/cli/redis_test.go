@@ -16,14 +16,15 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slotd/slotd/internal/config"
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/scheduler"
 )
 
-func parseRedis(t *testing.T, keys string) *scheduler.Config {
+func parseRedis(t *testing.T, keys string) *config.Config {
 	t.Helper()
-	cfg, err := scheduler.ParseConfig([]byte("[redis]\n"+keys+"\n"), "test.toml", nil)
+	cfg, err := config.Parse([]byte("[redis]\n"+keys+"\n"), "test.toml", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +33,7 @@ func parseRedis(t *testing.T, keys string) *scheduler.Config {
 
 // claimOnce runs one claim through the slot protocol on rdb, with the
 // store options cfg asks for.
-func claimOnce(t *testing.T, cfg *scheduler.Config, rdb redis.UniversalClient) (lock.Claim, error) {
+func claimOnce(t *testing.T, cfg *config.Config, rdb redis.UniversalClient) (lock.Claim, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -223,11 +224,11 @@ func TestRedlockBackendAndCommands(t *testing.T) {
 		urls = append(urls, fmt.Sprintf("%q", s.URL()))
 	}
 	path := filepath.Join(t.TempDir(), "slotd.toml")
-	config := fmt.Sprintf("[redis]\nredlock = [%s]\n\n[http]\nlisten = \"off\"\n%s", strings.Join(urls, ", "), sharedTasks)
-	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
+	src := fmt.Sprintf("[redis]\nredlock = [%s]\n\n[http]\nlisten = \"off\"\n%s", strings.Join(urls, ", "), sharedTasks)
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := scheduler.LoadConfig(path, slog.New(slog.DiscardHandler))
+	cfg, err := config.Load(path, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/slotd/slotd/internal/config"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/scheduler"
 )
@@ -71,7 +72,7 @@ func parseCommand(name string, args []string, stderr io.Writer, names []string, 
 
 // openShared loads the configuration at path and connects to its Redis.
 // It prints why not and returns the exit code if it cannot.
-func openShared(name, path string, stderr io.Writer) (*scheduler.Config, *backend, int) {
+func openShared(name, path string, stderr io.Writer) (*config.Config, *backend, int) {
 	cfg, ok := loadConfig(path, discard, stderr)
 	if !ok {
 		return nil, nil, exitUsage
@@ -93,7 +94,7 @@ func openShared(name, path string, stderr io.Writer) (*scheduler.Config, *backen
 	return cfg, b, exitOK
 }
 
-func findTask(cfg *scheduler.Config, name string) (*scheduler.Task, error) {
+func findTask(cfg *config.Config, name string) (*scheduler.Task, error) {
 	names := make([]string, 0, len(cfg.Tasks))
 	for i := range cfg.Tasks {
 		if cfg.Tasks[i].Name == name {
@@ -105,12 +106,12 @@ func findTask(cfg *scheduler.Config, name string) (*scheduler.Task, error) {
 }
 
 // report reads the fleet's status at the store's time.
-func report(ctx context.Context, cfg *scheduler.Config, store lock.Store, hist scheduler.History, n int) (scheduler.StatusReport, error) {
+func report(ctx context.Context, cfg *config.Config, store lock.Store, hist scheduler.History, n int) (scheduler.StatusReport, error) {
 	now, err := store.Time(ctx)
 	if err != nil {
 		return scheduler.StatusReport{}, err
 	}
-	tasks, err := scheduler.Status(ctx, cfg, store, hist, now, n)
+	tasks, err := scheduler.Status(ctx, cfg.Tasks, store, hist, now, n)
 	return scheduler.StatusReport{Now: now, Tasks: tasks}, err
 }
 
@@ -330,7 +331,7 @@ func cmdRerun(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 
 // statusRoutes serves the fleet view: /api/v1/tasks (the JSON of `slotd
 // status -json`) and / (the status page). ?n= sets the slots per task.
-func statusRoutes(mux *http.ServeMux, cfg *scheduler.Config, store lock.Store, hist scheduler.History) {
+func statusRoutes(mux *http.ServeMux, cfg *config.Config, store lock.Store, hist scheduler.History) {
 	slots := func(r *http.Request) int {
 		n, err := strconv.Atoi(r.URL.Query().Get("n"))
 		if err != nil || n < 1 {

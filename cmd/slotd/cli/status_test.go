@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slotd/slotd/internal/config"
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/scheduler"
@@ -24,7 +25,7 @@ import (
 type shared struct {
 	t     *testing.T
 	path  string
-	cfg   *scheduler.Config
+	cfg   *config.Config
 	rdb   *redis.Client
 	store *lock.Redis
 	hist  *scheduler.RedisHistory
@@ -56,7 +57,7 @@ func newShared(t *testing.T) *shared {
 	t.Helper()
 	srv := redistest.Start(t)
 	path := filepath.Join(t.TempDir(), "slotd.toml")
-	config := fmt.Sprintf(`[redis]
+	src := fmt.Sprintf(`[redis]
 url = %q
 
 [http]
@@ -65,10 +66,10 @@ listen = "off"
 [log]
 format = "json"
 %s`, srv.URL(), sharedTasks)
-	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := scheduler.LoadConfig(path, slog.New(slog.DiscardHandler))
+	cfg, err := config.Load(path, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,14 +1,9 @@
-package scheduler
+package config
 
 import (
-	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/slotd/slotd/lock"
 )
 
 func TestRedisModes(t *testing.T) {
@@ -50,7 +45,7 @@ min_replicas_ack = 1`, ModeSentinel, func(c *Config) bool {
 		{"redlock with empty url", "url = \"\"\nredlock = [\"redis://a:1\", \"redis://b:1\", \"redis://c:1\"]", ModeRedlock, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := ParseConfig([]byte("[redis]\n"+tc.redis+"\n"+minimal), "test.toml", nil)
+			cfg, err := Parse([]byte("[redis]\n"+tc.redis+"\n"+minimal), "test.toml", nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -120,38 +115,16 @@ func TestRedlockErrorsHidePasswords(t *testing.T) {
 		`["redis://:s3cret@a:1", "redis://:s3cret@b:1/x", "redis://c:1"]`,
 		`["redis://:s3cret@a:1", "redis://:s3cret@b:1"]`,
 	} {
-		_, err := ParseConfig([]byte("[redis]\nredlock = "+redlock+"\n"+minimal), "x", nil)
+		_, err := Parse([]byte("[redis]\nredlock = "+redlock+"\n"+minimal), "x", nil)
 		if err == nil || strings.Contains(err.Error(), "s3cret") {
 			t.Errorf("redlock = %s: err = %v; want an error that does not quote the password", redlock, err)
 		}
 	}
 }
 
-// After a Redlock round without a quorum the first retry is already
-// random (Redlock's random delay); after other errors it is the backoff's
-// floor, growing.
-func TestClaimRetryJitteredAfterNoQuorum(t *testing.T) {
-	s := New(nil, nil)
-	noQuorum := fmt.Errorf("claim: %w", lock.ErrNoQuorum)
-	seen := map[time.Duration]bool{}
-	for range 200 {
-		d := s.claimRetry(noQuorum, 0)
-		if d < s.backoff.Min || d > 2*s.backoff.Min {
-			t.Fatalf("retry after no quorum = %v, want within [%v, %v]", d, s.backoff.Min, 2*s.backoff.Min)
-		}
-		seen[d] = true
-	}
-	if len(seen) < 10 {
-		t.Errorf("retry after no quorum took %d distinct values in 200 draws: not random", len(seen))
-	}
-	if d := s.claimRetry(errors.New("connection refused"), 0); d != s.backoff.Min {
-		t.Errorf("first retry after another error = %v, want the floor %v", d, s.backoff.Min)
-	}
-}
-
 // Passwords are never quoted in errors.
 func TestRedisModeErrorsHidePasswords(t *testing.T) {
-	_, err := ParseConfig([]byte("[redis]\nurl = \"redis://h:6379\"\npassword = \"s3cret\"\nsentinel_password = \"s3cret2\"\n"+minimal), "x", nil)
+	_, err := Parse([]byte("[redis]\nurl = \"redis://h:6379\"\npassword = \"s3cret\"\nsentinel_password = \"s3cret2\"\n"+minimal), "x", nil)
 	if err == nil || strings.Contains(err.Error(), "s3cret") {
 		t.Fatalf("err = %v; want errors that do not quote the passwords", err)
 	}
@@ -161,7 +134,7 @@ func TestRedisModeErrorsHidePasswords(t *testing.T) {
 // that the error contains every string of want.
 func wantRedisError(t *testing.T, redis string, want []string) {
 	t.Helper()
-	_, err := ParseConfig([]byte("[redis]\n"+redis+"\n"+minimal), "test.toml", nil)
+	_, err := Parse([]byte("[redis]\n"+redis+"\n"+minimal), "test.toml", nil)
 	if err == nil {
 		t.Fatalf("no error; want one containing %q", want)
 	}
