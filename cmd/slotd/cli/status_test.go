@@ -16,6 +16,7 @@ import (
 
 	"github.com/slotd/slotd/internal/config"
 	"github.com/slotd/slotd/internal/redistest"
+	"github.com/slotd/slotd/internal/store"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/scheduler"
 )
@@ -28,7 +29,7 @@ type shared struct {
 	cfg   *config.Config
 	rdb   *redis.Client
 	store *lock.Redis
-	hist  *scheduler.RedisHistory
+	hist  *store.RedisHistory
 	now   time.Time // the Redis clock at start
 }
 
@@ -75,7 +76,7 @@ format = "json"
 	}
 	rdb := srv.Client()
 	s := &shared{t: t, path: path, cfg: cfg, rdb: rdb, store: lock.NewRedis(rdb, "slotd"),
-		hist: scheduler.NewRedisHistory(rdb, "slotd", time.Hour)}
+		hist: store.NewRedisHistory(rdb, "slotd", time.Hour)}
 	if s.now, err = s.store.Time(context.Background()); err != nil {
 		t.Fatal(err)
 	}
