@@ -72,8 +72,9 @@ var logLevels = map[string]slog.Level{
 	"error": slog.LevelError,
 }
 
-// Load reads and validates the configuration file at path. Every
-// problem in the file is reported, each prefixed with the path.
+// Load reads the configuration file at path, once, and validates it as
+// Parse does. Every problem in the file is reported, each prefixed with the
+// path.
 func Load(path string, log *slog.Logger) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
