@@ -144,3 +144,23 @@ func wantRedisError(t *testing.T, redis string, want []string) {
 		}
 	}
 }
+
+// ParseRedisURL is the one parser of Redis URLs: a good one gives go-redis's
+// options, a bad one an error that never quotes it (it may hold a password).
+func TestParseRedisURL(t *testing.T) {
+	opt, err := ParseRedisURL("rediss://slotd:s3cret@db.internal:6380/3")
+	if err != nil || opt.Username != "slotd" || opt.Password != "s3cret" || opt.Addr != "db.internal:6380" || opt.DB != 3 || opt.TLSConfig == nil {
+		t.Errorf("ParseRedisURL(good) = %+v, %v", opt, err)
+	}
+	for _, u := range []string{
+		"redis://:s3cret@host:notaport/0",
+		"redis://:s3cret@host:6379/notadb",
+		"http://:s3cret@host:6379/0",
+		"redis://:s3cret@[::1/0",
+	} {
+		_, err := ParseRedisURL(u)
+		if err == nil || strings.Contains(err.Error(), "s3cret") || !strings.HasPrefix(err.Error(), "invalid Redis URL (want ") {
+			t.Errorf("ParseRedisURL(%q) error = %v; want an invalid Redis URL error that does not quote the password", u, err)
+		}
+	}
+}
