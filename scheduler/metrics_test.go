@@ -15,13 +15,14 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/scheduler/schedule"
 )
 
 // metricsTask is a task with just what the metrics read: a name and a
 // schedule.
 func metricsTask(t testing.TB, name, spec string) Task {
 	t.Helper()
-	s, err := ParseSchedule(spec, "")
+	s, err := schedule.Parse(spec, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -423,7 +424,7 @@ func TestMetricsHeapPerTask(t *testing.T) {
 		t.Skip("builds 10,000 tasks' series twice")
 	}
 	const n = 10_000
-	s, err := ParseSchedule("0/10 * * * * *", "")
+	s, err := schedule.Parse("0/10 * * * * *", "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,18 +2,38 @@ package scheduler
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/scheduler/schedule"
+	"github.com/slotd/slotd/tasks"
 )
+
+// reportTasks is the "report" task with the configuration's defaults: hourly,
+// a job that does nothing.
+func reportTasks(t *testing.T) []Task {
+	t.Helper()
+	sched, err := schedule.Parse("0 * * * *", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []Task{{
+		Name: "report", Spec: "0 * * * *", Plugin: "noop", Params: map[string]any{},
+		Policy:  lock.Policy{Lease: 15 * time.Second, DoneTTL: 48 * time.Hour, MaxAttempts: 3},
+		Timeout: time.Hour, Catchup: CatchupLatest, Schedule: sched,
+		Job: tasks.TaskFunc(func(context.Context) error { return nil }),
+	}}
+}
 
 // parkedRunAfter makes a run of the "report" task's slot of the current hour
 // and feeds it reply as its first claim's, so that it parks as it would
 // after a ClaimMany.
 func parkedRunAfter(t *testing.T, reply lock.ClaimReply) (*Scheduler, *slotRun) {
 	t.Helper()
-	s := New(parse(t, minimal).Tasks, lock.NewMemory(time.Now))
+	s := New(reportTasks(t), lock.NewMemory(time.Now))
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(func() {
 		cancel()
@@ -116,7 +136,7 @@ func TestHandoffIgnoresReleaseNotice(t *testing.T) {
 // attempt starts after the deadline.
 func TestRerunAfterDeadlineClaimsNothing(t *testing.T) {
 	store := lock.NewMemory(time.Now)
-	s := New(parse(t, minimal).Tasks, store)
+	s := New(reportTasks(t), store)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(func() {
 		cancel()
@@ -150,5 +170,27 @@ func TestRerunAfterDeadlineClaimsNothing(t *testing.T) {
 	}
 	if sts[0].Attempts != 0 {
 		t.Errorf("state after a rerun past the deadline: %+v, want no claim", sts[0])
+	}
+}
+
+// After a Redlock round without a quorum the first retry is already
+// random (Redlock's random delay); after other errors it is the backoff's
+// floor, growing.
+func TestClaimRetryJitteredAfterNoQuorum(t *testing.T) {
+	s := New(nil, nil)
+	noQuorum := fmt.Errorf("claim: %w", lock.ErrNoQuorum)
+	seen := map[time.Duration]bool{}
+	for range 200 {
+		d := s.claimRetry(noQuorum, 0)
+		if d < s.backoff.Min || d > 2*s.backoff.Min {
+			t.Fatalf("retry after no quorum = %v, want within [%v, %v]", d, s.backoff.Min, 2*s.backoff.Min)
+		}
+		seen[d] = true
+	}
+	if len(seen) < 10 {
+		t.Errorf("retry after no quorum took %d distinct values in 200 draws: not random", len(seen))
+	}
+	if d := s.claimRetry(errors.New("connection refused"), 0); d != s.backoff.Min {
+		t.Errorf("first retry after another error = %v, want the floor %v", d, s.backoff.Min)
 	}
 }

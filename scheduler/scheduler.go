@@ -126,7 +126,7 @@ func New(tasks []Task, store lock.Store, opts ...Option) *Scheduler {
 		store:        store,
 		clock:        realClock{},
 		log:          slog.Default(),
-		replica:      defaultReplica(),
+		replica:      DefaultReplica(),
 		backoff:      retry.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second},
 		handoff:      retry.Backoff{Min: 20 * time.Millisecond, Max: 200 * time.Millisecond},
 		checkEvery:   10 * time.Second,

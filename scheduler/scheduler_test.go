@@ -15,6 +15,7 @@ import (
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/scheduler"
+	"github.com/slotd/slotd/scheduler/schedule"
 	"github.com/slotd/slotd/tasks"
 )
 
@@ -102,7 +103,7 @@ func ok(context.Context, tasks.Run) error { return nil }
 
 func testTask(t *testing.T, name, spec string, job tasks.Task, edit func(*scheduler.Task)) scheduler.Task {
 	t.Helper()
-	s, err := scheduler.ParseSchedule(spec, "")
+	s, err := schedule.Parse(spec, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,14 +61,14 @@ type StatusReport struct {
 	Tasks []TaskStatus `json:"tasks"`
 }
 
-// Status computes the fleet's view of cfg's tasks at now (the store's time,
+// Status computes the fleet's view of tasks at now (the store's time,
 // ideally): for each task its next fire time and its latest n slots, with
 // their state in store and their latest attempt in hist (nil: no history).
 // It only reads, and needs no running daemon.
-func Status(ctx context.Context, cfg *Config, store lock.Store, hist History, now time.Time, n int) ([]TaskStatus, error) {
-	out := make([]TaskStatus, 0, len(cfg.Tasks))
-	for i := range cfg.Tasks {
-		ts, err := taskStatus(ctx, &cfg.Tasks[i], store, hist, now, n)
+func Status(ctx context.Context, tasks []Task, store lock.Store, hist History, now time.Time, n int) ([]TaskStatus, error) {
+	out := make([]TaskStatus, 0, len(tasks))
+	for i := range tasks {
+		ts, err := taskStatus(ctx, &tasks[i], store, hist, now, n)
 		if err != nil {
 			return nil, err
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/scheduler"
+	"github.com/slotd/slotd/scheduler/schedule"
 )
 
 // fleet is a Memory store on a clock the test sets, and a history.
@@ -75,11 +76,11 @@ func TestStatus(t *testing.T) {
 	minute := statusTask(t, "minutely", "@every 1m", 2, 6*time.Minute)
 	hourly := statusTask(t, "hourly", "@every 1h", 3, 48*time.Hour)
 	daily := statusTask(t, "daily", "@every 24h", 3, 48*time.Hour)
-	cfg := &scheduler.Config{Tasks: []scheduler.Task{minute, hourly, daily}}
+	tasks := []scheduler.Task{minute, hourly, daily}
 	at := func(m, s int) time.Time { return base.Add(time.Duration(m)*time.Minute + time.Duration(s)*time.Second) }
 
 	f := newFleet(t, base)
-	mt := &cfg.Tasks[0]
+	mt := &tasks[0]
 	f.attempt(mt, at(-6, 0), "r1", at(-6, 1), "success", "")         // 14:24: done, keys expired by now
 	f.store.Set("slotd:{minutely:202401151425}", "weird", time.Hour) // 14:25: foreign
 	f.attempt(mt, at(-4, 0), "r1", at(-4, 1), "failure", "exit status 1")
@@ -87,11 +88,11 @@ func TestStatus(t *testing.T) {
 	f.attempt(mt, at(-2, 0), "r1", at(-2, 1), "failure", "first")
 	f.attempt(mt, at(-2, 0), "r2", at(-2, 5), "failure", `<b>boom</b>`)
 	f.attempt(mt, at(0, 0), "r2", at(0, 1), "", "") // 14:30: running
-	f.attempt(&cfg.Tasks[1], base.Truncate(time.Hour), "r3", at(-29, 0), "failure", "x")
+	f.attempt(&tasks[1], base.Truncate(time.Hour), "r3", at(-29, 0), "failure", "x")
 	now := at(0, 10)
 	f.now = now
 
-	got, err := scheduler.Status(context.Background(), cfg, f.store, f.hist, now, 10)
+	got, err := scheduler.Status(context.Background(), tasks, f.store, f.hist, now, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,8 +186,7 @@ func TestStatus(t *testing.T) {
 // A store that cannot answer fails the status, naming the task.
 func TestStatusStoreError(t *testing.T) {
 	task := statusTask(t, "report", "@every 1h", 3, 48*time.Hour)
-	cfg := &scheduler.Config{Tasks: []scheduler.Task{task}}
-	_, err := scheduler.Status(context.Background(), cfg, downStore{lock.NewMemory(nil)}, nil, time.Now(), 3)
+	_, err := scheduler.Status(context.Background(), []scheduler.Task{task}, downStore{lock.NewMemory(nil)}, nil, time.Now(), 3)
 	if err == nil || !errors.Is(err, errDown) || !strings.Contains(err.Error(), "report") {
 		t.Errorf("Status on a store that is down: %v", err)
 	}
@@ -199,7 +199,7 @@ type downStore struct{ lock.Store }
 func (downStore) States(context.Context, []lock.Slot) ([]lock.State, error) { return nil, errDown }
 
 func TestParseSlot(t *testing.T) {
-	half, err := scheduler.ParseSchedule("30 * * * *", "")
+	half, err := schedule.Parse("30 * * * *", "")
 	if err != nil {
 		t.Fatal(err)
 	}

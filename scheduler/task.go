@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/scheduler/schedule"
 	"github.com/slotd/slotd/tasks"
 )
 
@@ -22,7 +23,7 @@ type Task struct {
 	Catchup  string        // CatchupLatest or CatchupNone
 	Deadline time.Duration // 0: a slot's window ends at the next fire time; else slot time + Deadline
 
-	Schedule *Schedule
+	Schedule *schedule.Schedule
 	Job      tasks.Task // built by the plugin's factory at load
 }
 

@@ -29,6 +29,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slotd/slotd/internal/config"
+	"github.com/slotd/slotd/internal/store"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/scheduler"
 	"github.com/slotd/slotd/tasks"
@@ -122,8 +124,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, opts ...
 
 // loadConfig loads and validates the file at path, building the plugins
 // with log; on failure it says why on stderr.
-func loadConfig(path string, log *slog.Logger, stderr io.Writer) (*scheduler.Config, bool) {
-	cfg, err := scheduler.LoadConfig(path, log)
+func loadConfig(path string, log *slog.Logger, stderr io.Writer) (*config.Config, bool) {
+	cfg, err := config.Load(path, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "slotd: %v\n", err)
 		return nil, false
@@ -176,17 +178,17 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, o opti
 	if !ok {
 		return exitUsage
 	}
-	// Load twice: once to learn the [log] settings, once more so that the
-	// plugins are built with the logger those settings describe.
-	cfg, ok := loadConfig(path, discard, stderr)
+	// The file is read once, and the plugins are built as it is read,
+	// before its [log] settings are known: they get a logger whose handler
+	// is chosen once the file is loaded.
+	late := newLateHandler()
+	cfg, ok := loadConfig(path, slog.New(late), stderr)
 	if !ok {
 		return exitUsage
 	}
 	base := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)
 	log := base.With("replica", cfg.Replica)
-	if cfg, ok = loadConfig(path, log, stderr); !ok {
-		return exitUsage
-	}
+	late.set(log.Handler())
 	redis.SetLogger(redisLogger{log.With("component", "redis")})
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -200,7 +202,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, o opti
 
 // run is the daemon: store, metrics, HTTP, scheduler; torn down in reverse.
 // log is not yet scoped to the replica: the scheduler adds that itself.
-func run(ctx context.Context, cfg *scheduler.Config, log *slog.Logger, o options) error {
+func run(ctx context.Context, cfg *config.Config, log *slog.Logger, o options) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -209,36 +211,18 @@ func run(ctx context.Context, cfg *scheduler.Config, log *slog.Logger, o options
 		ConstLabels: prometheus.Labels{"version": version()},
 	}, func() float64 { return 1 }))
 
-	var store lock.Store
-	var hist scheduler.History
-	if cfg.Embedded() {
-		log.Warn("no [redis] url, addrs or redlock: using the embedded in-memory store; slots are not shared with other replicas")
-		store = lock.NewMemory(nil)
-		hist = scheduler.NewMemoryHistory(0)
-	} else {
-		b, err := openBackend(cfg, -1)
-		if err != nil {
-			return err
-		}
-		defer b.Close()
-		for _, c := range b.clients {
-			for _, h := range o.redisHooks {
-				c.AddHook(h)
-			}
-		}
-		log.Info("redis", "mode", cfg.RedisMode(), "min_replicas_ack", cfg.Redis.MinReplicasAck, "redlock_nodes", len(cfg.Redis.Redlock))
-		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		if err := b.store.Subscribe(sctx); err != nil {
-			// Not fatal: watches subscribe again by themselves, and claims fail
-			// closed until Redis answers.
-			log.Warn("release notifications not subscribed yet", "err", err)
-		}
-		cancel()
-		store, hist = b.store, b.hist
+	opts := []store.Option{store.WithSubscribe()}
+	for _, h := range o.redisHooks {
+		opts = append(opts, store.WithRedisHook(h))
 	}
+	b, err := store.Open(ctx, cfg, log, opts...)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
 
-	sched := scheduler.New(cfg.Tasks, store, scheduler.WithLogger(log), scheduler.WithRegisterer(reg),
-		scheduler.WithHistory(hist), scheduler.WithReplica(cfg.Replica),
+	sched := scheduler.New(cfg.Tasks, b.Store, scheduler.WithLogger(log), scheduler.WithRegisterer(reg),
+		scheduler.WithHistory(b.History), scheduler.WithReplica(cfg.Replica),
 		scheduler.WithShutdownGrace(cfg.ShutdownGrace), scheduler.WithMaxClockSkew(cfg.MaxClockSkew))
 
 	if cfg.Listen != "off" {
@@ -246,7 +230,7 @@ func run(ctx context.Context, cfg *scheduler.Config, log *slog.Logger, o options
 		if err != nil {
 			return fmt.Errorf("http listen: %w", err)
 		}
-		srv := &http.Server{Handler: handler(reg, sched, cfg, store, hist), ReadHeaderTimeout: 5 * time.Second}
+		srv := &http.Server{Handler: handler(reg, sched, cfg, b.Store, b.History), ReadHeaderTimeout: 5 * time.Second}
 		served := make(chan struct{})
 		go func() {
 			defer close(served)
@@ -327,7 +311,7 @@ func acceptsGzip(r *http.Request) bool {
 
 // handler serves /metrics, /healthz, /readyz, and the fleet view from
 // store and hist: /api/v1/tasks and the status page at /.
-func handler(reg *prometheus.Registry, sched *scheduler.Scheduler, cfg *scheduler.Config, store lock.Store, hist scheduler.History) http.Handler {
+func handler(reg *prometheus.Registry, sched *scheduler.Scheduler, cfg *config.Config, store lock.Store, hist scheduler.History) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", metricsHandler(reg, sched))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/slotd/slotd/internal/config"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/scheduler"
 )
@@ -26,7 +27,7 @@ import (
 // scheduler.
 type served struct {
 	t     *testing.T
-	cfg   *scheduler.Config
+	cfg   *config.Config
 	store lock.Store
 	hist  *scheduler.MemoryHistory
 	h     http.Handler
@@ -34,7 +35,7 @@ type served struct {
 
 func newServed(t *testing.T, store lock.Store) *served {
 	t.Helper()
-	cfg, err := scheduler.ParseConfig([]byte(`[daemon]
+	cfg, err := config.Parse([]byte(`[daemon]
 replica = "r1"
 [http]
 listen = "off"

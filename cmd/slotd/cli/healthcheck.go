@@ -8,11 +8,11 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/slotd/slotd/scheduler"
+	"github.com/slotd/slotd/internal/config"
 )
 
 // defaultHealthURL is /healthz on the default [http] listen address.
-var defaultHealthURL = "http://" + scheduler.DefaultListen + "/healthz"
+var defaultHealthURL = "http://" + config.DefaultListen + "/healthz"
 
 // cmdHealthcheck asks a running daemon's /healthz (or any URL) and exits 0
 // on a 2xx answer, 1 otherwise. It exists for container HEALTHCHECKs: a

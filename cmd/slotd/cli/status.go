@@ -14,6 +14,8 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/slotd/slotd/internal/config"
+	"github.com/slotd/slotd/internal/store"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/scheduler"
 )
@@ -71,7 +73,7 @@ func parseCommand(name string, args []string, stderr io.Writer, names []string, 
 
 // openShared loads the configuration at path and connects to its Redis.
 // It prints why not and returns the exit code if it cannot.
-func openShared(name, path string, stderr io.Writer) (*scheduler.Config, *backend, int) {
+func openShared(ctx context.Context, name, path string, stderr io.Writer) (*config.Config, *store.Backend, int) {
 	cfg, ok := loadConfig(path, discard, stderr)
 	if !ok {
 		return nil, nil, exitUsage
@@ -85,7 +87,7 @@ func openShared(name, path string, stderr io.Writer) (*scheduler.Config, *backen
 			"which lives inside the daemon process, so there is no shared state to read%s\n", name, path, where)
 		return nil, nil, exitError
 	}
-	b, err := openBackend(cfg, 1)
+	b, err := store.Open(ctx, cfg, discard, store.WithMaxRetries(1))
 	if err != nil { // validated at load; this is not expected
 		fmt.Fprintf(stderr, "slotd: %s: %v\n", path, err)
 		return nil, nil, exitUsage
@@ -93,7 +95,7 @@ func openShared(name, path string, stderr io.Writer) (*scheduler.Config, *backen
 	return cfg, b, exitOK
 }
 
-func findTask(cfg *scheduler.Config, name string) (*scheduler.Task, error) {
+func findTask(cfg *config.Config, name string) (*scheduler.Task, error) {
 	names := make([]string, 0, len(cfg.Tasks))
 	for i := range cfg.Tasks {
 		if cfg.Tasks[i].Name == name {
@@ -105,12 +107,12 @@ func findTask(cfg *scheduler.Config, name string) (*scheduler.Task, error) {
 }
 
 // report reads the fleet's status at the store's time.
-func report(ctx context.Context, cfg *scheduler.Config, store lock.Store, hist scheduler.History, n int) (scheduler.StatusReport, error) {
+func report(ctx context.Context, cfg *config.Config, store lock.Store, hist scheduler.History, n int) (scheduler.StatusReport, error) {
 	now, err := store.Time(ctx)
 	if err != nil {
 		return scheduler.StatusReport{}, err
 	}
-	tasks, err := scheduler.Status(ctx, cfg, store, hist, now, n)
+	tasks, err := scheduler.Status(ctx, cfg.Tasks, store, hist, now, n)
 	return scheduler.StatusReport{Now: now, Tasks: tasks}, err
 }
 
@@ -134,14 +136,14 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 		return exitUsage
 	}
-	cfg, b, code := openShared("status", path, stderr)
+	cfg, b, code := openShared(ctx, "status", path, stderr)
 	if cfg == nil {
 		return code
 	}
 	defer b.Close()
 	ctx, cancel := context.WithTimeout(ctx, commandTimeout)
 	defer cancel()
-	rep, err := report(ctx, cfg, b.store, b.hist, n)
+	rep, err := report(ctx, cfg, b.Store, b.History, n)
 	if err != nil {
 		fmt.Fprintf(stderr, "slotd status: %v\n", err)
 		return exitError
@@ -205,7 +207,7 @@ func cmdHistory(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 		return exitUsage
 	}
-	cfg, b, code := openShared("history", path, stderr)
+	cfg, b, code := openShared(ctx, "history", path, stderr)
 	if cfg == nil {
 		return code
 	}
@@ -217,7 +219,7 @@ func cmdHistory(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	ctx, cancel := context.WithTimeout(ctx, commandTimeout)
 	defer cancel()
-	entries, err := b.hist.Recent(ctx, task.Name, n)
+	entries, err := b.History.Recent(ctx, task.Name, n)
 	if err != nil {
 		fmt.Fprintf(stderr, "slotd history: %v\n", err)
 		return exitError
@@ -262,7 +264,7 @@ func cmdRerun(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if !ok {
 		return exitUsage
 	}
-	cfg, b, code := openShared("rerun", path, stderr)
+	cfg, b, code := openShared(ctx, "rerun", path, stderr)
 	if cfg == nil {
 		return code
 	}
@@ -281,7 +283,7 @@ func cmdRerun(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	ctx, cancel := context.WithTimeout(ctx, commandTimeout)
 	defer cancel()
 
-	now, err := b.store.Time(ctx)
+	now, err := b.Store.Time(ctx)
 	if err != nil {
 		fmt.Fprintf(stderr, "slotd rerun: %v\n", err)
 		return exitError
@@ -297,7 +299,7 @@ func cmdRerun(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitError
 	}
 
-	res, err := b.store.Rerun(ctx, slot, force)
+	res, err := b.Store.Rerun(ctx, slot, force)
 	if err != nil {
 		fmt.Fprintf(stderr, "slotd rerun: %v\n", err)
 		return exitError
@@ -330,7 +332,7 @@ func cmdRerun(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 
 // statusRoutes serves the fleet view: /api/v1/tasks (the JSON of `slotd
 // status -json`) and / (the status page). ?n= sets the slots per task.
-func statusRoutes(mux *http.ServeMux, cfg *scheduler.Config, store lock.Store, hist scheduler.History) {
+func statusRoutes(mux *http.ServeMux, cfg *config.Config, store lock.Store, hist scheduler.History) {
 	slots := func(r *http.Request) int {
 		n, err := strconv.Atoi(r.URL.Query().Get("n"))
 		if err != nil || n < 1 {

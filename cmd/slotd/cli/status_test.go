@@ -14,7 +14,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slotd/slotd/internal/config"
 	"github.com/slotd/slotd/internal/redistest"
+	"github.com/slotd/slotd/internal/store"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/scheduler"
 )
@@ -24,10 +26,10 @@ import (
 type shared struct {
 	t     *testing.T
 	path  string
-	cfg   *scheduler.Config
+	cfg   *config.Config
 	rdb   *redis.Client
 	store *lock.Redis
-	hist  *scheduler.RedisHistory
+	hist  *store.RedisHistory
 	now   time.Time // the Redis clock at start
 }
 
@@ -56,7 +58,7 @@ func newShared(t *testing.T) *shared {
 	t.Helper()
 	srv := redistest.Start(t)
 	path := filepath.Join(t.TempDir(), "slotd.toml")
-	config := fmt.Sprintf(`[redis]
+	src := fmt.Sprintf(`[redis]
 url = %q
 
 [http]
@@ -65,16 +67,16 @@ listen = "off"
 [log]
 format = "json"
 %s`, srv.URL(), sharedTasks)
-	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := scheduler.LoadConfig(path, slog.New(slog.DiscardHandler))
+	cfg, err := config.Load(path, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
 	rdb := srv.Client()
 	s := &shared{t: t, path: path, cfg: cfg, rdb: rdb, store: lock.NewRedis(rdb, "slotd"),
-		hist: scheduler.NewRedisHistory(rdb, "slotd", time.Hour)}
+		hist: store.NewRedisHistory(rdb, "slotd", time.Hour)}
 	if s.now, err = s.store.Time(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -1,14 +1,9 @@
-package scheduler
+package config
 
 import (
-	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/slotd/slotd/lock"
 )
 
 func TestRedisModes(t *testing.T) {
@@ -50,7 +45,7 @@ min_replicas_ack = 1`, ModeSentinel, func(c *Config) bool {
 		{"redlock with empty url", "url = \"\"\nredlock = [\"redis://a:1\", \"redis://b:1\", \"redis://c:1\"]", ModeRedlock, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := ParseConfig([]byte("[redis]\n"+tc.redis+"\n"+minimal), "test.toml", nil)
+			cfg, err := Parse([]byte("[redis]\n"+tc.redis+"\n"+minimal), "test.toml", nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -120,38 +115,16 @@ func TestRedlockErrorsHidePasswords(t *testing.T) {
 		`["redis://:s3cret@a:1", "redis://:s3cret@b:1/x", "redis://c:1"]`,
 		`["redis://:s3cret@a:1", "redis://:s3cret@b:1"]`,
 	} {
-		_, err := ParseConfig([]byte("[redis]\nredlock = "+redlock+"\n"+minimal), "x", nil)
+		_, err := Parse([]byte("[redis]\nredlock = "+redlock+"\n"+minimal), "x", nil)
 		if err == nil || strings.Contains(err.Error(), "s3cret") {
 			t.Errorf("redlock = %s: err = %v; want an error that does not quote the password", redlock, err)
 		}
 	}
 }
 
-// After a Redlock round without a quorum the first retry is already
-// random (Redlock's random delay); after other errors it is the backoff's
-// floor, growing.
-func TestClaimRetryJitteredAfterNoQuorum(t *testing.T) {
-	s := New(nil, nil)
-	noQuorum := fmt.Errorf("claim: %w", lock.ErrNoQuorum)
-	seen := map[time.Duration]bool{}
-	for range 200 {
-		d := s.claimRetry(noQuorum, 0)
-		if d < s.backoff.Min || d > 2*s.backoff.Min {
-			t.Fatalf("retry after no quorum = %v, want within [%v, %v]", d, s.backoff.Min, 2*s.backoff.Min)
-		}
-		seen[d] = true
-	}
-	if len(seen) < 10 {
-		t.Errorf("retry after no quorum took %d distinct values in 200 draws: not random", len(seen))
-	}
-	if d := s.claimRetry(errors.New("connection refused"), 0); d != s.backoff.Min {
-		t.Errorf("first retry after another error = %v, want the floor %v", d, s.backoff.Min)
-	}
-}
-
 // Passwords are never quoted in errors.
 func TestRedisModeErrorsHidePasswords(t *testing.T) {
-	_, err := ParseConfig([]byte("[redis]\nurl = \"redis://h:6379\"\npassword = \"s3cret\"\nsentinel_password = \"s3cret2\"\n"+minimal), "x", nil)
+	_, err := Parse([]byte("[redis]\nurl = \"redis://h:6379\"\npassword = \"s3cret\"\nsentinel_password = \"s3cret2\"\n"+minimal), "x", nil)
 	if err == nil || strings.Contains(err.Error(), "s3cret") {
 		t.Fatalf("err = %v; want errors that do not quote the passwords", err)
 	}
@@ -161,13 +134,33 @@ func TestRedisModeErrorsHidePasswords(t *testing.T) {
 // that the error contains every string of want.
 func wantRedisError(t *testing.T, redis string, want []string) {
 	t.Helper()
-	_, err := ParseConfig([]byte("[redis]\n"+redis+"\n"+minimal), "test.toml", nil)
+	_, err := Parse([]byte("[redis]\n"+redis+"\n"+minimal), "test.toml", nil)
 	if err == nil {
 		t.Fatalf("no error; want one containing %q", want)
 	}
 	for _, w := range want {
 		if !strings.Contains(err.Error(), w) {
 			t.Errorf("error %q\ndoes not contain %q", err, w)
+		}
+	}
+}
+
+// ParseRedisURL is the one parser of Redis URLs: a good one gives go-redis's
+// options, a bad one an error that never quotes it (it may hold a password).
+func TestParseRedisURL(t *testing.T) {
+	opt, err := ParseRedisURL("rediss://slotd:s3cret@db.internal:6380/3")
+	if err != nil || opt.Username != "slotd" || opt.Password != "s3cret" || opt.Addr != "db.internal:6380" || opt.DB != 3 || opt.TLSConfig == nil {
+		t.Errorf("ParseRedisURL(good) = %+v, %v", opt, err)
+	}
+	for _, u := range []string{
+		"redis://:s3cret@host:notaport/0",
+		"redis://:s3cret@host:6379/notadb",
+		"http://:s3cret@host:6379/0",
+		"redis://:s3cret@[::1/0",
+	} {
+		_, err := ParseRedisURL(u)
+		if err == nil || strings.Contains(err.Error(), "s3cret") || !strings.HasPrefix(err.Error(), "invalid Redis URL (want ") {
+			t.Errorf("ParseRedisURL(%q) error = %v; want an invalid Redis URL error that does not quote the password", u, err)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package scheduler
+package config
 
 import (
 	"strings"
@@ -34,7 +34,7 @@ func TestRedisURLEnvErrors(t *testing.T) {
 		{"both", "url = \"redis://127.0.0.1:6379/0\"\nurl_env = \"SLOTD_TEST_OK\"", []string{"redis.url_env", "either url or url_env"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := ParseConfig([]byte("[redis]\n"+tc.src+"\n"+minimal), "test.toml", nil)
+			_, err := Parse([]byte("[redis]\n"+tc.src+"\n"+minimal), "test.toml", nil)
 			if err == nil {
 				t.Fatalf("no error; want %q", tc.want)
 			}

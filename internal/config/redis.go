@@ -1,11 +1,14 @@
-package scheduler
+package config
 
 import (
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"math"
 	"net"
 	"net/url"
+	"os"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -80,6 +83,82 @@ var redisModeKeys = append([]string{"addrs", "master_name", "cluster", "username
 
 // MaxReplicasAck bounds min_replicas_ack: far more replicas than anyone runs.
 const MaxReplicasAck = 100
+
+func (c *Config) readRedis(t table) {
+	c.readRedisURLEnv(t)
+	if v, ok := t.str("url"); ok && v != "" {
+		if _, err := ParseRedisURL(v); err != nil {
+			t.errorf("url", "%v", err)
+		} else {
+			c.RedisURL = v
+		}
+	}
+	if v, ok := t.str("prefix"); ok {
+		switch {
+		case v == "":
+			t.errorf("prefix", "must not be empty")
+		case strings.ContainsAny(v, "{}") || strings.IndexFunc(v, badNameRune) >= 0:
+			t.errorf("prefix", "%q must not contain braces (they are Redis Cluster hash tags in slotd's keys), whitespace or control characters", v)
+		default:
+			c.Prefix = v
+		}
+	}
+	c.readRedisMode(t)
+	c.readRedisTLS(t)
+}
+
+// envNameRE is what an environment variable's name may look like.
+var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// readRedisURLEnv reads [redis] url_env, the name of an environment
+// variable holding the Redis URL, so that the URL's password can come from
+// a secret store (a Kubernetes Secret, a systemd EnvironmentFile) instead of
+// the config file. It is read once, at load, like the rest of the file.
+func (c *Config) readRedisURLEnv(t table) {
+	name, ok := t.str("url_env")
+	if !ok {
+		return
+	}
+	if u, _ := t.str("url"); u != "" {
+		t.errorf("url_env", "set either url or url_env, not both")
+		return
+	}
+	if !envNameRE.MatchString(name) {
+		t.errorf("url_env", "%q is not an environment variable name (want [A-Za-z_][A-Za-z0-9_]*)", name)
+		return
+	}
+	v, set := os.LookupEnv(name)
+	if v == "" {
+		why := "is not set"
+		if set {
+			why = "is empty"
+		}
+		t.errorf("url_env", "environment variable %s %s: it must hold the Redis URL (redis://[user:password@]host:port[/db])", name, why)
+		return
+	}
+	if _, err := ParseRedisURL(v); err != nil {
+		t.errorf("url_env", "environment variable %s: %v", name, err)
+		return
+	}
+	c.RedisURL = v
+}
+
+// ParseRedisURL parses a Redis URL as go-redis does: redis://, rediss://
+// (TLS) or unix://, with an ACL user and password and a database number.
+// It is the only place slotd parses one, because its error must never
+// quote the URL, which may hold a password: go-redis returns a *url.Error,
+// which would, so only the error inside it is kept.
+func ParseRedisURL(s string) (*redis.Options, error) {
+	opt, err := redis.ParseURL(s)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("invalid Redis URL (want redis://[user:password@]host:port[/db], rediss://... or unix://...): %v", err)
+	}
+	return opt, nil
+}
 
 // readRedisMode reads and cross-checks the mode keys after url has been
 // read. Passwords are never quoted in errors.
@@ -188,13 +267,9 @@ func (c *Config) readRedlock(t table) {
 			t.errorf("redlock", "item %d must be a Redis URL string, not %s", i+1, tomlType(e))
 			continue
 		}
-		opt, err := redis.ParseURL(s)
+		opt, err := ParseRedisURL(s)
 		if err != nil {
-			var ue *url.Error // it would quote the URL, password included
-			if errors.As(err, &ue) {
-				err = ue.Err
-			}
-			t.errorf("redlock", "item %d: invalid Redis URL (want redis://[user:password@]host:port[/db], rediss://... or unix://...): %v", i+1, err)
+			t.errorf("redlock", "item %d: %v", i+1, err)
 			continue
 		}
 		server := opt.Network + " " + opt.Addr

@@ -1,4 +1,4 @@
-package scheduler
+package config
 
 import (
 	"bytes"
@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slotd/slotd/scheduler"
+	"github.com/slotd/slotd/scheduler/schedule"
 	"github.com/slotd/slotd/tasks"
 )
 
@@ -47,9 +49,9 @@ plugin = "config-test-noop"
 
 func parse(t *testing.T, src string) *Config {
 	t.Helper()
-	cfg, err := ParseConfig([]byte(src), "test.toml", nil)
+	cfg, err := Parse([]byte(src), "test.toml", nil)
 	if err != nil {
-		t.Fatalf("ParseConfig: %v", err)
+		t.Fatalf("Parse: %v", err)
 	}
 	return cfg
 }
@@ -214,7 +216,7 @@ func TestDoneTTLDefaultCoversWindow(t *testing.T) {
 func TestFactoryGetsParamsAndScopedLogger(t *testing.T) {
 	var buf bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	_, err := ParseConfig([]byte(minimal+"  [task.params]\n  a = 1\n  b = 2\n"), "x", log)
+	_, err := Parse([]byte(minimal+"  [task.params]\n  a = 1\n  b = 2\n"), "x", log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,7 +309,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"params not a table", task("params = \"x\"\n"), []string{`task "report" (task #1): params: must be a table`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := ParseConfig([]byte(tc.src), "test.toml", nil)
+			cfg, err := Parse([]byte(tc.src), "test.toml", nil)
 			if err == nil {
 				t.Fatalf("no error; config %+v", cfg)
 			}
@@ -329,7 +331,7 @@ func TestParseConfigErrors(t *testing.T) {
 }
 
 func TestParseConfigDoesNotQuoteRedisPassword(t *testing.T) {
-	_, err := ParseConfig([]byte("[redis]\nurl = \"redis://:s3cret@host:notaport/0\"\n"+minimal), "x", nil)
+	_, err := Parse([]byte("[redis]\nurl = \"redis://:s3cret@host:notaport/0\"\n"+minimal), "x", nil)
 	if err == nil || !strings.Contains(err.Error(), "redis.url") || strings.Contains(err.Error(), "s3cret") {
 		t.Fatalf("err = %v; want a redis.url error without the password", err)
 	}
@@ -337,7 +339,7 @@ func TestParseConfigDoesNotQuoteRedisPassword(t *testing.T) {
 
 // One pass reports every problem, task by task.
 func TestParseConfigReportsAllErrors(t *testing.T) {
-	_, err := ParseConfig([]byte(`
+	_, err := Parse([]byte(`
 [daemon]
 shutdown_grace = "soon"
 [log]
@@ -381,8 +383,8 @@ max_attempts = 0
 }
 
 func TestParseScheduleErrorIsWrapped(t *testing.T) {
-	_, err := ParseConfig([]byte("[[task]]\nname = \"x\"\nschedule = \"@every 1ms\"\nplugin = \"config-test-noop\"\n"), "x", nil)
-	_, direct := ParseSchedule("@every 1ms", "")
+	_, err := Parse([]byte("[[task]]\nname = \"x\"\nschedule = \"@every 1ms\"\nplugin = \"config-test-noop\"\n"), "x", nil)
+	_, direct := schedule.Parse("@every 1ms", "")
 	if err == nil || direct == nil || !strings.Contains(err.Error(), direct.Error()) {
 		t.Fatalf("config error %v does not carry the schedule error %v", err, direct)
 	}
@@ -390,7 +392,7 @@ func TestParseScheduleErrorIsWrapped(t *testing.T) {
 
 func TestEmptyConfigIsValid(t *testing.T) {
 	var buf bytes.Buffer
-	cfg, err := ParseConfig(nil, "empty.toml", slog.New(slog.NewTextHandler(&buf, nil)))
+	cfg, err := Parse(nil, "empty.toml", slog.New(slog.NewTextHandler(&buf, nil)))
 	if err != nil || len(cfg.Tasks) != 0 {
 		t.Fatalf("cfg, err = %+v, %v", cfg, err)
 	}
@@ -405,21 +407,21 @@ func TestLoadConfig(t *testing.T) {
 	if err := os.WriteFile(path, []byte(minimal), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := LoadConfig(path, nil)
+	cfg, err := Load(path, nil)
 	if err != nil || cfg.Source != path || len(cfg.Tasks) != 1 {
-		t.Fatalf("LoadConfig = %+v, %v", cfg, err)
+		t.Fatalf("Load = %+v, %v", cfg, err)
 	}
 
 	bad := filepath.Join(dir, "bad.toml")
 	if err := os.WriteFile(bad, []byte("[log]\nlevel = \"loud\"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := LoadConfig(bad, nil); err == nil || !strings.HasPrefix(err.Error(), bad+": log.level") {
+	if _, err := Load(bad, nil); err == nil || !strings.HasPrefix(err.Error(), bad+": log.level") {
 		t.Errorf("err = %v, want it prefixed with %s", err, bad)
 	}
 
 	missing := filepath.Join(dir, "missing.toml")
-	if _, err := LoadConfig(missing, nil); !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), missing) {
+	if _, err := Load(missing, nil); !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), missing) {
 		t.Errorf("err = %v, want a not-exist error naming the path", err)
 	}
 }
@@ -431,7 +433,7 @@ func TestSampleConfig(t *testing.T) {
 			t.Fatalf("built-in plugin %q is not registered", p)
 		}
 	}
-	cfg, err := LoadConfig(filepath.Join("..", "config.toml"), nil)
+	cfg, err := Load(filepath.Join("..", "..", "config.toml"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -448,7 +450,7 @@ func TestSampleConfig(t *testing.T) {
 	}
 
 	// The commented-out http example is valid once uncommented.
-	data, err := os.ReadFile(filepath.Join("..", "config.toml"))
+	data, err := os.ReadFile(filepath.Join("..", "..", "config.toml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -460,7 +462,7 @@ func TestSampleConfig(t *testing.T) {
 	for _, line := range strings.SplitAfter(string(data[i:]), "\n") {
 		example += strings.TrimPrefix(line, "# ")
 	}
-	cfg, err = ParseConfig([]byte(example), "config.toml with ping-api", nil)
+	cfg, err = Parse([]byte(example), "config.toml with ping-api", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -484,7 +486,7 @@ func FuzzParseConfig(f *testing.F) {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, src string) {
-		cfg, err := ParseConfig([]byte(src), "fuzz.toml", nil)
+		cfg, err := Parse([]byte(src), "fuzz.toml", nil)
 		if (cfg == nil) == (err == nil) {
 			t.Fatalf("cfg %v, err %v: exactly one must be set", cfg, err)
 		}
@@ -501,6 +503,14 @@ func FuzzParseConfig(f *testing.F) {
 }
 
 // policyOf reads back a task's merged policy keys.
-func policyOf(t Task) taskPolicy {
+func policyOf(t scheduler.Task) taskPolicy {
 	return taskPolicy{Lease: t.Lease, DoneTTL: t.DoneTTL, MaxAttempts: t.MaxAttempts, Timeout: t.Timeout, Catchup: t.Catchup, Deadline: t.Deadline}
+}
+
+func utc(s string) time.Time {
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		panic(err)
+	}
+	return t.UTC()
 }

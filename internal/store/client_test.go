@@ -1,13 +1,9 @@
-package cli
+package store
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -15,15 +11,14 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
+	"github.com/slotd/slotd/internal/config"
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/lock"
-	"github.com/slotd/slotd/scheduler"
 )
 
-func parseRedis(t *testing.T, keys string) *scheduler.Config {
+func parseRedis(t *testing.T, keys string) *config.Config {
 	t.Helper()
-	cfg, err := scheduler.ParseConfig([]byte("[redis]\n"+keys+"\n"), "test.toml", nil)
+	cfg, err := config.Parse([]byte("[redis]\n"+keys+"\n"), "test.toml", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +27,7 @@ func parseRedis(t *testing.T, keys string) *scheduler.Config {
 
 // claimOnce runs one claim through the slot protocol on rdb, with the
 // store options cfg asks for.
-func claimOnce(t *testing.T, cfg *scheduler.Config, rdb redis.UniversalClient) (lock.Claim, error) {
+func claimOnce(t *testing.T, cfg *config.Config, rdb redis.UniversalClient) (lock.Claim, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -50,7 +45,7 @@ func claimOnce(t *testing.T, cfg *scheduler.Config, rdb redis.UniversalClient) (
 func claimWith(t *testing.T, keys string) (lock.Claim, error) {
 	t.Helper()
 	cfg := parseRedis(t, keys)
-	rdb, err := newRedisClient(cfg, 0)
+	rdb, err := newClient(cfg, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +81,7 @@ func TestNewRedisClient(t *testing.T) {
 		// The user may also subscribe to both channels and complete the
 		// slot it holds (complete publishes on the done channel).
 		cfg := parseRedis(t, fmt.Sprintf("url = %q", fmt.Sprintf("redis://slotd:s3cret@%s/0", srv.Addr)))
-		rdb, err := newRedisClient(cfg, 0)
+		rdb, err := newClient(cfg, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -110,7 +105,7 @@ func TestNewRedisClient(t *testing.T) {
 	t.Run("url with min_replicas_ack and no replica", func(t *testing.T) {
 		srv := redistest.Start(t)
 		cfg := parseRedis(t, fmt.Sprintf("url = %q\nmin_replicas_ack = 1", srv.URL()))
-		rdb, err := newRedisClient(cfg, 0)
+		rdb, err := newClient(cfg, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -122,7 +117,7 @@ func TestNewRedisClient(t *testing.T) {
 	t.Run("cluster", func(t *testing.T) {
 		rc := redistest.StartCluster(t, 3)
 		cfg := parseRedis(t, fmt.Sprintf("addrs = [%q]\ncluster = true", rc.Addrs()[1])) // one seed is enough
-		rdb, err := newRedisClient(cfg, 0)
+		rdb, err := newClient(cfg, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -137,7 +132,7 @@ func TestNewRedisClient(t *testing.T) {
 	t.Run("sentinel", func(t *testing.T) {
 		s := redistest.StartSentinel(t)
 		cfg := parseRedis(t, fmt.Sprintf("addrs = [%q, %q]\nmaster_name = %q\nmin_replicas_ack = 1", s.Addrs()[0], s.Addrs()[2], s.MasterName))
-		rdb, err := newRedisClient(cfg, 0)
+		rdb, err := newClient(cfg, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -179,7 +174,7 @@ func TestNewRedisClient(t *testing.T) {
 		rc := redistest.StartClusterTLS(t, 3, x)
 		cfg := parseRedis(t, fmt.Sprintf("addrs = [%q]\ncluster = true\ntls = true\ntls_ca_file = %q\ntls_cert_file = %q\ntls_key_file = %q",
 			rc.Addrs()[0], x.CAFile, x.ClientCert, x.ClientKey))
-		rdb, err := newRedisClient(cfg, 0)
+		rdb, err := newClient(cfg, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -205,91 +200,10 @@ func TestNewRedisClient(t *testing.T) {
 		}
 	})
 	t.Run("embedded", func(t *testing.T) {
-		if _, err := newRedisClient(parseRedis(t, `url = ""`), 0); err == nil {
+		if _, err := newClient(parseRedis(t, `url = ""`), 0); err == nil {
 			t.Fatal("a client for the embedded store: want an error")
 		}
 	})
-}
-
-// In Redlock mode the daemon's store and history span every master, and
-// status, history and rerun read and write them with one master down.
-func TestRedlockBackendAndCommands(t *testing.T) {
-	ctx := context.Background()
-	var srvs []*redistest.Server
-	var urls []string
-	for range 3 {
-		s := redistest.Start(t)
-		srvs = append(srvs, s)
-		urls = append(urls, fmt.Sprintf("%q", s.URL()))
-	}
-	path := filepath.Join(t.TempDir(), "slotd.toml")
-	config := fmt.Sprintf("[redis]\nredlock = [%s]\n\n[http]\nlisten = \"off\"\n%s", strings.Join(urls, ", "), sharedTasks)
-	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := scheduler.LoadConfig(path, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := openBackend(cfg, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	if _, ok := b.store.(*lock.Redlock); !ok {
-		t.Fatalf("store is %T, want *lock.Redlock", b.store)
-	}
-	task, _ := findTask(cfg, "report")
-	now, err := b.store.Time(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	at, _ := task.Schedule.Latest(now)
-	slot := task.Slot(at)
-	c, err := b.store.Claim(ctx, slot, "r1", lock.Policy{Lease: time.Hour, DoneTTL: task.DoneTTL, MaxAttempts: task.MaxAttempts})
-	if err != nil || c.Result != lock.Won {
-		t.Fatalf("claim on 3 masters = %+v, %v", c, err)
-	}
-	if err := b.store.Complete(ctx, slot, lock.Owner{Replica: "r1", Attempt: c.Attempt}, task.DoneTTL); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.hist.Append(ctx, "report", scheduler.HistoryEntry{Slot: slot.ID, SlotTime: slot.Time, Attempt: c.Attempt,
-		Token: lock.Token(slot.Time, c.Attempt), Replica: "r1", Outcome: "success", Started: now}); err != nil {
-		t.Fatal(err)
-	}
-	state, _ := lock.Keys("slotd", slot)
-	for i, s := range srvs {
-		if v := s.Client().Get(ctx, state).Val(); !strings.HasPrefix(v, "done:r1:1:") {
-			t.Errorf("master %d holds %q, want the done marker", i, v)
-		}
-		if n := s.Client().XLen(ctx, scheduler.HistoryKey("slotd", "report")).Val(); n != 1 {
-			t.Errorf("master %d holds %d history entries, want 1", i, n)
-		}
-	}
-	srvs[0].Stop()
-	r := runCLI(t, "status", "-config", path, "-json", "-n", "1")
-	var rep scheduler.StatusReport
-	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &rep) != nil || len(rep.Tasks) != 2 {
-		t.Fatalf("status with 2 of 3 masters: %v", r)
-	}
-	if got := rep.Tasks[0].Slots[0]; got.ID != slot.ID || got.Phase != "done" || got.Replica != "r1" || got.Last == nil {
-		t.Errorf("status of the done slot: %+v", got)
-	}
-	if r := runCLI(t, "history", "-config", path, "report"); r.code != 0 || !strings.Contains(r.stdout, slot.ID) || !strings.Contains(r.stdout, "success") {
-		t.Errorf("history with 2 of 3 masters: %v", r)
-	}
-	if r := runCLI(t, "rerun", "-config", path, "report", slot.ID); r.code != 0 {
-		t.Errorf("rerun with 2 of 3 masters: %v", r)
-	}
-	for i, s := range srvs[1:] {
-		if v := s.Client().Get(ctx, state).Val(); v != "" {
-			t.Errorf("master %d holds %q after the rerun, want nothing", i+1, v)
-		}
-	}
-	srvs[1].Stop()
-	if r := runCLI(t, "status", "-config", path); r.code == 0 || !strings.Contains(r.stderr, "no quorum") {
-		t.Errorf("status with 1 of 3 masters: %v; want a failure that says there is no quorum", r)
-	}
 }
 
 // Redlock masters over TLS: rediss:// URLs, with the CA and the client
@@ -302,19 +216,19 @@ func TestRedlockOverTLS(t *testing.T) {
 	}
 	cfg := parseRedis(t, fmt.Sprintf("redlock = [%s]\ntls_ca_file = %q\ntls_cert_file = %q\ntls_key_file = %q",
 		strings.Join(urls, ", "), x.CAFile, x.ClientCert, x.ClientKey))
-	b, err := openBackend(cfg, 0)
+	b, err := openRedis(cfg, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	now, err := b.store.Time(ctx)
+	now, err := b.Store.Time(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	slot := lock.Slot{Task: "tls", ID: "1", Time: now.Add(-time.Second), Deadline: now.Add(time.Hour)}
-	c, err := b.store.Claim(ctx, slot, "r", lock.Policy{Lease: 5 * time.Second, DoneTTL: time.Hour, MaxAttempts: 3})
+	c, err := b.Store.Claim(ctx, slot, "r", lock.Policy{Lease: 5 * time.Second, DoneTTL: time.Hour, MaxAttempts: 3})
 	if err != nil || c.Result != lock.Won {
 		t.Fatalf("claim on 3 TLS masters = %+v, %v", c, err)
 	}

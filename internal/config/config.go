@@ -1,0 +1,198 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/BurntSushi/toml"
+	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/scheduler"
+)
+
+// Defaults of the configuration. The daemon's own defaults,
+// scheduler.DefaultShutdownGrace and scheduler.DefaultMaxClockSkew, apply
+// to [daemon] shutdown_grace and max_clock_skew.
+const (
+	DefaultPrefix    = "slotd"
+	DefaultListen    = "127.0.0.1:9464"
+	DefaultLogFormat = "auto"
+
+	DefaultLease       = 15 * time.Second
+	DefaultMinDoneTTL  = 48 * time.Hour // done_ttl is at least this, and at least the slot window
+	DefaultMaxAttempts = 3
+	DefaultTimeout     = time.Hour
+	DefaultCatchup     = scheduler.CatchupLatest
+
+	// MinLease is the shortest lease: it is renewed every lease/3, and a
+	// renewal must fit a Redis round trip with room to spare.
+	MinLease = time.Second
+	// MaxAttemptsLimit bounds max_attempts: the fencing token is
+	// slot_unix_seconds*1000 + attempt, so attempts must stay below 1000.
+	MaxAttemptsLimit = lock.MaxAttempts
+)
+
+// Config is a validated slotd configuration. It is read-only after load.
+type Config struct {
+	Source        string           // where it was loaded from (the file path)
+	Replica       string           // [daemon] replica; default "<hostname>-<pid>"
+	ShutdownGrace time.Duration    // [daemon] shutdown_grace; default 30s
+	MaxClockSkew  time.Duration    // [daemon] max_clock_skew; default 1s: readiness fails and a warning is logged beyond it
+	RedisURL      string           // [redis] url; "" = embedded in-memory store (one replica)
+	Prefix        string           // [redis] prefix; default "slotd"
+	Redis         RedisOptions     // [redis] Sentinel or Cluster servers, credentials, min_replicas_ack
+	Listen        string           // [http] listen; default "127.0.0.1:9464"; "off" disables the HTTP server
+	LogLevel      slog.Level       // [log] level: debug|info|warn|error; default info
+	LogFormat     string           // [log] format: auto|text|json; default auto
+	Tasks         []scheduler.Task // [[task]], in file order
+}
+
+// The keys of each table, for unknown-key errors.
+var (
+	topKeys     = []string{"daemon", "redis", "http", "log", "defaults", "task"}
+	daemonKeys  = []string{"replica", "shutdown_grace", "max_clock_skew"}
+	redisKeys   = append([]string{"url", "prefix", "url_env"}, redisModeKeys...)
+	httpKeys    = []string{"listen"}
+	logKeys     = []string{"level", "format"}
+	policyKeys  = []string{"lease", "done_ttl", "max_attempts", "timeout", "catchup", "deadline"}
+	taskOwnKeys = []string{"name", "schedule", "timezone", "plugin", "params"}
+	taskKeys    = append(append([]string{}, taskOwnKeys...), policyKeys...)
+)
+
+var logLevels = map[string]slog.Level{
+	"debug": slog.LevelDebug,
+	"info":  slog.LevelInfo,
+	"warn":  slog.LevelWarn,
+	"error": slog.LevelError,
+}
+
+// Load reads the configuration file at path, once, and validates it as
+// Parse does. Every problem in the file is reported, each prefixed with the
+// path.
+func Load(path string, log *slog.Logger) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("load config: %w", err)
+	}
+	return Parse(data, path, log)
+}
+
+// Parse parses and validates a TOML configuration; source names it in
+// errors. It builds every task with its plugin's factory, giving each a
+// logger scoped with the task's name (log may be nil). The error, if any,
+// joins one error per problem found (errors.Join), so that an operator can
+// fix the file in one go.
+func Parse(data []byte, source string, log *slog.Logger) (*Config, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	p := &problems{source: source}
+
+	// Decode into plain maps rather than structs: a struct decode stops at
+	// the first type mismatch, and BurntSushi/toml matches struct fields
+	// case-insensitively, which would let "Lease" pass for "lease". Walking
+	// the maps reports every mismatch and every unknown key, exactly.
+	var root map[string]any
+	if _, err := toml.Decode(string(data), &root); err != nil {
+		var pe toml.ParseError
+		if errors.As(err, &pe) {
+			p.add(fmt.Errorf("line %d: %s", pe.Position.Line, pe.Message))
+		} else {
+			p.add(err)
+		}
+		return nil, p.err()
+	}
+
+	top := table{m: root, p: p}
+	top.checkKeys(topKeys)
+	cfg := &Config{
+		Source:        source,
+		ShutdownGrace: scheduler.DefaultShutdownGrace,
+		MaxClockSkew:  scheduler.DefaultMaxClockSkew,
+		Prefix:        DefaultPrefix,
+		Listen:        DefaultListen,
+		LogLevel:      slog.LevelInfo,
+		LogFormat:     DefaultLogFormat,
+	}
+	cfg.readDaemon(top.sub("daemon", daemonKeys))
+	cfg.readRedis(top.sub("redis", redisKeys))
+	cfg.readHTTP(top.sub("http", httpKeys))
+	cfg.readLog(top.sub("log", logKeys))
+	defaults := readPolicy(top.sub("defaults", policyKeys))
+	cfg.readTasks(top, defaults, log)
+
+	if err := p.err(); err != nil {
+		return nil, err
+	}
+	if len(cfg.Tasks) == 0 {
+		log.Warn("no [[task]] in the configuration: nothing will run", "config", source)
+	}
+	return cfg, nil
+}
+
+func (c *Config) readDaemon(t table) {
+	if v, ok := t.str("replica"); ok && v != "" {
+		switch {
+		case len(v) > 128:
+			t.errorf("replica", "longer than 128 bytes")
+		case strings.IndexFunc(v, badNameRune) >= 0:
+			t.errorf("replica", "%q contains whitespace or a control character", v)
+		default:
+			c.Replica = v
+		}
+	}
+	if c.Replica == "" {
+		c.Replica = scheduler.DefaultReplica()
+	}
+	if d, ok := t.positive("shutdown_grace"); ok {
+		c.ShutdownGrace = d
+	}
+	if d, ok := t.positive("max_clock_skew"); ok {
+		c.MaxClockSkew = d
+	}
+}
+
+func badNameRune(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }
+
+func (c *Config) readHTTP(t table) {
+	v, ok := t.str("listen")
+	if !ok {
+		return
+	}
+	if v != "off" {
+		_, port, err := net.SplitHostPort(v)
+		if err != nil {
+			t.errorf("listen", "%q: want host:port (such as \"127.0.0.1:9464\" or \":9464\") or \"off\"", v)
+			return
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+			t.errorf("listen", "%q: port must be a number from 0 to 65535", v)
+			return
+		}
+	}
+	c.Listen = v
+}
+
+func (c *Config) readLog(t table) {
+	if v, ok := t.str("level"); ok {
+		if l, known := logLevels[strings.ToLower(v)]; known {
+			c.LogLevel = l
+		} else {
+			t.errorf("level", "%q: want debug, info, warn or error", v)
+		}
+	}
+	if v, ok := t.str("format"); ok {
+		switch f := strings.ToLower(v); f {
+		case "auto", "text", "json":
+			c.LogFormat = f
+		default:
+			t.errorf("format", "%q: want auto, text or json", v)
+		}
+	}
+}

@@ -1,0 +1,21 @@
+// Package config loads and validates slotd's configuration file (TOML,
+// SPEC §4): [daemon], [redis] (one server, Sentinel, Cluster or Redlock,
+// TLS files, min_replicas_ack), [http], [log], [defaults] and every
+// [[task]], which it turns into the engine's scheduler.Task values, each
+// with its schedule parsed and its job built by its plugin's factory.
+//
+// Guarantees:
+//   - the file is read once and validated whole: every problem (unknown
+//     key, wrong type, bad duration, spec, zone, plugin or parameter,
+//     inconsistent policy or Redis mode) is reported in one error, each
+//     naming the file, the key and, for a task, the task;
+//   - a Config returned without error is complete and consistent: defaults
+//     are filled in, each task's policy is merged over [defaults] and
+//     checked against its schedule (done_ttl covers the slot window, the
+//     lease fits in done_ttl), and TLS files are read and checked;
+//   - errors never quote a password or a Redis URL (ParseRedisURL);
+//   - it is the only package that reads TOML for the file (plugins decode
+//     their own [task.params]).
+//
+// A Config is data: nothing in slotd changes it after load.
+package config

@@ -1,0 +1,130 @@
+package config
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/slotd/slotd/scheduler"
+	"github.com/slotd/slotd/scheduler/schedule"
+)
+
+// rawPolicy is a policy table as written: each key unset, valid, or invalid
+// (already reported), so that a task inherits [defaults] key by key and a
+// bad default is reported once, not once per task.
+type rawPolicy struct {
+	lease, doneTTL, timeout, deadline opt[time.Duration]
+	maxAttempts                       opt[int]
+	catchup                           opt[string]
+}
+
+type opt[T any] struct {
+	v        T
+	set, bad bool
+	where    string // " (from [defaults])" when inherited
+}
+
+func (o opt[T]) or(def opt[T]) opt[T] {
+	if o.set {
+		return o
+	}
+	if def.set {
+		def.where = " (from [defaults])"
+	}
+	return def
+}
+
+func readPolicy(t table) rawPolicy {
+	var rp rawPolicy
+	rp.lease = t.duration("lease", func(d time.Duration) string {
+		if d < MinLease {
+			return fmt.Sprintf("%v is shorter than %v: the lease is renewed every lease/3 and could not be renewed reliably", d, MinLease)
+		}
+		return ""
+	})
+	rp.doneTTL = t.duration("done_ttl", positive)
+	rp.timeout = t.duration("timeout", positive)
+	rp.deadline = t.duration("deadline", positive)
+	rp.maxAttempts = t.integer("max_attempts", 1, MaxAttemptsLimit,
+		"the fencing token is slot_unix_seconds*1000 + attempt")
+	if v, ok := t.str("catchup"); ok {
+		rp.catchup.set = true
+		if v != scheduler.CatchupLatest && v != scheduler.CatchupNone {
+			rp.catchup.bad = true
+			t.errorf("catchup", "%q: want %q or %q", v, scheduler.CatchupLatest, scheduler.CatchupNone)
+		}
+		rp.catchup.v = v
+	} else if t.has("catchup") {
+		rp.catchup.set, rp.catchup.bad = true, true
+	}
+	return rp
+}
+
+func positive(d time.Duration) string {
+	if d <= 0 {
+		return fmt.Sprintf("%v: must be positive", d)
+	}
+	return ""
+}
+
+// resolvePolicy merges a task's policy keys over [defaults] and checks the
+// keys against each other and against the schedule (nil if invalid). Keys
+// already found invalid are left out of the cross-checks.
+func resolvePolicy(t table, own, defaults rawPolicy, sched *schedule.Schedule) taskPolicy {
+	lease := own.lease.or(defaults.lease)
+	doneTTL := own.doneTTL.or(defaults.doneTTL)
+	maxAttempts := own.maxAttempts.or(defaults.maxAttempts)
+	timeout := own.timeout.or(defaults.timeout)
+	catchup := own.catchup.or(defaults.catchup)
+	deadline := own.deadline.or(defaults.deadline)
+
+	pol := taskPolicy{
+		Lease:       pick(lease, DefaultLease),
+		MaxAttempts: pick(maxAttempts, DefaultMaxAttempts),
+		Timeout:     pick(timeout, DefaultTimeout),
+		Catchup:     pick(catchup, DefaultCatchup),
+		Deadline:    pick(deadline, 0),
+	}
+	// The window is unknown when the deadline is invalid, or unset with an
+	// invalid schedule: then there is nothing to compare done_ttl with.
+	windowKnown := !deadline.bad && (pol.Deadline > 0 || sched != nil)
+	var window time.Duration
+	if windowKnown {
+		window = pol.Deadline
+		if window == 0 {
+			window = sched.MaxGap()
+		}
+	}
+	switch {
+	case !doneTTL.set || doneTTL.bad:
+		pol.DoneTTL = max(DefaultMinDoneTTL, window)
+	default:
+		pol.DoneTTL = doneTTL.v
+		switch {
+		case !windowKnown || doneTTL.v >= window:
+		case pol.Deadline > 0:
+			t.errorf("done_ttl", "%v%s is shorter than deadline %v%s: a slot could run again after its done marker expires; raise done_ttl",
+				doneTTL.v, doneTTL.where, deadline.v, deadline.where)
+		default:
+			t.errorf("done_ttl", "%v%s is shorter than the slot window %v (the longest gap between fire times of %q): a slot could run again after its done marker expires; raise done_ttl or set deadline",
+				doneTTL.v, doneTTL.where, window, sched.Spec())
+		}
+	}
+	if !lease.bad && !doneTTL.bad && pol.Lease > pol.DoneTTL {
+		t.errorf("lease", "%v%s is longer than done_ttl %v%s", pol.Lease, lease.where, pol.DoneTTL, doneTTL.where)
+	}
+	return pol
+}
+
+// taskPolicy is a task's policy keys once merged over [defaults].
+type taskPolicy struct {
+	Lease, DoneTTL, Timeout, Deadline time.Duration
+	MaxAttempts                       int
+	Catchup                           string
+}
+
+func pick[T any](o opt[T], def T) T {
+	if o.set && !o.bad {
+		return o.v
+	}
+	return def
+}

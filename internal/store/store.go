@@ -1,0 +1,181 @@
+// Package store builds slotd's shared state from a configuration: the slot
+// store (lock.Store) and the run history (scheduler.History) of the
+// configured backend — the embedded in-memory store, one Redis server,
+// Sentinel, Cluster or a Redlock quorum of independent masters, with TLS
+// and min_replicas_ack as configured — and closes them.
+//
+// It is the only place slotd builds go-redis clients, so that the engine
+// (package scheduler) never imports go-redis. Guarantees:
+//   - every client has ContextTimeoutEnabled, so each Redis call ends by
+//     the deadline its caller set (a lease watchdog is never stuck on a
+//     frozen server);
+//   - a Redlock deployment gets one client per master, the slot protocol on
+//     all of them (lock.NewRedlock), and the history on every one of them
+//     (MultiHistory);
+//   - the Redis history is a capped stream per task, HistoryKey, whose TTL
+//     (HistoryTTL) outlives every slot's own keys; appends that meet in
+//     flight share one round trip;
+//   - no error quotes a Redis URL or a password.
+package store
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slotd/slotd/internal/config"
+	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/scheduler"
+)
+
+// replicasAckTimeout bounds each WAIT of min_replicas_ack; the lock package
+// caps it further at a quarter of the lease for a claim.
+const replicasAckTimeout = time.Second
+
+// subscribeTimeout bounds the first subscription to release notifications
+// (WithSubscribe).
+const subscribeTimeout = 5 * time.Second
+
+// Backend is the shared state of one configuration. Close it when done.
+type Backend struct {
+	// Store is the slot store: *lock.Memory (embedded), *lock.Redis or
+	// *lock.Redlock.
+	Store lock.Store
+	// History is the run history: in memory (embedded), in Redis, or on
+	// every Redlock master (*MultiHistory).
+	History scheduler.History
+
+	redis   redisStore // nil when embedded
+	clients []redis.UniversalClient
+}
+
+// redisStore is what the Redis stores offer beyond lock.Store.
+type redisStore interface {
+	lock.Store
+	Subscribe(ctx context.Context) error
+	Close() error
+}
+
+// Option changes how Open builds a Backend.
+type Option func(*options)
+
+type options struct {
+	maxRetries int
+	hooks      []redis.Hook
+	subscribe  bool
+}
+
+// WithMaxRetries sets go-redis's command retries of every client (by
+// default go-redis's own; none on a Redlock master, where the quorum
+// decides and the caller retries).
+func WithMaxRetries(n int) Option { return func(o *options) { o.maxRetries = n } }
+
+// WithRedisHook adds h to every go-redis client (for example to count or
+// trace the daemon's Redis commands).
+func WithRedisHook(h redis.Hook) Option { return func(o *options) { o.hooks = append(o.hooks, h) } }
+
+// WithSubscribe has Open subscribe the store to its release and done
+// notifications before it returns, as the daemon needs for its watches.
+// It waits at most 5s (and no longer than ctx); a failure is logged, not
+// returned: the watches subscribe again by themselves, and claims fail
+// closed until Redis answers.
+func WithSubscribe() Option { return func(o *options) { o.subscribe = true } }
+
+// Open builds the store and history of cfg's backend (cfg.RedisMode()),
+// logging which one on log. It does no I/O unless WithSubscribe is given.
+func Open(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Option) (*Backend, error) {
+	o := options{maxRetries: -1}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Embedded() {
+		log.Warn("no [redis] url, addrs or redlock: using the embedded in-memory store; slots are not shared with other replicas")
+		return &Backend{Store: lock.NewMemory(nil), History: scheduler.NewMemoryHistory(0)}, nil
+	}
+	b, err := openRedis(cfg, o.maxRetries)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range b.clients {
+		for _, h := range o.hooks {
+			c.AddHook(h)
+		}
+	}
+	log.Info("redis", "mode", cfg.RedisMode(), "min_replicas_ack", cfg.Redis.MinReplicasAck, "redlock_nodes", len(cfg.Redis.Redlock))
+	if o.subscribe {
+		sctx, cancel := context.WithTimeout(ctx, subscribeTimeout)
+		if err := b.redis.Subscribe(sctx); err != nil {
+			log.Warn("release notifications not subscribed yet", "err", err)
+		}
+		cancel()
+	}
+	return b, nil
+}
+
+// openRedis builds the store and history of cfg's Redis mode; see
+// newClient for maxRetries. In Redlock mode there is one client per
+// master, the slot protocol runs on all of them through lock.NewRedlock,
+// and the history is kept on every one of them (MultiHistory). It does no
+// I/O.
+func openRedis(cfg *config.Config, maxRetries int) (*Backend, error) {
+	b := &Backend{}
+	if cfg.RedisMode() != config.ModeRedlock {
+		rdb, err := newClient(cfg, maxRetries)
+		if err != nil {
+			return nil, err
+		}
+		b.clients = []redis.UniversalClient{rdb}
+		b.setRedis(lock.NewRedis(rdb, cfg.Prefix, redisStoreOptions(cfg)...))
+		b.History = NewRedisHistory(rdb, cfg.Prefix, HistoryTTL(cfg))
+		return b, nil
+	}
+	nodes := make([]lock.Client, 0, len(cfg.Redis.Redlock))
+	hists := make([]scheduler.History, 0, len(cfg.Redis.Redlock))
+	for i := range cfg.Redis.Redlock {
+		c, err := newRedlockClient(cfg, i, maxRetries)
+		if err != nil {
+			_ = b.Close()
+			return nil, err
+		}
+		b.clients = append(b.clients, c)
+		nodes = append(nodes, c)
+		hists = append(hists, NewRedisHistory(c, cfg.Prefix, HistoryTTL(cfg)))
+	}
+	s, err := lock.NewRedlock(nodes, cfg.Prefix)
+	if err != nil {
+		_ = b.Close()
+		return nil, err
+	}
+	b.setRedis(s)
+	b.History = NewMultiHistory(hists...)
+	return b, nil
+}
+
+func (b *Backend) setRedis(s redisStore) { b.redis, b.Store = s, s }
+
+// Close stops the store's subscriptions, then closes the clients.
+func (b *Backend) Close() error {
+	var errs []error
+	if b.redis != nil {
+		errs = append(errs, b.redis.Close())
+	}
+	for _, c := range b.clients {
+		errs = append(errs, c.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// redisStoreOptions are the lock options cfg asks for.
+func redisStoreOptions(cfg *config.Config) []lock.RedisOption {
+	var opts []lock.RedisOption
+	if n := cfg.Redis.MinReplicasAck; n > 0 {
+		opts = append(opts, lock.WithMinReplicasAck(n, replicasAckTimeout))
+	}
+	return opts
+}

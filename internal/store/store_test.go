@@ -1,0 +1,83 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slotd/slotd/internal/redistest"
+	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/scheduler"
+)
+
+// countHook counts the commands a client sends.
+type countHook struct{ n atomic.Int32 }
+
+func (h *countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.n.Add(int32(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+// Without Redis, Open gives the embedded store and an in-memory history.
+func TestOpenEmbedded(t *testing.T) {
+	b, err := Open(context.Background(), parseRedis(t, ""), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := b.Store.(*lock.Memory); !ok {
+		t.Errorf("Store is %T, want *lock.Memory", b.Store)
+	}
+	if _, ok := b.History.(*scheduler.MemoryHistory); !ok {
+		t.Errorf("History is %T, want *scheduler.MemoryHistory", b.History)
+	}
+	if err := b.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+}
+
+// With one server, Open gives the Redis store and history on one client
+// that carries the hooks; WithSubscribe subscribes before Open returns.
+func TestOpenRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	var hook countHook
+	cfg := parseRedis(t, fmt.Sprintf("url = %q", srv.URL()))
+	b, err := Open(context.Background(), cfg, nil, WithRedisHook(&hook), WithSubscribe())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if _, ok := b.Store.(*lock.Redis); !ok {
+		t.Errorf("Store is %T, want *lock.Redis", b.Store)
+	}
+	if _, ok := b.History.(*RedisHistory); !ok {
+		t.Errorf("History is %T, want *RedisHistory", b.History)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if n, err := srv.Client().PubSubNumSub(ctx, "slotd:released").Result(); err != nil || n["slotd:released"] != 1 {
+		t.Errorf("subscribers of slotd:released = %v, %v; want 1 after WithSubscribe", n, err)
+	}
+	before := hook.n.Load()
+	if _, err := b.Store.Time(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if hook.n.Load() == before {
+		t.Error("the hook saw no command")
+	}
+	if err := b.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+}

@@ -1,0 +1,37 @@
+package scheduler
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+)
+
+// Defaults of the daemon's options (New), also those of the configuration
+// file's [daemon] keys.
+const (
+	DefaultShutdownGrace = 30 * time.Second
+	DefaultMaxClockSkew  = time.Second
+)
+
+// Catch-up policies: what a replica does on start-up with a slot whose
+// window is still open (Task.Catchup).
+const (
+	CatchupLatest = "latest" // claim the latest slot if its window is still open
+	CatchupNone   = "none"   // wait for the next fire time
+)
+
+// DefaultReplica is the replica id when none is configured:
+// "<hostname>-<pid>", unique per process on a fleet, at most 128 bytes.
+func DefaultReplica() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" || strings.IndexFunc(host, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
+		host = "slotd"
+	}
+	pid := "-" + strconv.Itoa(os.Getpid())
+	if len(host)+len(pid) > 128 {
+		host = host[:128-len(pid)]
+	}
+	return host + pid
+}
