@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	dconfig "github.com/slotd/slotd/internal/config"
 	"github.com/slotd/slotd/scheduler"
 )
 
@@ -80,7 +81,7 @@ func TestSystemdUnit(t *testing.T) {
 	if err != nil {
 		t.Errorf("slotd.service: TimeoutStopSec: %v", err)
 	}
-	def := &scheduler.Config{ShutdownGrace: scheduler.DefaultShutdownGrace}
+	def := &dconfig.Config{ShutdownGrace: scheduler.DefaultShutdownGrace}
 	if needs := stopNeeds(t, def); stop <= needs {
 		t.Errorf("slotd.service: TimeoutStopSec=%v, want more than %v (the default shutdown_grace %v + exec kill grace + HTTP shutdown)", stop, needs, def.ShutdownGrace)
 	}

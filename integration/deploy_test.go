@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/slotd/slotd/scheduler"
+	dconfig "github.com/slotd/slotd/internal/config"
 	"github.com/slotd/slotd/tasks"
 )
 
@@ -61,12 +61,12 @@ func validateConfig(t *testing.T, path string, env ...string) string {
 
 // loadDeployConfig loads a deployment's configuration with slotd's own
 // loader, env set first.
-func loadDeployConfig(t *testing.T, path string, env map[string]string) *scheduler.Config {
+func loadDeployConfig(t *testing.T, path string, env map[string]string) *dconfig.Config {
 	t.Helper()
 	for k, v := range env {
 		t.Setenv(k, v)
 	}
-	cfg, err := scheduler.LoadConfig(path, nil)
+	cfg, err := dconfig.Load(path, nil)
 	if err != nil {
 		t.Fatalf("%v", err)
 	}
@@ -78,7 +78,7 @@ func loadDeployConfig(t *testing.T, path string, env map[string]string) *schedul
 // SIGKILL grace (the default, or the longest configured), then the HTTP
 // server's shutdown. A container runtime or service manager that kills it
 // sooner cuts the hand-over of running slots short.
-func stopNeeds(t *testing.T, cfg *scheduler.Config) time.Duration {
+func stopNeeds(t *testing.T, cfg *dconfig.Config) time.Duration {
 	t.Helper()
 	grace := tasks.DefaultExecGrace
 	for _, task := range cfg.Tasks {
@@ -93,7 +93,7 @@ func stopNeeds(t *testing.T, cfg *scheduler.Config) time.Duration {
 
 // listenPort is the port of an [http] listen address, which must be on
 // every interface (a container's or pod's port).
-func listenPort(t *testing.T, cfg *scheduler.Config) string {
+func listenPort(t *testing.T, cfg *dconfig.Config) string {
 	t.Helper()
 	host, port, err := net.SplitHostPort(cfg.Listen)
 	if err != nil {
@@ -108,7 +108,7 @@ func listenPort(t *testing.T, cfg *scheduler.Config) string {
 // defaultPort is the port of the daemon's default [http] listen address.
 func defaultPort(t *testing.T) string {
 	t.Helper()
-	_, port, err := net.SplitHostPort(scheduler.DefaultListen)
+	_, port, err := net.SplitHostPort(dconfig.DefaultListen)
 	if err != nil {
 		t.Fatal(err)
 	}

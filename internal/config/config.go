@@ -44,7 +44,9 @@ type Config struct {
 	Replica       string           // [daemon] replica; default "<hostname>-<pid>"
 	ShutdownGrace time.Duration    // [daemon] shutdown_grace; default 30s
 	MaxClockSkew  time.Duration    // [daemon] max_clock_skew; default 1s: readiness fails and a warning is logged beyond it
+	EnvDrop       []string         // [daemon] env_drop: variables exec tasks must not inherit
 	RedisURL      string           // [redis] url; "" = embedded in-memory store (one replica)
+	URLEnv        string           // [redis] url_env: the variable the URL came from; exec tasks do not inherit it
 	Prefix        string           // [redis] prefix; default "slotd"
 	Redis         RedisOptions     // [redis] Sentinel or Cluster servers, credentials, min_replicas_ack
 	Listen        string           // [http] listen; default "127.0.0.1:9464"; "off" disables the HTTP server
@@ -56,7 +58,7 @@ type Config struct {
 // The keys of each table, for unknown-key errors.
 var (
 	topKeys     = []string{"daemon", "redis", "http", "log", "defaults", "task"}
-	daemonKeys  = []string{"replica", "shutdown_grace", "max_clock_skew"}
+	daemonKeys  = []string{"replica", "shutdown_grace", "max_clock_skew", "env_drop"}
 	redisKeys   = append([]string{"url", "prefix", "url_env"}, redisModeKeys...)
 	httpKeys    = []string{"listen"}
 	logKeys     = []string{"level", "format"}
@@ -155,6 +157,29 @@ func (c *Config) readDaemon(t table) {
 	}
 	if d, ok := t.positive("max_clock_skew"); ok {
 		c.MaxClockSkew = d
+	}
+	c.readEnvDrop(t)
+}
+
+// readEnvDrop reads [daemon] env_drop: names of variables the daemon holds
+// for itself (secrets), which exec tasks must not inherit.
+func (c *Config) readEnvDrop(t table) {
+	v, ok := t.m["env_drop"]
+	if !ok {
+		return
+	}
+	list, ok := v.([]any)
+	if !ok {
+		t.errorf("env_drop", "must be an array of environment variable names, not %s", tomlType(v))
+		return
+	}
+	for i, e := range list {
+		name, ok := e.(string)
+		if !ok || !envNameRE.MatchString(name) {
+			t.errorf("env_drop", "item %d (%v) is not an environment variable name (want [A-Za-z_][A-Za-z0-9_]*)", i+1, e)
+			continue
+		}
+		c.EnvDrop = append(c.EnvDrop, name)
 	}
 }
 

@@ -49,3 +49,26 @@ func TestRedisURLEnvErrors(t *testing.T) {
 		})
 	}
 }
+
+// [daemon] env_drop lists variables exec tasks must not inherit; url_env's
+// variable is recorded so the daemon drops it too.
+func TestEnvDrop(t *testing.T) {
+	t.Setenv("SLOTD_TEST_REDIS_URL", "redis://:s3cret@127.0.0.1:6379/2")
+	cfg := parse(t, "[daemon]\nenv_drop = [\"API_TOKEN\", \"AWS_SECRET_ACCESS_KEY\"]\n[redis]\nurl_env = \"SLOTD_TEST_REDIS_URL\"\n"+minimal)
+	if got := strings.Join(cfg.EnvDrop, ","); got != "API_TOKEN,AWS_SECRET_ACCESS_KEY" {
+		t.Errorf("EnvDrop = %q", got)
+	}
+	if cfg.URLEnv != "SLOTD_TEST_REDIS_URL" {
+		t.Errorf("URLEnv = %q, want the variable's name", cfg.URLEnv)
+	}
+	for _, tc := range []struct{ src, want string }{
+		{`env_drop = "API_TOKEN"`, "must be an array"},
+		{`env_drop = ["OK", "NOT-A-NAME"]`, `item 2 (NOT-A-NAME) is not an environment variable name`},
+		{`env_drop = [5]`, `item 1 (5) is not an environment variable name`},
+	} {
+		_, err := Parse([]byte("[daemon]\n"+tc.src+"\n"+minimal), "test.toml", nil)
+		if err == nil || !strings.Contains(err.Error(), "daemon.env_drop") || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want daemon.env_drop and %q", tc.src, err, tc.want)
+		}
+	}
+}

@@ -140,7 +140,7 @@ func (c *Config) readRedisURLEnv(t table) {
 		t.errorf("url_env", "environment variable %s: %v", name, err)
 		return
 	}
-	c.RedisURL = v
+	c.RedisURL, c.URLEnv = v, name
 }
 
 // ParseRedisURL parses a Redis URL as go-redis does: redis://, rediss://

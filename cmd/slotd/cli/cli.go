@@ -189,6 +189,10 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, o opti
 	base := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)
 	log := base.With("replica", cfg.Replica)
 	late.set(log.Handler())
+	// What the daemon read for itself (the Redis URL with its password,
+	// and whatever the operator lists) is no exec task's business.
+	tasks.DropEnv(cfg.URLEnv)
+	tasks.DropEnv(cfg.EnvDrop...)
 	redis.SetLogger(redisLogger{log.With("component", "redis")})
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
