@@ -17,6 +17,7 @@ import (
 	"github.com/BurntSushi/toml"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/tasks"
 )
 
@@ -39,7 +40,7 @@ const (
 	MinLease = time.Second
 	// MaxAttemptsLimit bounds max_attempts: the fencing token is
 	// slot_unix_seconds*1000 + attempt, so attempts must stay below 1000.
-	MaxAttemptsLimit = 999
+	MaxAttemptsLimit = lock.MaxAttempts
 )
 
 // Catch-up policies: what a replica does on start-up with a slot whose
