@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/slotd/slotd/retry"
 )
 
 // startKeepAlive starts the watchdog shared by Lease (a slot) and Mutex (a
@@ -32,7 +34,7 @@ import (
 func startKeepAlive(ttl time.Duration, validUntil func() time.Time, renew func(context.Context) error,
 	renewed func(sent time.Time), ended func(why error)) (done <-chan struct{}, stop func()) {
 	interval := ttl / 3
-	k := &keeper{interval: interval, retry: max(interval/8, time.Millisecond), grid: renewGrid(interval),
+	k := &keeper{interval: interval, retry: retry.Backoff{Min: max(interval/8, time.Millisecond)}, grid: renewGrid(interval),
 		validUntil: validUntil, renew: renew, renewed: renewed, ended: ended, done: make(chan struct{})}
 	k.ctx, k.stop = context.WithCancel(context.Background())
 	k.schedule(onGrid(interval, k.grid))
@@ -47,14 +49,15 @@ var errNoRenewal = errors.New("no renewal confirmed within the lease")
 // keeper is one watchdog: parked on a timer between renewals; the timer's
 // goroutine makes the renewal.
 type keeper struct {
-	ctx                   context.Context    // ends when the watchdog is stopped or ends
-	stop                  context.CancelFunc // ends ctx
-	interval, retry, grid time.Duration
-	validUntil            func() time.Time
-	renew                 func(context.Context) error
-	renewed               func(sent time.Time)
-	ended                 func(why error)
-	done                  chan struct{}
+	ctx            context.Context    // ends when the watchdog is stopped or ends
+	stop           context.CancelFunc // ends ctx
+	interval, grid time.Duration
+	retry          retry.Backoff // after a renewal of unknown outcome: soon, and steadily (Min only)
+	validUntil     func() time.Time
+	renew          func(context.Context) error
+	renewed        func(sent time.Time)
+	ended          func(why error)
+	done           chan struct{}
 
 	mu    sync.Mutex
 	timer *time.Timer // pending, unless a renewal is running
@@ -115,7 +118,7 @@ func (k *keeper) tick() {
 	case k.ctx.Err() != nil:
 		k.end(nil)
 	default:
-		k.schedule(k.retry)
+		k.schedule(k.retry.Delay(0))
 	}
 }
 

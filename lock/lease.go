@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/slotd/slotd/retry"
 )
 
 // Lease is a won claim kept alive by exactly one watchdog, which waits on a
@@ -176,8 +178,10 @@ func (l *Lease) finish(ctx context.Context, op string, f func(context.Context) e
 	if !valid {
 		return fmt.Errorf("lock: %s %s attempt %d: %w", op, l.slot, l.owner.Attempt, ErrLeaseLost)
 	}
-	wait := max(l.ttl/30, time.Millisecond)
-	for {
+	// The holder retries its own call, which collides with no peer's: the
+	// waits double without jitter, from a thirtieth of the lease to a third.
+	backoff := retry.Backoff{Min: max(l.ttl/30, time.Millisecond), Max: l.ttl / 3, NoJitter: true}
+	for n := 0; ; n++ {
 		cctx, cancel := context.WithDeadline(ctx, until)
 		err := f(cctx)
 		cancel()
@@ -191,8 +195,7 @@ func (l *Lease) finish(ctx context.Context, op string, f func(context.Context) e
 		select {
 		case <-ctx.Done():
 			return err
-		case <-time.After(min(wait, left)):
+		case <-time.After(min(backoff.Delay(n), left)):
 		}
-		wait = min(wait*2, l.ttl/3)
 	}
 }

@@ -7,12 +7,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	mrand "math/rand/v2"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/slotd/slotd/retry"
 )
 
 // The general-purpose lock: the slot protocol's machinery (owner-checked Lua,
@@ -631,7 +632,7 @@ func (l *Locker) acquire(ctx context.Context, name, owner string, ttl time.Durat
 	default:
 		// A split vote, a late reply or a failed fence: Redlock's random
 		// delay before the next round, so that contenders do not collide again.
-		a.retry = time.Millisecond + time.Duration(mrand.Int64N(int64(max(ttl/20, 2*time.Millisecond))))
+		a.retry = retry.Backoff{Min: time.Millisecond, Max: time.Millisecond + max(ttl/20, 2*time.Millisecond)}.Jitter()
 		if held > 0 {
 			a.retry = min(a.retry, wait+time.Millisecond)
 		}
