@@ -1,13 +1,10 @@
 package lock
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // The general-purpose lock: the slot protocol's machinery (owner-checked Lua,
@@ -43,19 +40,15 @@ type Locker struct {
 	fenceTTL    time.Duration
 	nodeTimeout time.Duration // 0: ttl/3 on one node, ttl/10 on a quorum
 
-	mu     sync.Mutex
-	holds  map[holdKey]*hold // one watchdog per (name, owner) held through this Locker
-	watch  watchers          // Lock's waiters, by lock key
-	closed bool
+	sub *subscription // wakes Lock's waiters; started by the first Lock that waits
+
+	mu    sync.Mutex
+	holds map[holdKey]*hold // one watchdog per (name, owner) held through this Locker
 
 	// waiting and woken, when set, tell tests that a Lock call went to sleep
 	// and why it woke (by a pub/sub message or by its timer).
 	waiting func(name string)
 	woken   func(name string, byMessage bool)
-
-	subMu   sync.Mutex      // held while subscribing, not l.mu
-	subs    []*redis.PubSub // one per node, started by the first Lock
-	subDone sync.WaitGroup
 }
 
 type holdKey struct{ name, owner string }
@@ -105,6 +98,7 @@ func newLocker(nodes []Client, opts []LockerOption) *Locker {
 		o(l)
 	}
 	l.channel = l.prefix + ":lock:released"
+	l.sub = &subscription{clients: nodes, channels: []string{l.channel}, timeout: l.timeout(DefaultTTL), owner: "locker"}
 	return l
 }
 
@@ -118,12 +112,7 @@ func fenceKey(lockKey string) string { return lockKey + ":fence" }
 // locks expire within their ttl), and waits for their goroutines. It does
 // not close the go-redis clients, which the caller owns.
 func (l *Locker) Close() error {
-	l.subMu.Lock()
-	defer l.subMu.Unlock()
 	l.mu.Lock()
-	l.closed = true
-	subs := l.subs
-	l.subs = nil
 	holds := make([]*hold, 0, len(l.holds))
 	for k, h := range l.holds {
 		holds = append(holds, h)
@@ -134,56 +123,7 @@ func (l *Locker) Close() error {
 		h.stop()
 		h.lose(errors.New("locker closed"))
 	}
-	var errs []error
-	for _, ps := range subs {
-		errs = append(errs, ps.Close())
-	}
-	l.subDone.Wait()
-	return errors.Join(errs...)
-}
-
-// subscribe starts one subscription per node to the release channel, once,
-// and waits until Redis has confirmed it, so that an unlock published after
-// a waiter's first attempt is not missed. On a quorum, a node that does not
-// confirm is left to go-redis to reconnect: its waiters still wake on the
-// other nodes' messages, or on the holder's ttl.
-func (l *Locker) subscribe(ctx context.Context) error {
-	l.subMu.Lock()
-	defer l.subMu.Unlock()
-	l.mu.Lock()
-	closed := l.closed
-	l.mu.Unlock()
-	if closed {
-		return errors.New("lock: locker closed")
-	}
-	if l.subs != nil {
-		return nil
-	}
-	subs := make([]*redis.PubSub, len(l.nodes))
-	for i, c := range l.nodes {
-		subs[i] = c.Subscribe(ctx, l.channel)
-	}
-	res := fanOut(ctx, subs, l.timeout(DefaultTTL), func(ctx context.Context, ps *redis.PubSub) (any, error) {
-		return ps.Receive(ctx)
-	})
-	if len(subs) == 1 && res[0].Err != nil {
-		_ = subs[0].Close()
-		return fmt.Errorf("lock: subscribe %s: %w", l.channel, res[0].Err)
-	}
-	for _, ps := range subs {
-		ch := ps.Channel(redis.WithChannelHealthCheckInterval(30 * time.Second))
-		l.subDone.Add(1)
-		go func() {
-			defer l.subDone.Done()
-			for msg := range ch {
-				l.mu.Lock()
-				l.watch.notify(msg.Payload, false)
-				l.mu.Unlock()
-			}
-		}()
-	}
-	l.subs = subs
-	return nil
+	return l.sub.close()
 }
 
 // timeout is the bound of one call to one node for a lock of ttl.

@@ -199,19 +199,15 @@ func (l *Locker) lock(ctx context.Context, name string, o mutexOptions) (*Mutex,
 		m, _, err := l.try(ctx, name, o)
 		return m, err
 	}
-	if err := l.subscribe(ctx); err != nil {
+	// Subscribed (and confirmed) before the first attempt, so that an
+	// unlock published after that attempt is not missed.
+	if err := l.sub.confirm(ctx); err != nil {
 		return nil, err
 	}
 	key := LockKey(l.prefix, name)
 	w := &Watch{c: make(chan struct{}, 1)}
-	l.mu.Lock()
-	l.watch.add(key, w)
-	l.mu.Unlock()
-	defer func() {
-		l.mu.Lock()
-		l.watch.remove(key, w)
-		l.mu.Unlock()
-	}()
+	l.sub.add(key, w)
+	defer l.sub.remove(key, w)
 	deadline := time.Now().Add(o.wait)
 	for {
 		m, after, err := l.try(ctx, name, o)
