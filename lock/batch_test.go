@@ -345,7 +345,7 @@ func TestRedisAbandonedClaimIsNotSent(t *testing.T) {
 	close(g.open)
 	wg.Wait()
 	r.batch.close()
-	st, err := r.State(ctx, abandoned)
+	st, err := ReadState(ctx, r, abandoned)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -378,7 +378,7 @@ func TestRedisPipelineReloadsFlushedScripts(t *testing.T) {
 	if err := r.Complete(ctx, slot, Owner{Replica: "r", Attempt: c.Attempt}, p.DoneTTL); err != nil {
 		t.Fatalf("complete after SCRIPT FLUSH: %v", err)
 	}
-	if st, err := r.State(ctx, slot); err != nil || st.Status != "done" {
+	if st, err := ReadState(ctx, r, slot); err != nil || st.Status != "done" {
 		t.Fatalf("state: %+v %v", st, err)
 	}
 }
@@ -440,7 +440,7 @@ func TestRedisPipelineLoadsFlushedScriptOnce(t *testing.T) {
 		t.Errorf("EVALSHA sent %d times, want %d", got, want)
 	}
 	for i := range n {
-		st, err := r.State(ctx, batchSlot(100+i, now))
+		st, err := ReadState(ctx, r, batchSlot(100+i, now))
 		switch {
 		case err != nil:
 			t.Fatal(err)

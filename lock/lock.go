@@ -143,6 +143,15 @@ type State struct {
 	Value    string        // the raw state value
 }
 
+// ReadState reads one slot's keys from s (see Store.States).
+func ReadState(ctx context.Context, s Store, slot Slot) (State, error) {
+	sts, err := s.States(ctx, []Slot{slot})
+	if len(sts) == 0 {
+		return State{}, err
+	}
+	return sts[0], err
+}
+
 // Store is the slot protocol. Redis, Redlock and Memory implement it.
 type Store interface {
 	// Claim tries to take slot for replica. A result other than Won is not an
@@ -159,8 +168,6 @@ type Store interface {
 	Release(ctx context.Context, slot Slot, owner Owner) error
 	// Watch reports releases of slot until stopped.
 	Watch(slot Slot) *Watch
-	// State reads slot's keys.
-	State(ctx context.Context, slot Slot) (State, error)
 	// States reads the keys of many slots at once (one round trip on
 	// Redis). If the store cannot answer it returns nil and the error. A
 	// slot holding a foreign value reads as Status "foreign" and adds an

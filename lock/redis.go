@@ -213,15 +213,6 @@ func (r *Redis) Rerun(ctx context.Context, slot Slot, force bool) (Rerun, error)
 	return out, nil
 }
 
-// State implements Store.
-func (r *Redis) State(ctx context.Context, slot Slot) (State, error) {
-	sts, err := r.States(ctx, []Slot{slot})
-	if len(sts) == 0 {
-		return State{}, err
-	}
-	return sts[0], err
-}
-
 // States implements Store: every slot's keys in one pipelined round trip.
 func (r *Redis) States(ctx context.Context, slots []Slot) ([]State, error) {
 	type reads struct {
