@@ -131,9 +131,8 @@ func gatedStore(t *testing.T, g *gate) (*Redis, *redis.Client) {
 }
 
 func queued(r *Redis) int {
-	r.batch.mu.Lock()
-	defer r.batch.mu.Unlock()
-	return len(r.batch.queue) + len(r.batch.claims)
+	n, _ := r.batch.co.Pending()
+	return n
 }
 
 // awaitQueue waits until n calls are queued behind the held flights.
@@ -553,9 +552,7 @@ func TestRedisCloseRacesCalls(t *testing.T) {
 		if err := r.Close(); err != nil {
 			t.Fatal(err)
 		}
-		r.batch.mu.Lock()
-		left, flights := len(r.batch.queue), r.batch.flights
-		r.batch.mu.Unlock()
+		left, flights := r.batch.co.Pending()
 		if left != 0 || flights != 0 {
 			t.Fatalf("after Close: %d calls queued, %d flights", left, flights)
 		}
