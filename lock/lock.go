@@ -65,6 +65,7 @@ type Slot struct {
 	Deadline time.Time // end of the slot window; no claim succeeds at or after it
 }
 
+// String is "<task>:<slot id>", as errors and logs name a slot.
 func (s Slot) String() string { return s.Task + ":" + s.ID }
 
 // Policy is what a claim needs to know about the task.
@@ -90,6 +91,7 @@ const (
 
 var resultNames = [...]string{"", "won", "held", "done", "exhausted", "early", "late"}
 
+// String is the result's lower-case name: "won", "held", and so on.
 func (r Result) String() string {
 	if r > 0 && int(r) < len(resultNames) {
 		return resultNames[r]

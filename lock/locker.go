@@ -102,8 +102,8 @@ func newLocker(nodes []Client, opts []LockerOption) *Locker {
 	return l
 }
 
-// LockKey returns the Redis key of the lock name under prefix.
-func LockKey(prefix, name string) string { return prefix + ":lock:{" + name + "}" }
+// lockKey returns the Redis key of the lock name under prefix.
+func lockKey(prefix, name string) string { return prefix + ":lock:{" + name + "}" }
 
 func fenceKey(lockKey string) string { return lockKey + ":fence" }
 

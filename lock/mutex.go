@@ -204,7 +204,7 @@ func (l *Locker) lock(ctx context.Context, name string, o mutexOptions) (*Mutex,
 	if err := l.sub.confirm(ctx); err != nil {
 		return nil, err
 	}
-	key := LockKey(l.prefix, name)
+	key := lockKey(l.prefix, name)
 	w := &Watch{c: make(chan struct{}, 1)}
 	l.sub.add(key, w)
 	defer l.sub.remove(key, w)

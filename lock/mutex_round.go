@@ -55,7 +55,7 @@ type acquisition struct {
 }
 
 func (l *Locker) acquire(ctx context.Context, name, owner string, ttl time.Duration, reentry bool) (acquisition, error) {
-	key := LockKey(l.prefix, name)
+	key := lockKey(l.prefix, name)
 	keys := []string{key, fenceKey(key)}
 	fence := max(ttl, l.fenceTTL)
 	a := acquisition{sent: time.Now()}
@@ -180,7 +180,7 @@ func (l *Locker) pick(which []bool) []Client {
 // renew extends owner's hold of name on a quorum. ErrNotHeld when too many
 // nodes answered that it is not owner's for a quorum to remain.
 func (l *Locker) renew(ctx context.Context, name, owner string, ttl time.Duration) error {
-	key := LockKey(l.prefix, name)
+	key := lockKey(l.prefix, name)
 	fence := max(ttl, l.fenceTTL)
 	res := each(ctx, l, l.timeout(ttl), func(ctx context.Context, c Client) (int, error) {
 		return mutexRenewScript.Run(ctx, c, []string{key, fenceKey(key)}, owner, ttl.Milliseconds(), fence.Milliseconds()).Int()
@@ -200,7 +200,7 @@ func (l *Locker) renew(ctx context.Context, name, owner string, ttl time.Duratio
 // release undoes one acquisition by owner and says how many remain (the
 // most any granting node reported).
 func (l *Locker) release(ctx context.Context, name, owner string, ttl time.Duration) (int, error) {
-	key := LockKey(l.prefix, name)
+	key := lockKey(l.prefix, name)
 	res := each(ctx, l, l.timeout(ttl), func(ctx context.Context, c Client) (int, error) {
 		return mutexReleaseScript.Run(ctx, c, []string{key}, owner, l.channel).Int()
 	})
