@@ -131,9 +131,8 @@ func gatedStore(t *testing.T, g *gate) (*Redis, *redis.Client) {
 }
 
 func queued(r *Redis) int {
-	r.batch.mu.Lock()
-	defer r.batch.mu.Unlock()
-	return len(r.batch.queue) + len(r.batch.claims)
+	n, _ := r.batch.co.Pending()
+	return n
 }
 
 // awaitQueue waits until n calls are queued behind the held flights.
@@ -345,7 +344,7 @@ func TestRedisAbandonedClaimIsNotSent(t *testing.T) {
 	close(g.open)
 	wg.Wait()
 	r.batch.close()
-	st, err := r.State(ctx, abandoned)
+	st, err := ReadState(ctx, r, abandoned)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -378,7 +377,7 @@ func TestRedisPipelineReloadsFlushedScripts(t *testing.T) {
 	if err := r.Complete(ctx, slot, Owner{Replica: "r", Attempt: c.Attempt}, p.DoneTTL); err != nil {
 		t.Fatalf("complete after SCRIPT FLUSH: %v", err)
 	}
-	if st, err := r.State(ctx, slot); err != nil || st.Status != "done" {
+	if st, err := ReadState(ctx, r, slot); err != nil || st.Status != "done" {
 		t.Fatalf("state: %+v %v", st, err)
 	}
 }
@@ -440,7 +439,7 @@ func TestRedisPipelineLoadsFlushedScriptOnce(t *testing.T) {
 		t.Errorf("EVALSHA sent %d times, want %d", got, want)
 	}
 	for i := range n {
-		st, err := r.State(ctx, batchSlot(100+i, now))
+		st, err := ReadState(ctx, r, batchSlot(100+i, now))
 		switch {
 		case err != nil:
 			t.Fatal(err)
@@ -553,9 +552,7 @@ func TestRedisCloseRacesCalls(t *testing.T) {
 		if err := r.Close(); err != nil {
 			t.Fatal(err)
 		}
-		r.batch.mu.Lock()
-		left, flights := len(r.batch.queue), r.batch.flights
-		r.batch.mu.Unlock()
+		left, flights := r.batch.co.Pending()
 		if left != 0 || flights != 0 {
 			t.Fatalf("after Close: %d calls queued, %d flights", left, flights)
 		}

@@ -190,7 +190,7 @@ func TestMinReplicasAck(t *testing.T) {
 		t.Errorf("claim returned after %v, before the %v WAIT could time out", took, wait)
 	}
 	t.Logf("unacknowledged claim: %v (after %v)", err, took)
-	st, err := r.State(ctx, unacked)
+	st, err := lock.ReadState(ctx, r, unacked)
 	if err != nil || st.Status != "free" || st.Attempts != 1 {
 		t.Fatalf("state after an unacknowledged claim = %+v, %v; want free with 1 attempt counted", st, err)
 	}
@@ -213,7 +213,7 @@ func TestMinReplicasAck(t *testing.T) {
 	if !errors.Is(err, lock.ErrNotReplicated) {
 		t.Fatalf("complete with the replica stalled: %v, want ErrNotReplicated", err)
 	}
-	if st, err := r.State(ctx, done); err != nil || st.Status != "done" || st.Holder != "a" {
+	if st, err := lock.ReadState(ctx, r, done); err != nil || st.Status != "done" || st.Holder != "a" {
 		t.Fatalf("state after an unacknowledged complete = %+v, %v; want done by a", st, err)
 	}
 	// A lease retrying the complete would only wait again: it stops at once.
@@ -251,7 +251,7 @@ func TestMinReplicasAckCluster(t *testing.T) {
 		if _, err := r.Claim(ctx, slot, "a", policy); !errors.Is(err, lock.ErrNotReplicated) {
 			t.Fatalf("claim on master %s without replicas: %v, want ErrNotReplicated", node.Options().Addr, err)
 		}
-		if st, err := r.State(ctx, slot); err != nil || st.Status != "free" || st.Attempts != 1 {
+		if st, err := lock.ReadState(ctx, r, slot); err != nil || st.Status != "free" || st.Attempts != 1 {
 			t.Fatalf("state on master %s = %+v, %v; want free, 1 attempt", node.Options().Addr, st, err)
 		}
 	}
@@ -278,7 +278,7 @@ func TestMinReplicasToWriteRefusesBeforeCounting(t *testing.T) {
 			t.Fatalf("claim on a master below min-replicas-to-write: %v, want NOREPLICAS", err)
 		}
 	}
-	if st, err := r.State(ctx, slot); err != nil || st.Status != "free" || st.Attempts != 0 {
+	if st, err := lock.ReadState(ctx, r, slot); err != nil || st.Status != "free" || st.Attempts != 0 {
 		t.Fatalf("state = %+v, %v; want free with no attempt counted", st, err)
 	}
 }

@@ -254,7 +254,7 @@ func testStaleHolder(t *testing.T, h harness) {
 	if err := h.store.Release(ctx, slot, lock.Owner{Replica: "b", Attempt: a.Attempt}); !errors.Is(err, lock.ErrNotHeld) {
 		t.Errorf("release with b's name and a's attempt: err = %v, want ErrNotHeld", err)
 	}
-	st, err := h.store.State(ctx, slot)
+	st, err := lock.ReadState(ctx, h.store, slot)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +288,7 @@ func testAttemptsCapped(t *testing.T, h harness) {
 	if c.Attempt != policy.MaxAttempts {
 		t.Fatalf("exhausted after %d attempts, want %d", c.Attempt, policy.MaxAttempts)
 	}
-	st, _ := h.store.State(ctx, slot)
+	st, _ := lock.ReadState(ctx, h.store, slot)
 	if st.Attempts != policy.MaxAttempts || st.Status != "free" {
 		t.Fatalf("state = %+v, want free with %d attempts", st, policy.MaxAttempts)
 	}
@@ -424,7 +424,7 @@ func testRenew(t *testing.T, h harness) {
 		t.Fatal(err)
 	}
 	h.expire(policy.Lease - time.Second) // would have expired without the renewal
-	st, err := h.store.State(ctx, slot)
+	st, err := lock.ReadState(ctx, h.store, slot)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -453,7 +453,7 @@ func testForeign(t *testing.T, h harness) {
 	if _, err := h.store.Claim(ctx, slot2, "r", policy); !errors.Is(err, lock.ErrForeign) {
 		t.Fatalf("claim over foreign counter: %v, want ErrForeign", err)
 	}
-	if st, _ := h.store.State(ctx, slot2); st.Status != "free" {
+	if st, _ := lock.ReadState(ctx, h.store, slot2); st.Status != "free" {
 		t.Fatalf("foreign counter slot state = %+v, want untouched free", st)
 	}
 }
@@ -461,18 +461,18 @@ func testForeign(t *testing.T, h harness) {
 func testState(t *testing.T, h harness) {
 	ctx := context.Background()
 	slot := uniqueSlot(t, h)
-	if st, err := h.store.State(ctx, slot); err != nil || st.Status != "free" || st.Attempts != 0 {
+	if st, err := lock.ReadState(ctx, h.store, slot); err != nil || st.Status != "free" || st.Attempts != 0 {
 		t.Fatalf("fresh state = %+v, %v", st, err)
 	}
 	c := mustClaim(t, h, slot, "host-1:42", lock.Won) // replica ids may hold colons
-	st, err := h.store.State(ctx, slot)
+	st, err := lock.ReadState(ctx, h.store, slot)
 	if err != nil || st.Status != "running" || st.Holder != "host-1:42" || st.Attempt != 1 || st.Attempts != 1 || st.TTL <= 0 {
 		t.Fatalf("running state = %+v, %v", st, err)
 	}
 	if err := h.store.Complete(ctx, slot, lock.Owner{Replica: "host-1:42", Attempt: c.Attempt}, policy.DoneTTL); err != nil {
 		t.Fatal(err)
 	}
-	st, err = h.store.State(ctx, slot)
+	st, err = lock.ReadState(ctx, h.store, slot)
 	if err != nil || st.Status != "done" || st.Holder != "host-1:42" || st.Finished.IsZero() {
 		t.Fatalf("done state = %+v, %v", st, err)
 	}
@@ -499,7 +499,7 @@ func testRerun(t *testing.T, h harness) {
 	if r, err := h.store.Rerun(ctx, slot, false); err != nil || r.Cleared || r.Refused != "running" || r.TTL <= 0 {
 		t.Fatalf("rerun of a running slot = %+v, %v; want refused as running", r, err)
 	}
-	if st, _ := h.store.State(ctx, slot); st.Status != "running" {
+	if st, _ := lock.ReadState(ctx, h.store, slot); st.Status != "running" {
 		t.Fatalf("refused rerun changed the state: %+v", st)
 	}
 	if err := h.store.Complete(ctx, slot, lock.Owner{Replica: "a", Attempt: c.Attempt}, policy.DoneTTL); err != nil {
@@ -568,7 +568,7 @@ func testStates(t *testing.T, h harness) {
 		t.Errorf("States = %+v", sts)
 	}
 	for i, slot := range []lock.Slot{free, running, done} {
-		one, err := h.store.State(ctx, slot)
+		one, err := lock.ReadState(ctx, h.store, slot)
 		if err != nil || one.Status != sts[i].Status || one.Holder != sts[i].Holder {
 			t.Errorf("State(%s) = %+v, %v; States said %+v", slot, one, err, sts[i])
 		}

@@ -55,26 +55,25 @@ type send struct {
 func (b *batcher) group(live []*scriptCall) []*send {
 	var out []*send
 	for _, c := range live {
-		a, ok := fusable[c.script]
-		if ok && (len(c.keys) != a.keys || len(c.args) != a.args) {
-			c.cmd = errCmd(c.ctx, fmt.Errorf("lock: script call with %d keys and %d arguments, want %d and %d",
-				len(c.keys), len(c.args), a.keys, a.args))
-			close(c.done)
+		a, ok := fusable[c.Req.script]
+		if ok && (len(c.Req.keys) != a.keys || len(c.Req.args) != a.args) {
+			c.Resp = errCmd(c.Ctx, fmt.Errorf("lock: script call with %d keys and %d arguments, want %d and %d",
+				len(c.Req.keys), len(c.Req.args), a.keys, a.args))
 			continue
 		}
 		if ok && b.fuse {
-			if s := sendOf(out, c.script); s != nil {
+			if s := sendOf(out, c.Req.script); s != nil {
 				if len(s.calls) == 1 { // fusing starts: room for the whole batch, not the caller's slices
 					s.keys = append(make([]string, 0, len(live)*a.keys), s.keys...)
 					s.args = append(make([]any, 0, len(live)*a.args), s.args...)
 				}
 				s.calls = append(s.calls, c)
-				s.keys = append(s.keys, c.keys...)
-				s.args = append(s.args, c.args...)
+				s.keys = append(s.keys, c.Req.keys...)
+				s.args = append(s.args, c.Req.args...)
 				continue
 			}
 		}
-		out = append(out, &send{script: c.script, calls: []*scriptCall{c}, keys: c.keys, args: c.args, perSlot: ok})
+		out = append(out, &send{script: c.Req.script, calls: []*scriptCall{c}, keys: c.Req.keys, args: c.Req.args, perSlot: ok})
 	}
 	return out
 }
@@ -93,13 +92,11 @@ func sendOf(sends []*send, s *redis.Script) *send {
 // answer gives each call of s its reply from cmd and wakes it.
 func (s *send) answer(cmd *redis.Cmd) {
 	if !s.perSlot {
-		s.calls[0].cmd = cmd
-		close(s.calls[0].done)
+		s.calls[0].Resp = cmd
 		return
 	}
 	for i, one := range splitReply(cmd, len(s.calls)) {
-		s.calls[i].cmd = one
-		close(s.calls[i].done)
+		s.calls[i].Resp = one
 	}
 }
 

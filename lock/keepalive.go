@@ -5,11 +5,109 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/slotd/slotd/retry"
 )
 
-// startKeepAlive starts the watchdog shared by Lease (a slot) and Mutex (a
-// named lock): renew every ttl/3, and give up when no renewal is confirmed
-// before validUntil. validUntil is counted by the caller from the send time
+// keptLease is a lease kept alive by exactly one watchdog, the part that a
+// slot's Lease and a Mutex's hold share (as etcd's concurrency.Session): it
+// renews every ttl/3 and, when the lease is lost, cancels its context with a
+// cause wrapping ErrLeaseLost.
+//
+// The lease is taken to be valid until ttl (minus leaseMargin) after the last
+// acquisition or renewal that the store confirmed was SENT, measured on the
+// monotonic clock, so a wall-clock step changes nothing.
+//
+// One watchdog per lease, but not a goroutine parked for the lease's life:
+// between renewals it is a timer, and a goroutine runs only while it renews
+// (see startKeepAlive), so the ten thousand leases of a burst cost ten
+// thousand timers.
+type keptLease struct {
+	ttl          time.Duration
+	ctx          context.Context         // cancelled with a cause wrapping ErrLeaseLost when lost
+	cancel       context.CancelCauseFunc //
+	onLost       func(why error) error   // called once the lease is marked lost; returns ctx's cause
+	stopWatchdog func()
+	done         <-chan struct{} // closed when the watchdog has ended
+
+	mu       sync.Mutex
+	lastSent time.Time // send time of the last confirmed acquisition or renewal
+	lost     bool
+}
+
+// keep starts k's watchdog for a lease of ttl whose acquisition was sent at
+// sent; k's context derives from parent. renew is as for startKeepAlive;
+// renewed, if not nil, hears of each confirmed renewal. onLost is called once
+// if the lease is lost, with why, and returns the cause of k's context. If
+// the acquisition's reply came too late to leave any validity, the lease is
+// lost, and the context done, before keep returns: the caller starts its
+// work under the context next, and must find it done.
+func (k *keptLease) keep(parent context.Context, ttl time.Duration, sent time.Time,
+	renew func(context.Context) error, renewed func(), onLost func(why error) error) {
+	k.ttl, k.lastSent, k.onLost = ttl, sent, onLost
+	k.ctx, k.cancel = context.WithCancelCause(parent)
+	if !time.Now().Before(k.validUntil()) {
+		k.stopWatchdog = func() {}
+		done := make(chan struct{})
+		close(done)
+		k.done = done
+		k.lose(errors.New("the reply came after the lease's validity"))
+		return
+	}
+	k.done, k.stopWatchdog = startKeepAlive(ttl, k.validUntil, renew, func(sent time.Time) {
+		k.mu.Lock()
+		k.lastSent = sent
+		k.mu.Unlock()
+		if renewed != nil {
+			renewed()
+		}
+	}, func(why error) {
+		if why != nil {
+			k.lose(why)
+		}
+	})
+}
+
+// validUntil is the end of the lease as far as this process can prove it.
+func (k *keptLease) validUntil() time.Time {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.lastSent.Add(k.ttl - leaseMargin(k.ttl))
+}
+
+// lose marks the lease lost and cancels its context.
+func (k *keptLease) lose(why error) {
+	k.mu.Lock()
+	k.lost = true
+	k.mu.Unlock()
+	k.cancel(k.onLost(why))
+}
+
+// isLost reports whether the lease was given up.
+func (k *keptLease) isLost() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.lost
+}
+
+// stop ends the watchdog and waits for it. It reports whether the lease is
+// still valid, and until when.
+func (k *keptLease) stop() (until time.Time, valid bool) {
+	k.stopWatchdog()
+	<-k.done
+	until = k.validUntil()
+	return until, !k.isLost() && time.Now().Before(until)
+}
+
+// leaseMargin is how long before a lease could run out its holder gives it
+// up: a tenth of the lease, for the work to stop and for clock drift between
+// this host and the store, and never less than Redlock's drift, so that on a
+// Redlock store the lease is held against at most its validity
+// (lease − elapsed − drift, elapsed counted from the acquisition's send).
+func leaseMargin(ttl time.Duration) time.Duration { return max(ttl/10, drift(ttl)) }
+
+// startKeepAlive starts the watchdog of a keptLease: renew every ttl/3, and
+// give up when no renewal is confirmed before validUntil. validUntil is counted by the caller from the send time
 // of the last confirmed acquisition or renewal, on the monotonic clock;
 // renewed records the send time of each confirmed renewal, which moves it.
 //
@@ -32,7 +130,7 @@ import (
 func startKeepAlive(ttl time.Duration, validUntil func() time.Time, renew func(context.Context) error,
 	renewed func(sent time.Time), ended func(why error)) (done <-chan struct{}, stop func()) {
 	interval := ttl / 3
-	k := &keeper{interval: interval, retry: max(interval/8, time.Millisecond), grid: renewGrid(interval),
+	k := &keeper{interval: interval, retry: retry.Backoff{Min: max(interval/8, time.Millisecond)}, grid: renewGrid(interval),
 		validUntil: validUntil, renew: renew, renewed: renewed, ended: ended, done: make(chan struct{})}
 	k.ctx, k.stop = context.WithCancel(context.Background())
 	k.schedule(onGrid(interval, k.grid))
@@ -47,14 +145,15 @@ var errNoRenewal = errors.New("no renewal confirmed within the lease")
 // keeper is one watchdog: parked on a timer between renewals; the timer's
 // goroutine makes the renewal.
 type keeper struct {
-	ctx                   context.Context    // ends when the watchdog is stopped or ends
-	stop                  context.CancelFunc // ends ctx
-	interval, retry, grid time.Duration
-	validUntil            func() time.Time
-	renew                 func(context.Context) error
-	renewed               func(sent time.Time)
-	ended                 func(why error)
-	done                  chan struct{}
+	ctx            context.Context    // ends when the watchdog is stopped or ends
+	stop           context.CancelFunc // ends ctx
+	interval, grid time.Duration
+	retry          retry.Backoff // after a renewal of unknown outcome: soon, and steadily (Min only)
+	validUntil     func() time.Time
+	renew          func(context.Context) error
+	renewed        func(sent time.Time)
+	ended          func(why error)
+	done           chan struct{}
 
 	mu    sync.Mutex
 	timer *time.Timer // pending, unless a renewal is running
@@ -115,7 +214,7 @@ func (k *keeper) tick() {
 	case k.ctx.Err() != nil:
 		k.end(nil)
 	default:
-		k.schedule(k.retry)
+		k.schedule(k.retry.Delay(0))
 	}
 }
 

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
+
+	"github.com/slotd/slotd/retry"
 )
 
-// Lease is a won claim kept alive by exactly one watchdog, which waits on a
-// timer between renewals (no goroutine of its own until it renews).
+// Lease is a won claim kept alive by exactly one watchdog (a keptLease,
+// which a Mutex's hold shares), which waits on a timer between renewals (no
+// goroutine of its own until it renews).
 //
 // The watchdog renews every lease/3. The lease is taken to be valid until
 // lease (minus a safety margin) after the last renewal that Redis confirmed
@@ -19,25 +21,15 @@ import (
 // ErrLeaseLost and stops: the task must stop before a peer can have taken the
 // slot over.
 type Lease struct {
+	keptLease
 	store Store
 	slot  Slot
 	owner Owner
-	ttl   time.Duration
 	token int64
-
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-
-	stopWatchdog func()
-	done         <-chan struct{} // closed when the watchdog has ended
-
-	mu       sync.Mutex
-	lastSent time.Time // send time of the last confirmed claim or renewal
-	lost     bool
-	renewals int
 }
 
-// Renewed and lost are reported through these hooks when set, for metrics.
+// LeaseHooks report a lease's renewals and its loss, for metrics. Either may
+// be nil.
 type LeaseHooks struct {
 	Renewed func()          // a renewal was confirmed
 	Lost    func(err error) // the lease was lost; err says why
@@ -49,25 +41,18 @@ type LeaseHooks struct {
 // Claim.Sent), the lease is lost, and Context done, before Hold returns.
 func Hold(parent context.Context, s Store, slot Slot, replica string, c Claim, lease time.Duration, hooks LeaseHooks) *Lease {
 	l := &Lease{
-		store:    s,
-		slot:     slot,
-		owner:    Owner{Replica: replica, Attempt: c.Attempt},
-		ttl:      lease,
-		token:    Token(slot.Time, c.Attempt),
-		lastSent: c.Sent,
+		store: s,
+		slot:  slot,
+		owner: Owner{Replica: replica, Attempt: c.Attempt},
+		token: Token(slot.Time, c.Attempt),
 	}
-	l.ctx, l.cancel = context.WithCancelCause(parent)
-	if !time.Now().Before(l.validUntil()) {
-		// Lost before Hold returns, not by the watchdog a moment later: the
-		// caller starts its task under Context next, and must find it done.
-		l.stopWatchdog = func() {}
-		done := make(chan struct{})
-		close(done)
-		l.done = done
-		l.lose(hooks, errors.New("the claim's reply came after the lease's validity"))
-		return l
-	}
-	l.watchdog(hooks)
+	renew := func(ctx context.Context) error { return l.store.Renew(ctx, l.slot, l.owner, l.ttl) }
+	l.keep(parent, lease, c.Sent, renew, hooks.Renewed, func(why error) error {
+		if hooks.Lost != nil {
+			hooks.Lost(why)
+		}
+		return fmt.Errorf("%w: %s: %w", ErrLeaseLost, l.slot, why)
+	})
 	return l
 }
 
@@ -82,68 +67,7 @@ func (l *Lease) Token() int64 { return l.token }
 func (l *Lease) Owner() Owner { return l.owner }
 
 // Lost reports whether the watchdog gave the lease up.
-func (l *Lease) Lost() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.lost
-}
-
-// margin is how long before the lease could run out the watchdog declares
-// it lost: a tenth of the lease, for the task to stop and for clock drift
-// between this host and Redis, and never less than Redlock's drift, so that
-// on a Redlock store the lease is held against at most its validity
-// (lease − elapsed − drift, elapsed counted from Claim.Sent).
-func (l *Lease) margin() time.Duration { return leaseMargin(l.ttl) }
-
-// validUntil is the end of the lease as far as this process can prove it.
-func (l *Lease) validUntil() time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.lastSent.Add(l.ttl - l.margin())
-}
-
-// watchdog starts the lease's keepalive, which holds no goroutine between
-// renewals: a replica holding ten thousand leases pays a timer for each.
-// Unless the lease is lost, only stopWatchdog ends it, on the goroutine
-// that finishes the lease.
-func (l *Lease) watchdog(hooks LeaseHooks) {
-	renew := func(ctx context.Context) error { return l.store.Renew(ctx, l.slot, l.owner, l.ttl) }
-	l.done, l.stopWatchdog = startKeepAlive(l.ttl, l.validUntil, renew, func(sent time.Time) {
-		l.mu.Lock()
-		l.lastSent = sent
-		l.renewals++
-		l.mu.Unlock()
-		if hooks.Renewed != nil {
-			hooks.Renewed()
-		}
-	}, func(why error) {
-		if why != nil {
-			l.lose(hooks, why)
-		}
-	})
-}
-
-func (l *Lease) lose(hooks LeaseHooks, why error) {
-	l.mu.Lock()
-	l.lost = true
-	l.mu.Unlock()
-	if hooks.Lost != nil {
-		hooks.Lost(why)
-	}
-	l.cancel(fmt.Errorf("%w: %s: %w", ErrLeaseLost, l.slot, why))
-}
-
-// stop ends the watchdog and waits for it. It reports whether the lease is
-// still valid, and until when.
-func (l *Lease) stop() (time.Time, bool) {
-	l.stopWatchdog()
-	<-l.done
-	l.mu.Lock()
-	lost := l.lost
-	l.mu.Unlock()
-	until := l.validUntil()
-	return until, !lost && time.Now().Before(until)
-}
+func (l *Lease) Lost() bool { return l.isLost() }
 
 // Complete stops the watchdog and marks the slot done. It retries errors of
 // unknown outcome while the lease may still be valid; the script answers
@@ -176,8 +100,10 @@ func (l *Lease) finish(ctx context.Context, op string, f func(context.Context) e
 	if !valid {
 		return fmt.Errorf("lock: %s %s attempt %d: %w", op, l.slot, l.owner.Attempt, ErrLeaseLost)
 	}
-	wait := max(l.ttl/30, time.Millisecond)
-	for {
+	// The holder retries its own call, which collides with no peer's: the
+	// waits double without jitter, from a thirtieth of the lease to a third.
+	backoff := retry.Backoff{Min: max(l.ttl/30, time.Millisecond), Max: l.ttl / 3, NoJitter: true}
+	for n := 0; ; n++ {
 		cctx, cancel := context.WithDeadline(ctx, until)
 		err := f(cctx)
 		cancel()
@@ -191,8 +117,7 @@ func (l *Lease) finish(ctx context.Context, op string, f func(context.Context) e
 		select {
 		case <-ctx.Done():
 			return err
-		case <-time.After(min(wait, left)):
+		case <-time.After(min(backoff.Delay(n), left)):
 		}
-		wait = min(wait*2, l.ttl/3)
 	}
 }

@@ -79,7 +79,7 @@ func TestLeaseRenewsBeyondItsTTL(t *testing.T) {
 	if err := l.Complete(context.Background(), p.DoneTTL); err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := r.State(context.Background(), slot); st.Status != "done" {
+	if st, _ := lock.ReadState(context.Background(), r, slot); st.Status != "done" {
 		t.Fatalf("state = %+v, want done", st)
 	}
 	if l.Context().Err() == nil {
@@ -125,7 +125,7 @@ func TestLeaseLostBeforeExpiryWhenRenewalsFail(t *testing.T) {
 	if err := l.Complete(context.Background(), p.DoneTTL); !errors.Is(err, lock.ErrLeaseLost) {
 		t.Fatalf("complete after loss: %v, want ErrLeaseLost", err)
 	}
-	if st, _ := r.State(context.Background(), slot); st.Status == "done" {
+	if st, _ := lock.ReadState(context.Background(), r, slot); st.Status == "done" {
 		t.Fatal("slot marked done by a holder that lost its lease")
 	}
 }
@@ -150,7 +150,7 @@ func TestLeaseLostWhenKeyVanishes(t *testing.T) {
 	if err := l.Release(context.Background()); err != nil {
 		t.Fatalf("release after loss: %v", err)
 	}
-	if st, _ := r.State(context.Background(), slot); st.Status != "free" {
+	if st, _ := lock.ReadState(context.Background(), r, slot); st.Status != "free" {
 		t.Fatalf("state = %+v, want free: a lost holder recreated its key", st)
 	}
 }

@@ -41,7 +41,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 )
 
@@ -66,6 +65,7 @@ type Slot struct {
 	Deadline time.Time // end of the slot window; no claim succeeds at or after it
 }
 
+// String is "<task>:<slot id>", as errors and logs name a slot.
 func (s Slot) String() string { return s.Task + ":" + s.ID }
 
 // Policy is what a claim needs to know about the task.
@@ -91,6 +91,7 @@ const (
 
 var resultNames = [...]string{"", "won", "held", "done", "exhausted", "early", "late"}
 
+// String is the result's lower-case name: "won", "held", and so on.
 func (r Result) String() string {
 	if r > 0 && int(r) < len(resultNames) {
 		return resultNames[r]
@@ -144,6 +145,15 @@ type State struct {
 	Value    string        // the raw state value
 }
 
+// ReadState reads one slot's keys from s (see Store.States).
+func ReadState(ctx context.Context, s Store, slot Slot) (State, error) {
+	sts, err := s.States(ctx, []Slot{slot})
+	if len(sts) == 0 {
+		return State{}, err
+	}
+	return sts[0], err
+}
+
 // Store is the slot protocol. Redis, Redlock and Memory implement it.
 type Store interface {
 	// Claim tries to take slot for replica. A result other than Won is not an
@@ -160,8 +170,6 @@ type Store interface {
 	Release(ctx context.Context, slot Slot, owner Owner) error
 	// Watch reports releases of slot until stopped.
 	Watch(slot Slot) *Watch
-	// State reads slot's keys.
-	State(ctx context.Context, slot Slot) (State, error)
 	// States reads the keys of many slots at once (one round trip on
 	// Redis). If the store cannot answer it returns nil and the error. A
 	// slot holding a foreign value reads as Status "foreign" and adds an
@@ -250,91 +258,4 @@ func parseValue(v string) (st State, err error) {
 	}
 	st.Holder, st.Attempt = rest[:i], n
 	return st, nil
-}
-
-// Watch delivers a signal on C each time a holder releases the watched slot.
-// Signals do not queue beyond one: a waiter that was busy sees one pending
-// signal, which is all it needs to claim again.
-type Watch struct {
-	c     chan struct{}
-	fn    atomic.Pointer[func(bool)] // set by OnChange: called instead of signalling c
-	stop  func()
-	relay *Watch // set: signals go to relay instead (a Redlock node's watch)
-}
-
-// C is the channel on which releases are signalled.
-func (w *Watch) C() <-chan struct{} { return w.c }
-
-// Stop ends the watch. It is safe to call more than once.
-func (w *Watch) Stop() { w.stop() }
-
-// OnChange makes every later release (or operator's rerun) of the slot
-// call f(false) instead of signalling C, and its completion by the holder
-// call f(true), so that a replica watching ten thousand slots needs no
-// goroutine per slot to wait on them, and learns that a slot is done
-// without claiming it again; a signal already pending on C stays there.
-// f runs on the store's notification goroutine while it holds the store's
-// lock: it must return quickly and must not call the store (Stop
-// included). A completion is a hint: a Redlock store never reports one
-// (one node's done marker is not a quorum's).
-func (w *Watch) OnChange(f func(done bool)) { w.fn.Store(&f) }
-
-// notify delivers a release, or with done a completion, which only OnChange
-// hears.
-func (w *Watch) notify(done bool) {
-	if w.relay != nil {
-		if !done {
-			w.relay.notify(false)
-		}
-		return
-	}
-	if f := w.fn.Load(); f != nil {
-		(*f)(done)
-		return
-	}
-	if done {
-		return
-	}
-	select {
-	case w.c <- struct{}{}:
-	default:
-	}
-}
-
-// watchers is the registry behind Watch, shared by both stores: keys are
-// state keys, and one notification wakes every watcher of that key. A key
-// has one watcher per watching replica in practice, so a slice (not a set)
-// keeps the ten thousand keys of a burst small.
-type watchers struct {
-	m map[string][]*Watch
-}
-
-func (ws *watchers) add(key string, w *Watch) {
-	if ws.m == nil {
-		ws.m = map[string][]*Watch{}
-	}
-	ws.m[key] = append(ws.m[key], w)
-}
-
-func (ws *watchers) remove(key string, w *Watch) {
-	set := ws.m[key]
-	for i, x := range set {
-		if x == w {
-			set[i] = set[len(set)-1]
-			set[len(set)-1] = nil
-			set = set[:len(set)-1]
-			break
-		}
-	}
-	if len(set) == 0 {
-		delete(ws.m, key)
-	} else {
-		ws.m[key] = set
-	}
-}
-
-func (ws *watchers) notify(key string, done bool) {
-	for _, w := range ws.m[key] {
-		w.notify(done)
-	}
 }

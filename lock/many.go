@@ -80,16 +80,16 @@ func (r *Redis) ClaimMany(ctx context.Context, reqs []ClaimRequest, f func(int, 
 		claimEach(ctx, r, reqs, f)
 		return
 	}
-	calls := make([]*scriptCall, len(reqs))
+	sreqs := make([]scriptReq, len(reqs))
 	for i, q := range reqs {
 		keys, args := claimArgs(r.prefix, q.Slot, q.Replica, q.Policy)
-		calls[i] = newCall(ctx, claimScript, keys, args)
+		sreqs[i] = scriptReq{script: claimScript, keys: keys, args: args}
 	}
 	sent := time.Now()
-	r.batch.enqueue(calls...)
+	calls := r.batch.queue(ctx, sreqs...)
 	for i, c := range calls {
 		var rep ClaimReply
-		rep.Claim, rep.Err = r.claimReply(c.wait(), reqs[i].Slot, sent)
+		rep.Claim, rep.Err = r.claimReply(wait(c), reqs[i].Slot, sent)
 		f(i, rep)
 	}
 }

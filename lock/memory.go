@@ -204,15 +204,6 @@ func (m *Memory) Rerun(ctx context.Context, slot Slot, force bool) (Rerun, error
 	return out, nil
 }
 
-// State implements Store.
-func (m *Memory) State(ctx context.Context, slot Slot) (State, error) {
-	sts, err := m.States(ctx, []Slot{slot})
-	if len(sts) == 0 {
-		return State{}, err
-	}
-	return sts[0], err
-}
-
 // States implements Store.
 func (m *Memory) States(ctx context.Context, slots []Slot) ([]State, error) {
 	if err := ctx.Err(); err != nil {

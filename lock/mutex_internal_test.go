@@ -48,7 +48,7 @@ func (e lockEnv) hashes(t *testing.T, name string) []map[string]string {
 	t.Helper()
 	var out []map[string]string
 	for _, n := range e.nodes {
-		h, err := n.HGetAll(context.Background(), LockKey("slotd", name)).Result()
+		h, err := n.HGetAll(context.Background(), lockKey("slotd", name)).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -101,7 +101,7 @@ func (e lockEnv) ttls(t *testing.T) map[string]time.Duration {
 func (e lockEnv) lose(t *testing.T, name string) {
 	t.Helper()
 	for _, n := range e.nodes[:e.quorum] {
-		if err := n.Del(context.Background(), LockKey("slotd", name)).Err(); err != nil {
+		if err := n.Del(context.Background(), lockKey("slotd", name)).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -332,7 +332,7 @@ func testWrongOwner(t *testing.T, e lockEnv) {
 		}
 	}
 	for _, n := range e.nodes {
-		if ttl := n.PTTL(ctx, LockKey("slotd", name)).Val(); ttl > time.Minute {
+		if ttl := n.PTTL(ctx, lockKey("slotd", name)).Val(); ttl > time.Minute {
 			t.Fatalf("the intruder's renew extended the lock to %v", ttl)
 		}
 	}
@@ -510,7 +510,7 @@ func testFenceExpiry(t *testing.T, e lockEnv) {
 	for i := range 6 {
 		if i == 3 {
 			for _, n := range e.nodes {
-				if err := n.Del(ctx, fenceKey(LockKey("slotd", name))).Err(); err != nil {
+				if err := n.Del(ctx, fenceKey(lockKey("slotd", name))).Err(); err != nil {
 					t.Fatal(err)
 				}
 			}

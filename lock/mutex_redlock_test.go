@@ -156,7 +156,7 @@ func TestRedlockMutexFencingAcrossQuorums(t *testing.T) {
 		nodes = append(nodes, f)
 	}
 	l := redlocker(t, nodes)
-	fence := fenceKey(LockKey("slotd", "report"))
+	fence := fenceKey(lockKey("slotd", "report"))
 	// Node 0's counter is far ahead of the others.
 	if err := fs[0].Set(ctx, fence, 8_000_000_000_000_000, time.Hour).Err(); err != nil {
 		t.Fatal(err)
@@ -204,7 +204,7 @@ func TestMutexLateGrantIsNotAWin(t *testing.T) {
 		t.Fatalf("late grant: %v, want ErrNotObtained (after its validity)", err)
 	}
 	f.delay.Store(0)
-	if n := f.Client.Exists(ctx, LockKey("slotd", "late")).Val(); n != 0 {
+	if n := f.Client.Exists(ctx, lockKey("slotd", "late")).Val(); n != 0 {
 		t.Fatalf("the late grant was not undone")
 	}
 	m, err := l.TryLock(ctx, "late")

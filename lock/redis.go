@@ -50,11 +50,7 @@ type Redis struct {
 	doneCh  string   // completions
 	batch   *batcher // claims, renewals, completions and releases
 
-	mu      sync.Mutex
-	watch   watchers
-	ps      *redis.PubSub // one subscription per process, started by the first Watch
-	psDone  chan struct{}
-	closing bool
+	sub *subscription // releases, reruns and completions; started by the first Watch
 
 	ack replicasAck // WithMinReplicasAck; zero: no WAIT
 }
@@ -68,6 +64,7 @@ type Redis struct {
 // its task before the lease runs out.
 func NewRedis(rdb Client, prefix string, opts ...RedisOption) *Redis {
 	r := &Redis{rdb: rdb, prefix: prefix, channel: prefix + ":released", doneCh: prefix + ":done", batch: newBatcher(rdb)}
+	r.sub = &subscription{clients: []Client{rdb}, channels: []string{r.channel, r.doneCh}, doneCh: r.doneCh, owner: "store"}
 	for _, o := range opts {
 		o(r)
 	}
@@ -216,15 +213,6 @@ func (r *Redis) Rerun(ctx context.Context, slot Slot, force bool) (Rerun, error)
 	return out, nil
 }
 
-// State implements Store.
-func (r *Redis) State(ctx context.Context, slot Slot) (State, error) {
-	sts, err := r.States(ctx, []Slot{slot})
-	if len(sts) == 0 {
-		return State{}, err
-	}
-	return sts[0], err
-}
-
 // States implements Store: every slot's keys in one pipelined round trip.
 func (r *Redis) States(ctx context.Context, slots []Slot) ([]State, error) {
 	type reads struct {
@@ -274,17 +262,9 @@ func (r *Redis) Watch(slot Slot) *Watch { return r.watchInto(slot, nil) }
 func (r *Redis) watchInto(slot Slot, relay *Watch) *Watch {
 	key, _ := Keys(r.prefix, slot)
 	w := &Watch{c: make(chan struct{}, 1), relay: relay}
-	w.stop = sync.OnceFunc(func() {
-		r.mu.Lock()
-		r.watch.remove(key, w)
-		r.mu.Unlock()
-	})
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.watch.add(key, w)
-	if r.ps == nil && !r.closing {
-		r.subscribe()
-	}
+	w.stop = sync.OnceFunc(func() { r.sub.remove(key, w) })
+	r.sub.add(key, w)
+	r.sub.start()
 	return w
 }
 
@@ -292,60 +272,12 @@ func (r *Redis) watchInto(slot Slot, relay *Watch) *Watch {
 // confirmed it, so that a release published after it returns is not missed.
 // Watch starts the subscription by itself; calling Subscribe first only
 // closes the window in which the very first notification could be missed.
-func (r *Redis) Subscribe(ctx context.Context) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closing {
-		return errors.New("lock: subscribe: store closed")
-	}
-	if r.ps != nil {
-		return nil
-	}
-	ps := r.rdb.Subscribe(ctx, r.channel, r.doneCh)
-	for range 2 { // one confirmation per channel
-		if _, err := ps.Receive(ctx); err != nil {
-			_ = ps.Close()
-			return fmt.Errorf("lock: subscribe %s, %s: %w", r.channel, r.doneCh, err)
-		}
-	}
-	r.start(ps)
-	return nil
-}
-
-// subscribe starts the subscription without waiting; called with r.mu held.
-func (r *Redis) subscribe() {
-	r.start(r.rdb.Subscribe(context.Background(), r.channel, r.doneCh))
-}
-
-// start runs the one goroutine that fans notifications out to watchers;
-// called with r.mu held. go-redis reconnects and resubscribes by itself.
-func (r *Redis) start(ps *redis.PubSub) {
-	r.ps = ps
-	r.psDone = make(chan struct{})
-	ch := ps.Channel(redis.WithChannelHealthCheckInterval(30 * time.Second))
-	go func() {
-		defer close(r.psDone)
-		for msg := range ch {
-			r.mu.Lock()
-			r.watch.notify(msg.Payload, msg.Channel == r.doneCh)
-			r.mu.Unlock()
-		}
-	}()
-}
+func (r *Redis) Subscribe(ctx context.Context) error { return r.sub.confirm(ctx) }
 
 // Close stops the release subscription and waits for its goroutine and for
 // the pipelines in flight. It does not close the go-redis client, which the
 // caller owns.
 func (r *Redis) Close() error {
-	r.mu.Lock()
-	r.closing = true
-	ps, done := r.ps, r.psDone
-	r.mu.Unlock()
 	defer r.batch.close()
-	if ps == nil {
-		return nil
-	}
-	err := ps.Close()
-	<-done
-	return err
+	return r.sub.close()
 }

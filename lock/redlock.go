@@ -437,15 +437,6 @@ func (r *Redlock) Close() error {
 	return errors.Join(errs...)
 }
 
-// State implements Store.
-func (r *Redlock) State(ctx context.Context, slot Slot) (State, error) {
-	sts, err := r.States(ctx, []Slot{slot})
-	if len(sts) == 0 {
-		return State{}, err
-	}
-	return sts[0], err
-}
-
 // States implements Store: each slot as most of the first quorum of nodes
 // to answer see it (the value a majority of them hold, or else the most
 // common one), with the highest attempts count any of them has.

@@ -173,7 +173,7 @@ func TestRedlockTwoOfFiveDown(t *testing.T) {
 	if c, err := r.Claim(ctx, slot, "c", policy); err != nil || c.Result != lock.Done || c.Holder != "b" || c.Attempt != 2 {
 		t.Fatalf("claim of the done slot = %+v, %v; want done by b attempt 2", c, err)
 	}
-	if st, err := r.State(ctx, slot); err != nil || st.Status != "done" || st.Attempts != 2 {
+	if st, err := lock.ReadState(ctx, r, slot); err != nil || st.Status != "done" || st.Attempts != 2 {
 		t.Fatalf("state = %+v, %v; want done after 2 attempts", st, err)
 	}
 }
@@ -202,7 +202,7 @@ func TestRedlockThreeOfFiveDown(t *testing.T) {
 	if _, err := r.Time(ctx); !errors.Is(err, lock.ErrNoQuorum) {
 		t.Fatalf("time from 2 of 5: %v, want ErrNoQuorum", err)
 	}
-	if _, err := r.State(ctx, slot); !errors.Is(err, lock.ErrNoQuorum) {
+	if _, err := lock.ReadState(ctx, r, slot); !errors.Is(err, lock.ErrNoQuorum) {
 		t.Fatalf("state from 2 of 5: %v, want ErrNoQuorum", err)
 	}
 	for _, i := range []int{0, 2, 4} {
@@ -438,7 +438,7 @@ func TestRedlockReadsDoNotWaitForAStalledNode(t *testing.T) {
 	if _, err := r.Time(ctx); err != nil {
 		t.Fatalf("time with 1 of 3 stalled: %v", err)
 	}
-	if st, err := r.State(ctx, slot); err != nil || st.Status != "running" || st.Holder != "a" {
+	if st, err := lock.ReadState(ctx, r, slot); err != nil || st.Status != "running" || st.Holder != "a" {
 		t.Fatalf("state with 1 of 3 stalled = %+v, %v", st, err)
 	}
 	// Far below the one-minute node timeout they would have waited.

@@ -49,3 +49,36 @@ func ExampleBackoff() {
 	fmt.Println(d >= 100*time.Millisecond && d <= 1600*time.Millisecond)
 	// Output: true
 }
+
+func TestDelayNoJitter(t *testing.T) {
+	b := retry.Backoff{Min: 10 * time.Millisecond, Max: 300 * time.Millisecond, NoJitter: true}
+	for n, want := range []time.Duration{10, 20, 40, 80, 160, 300, 300} {
+		if d := b.Delay(n); d != want*time.Millisecond {
+			t.Errorf("Delay(%d) = %v, want %v", n, d, want*time.Millisecond)
+		}
+	}
+	if d := b.Delay(1000); d != 300*time.Millisecond {
+		t.Errorf("Delay(1000) = %v, want Max", d)
+	}
+}
+
+func TestJitter(t *testing.T) {
+	b := retry.Backoff{Min: time.Millisecond, Max: 50 * time.Millisecond}
+	seen := map[time.Duration]bool{}
+	for range 2000 {
+		d := b.Jitter()
+		if d < b.Min || d > b.Max {
+			t.Fatalf("Jitter() = %v outside [%v, %v]", d, b.Min, b.Max)
+		}
+		seen[d] = true
+	}
+	if len(seen) < 10 {
+		t.Errorf("Jitter took only %d distinct values", len(seen))
+	}
+	if d := (retry.Backoff{Min: time.Second, Max: time.Millisecond}).Jitter(); d != time.Second {
+		t.Errorf("Max below Min: Jitter() = %v, want Min", d)
+	}
+	if d := (retry.Backoff{Min: time.Millisecond, Max: time.Second, NoJitter: true}).Jitter(); d != time.Second {
+		t.Errorf("NoJitter: Jitter() = %v, want Max", d)
+	}
+}

@@ -38,7 +38,7 @@ func TestCompleteNotAcknowledgedIsASuccess(t *testing.T) {
 			t.Fatal("the run was not counted a success within 10s")
 		}
 	}
-	st, err := store.State(context.Background(), lock.Slot{Task: "acked", ID: rs[0].run.Slot})
+	st, err := lock.ReadState(context.Background(), store, lock.Slot{Task: "acked", ID: rs[0].run.Slot})
 	if err != nil || st.Status != "done" {
 		t.Fatalf("state = %+v, %v; want done", st, err)
 	}

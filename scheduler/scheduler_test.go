@@ -308,7 +308,7 @@ func TestAlwaysFailingTaskStopsAtCap(t *testing.T) {
 	if len(runs) != 3 {
 		t.Fatalf("slot %s: %d attempts, want exactly 3:\n%s", first, len(runs), dump(runs))
 	}
-	st, err := stores[0].State(context.Background(), lock.Slot{Task: "broken", ID: first})
+	st, err := lock.ReadState(context.Background(), stores[0], lock.Slot{Task: "broken", ID: first})
 	if err != nil || st.Attempts != 3 || st.Status != "free" {
 		t.Fatalf("slot state = %+v, %v; want free with 3 attempts", st, err)
 	}
@@ -528,7 +528,7 @@ func testRerunOfDoneSlot(t *testing.T, replicas int) {
 	slot := lock.Slot{Task: "hourly", ID: first.Slot, Time: first.SlotTime, Deadline: first.SlotTime.Add(time.Hour)}
 	// The job ends a moment before the scheduler marks the slot done.
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if st, _ := store.State(context.Background(), slot); st.Status == "done" {
+		if st, _ := lock.ReadState(context.Background(), store, slot); st.Status == "done" {
 			break
 		}
 		if time.Now().After(deadline) {
