@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/slotd/slotd/internal/coalesce"
 	"github.com/slotd/slotd/internal/config"
 	"github.com/slotd/slotd/scheduler"
 )
@@ -18,9 +18,8 @@ const (
 	// entry; HistoryTTL raises it to the longest done_ttl.
 	MinHistoryTTL = 7 * 24 * time.Hour
 
-	// appendTimeout is the least time one round trip of appends gets, the
-	// engine's bound on one append (a batch gets the latest deadline among
-	// its appends, if later).
+	// appendTimeout limits a round trip of appends none of which has a
+	// deadline of its own (the engine gives each one).
 	appendTimeout = 2 * time.Second
 )
 
@@ -49,117 +48,65 @@ type HistoryClient interface {
 // RedisHistory keeps each task's history in a capped Redis stream,
 // HistoryKey(prefix, task), whose TTL every append renews.
 //
-// Appends made while another is in flight queue up and leave together, up
-// to historyBatch in one transaction (one round trip), the way lock's
-// batcher sends claims: a lone append goes at once, and the slots of a
-// burst that finish together cost a few round trips, not one each.
+// Appends go through the same coalescer as lock's claims
+// (internal/coalesce): a lone append leaves at once, and appends made while
+// one is in flight queue up and leave together, up to historyBatch in one
+// transaction, so the slots of a burst that finish together cost a few
+// round trips, not one each.
 type RedisHistory struct {
 	rdb    HistoryClient
 	prefix string
 	ttl    time.Duration
-
-	mu      sync.Mutex
-	queue   []*histCall // waiting for the next round trip
-	leading bool        // a call is sending (or about to send) the queue
+	out    *coalesce.Coalescer[histAppend, struct{}]
 }
 
 // historyBatch bounds the appends of one round trip.
 const historyBatch = 256
 
-// histCall is one Append waiting for its round trip. lead hands it the
-// job of sending the queue; done is closed once err is set.
-type histCall struct {
-	ctx  context.Context
+// histAppend is one Append's request.
+type histAppend struct {
 	task string
 	e    scheduler.HistoryEntry
-	err  error
-	lead chan struct{}
-	done chan struct{}
 }
 
 // NewRedisHistory returns the history in rdb under prefix; each append sets
 // the stream's TTL to ttl (see HistoryTTL). It does no I/O.
 func NewRedisHistory(rdb HistoryClient, prefix string, ttl time.Duration) *RedisHistory {
-	return &RedisHistory{rdb: rdb, prefix: prefix, ttl: ttl}
+	h := &RedisHistory{rdb: rdb, prefix: prefix, ttl: ttl}
+	h.out = coalesce.New(coalesce.Config[histAppend, struct{}]{
+		Send:     h.send,
+		MaxBatch: historyBatch,
+		Limit:    appendTimeout,
+	})
+	return h
 }
 
-// Append implements scheduler.History: XADD with MAXLEN ~ scheduler.HistoryMaxLen and PEXPIRE,
-// in one MULTI so that the stream never exists without a TTL. No goroutine
-// is started: the caller whose append finds nothing in flight sends the
-// queue, and hands the lead to the first call still waiting.
+// Append implements scheduler.History: XADD with MAXLEN ~
+// scheduler.HistoryMaxLen and PEXPIRE, in one MULTI so that the stream
+// never exists without a TTL.
 func (h *RedisHistory) Append(ctx context.Context, task string, e scheduler.HistoryEntry) error {
-	c := &histCall{ctx: ctx, task: task, e: e, lead: make(chan struct{}, 1), done: make(chan struct{})}
-	h.mu.Lock()
-	h.queue = append(h.queue, c)
-	if !h.leading {
-		h.leading = true
-		c.lead <- struct{}{}
+	if _, err := h.out.Do(ctx, histAppend{task, e}); err != nil {
+		return fmt.Errorf("history: append %s slot %s attempt %d: %w", task, e.Slot, e.Attempt, err)
 	}
-	h.mu.Unlock()
-	for {
-		select {
-		case <-c.lead:
-			h.send()
-		case <-c.done:
-			return c.err
-		case <-ctx.Done():
-			h.mu.Lock()
-			h.queue = slices.DeleteFunc(h.queue, func(x *histCall) bool { return x == c })
-			select {
-			case <-c.lead: // handed the lead as it gave up: pass it on
-				h.passLead()
-			default:
-			}
-			h.mu.Unlock()
-			return fmt.Errorf("history: append %s slot %s attempt %d: %w", task, e.Slot, e.Attempt, context.Cause(ctx))
-		}
-	}
+	return nil
 }
 
-// passLead gives the job of sending to the first waiting call, or ends
-// it; called with h.mu held.
-func (h *RedisHistory) passLead() {
-	if len(h.queue) == 0 {
-		h.leading = false
-		return
-	}
-	h.queue[0].lead <- struct{}{}
-}
+// Close waits for the appends already queued; later ones fail.
+func (h *RedisHistory) Close() { h.out.Close() }
 
-// send writes the first historyBatch queued appends in one transaction,
-// under the latest deadline among them, and passes the lead on.
-func (h *RedisHistory) send() {
-	h.mu.Lock()
-	n := min(len(h.queue), historyBatch)
-	batch := slices.Clone(h.queue[:n])
-	h.queue = slices.Delete(h.queue, 0, n)
-	h.mu.Unlock()
-	defer func() {
-		h.mu.Lock()
-		h.passLead()
-		h.mu.Unlock()
-	}()
-
-	deadline := time.Now().Add(appendTimeout)
+// send writes one batch of appends in one transaction.
+func (h *RedisHistory) send(ctx context.Context, batch []*coalesce.Call[histAppend, struct{}]) {
 	type pending struct {
-		c      *histCall
+		c      *coalesce.Call[histAppend, struct{}]
 		xadd   *redis.StringCmd
 		expire *redis.BoolCmd
 	}
-	var sent []pending
+	sent := make([]pending, 0, len(batch))
 	p := h.rdb.TxPipeline()
 	for _, c := range batch {
-		if err := c.ctx.Err(); err != nil { // gave up while queued
-			c.err = err
-			close(c.done)
-			continue
-		}
-		if d, ok := c.ctx.Deadline(); ok && d.After(deadline) {
-			deadline = d
-		}
-		key := HistoryKey(h.prefix, c.task)
-		e := c.e
-		x := p.XAdd(c.ctx, &redis.XAddArgs{
+		key := HistoryKey(h.prefix, c.Req.task)
+		e := c.Req.e
+		x := p.XAdd(ctx, &redis.XAddArgs{
 			Stream: key,
 			MaxLen: scheduler.HistoryMaxLen,
 			Approx: true,
@@ -175,13 +122,8 @@ func (h *RedisHistory) send() {
 				"error", scheduler.TruncateHistoryError(e.Error),
 			},
 		})
-		sent = append(sent, pending{c, x, p.PExpire(c.ctx, key, h.ttl)})
+		sent = append(sent, pending{c, x, p.PExpire(ctx, key, h.ttl)})
 	}
-	if len(sent) == 0 {
-		return
-	}
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	defer cancel()
 	// A failed round trip sets every command's error; a command that fails
 	// on its own (a foreign key of another type) fails only its append.
 	// Exec's error is used only if, unexpectedly, no command carries one.
@@ -198,10 +140,7 @@ func (h *RedisHistory) send() {
 		if err == nil && blame {
 			err = execErr
 		}
-		if err != nil {
-			s.c.err = fmt.Errorf("history: append %s slot %s attempt %d: %w", s.c.task, s.c.e.Slot, s.c.e.Attempt, err)
-		}
-		close(s.c.done)
+		s.c.Err = err
 	}
 }
 

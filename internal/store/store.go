@@ -50,6 +50,7 @@ type Backend struct {
 
 	redis   redisStore // nil when embedded
 	clients []redis.UniversalClient
+	hists   []*RedisHistory // closed before the clients
 }
 
 // redisStore is what the Redis stores offer beyond lock.Store.
@@ -132,7 +133,8 @@ func openRedis(cfg *config.Config, maxRetries int) (*Backend, error) {
 		}
 		b.clients = []redis.UniversalClient{rdb}
 		b.setRedis(lock.NewRedis(rdb, cfg.Prefix, redisStoreOptions(cfg)...))
-		b.History = NewRedisHistory(rdb, cfg.Prefix, HistoryTTL(cfg))
+		h := NewRedisHistory(rdb, cfg.Prefix, HistoryTTL(cfg))
+		b.History, b.hists = h, []*RedisHistory{h}
 		return b, nil
 	}
 	nodes := make([]lock.Client, 0, len(cfg.Redis.Redlock))
@@ -145,7 +147,8 @@ func openRedis(cfg *config.Config, maxRetries int) (*Backend, error) {
 		}
 		b.clients = append(b.clients, c)
 		nodes = append(nodes, c)
-		hists = append(hists, NewRedisHistory(c, cfg.Prefix, HistoryTTL(cfg)))
+		h := NewRedisHistory(c, cfg.Prefix, HistoryTTL(cfg))
+		hists, b.hists = append(hists, h), append(b.hists, h)
 	}
 	s, err := lock.NewRedlock(nodes, cfg.Prefix)
 	if err != nil {
@@ -159,9 +162,13 @@ func openRedis(cfg *config.Config, maxRetries int) (*Backend, error) {
 
 func (b *Backend) setRedis(s redisStore) { b.redis, b.Store = s, s }
 
-// Close stops the store's subscriptions, then closes the clients.
+// Close stops the store's subscriptions, waits for the history appends
+// already queued, then closes the clients.
 func (b *Backend) Close() error {
 	var errs []error
+	for _, h := range b.hists {
+		h.Close()
+	}
 	if b.redis != nil {
 		errs = append(errs, b.redis.Close())
 	}
