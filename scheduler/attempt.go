@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"sync"
 
+	"github.com/slotd/slotd/internal/stats"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/tasks"
 )
@@ -36,11 +37,11 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 	log := sync.OnceValue(func() *slog.Logger {
 		return s.log.With("task", t.Name, "slot", slot.ID, "attempt", c.Attempt, "token", lock.Token(slot.Time, c.Attempt))
 	})
-	st := s.m.task(t.Name)
+	st := s.stats.Task(t.Name)
 	lease := lock.Hold(hard, s.store, slot, s.replica, c, t.Lease, lock.LeaseHooks{
-		Renewed: st.renewals.Inc,
+		Renewed: st.Renewals.Inc,
 		Lost: func(err error) {
-			st.leaseLosses.Inc()
+			st.LeaseLosses.Inc()
 			log().Error("lease lost: cancelling the task", "err", err)
 		},
 	})
@@ -51,15 +52,15 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 	tctx, cancel := context.WithTimeoutCause(lease.Context(), t.Timeout, ErrTimeout)
 	defer cancel()
 	start := s.now()
-	st.startDelay.Observe(max(start.Sub(slot.Time), 0).Seconds())
-	st.running.Add(1)
+	st.StartDelay.Observe(max(start.Sub(slot.Time), 0).Seconds())
+	st.Running.Add(1)
 	if s.log.Enabled(ctx, slog.LevelInfo) {
 		log().Info("attempt started", "delay", start.Sub(slot.Time))
 	}
 	err := runTask(tasks.WithRun(tctx, run), t.Job)
-	st.running.Add(-1)
+	st.Running.Add(-1)
 	took := s.now().Sub(start)
-	st.duration.Observe(took.Seconds())
+	st.Duration.Observe(took.Seconds())
 	entry := HistoryEntry{
 		Slot: slot.ID, SlotTime: slot.Time, Attempt: c.Attempt, Token: lease.Token(),
 		Replica: s.replica, Started: start, Duration: took,
@@ -79,38 +80,38 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 		if ferr != nil {
 			// The task ran but the slot is not marked done: a peer may run it
 			// again after the lease; the fencing token tells them apart.
-			st.ran(outcomeLeaseLost)
-			st.finishErrors.Inc()
+			st.Ran(stats.OutcomeLeaseLost)
+			st.FinishErrors.Inc()
 			log().Error("task succeeded but the slot could not be marked done", "err", ferr, "duration", took)
-			entry.Outcome, entry.Error = outcomeLeaseLost, "task succeeded but the slot could not be marked done: "+ferr.Error()
+			entry.Outcome, entry.Error = stats.OutcomeLeaseLost, "task succeeded but the slot could not be marked done: "+ferr.Error()
 			s.record(ctx, t.Name, entry, log)
 			return true
 		}
-		st.ran(outcomeSuccess)
-		st.succeeded(slot.Time)
+		st.Ran(stats.OutcomeSuccess)
+		st.Succeeded(slot.Time)
 		if s.log.Enabled(ctx, slog.LevelInfo) {
 			log().Info("attempt succeeded", "duration", took)
 		}
-		entry.Outcome = outcomeSuccess
+		entry.Outcome = stats.OutcomeSuccess
 		s.record(ctx, t.Name, entry, log)
 		return true
 	}
-	outcome := outcomeFailure
+	outcome := stats.OutcomeFailure
 	switch cause := context.Cause(tctx); {
 	case errors.Is(cause, lock.ErrLeaseLost):
-		outcome = outcomeLeaseLost
+		outcome = stats.OutcomeLeaseLost
 	case errors.Is(cause, ErrTimeout):
-		outcome = outcomeTimeout
+		outcome = stats.OutcomeTimeout
 	case errors.Is(cause, ErrShutdown):
-		outcome = outcomeCanceled
+		outcome = stats.OutcomeCanceled
 	}
 	if err == nil {
 		err = context.Cause(tctx)
 	}
-	st.ran(outcome)
+	st.Ran(outcome)
 	log().Warn("attempt failed", "outcome", outcome, "err", err, "duration", took)
 	if rerr := lease.Release(fctx); rerr != nil {
-		st.finishErrors.Inc()
+		st.FinishErrors.Inc()
 		log().Error("release failed; the slot frees when its lease runs out", "err", rerr)
 	}
 	entry.Outcome, entry.Error = outcome, err.Error()

@@ -37,13 +37,11 @@ func (s *Scheduler) checkClock(ctx context.Context) {
 		if s.storeOK.Swap(false) || s.skew.Load() == 0 {
 			s.log.Warn("store unreachable", "err", err)
 		}
-		s.m.redisUp.Set(0)
 		return
 	}
 	if !s.storeOK.Swap(true) {
 		s.log.Info("store reachable")
 	}
-	s.m.redisUp.Set(1)
 	rtt := t1.Sub(t0)
 	skew := st.Sub(t0.Add(rtt / 2))
 	// Below the measurement's own uncertainty the skew is noise.
@@ -52,7 +50,6 @@ func (s *Scheduler) checkClock(ctx context.Context) {
 	}
 	s.skew.Store(int64(skew))
 	s.offset.Store(int64(skew))
-	s.m.clockSkew.Set(skew.Seconds())
 	if limit := s.maxSkew; limit > 0 && skew.Abs() > limit {
 		s.log.Warn("clock skew against the store exceeds max_clock_skew", "skew", skew, "max", limit)
 	}

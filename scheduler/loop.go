@@ -160,7 +160,7 @@ func (l *loop) fireDue() {
 		if now.Before(f.task.SlotDeadline(f.next)) {
 			l.onFire(f.task, f.next)
 		} else {
-			l.s.m.task(f.task.Name).missed.Inc()
+			l.s.stats.Task(f.task.Name).Missed.Inc()
 			l.s.log.Warn("slot missed: its window closed before this replica could fire it",
 				"task", f.task.Name, "slot", f.task.Schedule.SlotID(f.next))
 		}

@@ -98,10 +98,10 @@ func (l *loop) onClaimReply(r *run, reply lock.ClaimReply) {
 		return
 	}
 	s, c, err := l.s, reply.Claim, reply.Err
-	st := s.m.task(r.t.Name)
+	st := s.stats.Task(r.t.Name)
 	r.last = c.Result
 	if err != nil {
-		st.claimFailed()
+		st.ClaimFailed()
 		wait := s.claimRetry(err, r.failures)
 		r.failures++
 		switch {
@@ -117,7 +117,7 @@ func (l *loop) onClaimReply(r *run, reply lock.ClaimReply) {
 		return
 	}
 	r.failures = 0
-	st.claimed(c.Result)
+	st.Claimed(c.Result)
 	switch c.Result {
 	case lock.Won:
 		r.state = running
@@ -129,7 +129,7 @@ func (l *loop) onClaimReply(r *run, reply lock.ClaimReply) {
 		l.park(r, settled, 0)
 	case lock.Late:
 		// The store's clock says the window closed; ours may lag a little.
-		st.missed.Inc()
+		st.Missed.Inc()
 		r.logger(s).Warn("slot window closed without a success", "deadline", r.slot.Deadline)
 		l.park(r, settled, 0)
 	case lock.Held:
@@ -153,7 +153,7 @@ func (l *loop) onAttempted(r *run, c lock.Claim, finished bool) {
 		return
 	}
 	if c.Attempt-c.Base >= r.t.MaxAttempts {
-		l.s.m.task(r.t.Name).exhausted.Inc()
+		l.s.stats.Task(r.t.Name).Exhausted.Inc()
 		r.logger(l.s).Error("slot exhausted: its last allowed attempt failed", "attempts", c.Attempt-c.Base)
 		l.park(r, settled, 0)
 		return
@@ -261,7 +261,7 @@ func (l *loop) over(r *run, isSettled bool) bool {
 	if !l.s.now().Before(r.slot.Deadline) {
 		// A holder still running past the deadline reports for itself.
 		if !isSettled && r.last != lock.Held {
-			l.s.m.task(r.t.Name).missed.Inc()
+			l.s.stats.Task(r.t.Name).Missed.Inc()
 			r.logger(l.s).Warn("slot window closed without a success", "deadline", r.slot.Deadline)
 		}
 		l.end(r)

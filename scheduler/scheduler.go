@@ -29,8 +29,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
+	"github.com/slotd/slotd/internal/stats"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/retry"
 )
@@ -51,9 +50,8 @@ type Scheduler struct {
 	store   lock.Store
 	clock   Clock
 	log     *slog.Logger
-	reg     prometheus.Registerer
-	m       *metrics
-	hist    History // nil: attempts are not recorded
+	stats   *stats.Set // per-task counters, read by package observe
+	hist    History    // nil: attempts are not recorded
 	replica string
 
 	// backoff spaces claims after store errors; handoff is the short pause
@@ -84,10 +82,6 @@ func WithLogger(l *slog.Logger) Option { return func(s *Scheduler) { s.log = l }
 func WithClockCheck(every time.Duration) Option {
 	return func(s *Scheduler) { s.checkEvery, s.recheckEvery = every, min(every, s.recheckEvery) }
 }
-
-// WithRegisterer registers the scheduler's metrics with reg (default: a
-// private registry, i.e. not exported).
-func WithRegisterer(reg prometheus.Registerer) Option { return func(s *Scheduler) { s.reg = reg } }
 
 // WithReplica names this replica in claims, logs and history (default: the
 // host name and process id).
@@ -122,10 +116,15 @@ func New(tasks []Task, store lock.Store, opts ...Option) *Scheduler {
 	for _, o := range opts {
 		o(s)
 	}
-	if s.reg == nil {
-		s.reg = prometheus.NewRegistry()
+	infos := make([]stats.TaskInfo, len(s.tasks))
+	for i := range s.tasks {
+		t := &s.tasks[i]
+		// At least one gap between fire times: alerts use twice this as "no
+		// success for two windows", which a deadline shorter than the
+		// interval must not turn into a page between healthy slots.
+		infos[i] = stats.TaskInfo{Name: t.Name, Window: max(t.Window(), t.Schedule.MaxGap())}
 	}
-	s.m = newMetrics(s.reg, s.tasks)
+	s.stats = stats.New(infos)
 	s.log = s.log.With("replica", s.replica)
 	return s
 }
@@ -135,6 +134,14 @@ func New(tasks []Task, store lock.Store, opts ...Option) *Scheduler {
 func (s *Scheduler) Healthy() (storeOK bool, skew time.Duration) {
 	return s.storeOK.Load(), time.Duration(s.skew.Load())
 }
+
+// Stats returns the per-task counters, which package observe writes out
+// as metrics. They are the scheduler's for its whole life.
+func (s *Scheduler) Stats() *stats.Set { return s.stats }
+
+// Tasks returns the tasks the scheduler runs; the caller must not change
+// them.
+func (s *Scheduler) Tasks() []Task { return s.tasks }
 
 // now is the store's time as this replica best knows it.
 func (s *Scheduler) now() time.Time {

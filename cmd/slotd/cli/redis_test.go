@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/scheduler"
@@ -268,7 +269,7 @@ func TestRedlockBackendAndCommands(t *testing.T) {
 	}
 	srvs[0].Stop()
 	r := runCLI(t, "status", "-config", path, "-json", "-n", "1")
-	var rep scheduler.StatusReport
+	var rep observe.StatusReport
 	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &rep) != nil || len(rep.Tasks) != 2 {
 		t.Fatalf("status with 2 of 3 masters: %v", r)
 	}
