@@ -214,6 +214,14 @@ func (l *loop) sendClaims() {
 	}
 	runs := l.claims
 	l.claims = nil
+	if l.ctx.Err() != nil {
+		// Shutting down: a claim sent now could win a slot that no attempt
+		// would run, leaving it to its lease.
+		for _, r := range runs {
+			l.end(r)
+		}
+		return
+	}
 	rand.Shuffle(len(runs), func(i, j int) { runs[i], runs[j] = runs[j], runs[i] })
 	reqs := make([]lock.ClaimRequest, len(runs))
 	lease := runs[0].t.Lease

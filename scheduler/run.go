@@ -3,6 +3,7 @@ package scheduler
 import (
 	"errors"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/slotd/slotd/lock"
@@ -33,6 +34,14 @@ const (
 	// ended: its watch is stopped; later events about it are ignored.
 	ended
 )
+
+func (s runState) String() string {
+	names := [...]string{"none", "claiming", "running", "handingOff", "waiting", "settled", "ended"}
+	if int(s) < len(names) {
+		return names[s]
+	}
+	return "runState(" + strconv.Itoa(int(s)) + ")"
+}
 
 // notice is what a slot's watch said while its run was claiming or
 // running, kept for when the claim or attempt is over. The latest wins: a

@@ -200,3 +200,30 @@ func TestShutdownEndsIdleRuns(t *testing.T) {
 		t.Errorf("after the attempt's end: %v, %d live, %d wake times; want ended, 0, 0", busy.state, l.live, len(l.wakes))
 	}
 }
+
+// A claim queued in the turn in which shutdown begins is not sent: it
+// could win a slot that no attempt would then run.
+func TestShutdownSendsNoQueuedClaim(t *testing.T) {
+	store := lock.NewMemory(time.Now)
+	l := testLoop(t, store)
+	ctx, cancel := context.WithCancel(context.Background())
+	l.ctx = ctx
+	r := l.newRun(&l.s.tasks[0], time.Now().Truncate(time.Hour))
+	l.advance(r, false)
+	if r.state != claiming || len(l.claims) != 1 {
+		t.Fatalf("state %v, %d claims queued; want claiming, 1", r.state, len(l.claims))
+	}
+	cancel()
+	l.sendClaims()
+	l.workers.Wait()
+	if r.state != ended || l.live != 0 {
+		t.Errorf("after shutdown: state %v, %d live; want ended, 0", r.state, l.live)
+	}
+	sts, err := store.States(context.Background(), []lock.Slot{r.slot})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sts[0].Attempts != 0 {
+		t.Errorf("slot state %+v, want no claim", sts[0])
+	}
+}
