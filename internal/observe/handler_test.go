@@ -257,3 +257,20 @@ func TestHealthAndReadiness(t *testing.T) {
 		t.Errorf("GET /readyz before any check: %s %q, want 503 store unreachable", res.Status, body)
 	}
 }
+
+// Probe is healthy on a 2xx answer only, and tells a bad URL apart.
+func TestProbe(t *testing.T) {
+	s := newServed(t, lock.NewMemory(nil))
+	srv := httptest.NewServer(s.h)
+	defer srv.Close()
+	ctx := context.Background()
+	if status, err := observe.Probe(ctx, srv.URL+"/healthz"); err != nil || status != "200 OK" {
+		t.Errorf("Probe /healthz: %q, %v; want 200 OK", status, err)
+	}
+	if _, err := observe.Probe(ctx, srv.URL+"/readyz"); err == nil || !strings.Contains(err.Error(), "503") {
+		t.Errorf("Probe /readyz before any store check: %v, want a 503", err)
+	}
+	if _, err := observe.Probe(ctx, "::nope"); !errors.Is(err, observe.ErrBadURL) {
+		t.Errorf("Probe of a bad URL: %v, want ErrBadURL", err)
+	}
+}
