@@ -172,7 +172,7 @@ func TestHistoryFailureDoesNotHoldSlot(t *testing.T) {
 	)
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		st, err = lock.ReadState(context.Background(), store, task.Slot(rs[0].run.SlotTime))
-		success = value(t, r.reg, "slotd_runs_total", "tick", "success")
+		success = value(t, r.sched, "slotd_runs_total", "tick", "success")
 		if err == nil && st.Status == "done" && success >= 2 {
 			return
 		}

@@ -33,7 +33,7 @@ func TestCompleteNotAcknowledgedIsASuccess(t *testing.T) {
 	})
 	r := startReplica(t, "solo", store, time.Second, []scheduler.Task{task})
 	rs := l.await(t, "the attempt", 20*time.Second, func(rs []record) bool { return len(rs) > 0 && rs[0].done })
-	for deadline := time.Now().Add(10 * time.Second); value(t, r.reg, "slotd_runs_total", "acked", "success") == 0; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); value(t, r.sched, "slotd_runs_total", "acked", "success") == 0; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the run was not counted a success within 10s")
 		}
@@ -42,7 +42,7 @@ func TestCompleteNotAcknowledgedIsASuccess(t *testing.T) {
 	if err != nil || st.Status != "done" {
 		t.Fatalf("state = %+v, %v; want done", st, err)
 	}
-	if n := value(t, r.reg, "slotd_finish_errors_total", "acked", ""); n != 0 {
+	if n := value(t, r.sched, "slotd_finish_errors_total", "acked", ""); n != 0 {
 		t.Errorf("finish errors = %v, want 0: the slot was marked done", n)
 	}
 	r.stop()

@@ -12,122 +12,125 @@ import (
 	"github.com/slotd/slotd/tasks"
 )
 
-// reportTasks is the "report" task with the configuration's defaults: hourly,
-// a job that does nothing.
-func reportTasks(t *testing.T) []Task {
+// testLoop is a loop with no goroutine of its own: the test is the owner
+// and calls the transitions itself, one event at a time.
+func testLoop(t *testing.T, store lock.Store) *loop {
 	t.Helper()
 	sched, err := schedule.Parse("0 * * * *", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return []Task{{
-		Name: "report", Spec: "0 * * * *", Plugin: "noop", Params: map[string]any{},
-		Policy:  lock.Policy{Lease: 15 * time.Second, DoneTTL: 48 * time.Hour, MaxAttempts: 3},
-		Timeout: time.Hour, Catchup: CatchupLatest, Schedule: sched,
-		Job: tasks.TaskFunc(func(context.Context) error { return nil }),
-	}}
-}
-
-// parkedRunAfter makes a run of the "report" task's slot of the current hour
-// and feeds it reply as its first claim's, so that it parks as it would
-// after a ClaimMany.
-func parkedRunAfter(t *testing.T, reply lock.ClaimReply) (*Scheduler, *slotRun) {
-	t.Helper()
-	s := New(reportTasks(t), lock.NewMemory(time.Now))
+	task := Task{
+		Name: "report", Spec: "0 * * * *", Plugin: "test", Params: map[string]any{},
+		Policy:   lock.Policy{Lease: 15 * time.Second, DoneTTL: 48 * time.Hour, MaxAttempts: 3},
+		Timeout:  time.Hour,
+		Catchup:  CatchupLatest,
+		Schedule: sched,
+		Job:      tasks.TaskFunc(func(context.Context) error { return nil }),
+	}
+	s := New([]Task{task}, store)
 	ctx, cancel := context.WithCancel(context.Background())
+	l := newLoop(s, ctx, ctx, func(error) {})
 	t.Cleanup(func() {
 		cancel()
-		s.unparkAll()
-		s.wg.Wait()
-		s.stopDeadlines()
+		l.onShutdown()
+		l.workers.Wait()
 	})
-	task := &s.tasks[0]
-	r := s.newRun(ctx, ctx, task, time.Now().Truncate(time.Hour))
-	r.step(&reply)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !r.parked {
-		t.Fatalf("the run did not park after a %v claim", reply.Result)
-	}
-	return s, r
+	return l
 }
 
-// parkedState is whether r is parked, and its notice not yet looked at.
-func parkedState(r *slotRun) (bool, notice) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.parked, r.news
+// runAfter makes a run of the "report" task's slot of the current hour and
+// hands it reply as its first claim's, as the loop does with a ClaimMany's.
+func runAfter(t *testing.T, l *loop, reply lock.ClaimReply, want runState) *run {
+	t.Helper()
+	r := l.newRun(&l.s.tasks[0], time.Now().Truncate(time.Hour))
+	r.state = claiming
+	l.onClaimReply(r, reply)
+	if r.state != want {
+		t.Fatalf("after a %v claim: state %v, want %v", reply.Result, r.state, want)
+	}
+	return r
 }
 
-func groupEntries(s *Scheduler, r *slotRun) int {
-	s.settledMu.Lock()
-	defer s.settledMu.Unlock()
-	if g := s.settledRuns[r.slot.Deadline]; g != nil {
-		return len(g.runs)
+// A loser waiting on its wake time (the slot held by a peer) is settled by
+// the holder's completion notice: it waits now until a little after its
+// deadline, without a claim.
+func TestCompletionSettlesWaitingRun(t *testing.T) {
+	l := testLoop(t, lock.NewMemory(time.Now))
+	r := runAfter(t, l, lock.ClaimReply{Claim: lock.Claim{Result: lock.Held, Wait: time.Hour}}, waiting)
+	if r.index < 0 {
+		t.Fatal("a waiting run has no wake time")
 	}
-	return 0
-}
-
-// A loser parked on its timer (the slot held by a peer) is settled by the
-// holder's completion notice in the callback itself: it stays parked, now
-// in its deadline's group, with no timer and no goroutine started.
-func TestCompletionSettlesParkedRunInPlace(t *testing.T) {
-	s, r := parkedRunAfter(t, lock.ClaimReply{Claim: lock.Claim{Result: lock.Held, Wait: time.Hour}})
-	if r.timer == nil || r.settled {
-		t.Fatalf("after a held claim: timer %v, settled %v; want a timer, not settled", r.timer, r.settled)
+	l.onNotice(r, true)
+	if r.state != settled || r.news != noNotice || len(l.claims) != 0 {
+		t.Errorf("after the completion: state %v, news %v, %d claims queued; want settled, no news, none",
+			r.state, r.news, len(l.claims))
 	}
-	r.wake(true)
-	r.mu.Lock()
-	parked, settled, timer, news := r.parked, r.settled, r.timer, r.news
-	r.mu.Unlock()
-	if !parked || !settled || timer != nil || news != noNotice {
-		t.Errorf("after the completion: parked %v, settled %v, timer %v, news %v; want parked, settled, no timer, no news",
-			parked, settled, timer, news)
-	}
-	if n := groupEntries(s, r); n != 1 {
-		t.Errorf("%d entries in the deadline's group, want 1", n)
+	if want := r.slot.Deadline.Add(expireLag); len(l.wakes) != 1 || r.wakeAt.Sub(want).Abs() > time.Second {
+		t.Errorf("%d wake times, this one %v; want 1, at about %v", len(l.wakes), r.wakeAt, want)
 	}
 }
 
 // A run already settled (its claim found the slot done) ignores a
-// completion notice: it is not woken only to park again, which would cost
-// a goroutine and a stale entry in its deadline's group. A rerun still
-// wakes it.
-func TestCompletionLeavesSettledRunParked(t *testing.T) {
-	s, r := parkedRunAfter(t, lock.ClaimReply{Claim: lock.Claim{Result: lock.Done}})
-	r.wake(true)
-	if parked, news := parkedState(r); !parked || news != noNotice {
-		t.Errorf("after a completion notice: parked %v, news %v; want parked, no news", parked, news)
+// completion notice; a rerun makes it claim again.
+func TestCompletionLeavesSettledRun(t *testing.T) {
+	l := testLoop(t, lock.NewMemory(time.Now))
+	r := runAfter(t, l, lock.ClaimReply{Claim: lock.Claim{Result: lock.Done}}, settled)
+	at := r.wakeAt
+	l.onNotice(r, true)
+	if r.state != settled || r.news != noNotice || !r.wakeAt.Equal(at) || len(l.wakes) != 1 {
+		t.Errorf("after a completion notice: state %v, news %v, wake %v (was %v), %d wake times; want settled, unchanged, 1",
+			r.state, r.news, r.wakeAt, at, len(l.wakes))
 	}
-	if n := groupEntries(s, r); n != 1 {
-		t.Errorf("%d entries in the deadline's group, want 1", n)
-	}
-
-	r.wake(false) // a rerun: claim again
-	if parked, _ := parkedState(r); parked {
-		t.Error("a rerun notice left the settled run parked")
+	l.onNotice(r, false) // a rerun: claim again
+	if r.state != claiming || len(l.claims) != 1 || len(l.wakes) != 0 {
+		t.Errorf("after a rerun notice: state %v, %d claims queued, %d wake times; want claiming, 1, 0",
+			r.state, len(l.claims), len(l.wakes))
 	}
 }
 
 // During the handoff pause after its own failed attempt, a run ignores a
-// release notice (its own, published as it released, may arrive after it
-// parked): only the pause's end or a completion moves it.
+// release notice (its own, published as it released, may arrive after the
+// attempt's end): only the pause's end or a completion moves it.
 func TestHandoffIgnoresReleaseNotice(t *testing.T) {
-	s, r := parkedRunAfter(t, lock.ClaimReply{Claim: lock.Claim{Result: lock.Held, Wait: time.Hour}})
-	r.mu.Lock()
-	r.handingOff = true // as handle leaves it after a failed attempt
-	r.mu.Unlock()
-	r.wake(false)
-	if parked, news := parkedState(r); !parked || news != noNotice {
-		t.Fatalf("after a release notice in the handoff: parked %v, news %v; want parked, no news", parked, news)
+	l := testLoop(t, lock.NewMemory(time.Now))
+	l.s.handoff.Min, l.s.handoff.Max = time.Hour, time.Hour
+	r := l.newRun(&l.s.tasks[0], time.Now().Truncate(time.Hour))
+	r.state = running // as a won claim leaves it
+	l.onNotice(r, false)
+	l.onAttempted(r, lock.Claim{Result: lock.Won, Attempt: 1}, false)
+	if r.state != handingOff {
+		t.Fatalf("after a failed attempt: state %v, want handing off", r.state)
 	}
-	r.wake(true)
-	r.mu.Lock()
-	settled, handingOff := r.settled, r.handingOff
-	r.mu.Unlock()
-	if !settled || handingOff || groupEntries(s, r) != 1 {
-		t.Errorf("after a completion in the handoff: settled %v, handing off %v, %d group entries; want settled, not handing off, 1",
-			settled, handingOff, groupEntries(s, r))
+	at := r.wakeAt
+	l.onNotice(r, false)
+	if r.state != handingOff || r.news != noNotice || !r.wakeAt.Equal(at) || len(l.claims) != 0 {
+		t.Fatalf("after a release notice in the handoff: state %v, news %v, %d claims queued; want handing off, no news, none",
+			r.state, r.news, len(l.claims))
+	}
+	l.onNotice(r, true)
+	if r.state != settled || len(l.wakes) != 1 {
+		t.Errorf("after a completion in the handoff: state %v, %d wake times; want settled, 1", r.state, len(l.wakes))
+	}
+}
+
+// The handoff pause ends in a claim; the last allowed attempt's failure
+// settles the run instead (exhausted).
+func TestHandoffEndsInClaimUnlessExhausted(t *testing.T) {
+	l := testLoop(t, lock.NewMemory(time.Now))
+	r := l.newRun(&l.s.tasks[0], time.Now().Truncate(time.Hour))
+	r.state = running
+	l.onAttempted(r, lock.Claim{Result: lock.Won, Attempt: 1}, false)
+	l.unschedule(r)
+	l.onWake(r)
+	if r.state != claiming || len(l.claims) != 1 {
+		t.Fatalf("after the pause: state %v, %d claims queued; want claiming, 1", r.state, len(l.claims))
+	}
+	l.claims = nil
+	r.state = running
+	l.onAttempted(r, lock.Claim{Result: lock.Won, Attempt: 5, Base: 2}, false)
+	if r.state != settled {
+		t.Errorf("after attempt 3 of 3 failed: state %v, want settled", r.state)
 	}
 }
 
@@ -136,40 +139,95 @@ func TestHandoffIgnoresReleaseNotice(t *testing.T) {
 // attempt starts after the deadline.
 func TestRerunAfterDeadlineClaimsNothing(t *testing.T) {
 	store := lock.NewMemory(time.Now)
-	s := New(reportTasks(t), store)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(func() {
-		cancel()
-		s.unparkAll()
-		s.wg.Wait()
-		s.stopDeadlines()
-	})
-	r := s.newRun(ctx, ctx, &s.tasks[0], time.Now().Truncate(time.Hour))
+	l := testLoop(t, store)
+	r := l.newRun(&l.s.tasks[0], time.Now().Truncate(time.Hour))
 	r.slot.Deadline = time.Now().Add(100 * time.Millisecond)
-	r.step(&lock.ClaimReply{Claim: lock.Claim{Result: lock.Done}})
+	r.state = claiming
+	l.onClaimReply(r, lock.ClaimReply{Claim: lock.Claim{Result: lock.Done}})
 	for time.Now().Before(r.slot.Deadline) {
 		time.Sleep(10 * time.Millisecond) // the clock's own condition, not a race
 	}
-	if parked, _ := parkedState(r); !parked {
-		t.Fatal("the settled run ended at its deadline, want it parked until the lag")
+	l.wakeDue()
+	if r.state != settled {
+		t.Fatalf("the settled run is %v at its deadline, want settled until the lag", r.state)
 	}
-	r.wake(false) // an operator's rerun, after the deadline
-	ended := func() bool {
-		s.runsMu.Lock()
-		defer s.runsMu.Unlock()
-		return s.runs == nil
+	l.onNotice(r, false) // an operator's rerun, after the deadline
+	if r.state != ended || l.live != 0 || len(l.claims) != 0 {
+		t.Fatalf("after a rerun past the deadline: state %v, %d live, %d claims queued; want ended, 0, 0",
+			r.state, l.live, len(l.claims))
 	}
-	for deadline := time.Now().Add(5 * time.Second); !ended(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the woken run did not end")
-		}
-	}
-	sts, err := store.States(ctx, []lock.Slot{r.slot})
+	l.sendClaims()
+	l.workers.Wait()
+	sts, err := store.States(context.Background(), []lock.Slot{r.slot})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if sts[0].Attempts != 0 {
 		t.Errorf("state after a rerun past the deadline: %+v, want no claim", sts[0])
+	}
+}
+
+// Notices go through the mailbox: a watch's notice reaches the loop as an
+// event, and one about a run that has ended changes nothing.
+func TestNoticeAfterEndIsIgnored(t *testing.T) {
+	store := lock.NewMemory(time.Now)
+	l := testLoop(t, store)
+	r := runAfter(t, l, lock.ClaimReply{Claim: lock.Claim{Result: lock.Held, Wait: time.Hour}}, waiting)
+	l.end(r)
+	l.onNotice(r, false)
+	l.onWake(r)
+	if r.state != ended || len(l.claims) != 0 || len(l.wakes) != 0 || l.live != 0 {
+		t.Errorf("after events for an ended run: state %v, %d claims, %d wakes, %d live; want ended, 0, 0, 0",
+			r.state, len(l.claims), len(l.wakes), l.live)
+	}
+}
+
+// At shutdown every waiting or settled run ends at once; a run whose
+// attempt is still going ends when the attempt does.
+func TestShutdownEndsIdleRuns(t *testing.T) {
+	l := testLoop(t, lock.NewMemory(time.Now))
+	ctx, cancel := context.WithCancel(context.Background())
+	l.ctx = ctx
+	w := runAfter(t, l, lock.ClaimReply{Claim: lock.Claim{Result: lock.Held, Wait: time.Hour}}, waiting)
+	s := runAfter(t, l, lock.ClaimReply{Claim: lock.Claim{Result: lock.Done}}, settled)
+	busy := l.newRun(&l.s.tasks[0], time.Now().Truncate(time.Hour))
+	busy.state = running
+	cancel()
+	l.onShutdown()
+	if w.state != ended || s.state != ended || busy.state != running || l.live != 1 {
+		t.Fatalf("after shutdown: waiting run %v, settled run %v, running run %v, %d live; want ended, ended, running, 1",
+			w.state, s.state, busy.state, l.live)
+	}
+	l.onAttempted(busy, lock.Claim{Result: lock.Won, Attempt: 1}, false)
+	if busy.state != ended || l.live != 0 || len(l.wakes) != 0 {
+		t.Errorf("after the attempt's end: %v, %d live, %d wake times; want ended, 0, 0", busy.state, l.live, len(l.wakes))
+	}
+}
+
+// A claim queued in the turn in which shutdown begins is not sent: it
+// could win a slot that no attempt would then run.
+func TestShutdownSendsNoQueuedClaim(t *testing.T) {
+	store := lock.NewMemory(time.Now)
+	l := testLoop(t, store)
+	ctx, cancel := context.WithCancel(context.Background())
+	l.ctx = ctx
+	r := l.newRun(&l.s.tasks[0], time.Now().Truncate(time.Hour))
+	l.advance(r, false)
+	if r.state != claiming || len(l.claims) != 1 {
+		t.Fatalf("state %v, %d claims queued; want claiming, 1", r.state, len(l.claims))
+	}
+	cancel()
+	l.sendClaims()
+	l.workers.Wait()
+	if r.state != ended || l.live != 0 {
+		t.Errorf("after shutdown: state %v, %d live; want ended, 0", r.state, l.live)
+	}
+	sts, err := store.States(context.Background(), []lock.Slot{r.slot})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sts[0].Attempts != 0 {
+		t.Errorf("slot state %+v, want no claim", sts[0])
 	}
 }
 
@@ -194,3 +252,5 @@ func TestClaimRetryJitteredAfterNoQuorum(t *testing.T) {
 		t.Errorf("first retry after another error = %v, want the floor %v", d, s.backoff.Min)
 	}
 }
+
+// Passwords are never quoted in errors.

@@ -5,13 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
+	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/scheduler"
@@ -123,7 +126,6 @@ func testTask(t *testing.T, name, spec string, job tasks.Task, edit func(*schedu
 // replica is one in-process scheduler; stop ends its Run and waits.
 type replica struct {
 	name   string
-	reg    *prometheus.Registry
 	cancel context.CancelFunc
 	done   chan struct{}
 	sched  *scheduler.Scheduler
@@ -131,12 +133,11 @@ type replica struct {
 
 func startReplica(t *testing.T, name string, store lock.Store, grace time.Duration, ts []scheduler.Task, opts ...scheduler.Option) *replica {
 	t.Helper()
-	r := &replica{name: name, reg: prometheus.NewRegistry(), done: make(chan struct{})}
+	r := &replica{name: name, done: make(chan struct{})}
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	opts = append([]scheduler.Option{scheduler.WithLogger(log), scheduler.WithRegisterer(r.reg),
+	opts = append([]scheduler.Option{scheduler.WithLogger(log),
 		scheduler.WithReplica(name), scheduler.WithShutdownGrace(grace), scheduler.WithMaxClockSkew(time.Second)}, opts...)
 	r.sched = scheduler.New(ts, store, opts...)
-	r.reg.MustRegister(r.sched.TaskCollector())
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	go func() {
@@ -268,7 +269,7 @@ func TestFailedAttemptIsRetried(t *testing.T) {
 	var successes float64
 	for _, r := range reps {
 		r.stop() // counters are final once Run has returned
-		successes += value(t, r.reg, "slotd_runs_total", "flaky", "success")
+		successes += value(t, r.sched, "slotd_runs_total", "flaky", "success")
 	}
 	if successes < 1 {
 		t.Errorf("slotd_runs_total{outcome=success} summed over replicas = %v, want >= 1", successes)
@@ -332,7 +333,7 @@ func TestPanicIsAFailure(t *testing.T) {
 		}
 		return false
 	})
-	if n := value(t, rep.reg, "slotd_runs_total", "panicky", "failure"); n < 1 {
+	if n := value(t, rep.sched, "slotd_runs_total", "panicky", "failure"); n < 1 {
 		t.Fatalf("failures counted = %v, want >= 1", n)
 	}
 }
@@ -357,7 +358,7 @@ func TestTimeoutCancelsTask(t *testing.T) {
 	}
 	l.await(t, "the timed-out attempt to finish", 5*time.Second, func(rs []record) bool { return len(rs) > 0 && rs[0].done })
 	rep.stop()
-	if n := value(t, rep.reg, "slotd_runs_total", "slow", "timeout"); n < 1 {
+	if n := value(t, rep.sched, "slotd_runs_total", "slow", "timeout"); n < 1 {
 		t.Fatalf("timeouts counted = %v, want >= 1", n)
 	}
 }
@@ -406,7 +407,7 @@ func TestShutdownHandsSlotToPeer(t *testing.T) {
 			}
 		}
 	}
-	if n := value(t, reps[holder].reg, "slotd_runs_total", "long", "canceled"); n != 1 {
+	if n := value(t, reps[holder].sched, "slotd_runs_total", "long", "canceled"); n != 1 {
 		t.Fatalf("replica %s canceled runs = %v, want 1", holder, n)
 	}
 }
@@ -480,13 +481,19 @@ func TestCatchupLatest(t *testing.T) {
 	}
 }
 
-// value returns the counter name{task, other label} gathered from reg (label
-// "" for a series with the task label only), 0 if the series does not exist.
-func value(t *testing.T, reg *prometheus.Registry, name, task, label string) float64 {
+// value returns the counter name{task, other label} in a scrape of
+// sched's metrics, read through Prometheus' parser (label "" for a series
+// with the task label only), 0 if the series does not exist.
+func value(t *testing.T, sched *scheduler.Scheduler, name, task, label string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
+	var b strings.Builder
+	if err := observe.WriteMetrics(&b, sched); err != nil {
 		t.Fatal(err)
+	}
+	p := expfmt.NewTextParser(model.LegacyValidation)
+	mfs, err := p.TextToMetricFamilies(strings.NewReader(b.String()))
+	if err != nil {
+		t.Fatalf("the scrape does not parse: %v\n%s", err, b.String())
 	}
 	for _, mf := range mfs {
 		if mf.GetName() != name {
@@ -614,10 +621,10 @@ func TestWallClockStepMidTask(t *testing.T) {
 	var renewals float64
 	for _, r := range reps {
 		r.stop()
-		if n := value(t, r.reg, "slotd_lease_losses_total", "step", ""); n != 0 {
+		if n := value(t, r.sched, "slotd_lease_losses_total", "step", ""); n != 0 {
 			t.Errorf("replica %s lost %v leases across the wall-clock step", r.name, n)
 		}
-		renewals += value(t, r.reg, "slotd_lease_renewals_total", "step", "")
+		renewals += value(t, r.sched, "slotd_lease_renewals_total", "step", "")
 	}
 	if renewals < 6 { // 3.5s at one renewal per lease/3
 		t.Errorf("%v lease renewals during a 3.5s attempt on a 1s lease, want >= 6", renewals)
@@ -667,7 +674,7 @@ func TestSuccessNotRerunWhenCompleteFails(t *testing.T) {
 	l.await(t, "the attempt", 10*time.Second, func(rs []record) bool { return len(rs) > 0 && rs[0].done })
 	// Completion is retried until the lease could have run out (1s); then the
 	// replica gives the slot up. Wait for that to be counted.
-	for deadline := time.Now().Add(5 * time.Second); value(t, rep.reg, "slotd_finish_errors_total", "once", "") == 0; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(5 * time.Second); value(t, rep.sched, "slotd_finish_errors_total", "once", "") == 0; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the failed completion was not counted within 5s")
 		}

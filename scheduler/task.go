@@ -1,6 +1,8 @@
 package scheduler
 
 import (
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/slotd/slotd/lock"
@@ -43,4 +45,31 @@ func (t *Task) SlotDeadline(slot time.Time) time.Time {
 		return slot.Add(t.Deadline).UTC()
 	}
 	return t.Schedule.Next(slot)
+}
+
+// ErrBadSlot: a slot id that is not a fire time of the task's schedule.
+var ErrBadSlot = errors.New("scheduler: not a slot of the task")
+
+// Slot returns the slot of t that fires at at, a fire time of its schedule.
+func (t *Task) Slot(at time.Time) lock.Slot {
+	return lock.Slot{Task: t.Name, ID: t.Schedule.SlotID(at), Time: at.UTC(), Deadline: t.SlotDeadline(at).UTC()}
+}
+
+// ParseSlot returns t's slot whose id is id, or ErrBadSlot if no fire time
+// of t's schedule has that id.
+func (t *Task) ParseSlot(id string) (lock.Slot, error) {
+	layout := t.Schedule.Resolution().Layout()
+	start, err := time.ParseInLocation(layout, id, time.UTC)
+	if err != nil || start.Format(layout) != id {
+		return lock.Slot{}, fmt.Errorf("%w: task %s: slot id %q: want the slot time in UTC as %s (e.g. %s)",
+			ErrBadSlot, t.Name, id, layout, t.Schedule.SlotID(t.Schedule.Next(time.Now())))
+	}
+	// The id names a UTC bucket (an hour, a minute...); the slot is the one
+	// fire time in it, which need not be at its start (30 * * * * is 14:30
+	// in bucket 2024011514). Fire times are whole seconds.
+	at := t.Schedule.Next(start.Add(-time.Second))
+	if at.IsZero() || t.Schedule.SlotID(at) != id {
+		return lock.Slot{}, fmt.Errorf("%w: task %s (schedule %q): no fire time has slot id %s", ErrBadSlot, t.Name, t.Spec, id)
+	}
+	return t.Slot(at), nil
 }

@@ -5,7 +5,6 @@
 package cli
 
 import (
-	"compress/gzip"
 	"context"
 	"errors"
 	"flag"
@@ -17,21 +16,17 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
-	"strconv"
-	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/lmittmann/tint"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/common/expfmt"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slotd/slotd/internal/config"
+	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/internal/store"
-	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/scheduler"
 	"github.com/slotd/slotd/tasks"
 )
@@ -225,7 +220,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, o options) e
 	}
 	defer b.Close()
 
-	sched := scheduler.New(cfg.Tasks, b.Store, scheduler.WithLogger(log), scheduler.WithRegisterer(reg),
+	sched := scheduler.New(cfg.Tasks, b.Store, scheduler.WithLogger(log),
 		scheduler.WithHistory(b.History), scheduler.WithReplica(cfg.Replica),
 		scheduler.WithShutdownGrace(cfg.ShutdownGrace), scheduler.WithMaxClockSkew(cfg.MaxClockSkew))
 
@@ -234,7 +229,10 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, o options) e
 		if err != nil {
 			return fmt.Errorf("http listen: %w", err)
 		}
-		srv := &http.Server{Handler: handler(reg, sched, cfg, b.Store, b.History), ReadHeaderTimeout: 5 * time.Second}
+		srv := &http.Server{Handler: observe.Handler(observe.Daemon{
+			Scheduler: sched, Gatherer: reg, Store: b.Store, History: b.History,
+			Replica: cfg.Replica, MaxClockSkew: cfg.MaxClockSkew,
+		}), ReadHeaderTimeout: 5 * time.Second}
 		served := make(chan struct{})
 		go func() {
 			defer close(served)
@@ -253,88 +251,6 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, o options) e
 	log.Info("slotd starting", "version", version(), "replica", cfg.Replica, "tasks", len(cfg.Tasks),
 		"plugins", tasks.Plugins())
 	return sched.Run(ctx)
-}
-
-// metricsHandler serves reg's series and then sched's per-task series in
-// the text format (0.0.4), gzipped if the scraper accepts it. The per-task
-// series are written straight from the scheduler's counters
-// (Scheduler.WriteMetrics): with 10,000 tasks, promhttp over a registry
-// holding them allocated 170 MB a scrape and took a replica's RSS to
-// 260-290 MB. The text format is what Prometheus reads from every target
-// that offers nothing else.
-func metricsHandler(reg prometheus.Gatherer, sched *scheduler.Scheduler) http.Handler {
-	format := expfmt.NewFormat(expfmt.TypeTextPlain)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mfs, err := reg.Gather()
-		if err != nil {
-			http.Error(w, "gathering metrics: "+err.Error(), http.StatusInternalServerError)
-			return
-		}
-		w.Header().Set("Content-Type", string(format))
-		var out io.Writer = w
-		if acceptsGzip(r) {
-			w.Header().Set("Content-Encoding", "gzip")
-			gz := gzipWriters.Get().(*gzip.Writer)
-			gz.Reset(w)
-			defer func() {
-				_ = gz.Close()
-				gzipWriters.Put(gz)
-			}()
-			out = gz
-		}
-		enc := expfmt.NewEncoder(out, format)
-		for _, mf := range mfs {
-			if err := enc.Encode(mf); err != nil {
-				return // the scraper went away
-			}
-		}
-		_ = sched.WriteMetrics(out)
-	})
-}
-
-// gzipWriters are reused across scrapes: a new one allocates its
-// compressor's state, several hundred kilobytes.
-var gzipWriters = sync.Pool{New: func() any { return gzip.NewWriter(io.Discard) }}
-
-// acceptsGzip reports whether r's Accept-Encoding lists gzip with a
-// quality above zero.
-func acceptsGzip(r *http.Request) bool {
-	for _, part := range strings.Split(r.Header.Get("Accept-Encoding"), ",") {
-		enc, params, _ := strings.Cut(part, ";")
-		if strings.TrimSpace(enc) != "gzip" {
-			continue
-		}
-		q, ok := strings.CutPrefix(strings.TrimSpace(params), "q=")
-		if f, err := strconv.ParseFloat(q, 64); ok && err == nil && f == 0 {
-			return false
-		}
-		return true
-	}
-	return false
-}
-
-// handler serves /metrics, /healthz, /readyz, and the fleet view from
-// store and hist: /api/v1/tasks and the status page at /.
-func handler(reg *prometheus.Registry, sched *scheduler.Scheduler, cfg *config.Config, store lock.Store, hist scheduler.History) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", metricsHandler(reg, sched))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintln(w, "ok")
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		ok, skew := sched.Healthy()
-		switch {
-		case !ok:
-			http.Error(w, "not ready: store unreachable", http.StatusServiceUnavailable)
-		case cfg.MaxClockSkew > 0 && skew.Abs() > cfg.MaxClockSkew:
-			http.Error(w, fmt.Sprintf("not ready: clock skew %v exceeds max_clock_skew %v", skew, cfg.MaxClockSkew),
-				http.StatusServiceUnavailable)
-		default:
-			fmt.Fprintln(w, "ready")
-		}
-	})
-	statusRoutes(mux, cfg, store, hist)
-	return mux
 }
 
 // newLogger returns tint on a terminal and JSON otherwise, unless format

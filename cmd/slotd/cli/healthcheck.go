@@ -2,21 +2,21 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"time"
 
 	"github.com/slotd/slotd/internal/config"
+	"github.com/slotd/slotd/internal/observe"
 )
 
 // defaultHealthURL is /healthz on the default [http] listen address.
 var defaultHealthURL = "http://" + config.DefaultListen + "/healthz"
 
-// cmdHealthcheck asks a running daemon's /healthz (or any URL) and exits 0
-// on a 2xx answer, 1 otherwise. It exists for container HEALTHCHECKs: a
-// distroless image has no curl or wget, but it has slotd.
+// cmdHealthcheck asks a running daemon's /healthz (or any URL) with
+// observe.Probe and exits 0 on a 2xx answer, 1 otherwise.
 func cmdHealthcheck(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("slotd healthcheck", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -35,22 +35,15 @@ func cmdHealthcheck(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, *url, nil)
-	if err != nil {
+	status, err := observe.Probe(ctx, *url)
+	switch {
+	case errors.Is(err, observe.ErrBadURL):
 		fmt.Fprintf(stderr, "slotd healthcheck: -url: %v\n", err)
 		return exitUsage
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
+	case err != nil:
 		fmt.Fprintf(stderr, "slotd healthcheck: unhealthy: %v\n", err)
 		return exitError
 	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-	if resp.StatusCode/100 != 2 {
-		fmt.Fprintf(stderr, "slotd healthcheck: unhealthy: %s: %s %q\n", *url, resp.Status, body)
-		return exitError
-	}
-	fmt.Fprintf(stdout, "healthy: %s: %s\n", *url, resp.Status)
+	fmt.Fprintf(stdout, "healthy: %s: %s\n", *url, status)
 	return exitOK
 }

@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/scheduler"
 )
 
 func TestHealthcheckDefaultURLIsDaemonDefault(t *testing.T) {
@@ -24,8 +26,8 @@ func TestHealthcheckDefaultURLIsDaemonDefault(t *testing.T) {
 // unhealthy on a non-2xx answer, on no answer, and on a slow answer.
 func TestHealthcheck(t *testing.T) {
 	t.Parallel()
-	s := newServed(t, lock.NewMemory(nil))
-	daemon := httptest.NewServer(s.h)
+	store := lock.NewMemory(nil)
+	daemon := httptest.NewServer(observe.Handler(observe.Daemon{Scheduler: scheduler.New(nil, store), Store: store}))
 	defer daemon.Close()
 	release := make(chan struct{})
 	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/slotd/slotd/internal/config"
+	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/internal/store"
 	"github.com/slotd/slotd/lock"
@@ -75,7 +76,7 @@ func TestRedlockBackendAndCommands(t *testing.T) {
 	}
 	srvs[0].Stop()
 	r := runCLI(t, "status", "-config", path, "-json", "-n", "1")
-	var rep scheduler.StatusReport
+	var rep observe.StatusReport
 	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &rep) != nil || len(rep.Tasks) != 2 {
 		t.Fatalf("status with 2 of 3 masters: %v", r)
 	}

@@ -3,11 +3,9 @@ package cli
 import (
 	"context"
 	_ "embed"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -15,6 +13,7 @@ import (
 	"unicode"
 
 	"github.com/slotd/slotd/internal/config"
+	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/internal/store"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/scheduler"
@@ -25,11 +24,8 @@ import (
 // not a daemon runs, from any machine that can reach Redis.
 
 const (
-	defaultStatusSlots   = 10 // slots per task in status and on the page
 	defaultHistoryLength = 20
-	maxStatusSlots       = 200              // a bound on ?n=, which costs a round trip per slot
 	commandTimeout       = 15 * time.Second // for a whole command's Redis calls
-	pageTimeout          = 5 * time.Second
 )
 
 // parseCommand parses `-config FILE`, extra's flags and exactly len(names)
@@ -106,26 +102,10 @@ func findTask(cfg *config.Config, name string) (*scheduler.Task, error) {
 	return nil, fmt.Errorf("no task %q in %s (tasks: %s)", name, cfg.Source, strings.Join(names, ", "))
 }
 
-// report reads the fleet's status at the store's time.
-func report(ctx context.Context, cfg *config.Config, store lock.Store, hist scheduler.History, n int) (scheduler.StatusReport, error) {
-	now, err := store.Time(ctx)
-	if err != nil {
-		return scheduler.StatusReport{}, err
-	}
-	tasks, err := scheduler.Status(ctx, cfg.Tasks, store, hist, now, n)
-	return scheduler.StatusReport{Now: now, Tasks: tasks}, err
-}
-
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
-
 // cmdStatus is `slotd status`: the fleet's recent slots per task.
 func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var asJSON bool
-	n := defaultStatusSlots
+	n := observe.DefaultSlots
 	path, _, ok := parseCommand("status", args, stderr, nil, func(fs *flag.FlagSet) {
 		fs.BoolVar(&asJSON, "json", false, "write JSON")
 		fs.IntVar(&n, "n", n, "slots per task, newest first")
@@ -143,13 +123,13 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	defer b.Close()
 	ctx, cancel := context.WithTimeout(ctx, commandTimeout)
 	defer cancel()
-	rep, err := report(ctx, cfg, b.Store, b.History, n)
+	rep, err := observe.Report(ctx, cfg.Tasks, b.Store, b.History, n)
 	if err != nil {
 		fmt.Fprintf(stderr, "slotd status: %v\n", err)
 		return exitError
 	}
 	if asJSON {
-		err = writeJSON(stdout, rep)
+		err = observe.WriteJSON(stdout, rep)
 	} else {
 		err = writeStatus(stdout, rep)
 	}
@@ -161,7 +141,7 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 }
 
 // writeStatus writes rep as a table per task.
-func writeStatus(w io.Writer, rep scheduler.StatusReport) error {
+func writeStatus(w io.Writer, rep observe.StatusReport) error {
 	fmt.Fprintf(w, "as of %s UTC (Redis clock)\n", stamp(rep.Now))
 	for _, t := range rep.Tasks {
 		next := "none"
@@ -225,7 +205,7 @@ func cmdHistory(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return exitError
 	}
 	if asJSON {
-		err = writeJSON(stdout, struct {
+		err = observe.WriteJSON(stdout, struct {
 			Task    string                   `json:"task"`
 			Entries []scheduler.HistoryEntry `json:"entries"`
 		}{task.Name, entries})
@@ -328,47 +308,6 @@ func cmdRerun(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	log.Info("slot cleared for a rerun", "previous_state", res.Previous, "attempts", res.Attempts,
 		"forced", force, "subscribers", res.Woken, "deadline", slot.Deadline)
 	return exitOK
-}
-
-// statusRoutes serves the fleet view: /api/v1/tasks (the JSON of `slotd
-// status -json`) and / (the status page). ?n= sets the slots per task.
-func statusRoutes(mux *http.ServeMux, cfg *config.Config, store lock.Store, hist scheduler.History) {
-	slots := func(r *http.Request) int {
-		n, err := strconv.Atoi(r.URL.Query().Get("n"))
-		if err != nil || n < 1 {
-			return defaultStatusSlots
-		}
-		return min(n, maxStatusSlots)
-	}
-	mux.HandleFunc("GET /api/v1/tasks", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), pageTimeout)
-		defer cancel()
-		rep, err := report(ctx, cfg, store, hist, slots(r))
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		if err != nil {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_ = writeJSON(w, map[string]string{"error": err.Error()})
-			return
-		}
-		_ = writeJSON(w, rep)
-	})
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), pageTimeout)
-		defer cancel()
-		rep, err := report(ctx, cfg, store, hist, slots(r))
-		page := scheduler.Page{StatusReport: rep, Replica: cfg.Replica}
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		w.Header().Set("Cache-Control", "no-store")
-		if err != nil {
-			page.Error = err.Error()
-			if page.Now.IsZero() {
-				page.Now = time.Now()
-			}
-			w.WriteHeader(http.StatusServiceUnavailable)
-		}
-		_ = scheduler.WritePage(w, page)
-	})
 }
 
 // stamp is a time as the tables show it, in UTC.

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slotd/slotd/internal/config"
+	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/internal/store"
 	"github.com/slotd/slotd/lock"
@@ -174,7 +175,7 @@ func TestStatusCommand(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("status -json: %v", r)
 	}
-	var rep scheduler.StatusReport
+	var rep observe.StatusReport
 	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
 		t.Fatalf("status -json output: %v\n%s", err, r.stdout)
 	}

@@ -1,4 +1,4 @@
-package scheduler
+package observe
 
 import (
 	_ "embed"

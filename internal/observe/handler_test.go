@@ -1,4 +1,4 @@
-package cli
+package observe_test
 
 import (
 	"compress/gzip"
@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/slotd/slotd/internal/config"
+	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/scheduler"
 )
@@ -27,7 +27,7 @@ import (
 // scheduler.
 type served struct {
 	t     *testing.T
-	cfg   *config.Config
+	tasks []scheduler.Task
 	store lock.Store
 	hist  *scheduler.MemoryHistory
 	h     http.Handler
@@ -35,18 +35,29 @@ type served struct {
 
 func newServed(t *testing.T, store lock.Store) *served {
 	t.Helper()
-	cfg, err := config.Parse([]byte(`[daemon]
-replica = "r1"
-[http]
-listen = "off"
-`+sharedTasks), "test.toml", slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
+	var tasks []scheduler.Task
+	for _, name := range []string{"report", "backup"} {
+		task := statusTask(t, name, "@every 24h", 3, 48*time.Hour)
+		task.Deadline = 47 * time.Hour
+		tasks = append(tasks, task)
 	}
 	hist := scheduler.NewMemoryHistory(0)
 	reg := prometheus.NewRegistry()
-	sched := scheduler.New(cfg.Tasks, store, scheduler.WithReplica(cfg.Replica), scheduler.WithRegisterer(reg), scheduler.WithLogger(slog.New(slog.DiscardHandler)))
-	return &served{t: t, cfg: cfg, store: store, hist: hist, h: handler(reg, sched, cfg, store, hist)}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "slotd_build_info", Help: "Always 1."}, func() float64 { return 1 }))
+	sched := scheduler.New(tasks, store, scheduler.WithReplica("r1"), scheduler.WithLogger(slog.New(slog.DiscardHandler)))
+	h := observe.Handler(observe.Daemon{Scheduler: sched, Gatherer: reg, Store: store, History: hist, Replica: "r1", MaxClockSkew: time.Second})
+	return &served{t: t, tasks: tasks, store: store, hist: hist, h: h}
+}
+
+// task returns the named task.
+func (s *served) task(name string) *scheduler.Task {
+	for i := range s.tasks {
+		if s.tasks[i].Name == name {
+			return &s.tasks[i]
+		}
+	}
+	s.t.Fatalf("no task %s", name)
+	return nil
 }
 
 func (s *served) get(path string) (*http.Response, string) {
@@ -65,7 +76,7 @@ func (s *served) seed() (done, failed lock.Slot) {
 	ctx := context.Background()
 	now := time.Now()
 	for i, name := range []string{"report", "backup"} {
-		task, _ := findTask(s.cfg, name)
+		task := s.task(name)
 		at, _ := task.Schedule.Latest(now)
 		slot := task.Slot(at)
 		c, err := s.store.Claim(ctx, slot, "r1", lock.Policy{Lease: time.Minute, DoneTTL: task.DoneTTL, MaxAttempts: task.MaxAttempts})
@@ -98,7 +109,7 @@ func TestTasksAPI(t *testing.T) {
 	if res.StatusCode != http.StatusOK || !strings.HasPrefix(res.Header.Get("Content-Type"), "application/json") {
 		t.Fatalf("GET /api/v1/tasks: %s %s\n%s", res.Status, res.Header.Get("Content-Type"), body)
 	}
-	var rep scheduler.StatusReport
+	var rep observe.StatusReport
 	if err := json.Unmarshal([]byte(body), &rep); err != nil {
 		t.Fatalf("%v\n%s", err, body)
 	}
@@ -112,16 +123,16 @@ func TestTasksAPI(t *testing.T) {
 		t.Errorf("backup's latest slot: %+v", got)
 	}
 	// Live: a change in the store shows at once.
-	task, _ := findTask(s.cfg, "backup")
+	task := s.task("backup")
 	if _, err := s.store.Claim(context.Background(), failed, "r2", lock.Policy{Lease: time.Minute, DoneTTL: task.DoneTTL, MaxAttempts: 3}); err != nil {
 		t.Fatal(err)
 	}
 	_, body = s.get("/api/v1/tasks")
-	rep = scheduler.StatusReport{}
+	rep = observe.StatusReport{}
 	if err := json.Unmarshal([]byte(body), &rep); err != nil {
 		t.Fatal(err)
 	}
-	if got := rep.Tasks[1].Slots[0]; got.Phase != "running" || got.Replica != "r2" || len(rep.Tasks[1].Slots) != defaultStatusSlots {
+	if got := rep.Tasks[1].Slots[0]; got.Phase != "running" || got.Replica != "r2" || len(rep.Tasks[1].Slots) != observe.DefaultSlots {
 		t.Errorf("after a new claim: %+v (%d slots)", got, len(rep.Tasks[1].Slots))
 	}
 }
@@ -158,7 +169,7 @@ func TestStatusPage(t *testing.T) {
 // When the store does not answer, both say so with 503; the page escapes
 // the error too.
 func TestStatusStoreDown(t *testing.T) {
-	s := newServed(t, downStore{lock.NewMemory(nil)})
+	s := newServed(t, downTime{lock.NewMemory(nil)})
 	res, body := s.get("/api/v1/tasks")
 	var e struct{ Error string }
 	if res.StatusCode != http.StatusServiceUnavailable || json.Unmarshal([]byte(body), &e) != nil || !strings.Contains(e.Error, "<down>") {
@@ -170,14 +181,14 @@ func TestStatusStoreDown(t *testing.T) {
 	}
 }
 
-type downStore struct{ lock.Store }
+type downTime struct{ lock.Store }
 
-func (downStore) Time(context.Context) (time.Time, error) {
+func (downTime) Time(context.Context) (time.Time, error) {
 	return time.Time{}, errors.New("lock: time: dial tcp: <down>")
 }
 
-// /metrics serves the registry's series (here the scheduler's gauges) and
-// every task's, as one valid text-format scrape, and the same gzipped to a
+// /metrics serves the registry's series (here a build_info) and the
+// engine's, the store's and clock's gauges and every task's, as one valid text-format scrape, and the same gzipped to a
 // scraper that asks for it.
 func TestMetricsEndpoint(t *testing.T) {
 	s := newServed(t, lock.NewMemory(time.Now))
@@ -190,7 +201,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the scrape does not parse: %v", err)
 	}
-	for _, name := range []string{"slotd_redis_up", "slotd_clock_skew_seconds", "slotd_claims_total", "slotd_task_duration_seconds"} {
+	for _, name := range []string{"slotd_build_info", "slotd_redis_up", "slotd_clock_skew_seconds", "slotd_claims_total", "slotd_task_duration_seconds"} {
 		if mfs[name] == nil {
 			t.Errorf("no %s in the scrape", name)
 		}
@@ -199,7 +210,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	for _, m := range mfs["slotd_running_tasks"].GetMetric() {
 		tasks[m.GetLabel()[0].GetValue()] = true
 	}
-	if len(tasks) != len(s.cfg.Tasks) || !tasks["report"] || !tasks["backup"] {
+	if len(tasks) != len(s.tasks) || !tasks["report"] || !tasks["backup"] {
 		t.Errorf("slotd_running_tasks for tasks %v, want every configured task", tasks)
 	}
 
@@ -232,5 +243,34 @@ func TestMetricsEndpoint(t *testing.T) {
 		if len(got) != len(mfs) {
 			t.Errorf("Accept-Encoding %q: %d families, want %d", accept, len(got), len(mfs))
 		}
+	}
+}
+
+// /healthz answers while the process serves; /readyz only once the store
+// has answered a check (the scheduler here has not run one).
+func TestHealthAndReadiness(t *testing.T) {
+	s := newServed(t, lock.NewMemory(nil))
+	if res, body := s.get("/healthz"); res.StatusCode != http.StatusOK || body != "ok\n" {
+		t.Errorf("GET /healthz: %s %q", res.Status, body)
+	}
+	if res, body := s.get("/readyz"); res.StatusCode != http.StatusServiceUnavailable || !strings.Contains(body, "store unreachable") {
+		t.Errorf("GET /readyz before any check: %s %q, want 503 store unreachable", res.Status, body)
+	}
+}
+
+// Probe is healthy on a 2xx answer only, and tells a bad URL apart.
+func TestProbe(t *testing.T) {
+	s := newServed(t, lock.NewMemory(nil))
+	srv := httptest.NewServer(s.h)
+	defer srv.Close()
+	ctx := context.Background()
+	if status, err := observe.Probe(ctx, srv.URL+"/healthz"); err != nil || status != "200 OK" {
+		t.Errorf("Probe /healthz: %q, %v; want 200 OK", status, err)
+	}
+	if _, err := observe.Probe(ctx, srv.URL+"/readyz"); err == nil || !strings.Contains(err.Error(), "503") {
+		t.Errorf("Probe /readyz before any store check: %v, want a 503", err)
+	}
+	if _, err := observe.Probe(ctx, "::nope"); !errors.Is(err, observe.ErrBadURL) {
+		t.Errorf("Probe of a bad URL: %v, want ErrBadURL", err)
 	}
 }

@@ -1,4 +1,4 @@
-package scheduler
+package observe
 
 import (
 	"fmt"
@@ -14,65 +14,57 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/slotd/slotd/internal/stats"
 	"github.com/slotd/slotd/lock"
-	"github.com/slotd/slotd/scheduler/schedule"
 )
 
-// metricsTask is a task with just what the metrics read: a name and a
-// schedule.
-func metricsTask(t testing.TB, name, spec string) Task {
+// scrape is one scrape of set's series, with the store up and skew.
+func scrape(t testing.TB, set *stats.Set, up bool, skew time.Duration) string {
 	t.Helper()
-	s, err := schedule.Parse(spec, "")
-	if err != nil {
+	var b strings.Builder
+	if err := writeText(&b, set, up, skew); err != nil {
 		t.Fatal(err)
 	}
-	return Task{Name: name, Spec: spec, Schedule: s}
+	return b.String()
 }
 
 // Every series, driven through every path the scheduler takes, scrapes as
 // the *Vec series did: same names, help, labels, buckets; a task without
-// events shows its zero series and no last_success.
+// events shows its zero series and no last_success. A parser reads the
+// scrape as valid; the text format orders neither families nor series, so
+// the lines are compared as a set.
 func TestMetricsExposition(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	nightly := metricsTask(t, "nightly", "0 3 * * *")
-	idle := metricsTask(t, "idle", "*/5 * * * *")
-	idle.Deadline = time.Minute // shorter than the gap: the window is the gap
-	m := newMetrics(reg, []Task{nightly, idle})
-	full := prometheus.NewRegistry() // the same, with the per-task series as a collector
-	full.MustRegister(m.redisUp, m.clockSkew, &taskCollector{m: m, d: newTaskDescs()})
-
-	st := m.task("nightly")
+	set := stats.New([]stats.TaskInfo{{Name: "nightly", Window: 24 * time.Hour}, {Name: "idle", Window: 5 * time.Minute}})
+	st := set.Task("nightly")
 	for _, r := range []lock.Result{lock.Won, lock.Won, lock.Held, lock.Done, lock.Exhausted, lock.Early, lock.Late, lock.Result(42)} {
-		st.claimed(r)
+		st.Claimed(r)
 	}
-	st.claimFailed()
-	for _, o := range []string{outcomeSuccess, outcomeSuccess, outcomeFailure, outcomeTimeout, outcomeLeaseLost, outcomeCanceled, "bogus"} {
-		st.ran(o)
+	st.ClaimFailed()
+	for _, o := range []string{stats.OutcomeSuccess, stats.OutcomeSuccess, stats.OutcomeFailure, stats.OutcomeTimeout, stats.OutcomeLeaseLost, stats.OutcomeCanceled, "bogus"} {
+		st.Ran(o)
 	}
 	// Powers of two, so that the sums print exactly.
 	for _, v := range []float64{0.0078125, 0.03125, 128, 65536} {
-		st.duration.Observe(v)
+		st.Duration.Observe(v)
 	}
 	for _, v := range []float64{0.0009765625, 0.5, 0.5, 1024} {
-		st.startDelay.Observe(v)
+		st.StartDelay.Observe(v)
 	}
 	for range 3 {
-		st.renewals.Inc()
+		st.Renewals.Inc()
 	}
-	st.leaseLosses.Inc()
-	st.exhausted.Inc()
-	st.missed.Inc()
-	st.missed.Inc()
-	st.finishErrors.Inc()
-	st.running.Add(1)
-	st.running.Add(1)
-	st.running.Add(-1)
+	st.LeaseLosses.Inc()
+	st.Exhausted.Inc()
+	st.Missed.Inc()
+	st.Missed.Inc()
+	st.FinishErrors.Inc()
+	st.Running.Add(1)
+	st.Running.Add(1)
+	st.Running.Add(-1)
 	newer := time.Date(2026, 11, 23, 3, 0, 0, 0, time.UTC)
-	st.succeeded(newer)
-	st.succeeded(newer.Add(-24 * time.Hour)) // a retry of an older slot ends later
-	st.succeeded(newer)
-	m.redisUp.Set(1)
-	m.clockSkew.Set(-0.25)
+	st.Succeeded(newer)
+	st.Succeeded(newer.Add(-24 * time.Hour)) // a retry of an older slot ends later
+	st.Succeeded(newer)
 
 	// The last success is newer, 2026-11-23T03:00:00Z: 1795402800.
 	want := `
@@ -199,22 +191,12 @@ slotd_task_window_seconds{task="idle"} 300
 slotd_task_window_seconds{task="nightly"} 86400
 `
 	want = strings.TrimPrefix(want, "\n")
-	if got := exposition(t, full); got != want {
-		t.Errorf("TaskCollector's scrape differs from the *Vec series' exposition:\n%s", lineDiff(got, want))
+	got := scrape(t, set, true, -250*time.Millisecond)
+	if _, err := parseText(got); err != nil {
+		t.Fatalf("the scrape does not parse: %v\n%s", err, got)
 	}
-	// What /metrics serves: the registry, then writeText's families. The
-	// text format orders neither families nor series, so the lines are
-	// compared as a set, after a parser has read the whole as valid.
-	var b strings.Builder
-	if err := m.writeText(&b); err != nil {
-		t.Fatal(err)
-	}
-	served := exposition(t, reg) + b.String()
-	if _, err := parseText(served); err != nil {
-		t.Fatalf("writeText's scrape does not parse: %v\n%s", err, served)
-	}
-	if d := lineDiff(served, want); d != "" {
-		t.Errorf("writeText's scrape differs from the *Vec series' exposition:\n%s", d)
+	if d := lineDiff(got, want); d != "" {
+		t.Errorf("the scrape differs from the *Vec series' exposition:\n%s", d)
 	}
 }
 
@@ -222,18 +204,16 @@ slotd_task_window_seconds{task="nightly"} 86400
 // a line feed would otherwise end the value or the line.
 func TestWriteMetricsEscapesTaskNames(t *testing.T) {
 	name := "a\\b\"c\nd"
-	m := newMetrics(prometheus.NewRegistry(), []Task{metricsTask(t, name, "@every 1s")})
-	var b strings.Builder
-	if err := m.writeText(&b); err != nil {
-		t.Fatal(err)
-	}
-	mfs, err := parseText(b.String())
+	got := scrape(t, stats.New([]stats.TaskInfo{{Name: name, Window: time.Second}}), false, 0)
+	mfs, err := parseText(got)
 	if err != nil {
-		t.Fatalf("does not parse: %v\n%s", err, b.String())
+		t.Fatalf("does not parse: %v\n%s", err, got)
 	}
-	got := mfs["slotd_running_tasks"].GetMetric()[0].GetLabel()[0].GetValue()
-	if got != name {
-		t.Errorf("task label %q, want %q", got, name)
+	if v := mfs["slotd_running_tasks"].GetMetric()[0].GetLabel()[0].GetValue(); v != name {
+		t.Errorf("task label %q, want %q", v, name)
+	}
+	if up := mfs["slotd_redis_up"].GetMetric()[0].GetGauge().GetValue(); up != 0 {
+		t.Errorf("slotd_redis_up %v with the store down, want 0", up)
 	}
 }
 
@@ -241,22 +221,6 @@ func TestWriteMetricsEscapesTaskNames(t *testing.T) {
 func parseText(s string) (map[string]*dto.MetricFamily, error) {
 	p := expfmt.NewTextParser(model.LegacyValidation)
 	return p.TextToMetricFamilies(strings.NewReader(s))
-}
-
-// exposition is one scrape of reg in the text format.
-func exposition(t *testing.T, reg *prometheus.Registry) string {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b strings.Builder
-	for _, mf := range mfs {
-		if _, err := expfmt.MetricFamilyToText(&b, mf); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return b.String()
 }
 
 // lineDiff lists the lines only in got (+) and only in want (-).
@@ -282,42 +246,20 @@ func lineDiff(got, want string) string {
 	return b.String()
 }
 
-// A value on a bucket's upper bound falls in that bucket (le is "less or
-// equal"), as in client_golang's histograms.
-func TestMetricsHistogramBounds(t *testing.T) {
-	for _, tc := range []struct {
-		v    float64
-		want int // index into counts; buckets is the +Inf bucket
-	}{
-		{0, 0}, {-1, 0}, {durationBounds[0], 0}, {durationBounds[0] * 1.0001, 1},
-		{durationBounds[buckets-1], buckets - 1}, {durationBounds[buckets-1] * 1.0001, buckets},
-	} {
-		h := histogram{upper: durationBounds}
-		h.Observe(tc.v)
-		for i := range h.counts {
-			if n, want := h.counts[i].Load(), uint64(0); i == tc.want && n != 1 || i != tc.want && n != want {
-				t.Errorf("Observe(%v): bucket %d holds %d, want the value in bucket %d", tc.v, i, n, tc.want)
-			}
-		}
-	}
-}
-
 // Events racing scrapes lose nothing, and every scrape is self-consistent:
-// the count is the +Inf bucket.
+// the count is the +Inf bucket, read through a parser.
 func TestMetricsConcurrentScrape(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	m := newMetrics(reg, []Task{metricsTask(t, "busy", "@every 1s")})
-	reg.MustRegister(&taskCollector{m: m, d: newTaskDescs()})
-	st := m.task("busy")
+	set := stats.New([]stats.TaskInfo{{Name: "busy", Window: time.Second}})
+	st := set.Task("busy")
 	const workers, each = 4, 2000
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
 			for range each {
-				st.claimed(lock.Won)
-				st.duration.Observe(0.5)
-				st.running.Add(1)
-				st.running.Add(-1)
+				st.Claimed(lock.Won)
+				st.Duration.Observe(0.5)
+				st.Running.Add(1)
+				st.Running.Add(-1)
 			}
 		})
 	}
@@ -330,27 +272,22 @@ func TestMetricsConcurrentScrape(t *testing.T) {
 			finished = true
 		default:
 		}
-		mfs, err := reg.Gather()
+		mfs, err := parseText(scrape(t, set, true, 0))
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, mf := range mfs {
-			if mf.GetName() != "slotd_task_duration_seconds" {
-				continue
-			}
-			h := mf.GetMetric()[0].GetHistogram()
-			if last := h.GetBucket()[len(h.GetBucket())-1]; h.GetSampleCount() < last.GetCumulativeCount() {
-				t.Fatalf("count %d below the last finite bucket's %d", h.GetSampleCount(), last.GetCumulativeCount())
-			}
-			if finished && (h.GetSampleCount() != workers*each || h.GetSampleSum() != workers*each*0.5) {
-				t.Fatalf("after the workers: count %d, sum %v; want %d, %v", h.GetSampleCount(), h.GetSampleSum(), workers*each, workers*each*0.5)
-			}
+		h := mfs["slotd_task_duration_seconds"].GetMetric()[0].GetHistogram()
+		if last := h.GetBucket()[len(h.GetBucket())-1]; h.GetSampleCount() < last.GetCumulativeCount() {
+			t.Fatalf("count %d below the last finite bucket's %d", h.GetSampleCount(), last.GetCumulativeCount())
+		}
+		if finished && (h.GetSampleCount() != workers*each || h.GetSampleSum() != workers*each*0.5) {
+			t.Fatalf("after the workers: count %d, sum %v; want %d, %v", h.GetSampleCount(), h.GetSampleSum(), workers*each, workers*each*0.5)
 		}
 	}
-	if n := st.claims[lock.Won].Load(); n != workers*each {
+	if n := st.Claims[lock.Won].Load(); n != workers*each {
 		t.Errorf("won claims = %d, want %d", n, workers*each)
 	}
-	if n := st.running.Load(); n != 0 {
+	if n := st.Running.Load(); n != 0 {
 		t.Errorf("running = %d, want 0", n)
 	}
 	t.Logf("%d scrapes raced the events", scrapes)
@@ -366,7 +303,7 @@ func vecSeries(reg prometheus.Registerer, names []string) {
 		return v
 	}
 	hist := func(name string, start float64) *prometheus.HistogramVec {
-		v := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: name, Buckets: prometheus.ExponentialBuckets(start, 4, buckets)}, []string{"task"})
+		v := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: name, Buckets: prometheus.ExponentialBuckets(start, 4, stats.Buckets)}, []string{"task"})
 		reg.MustRegister(v)
 		return v
 	}
@@ -383,8 +320,8 @@ func vecSeries(reg prometheus.Registerer, names []string) {
 		for r := lock.Won; r <= lock.Late; r++ {
 			claims.WithLabelValues(n, r.String())
 		}
-		claims.WithLabelValues(n, resultError)
-		for _, o := range outcomes {
+		claims.WithLabelValues(n, stats.ResultError)
+		for _, o := range stats.Outcomes {
 			runs.WithLabelValues(n, o)
 		}
 		for _, h := range hists {
@@ -424,26 +361,18 @@ func TestMetricsHeapPerTask(t *testing.T) {
 		t.Skip("builds 10,000 tasks' series twice")
 	}
 	const n = 10_000
-	s, err := schedule.Parse("0/10 * * * * *", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tasks := make([]Task, n)
+	infos := make([]stats.TaskInfo, n)
 	names := make([]string, n)
-	for i := range tasks {
+	for i := range infos {
 		names[i] = fmt.Sprintf("task-%05d", i)
-		tasks[i] = Task{Name: names[i], Schedule: s}
+		infos[i] = stats.TaskInfo{Name: names[i], Window: 10 * time.Second}
 	}
 	gather := func(reg prometheus.Registerer) func() error {
 		return func() error { _, err := reg.(prometheus.Gatherer).Gather(); return err }
 	}
 	newLive, newScrape := heapGrowth(func(reg prometheus.Registerer) func() error {
-		m := newMetrics(reg, tasks)
-		return func() error { return m.writeText(io.Discard) }
-	})
-	_, collectorScrape := heapGrowth(func(reg prometheus.Registerer) func() error {
-		reg.MustRegister(&taskCollector{m: newMetrics(reg, tasks), d: newTaskDescs()})
-		return gather(reg)
+		set := stats.New(infos)
+		return func() error { return writeText(io.Discard, set, true, 0) }
 	})
 	oldLive, oldScrape := heapGrowth(func(reg prometheus.Registerer) func() error {
 		vecSeries(reg, names)
@@ -451,8 +380,7 @@ func TestMetricsHeapPerTask(t *testing.T) {
 	})
 	t.Logf("live heap per task: %d B (atomics) vs %d B (*Vec series), ratio %.3f",
 		newLive/n, oldLive/n, float64(newLive)/float64(oldLive))
-	t.Logf("allocated per task by one scrape: %d B (writeText), %d B (TaskCollector), %d B (*Vec series)",
-		newScrape/n, collectorScrape/n, oldScrape/n)
+	t.Logf("allocated per task by one scrape: %d B (writeText), %d B (*Vec series)", newScrape/n, oldScrape/n)
 	if newLive*10 > oldLive {
 		t.Errorf("live heap per task %d B is more than a tenth of the *Vec series' %d B", newLive/n, oldLive/n)
 	}

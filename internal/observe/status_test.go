@@ -1,4 +1,4 @@
-package scheduler_test
+package observe_test
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/scheduler"
 	"github.com/slotd/slotd/scheduler/schedule"
@@ -63,10 +64,15 @@ func (f *fleet) attempt(task *scheduler.Task, slot time.Time, replica string, at
 
 func statusTask(t *testing.T, name, spec string, maxAttempts int, doneTTL time.Duration) scheduler.Task {
 	t.Helper()
-	task := testTask(t, name, spec, nil, func(task *scheduler.Task) {
-		task.MaxAttempts, task.DoneTTL = maxAttempts, doneTTL
-	})
-	return task
+	sched, err := schedule.Parse(spec, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return scheduler.Task{
+		Name: name, Spec: spec, Plugin: "test", Params: map[string]any{},
+		Policy:  lock.Policy{Lease: 3 * time.Second, DoneTTL: doneTTL, MaxAttempts: maxAttempts},
+		Timeout: time.Minute, Catchup: "none", Schedule: sched,
+	}
 }
 
 // Status reads each slot's fate from the store, the history and the clock:
@@ -92,7 +98,7 @@ func TestStatus(t *testing.T) {
 	now := at(0, 10)
 	f.now = now
 
-	got, err := scheduler.Status(context.Background(), tasks, f.store, f.hist, now, 10)
+	got, err := observe.Status(context.Background(), tasks, f.store, f.hist, now, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +155,7 @@ func TestStatus(t *testing.T) {
 	}
 
 	// The JSON is snake_case, with the latest attempt nested.
-	b, err := json.Marshal(scheduler.StatusReport{Now: now, Tasks: got})
+	b, err := json.Marshal(observe.StatusReport{Now: now, Tasks: got})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +172,7 @@ func TestStatus(t *testing.T) {
 
 	// The page shows every slot with its phase, and escapes what it shows.
 	var page bytes.Buffer
-	if err := scheduler.WritePage(&page, scheduler.Page{StatusReport: scheduler.StatusReport{Now: now, Tasks: got}}); err != nil {
+	if err := observe.WritePage(&page, observe.Page{StatusReport: observe.StatusReport{Now: now, Tasks: got}}); err != nil {
 		t.Fatal(err)
 	}
 	html := page.String()
@@ -186,7 +192,7 @@ func TestStatus(t *testing.T) {
 // A store that cannot answer fails the status, naming the task.
 func TestStatusStoreError(t *testing.T) {
 	task := statusTask(t, "report", "@every 1h", 3, 48*time.Hour)
-	_, err := scheduler.Status(context.Background(), []scheduler.Task{task}, downStore{lock.NewMemory(nil)}, nil, time.Now(), 3)
+	_, err := observe.Status(context.Background(), []scheduler.Task{task}, downStore{lock.NewMemory(nil)}, nil, time.Now(), 3)
 	if err == nil || !errors.Is(err, errDown) || !strings.Contains(err.Error(), "report") {
 		t.Errorf("Status on a store that is down: %v", err)
 	}
@@ -197,38 +203,3 @@ var errDown = errors.New("connection refused")
 type downStore struct{ lock.Store }
 
 func (downStore) States(context.Context, []lock.Slot) ([]lock.State, error) { return nil, errDown }
-
-func TestParseSlot(t *testing.T) {
-	half, err := schedule.Parse("30 * * * *", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	task := scheduler.Task{Name: "half", Spec: "30 * * * *", Schedule: half}
-	s, err := task.ParseSlot("2024011514")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := time.Date(2024, 1, 15, 14, 30, 0, 0, time.UTC); !s.Time.Equal(want) || s.ID != "2024011514" ||
-		!s.Deadline.Equal(want.Add(time.Hour)) || s.Task != "half" {
-		t.Errorf("ParseSlot(2024011514) = %+v, want the 14:30 slot", s)
-	}
-	even := statusTask(t, "even", "@every 2s", 3, time.Hour)
-	for _, tc := range []struct {
-		task *scheduler.Task
-		id   string
-	}{
-		{&task, "202401151430"}, // minute resolution for an hourly task
-		{&task, "20240115"},
-		{&task, "2024011599"},
-		{&task, "2024011514 "},
-		{&task, ""},
-		{&even, "20240115143001"}, // not a multiple of 2s
-	} {
-		if _, err := tc.task.ParseSlot(tc.id); !errors.Is(err, scheduler.ErrBadSlot) {
-			t.Errorf("%s.ParseSlot(%q): %v, want ErrBadSlot", tc.task.Name, tc.id, err)
-		}
-	}
-	if s, err := even.ParseSlot("20240115143002"); err != nil || s.Time.Second() != 2 {
-		t.Errorf("even.ParseSlot(20240115143002) = %+v, %v", s, err)
-	}
-}

@@ -1,16 +1,14 @@
-package scheduler
+package observe
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
+	"github.com/slotd/slotd/internal/stats"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/scheduler"
 )
-
-// ErrBadSlot: a slot id that is not a fire time of the task's schedule.
-var ErrBadSlot = errors.New("scheduler: not a slot of the task")
 
 // Phases of a slot in a status: what an operator wants to know about it,
 // derived from the store's state, the run history and the slot window.
@@ -51,7 +49,7 @@ type SlotStatus struct {
 	Finished time.Time `json:"finished,omitzero"` // done: when, by the store's clock
 	// The latest attempt recorded in the history, if any: its start,
 	// duration, outcome and error.
-	Last *HistoryEntry `json:"last_attempt,omitempty"`
+	Last *scheduler.HistoryEntry `json:"last_attempt,omitempty"`
 }
 
 // StatusReport is the fleet view as `slotd status -json` and /api/v1/tasks
@@ -65,7 +63,7 @@ type StatusReport struct {
 // ideally): for each task its next fire time and its latest n slots, with
 // their state in store and their latest attempt in hist (nil: no history).
 // It only reads, and needs no running daemon.
-func Status(ctx context.Context, tasks []Task, store lock.Store, hist History, now time.Time, n int) ([]TaskStatus, error) {
+func Status(ctx context.Context, tasks []scheduler.Task, store lock.Store, hist scheduler.History, now time.Time, n int) ([]TaskStatus, error) {
 	out := make([]TaskStatus, 0, len(tasks))
 	for i := range tasks {
 		ts, err := taskStatus(ctx, &tasks[i], store, hist, now, n)
@@ -77,7 +75,7 @@ func Status(ctx context.Context, tasks []Task, store lock.Store, hist History, n
 	return out, nil
 }
 
-func taskStatus(ctx context.Context, t *Task, store lock.Store, hist History, now time.Time, n int) (TaskStatus, error) {
+func taskStatus(ctx context.Context, t *scheduler.Task, store lock.Store, hist scheduler.History, now time.Time, n int) (TaskStatus, error) {
 	tz := t.Timezone
 	if tz == "" {
 		tz = "UTC"
@@ -86,10 +84,10 @@ func taskStatus(ctx context.Context, t *Task, store lock.Store, hist History, no
 		Name: t.Name, Schedule: t.Spec, Timezone: tz, Plugin: t.Plugin,
 		MaxAttempts: t.MaxAttempts, Next: t.Schedule.Next(now), Slots: []SlotStatus{},
 	}
-	last := map[string]*HistoryEntry{}
+	last := map[string]*scheduler.HistoryEntry{}
 	if hist != nil && n > 0 {
 		// Enough entries for n slots that each used every attempt.
-		es, err := hist.Recent(ctx, t.Name, min(HistoryMaxLen, n*(t.MaxAttempts+1)))
+		es, err := hist.Recent(ctx, t.Name, min(scheduler.HistoryMaxLen, n*(t.MaxAttempts+1)))
 		if err != nil {
 			return ts, fmt.Errorf("status: task %s: %w", t.Name, err)
 		}
@@ -125,7 +123,7 @@ func taskStatus(ctx context.Context, t *Task, store lock.Store, hist History, no
 
 // phase says what became of slot, from its state in the store, its latest
 // attempt in the history (nil if none) and the time.
-func phase(t *Task, slot lock.Slot, st lock.State, last *HistoryEntry, now time.Time) string {
+func phase(t *scheduler.Task, slot lock.Slot, st lock.State, last *scheduler.HistoryEntry, now time.Time) string {
 	open := now.Before(slot.Deadline)
 	switch {
 	case st.Status == "running":
@@ -148,7 +146,7 @@ func phase(t *Task, slot lock.Slot, st lock.State, last *HistoryEntry, now time.
 	// The window is closed and the store holds nothing: either nothing ever
 	// claimed the slot, or its keys expired and only the history remembers.
 	switch {
-	case last != nil && last.Outcome == outcomeSuccess:
+	case last != nil && last.Outcome == stats.OutcomeSuccess:
 		return PhaseDone
 	case last != nil && last.Attempt >= t.MaxAttempts:
 		return PhaseExhausted
@@ -159,28 +157,4 @@ func phase(t *Task, slot lock.Slot, st lock.State, last *HistoryEntry, now time.
 		return PhaseMissed
 	}
 	return PhaseUnknown
-}
-
-// Slot returns the slot of t that fires at at, a fire time of its schedule.
-func (t *Task) Slot(at time.Time) lock.Slot {
-	return lock.Slot{Task: t.Name, ID: t.Schedule.SlotID(at), Time: at.UTC(), Deadline: t.SlotDeadline(at).UTC()}
-}
-
-// ParseSlot returns t's slot whose id is id, or ErrBadSlot if no fire time
-// of t's schedule has that id.
-func (t *Task) ParseSlot(id string) (lock.Slot, error) {
-	layout := t.Schedule.Resolution().Layout()
-	start, err := time.ParseInLocation(layout, id, time.UTC)
-	if err != nil || start.Format(layout) != id {
-		return lock.Slot{}, fmt.Errorf("%w: task %s: slot id %q: want the slot time in UTC as %s (e.g. %s)",
-			ErrBadSlot, t.Name, id, layout, t.Schedule.SlotID(t.Schedule.Next(time.Now())))
-	}
-	// The id names a UTC bucket (an hour, a minute...); the slot is the one
-	// fire time in it, which need not be at its start (30 * * * * is 14:30
-	// in bucket 2024011514). Fire times are whole seconds.
-	at := t.Schedule.Next(start.Add(-time.Second))
-	if at.IsZero() || t.Schedule.SlotID(at) != id {
-		return lock.Slot{}, fmt.Errorf("%w: task %s (schedule %q): no fire time has slot id %s", ErrBadSlot, t.Name, t.Spec, id)
-	}
-	return t.Slot(at), nil
 }

@@ -1,0 +1,131 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+
+	"github.com/slotd/slotd/internal/stats"
+	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/tasks"
+)
+
+// startAttempt runs the attempt of won claim c on its own goroutine, which
+// reports back to the loop with an attempted event when the slot is
+// completed or released.
+func (l *loop) startAttempt(r *run, c lock.Claim) {
+	t, slot := r.t, r.slot
+	l.workers.Add(1)
+	go func() {
+		defer l.workers.Done()
+		finished := l.s.attempt(l.ctx, l.hard, t, slot, c)
+		l.inbox.post(event{kind: attempted, run: r, reply: lock.ClaimReply{Claim: c}, done: finished})
+	}()
+}
+
+// attempt runs a won claim and completes or releases the slot. It reports
+// whether this replica is finished with the slot: the task succeeded — even
+// if the slot could not then be marked done, since running it again here
+// would only add a duplicate (a peer may still, after the lease).
+func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, c lock.Claim) bool {
+	// One With for the attempt's four attributes, made on first use: a JSON
+	// handler formats them at once, a burst makes ten thousand of these,
+	// and at level warn most attempts log nothing.
+	log := sync.OnceValue(func() *slog.Logger {
+		return s.log.With("task", t.Name, "slot", slot.ID, "attempt", c.Attempt, "token", lock.Token(slot.Time, c.Attempt))
+	})
+	st := s.stats.Task(t.Name)
+	lease := lock.Hold(hard, s.store, slot, s.replica, c, t.Lease, lock.LeaseHooks{
+		Renewed: st.Renewals.Inc,
+		Lost: func(err error) {
+			st.LeaseLosses.Inc()
+			log().Error("lease lost: cancelling the task", "err", err)
+		},
+	})
+	run := tasks.Run{
+		Task: t.Name, Slot: slot.ID, SlotTime: slot.Time, Attempt: c.Attempt,
+		Token: lease.Token(), Replica: s.replica,
+	}
+	tctx, cancel := context.WithTimeoutCause(lease.Context(), t.Timeout, ErrTimeout)
+	defer cancel()
+	start := s.now()
+	st.StartDelay.Observe(max(start.Sub(slot.Time), 0).Seconds())
+	st.Running.Add(1)
+	if s.log.Enabled(ctx, slog.LevelInfo) {
+		log().Info("attempt started", "delay", start.Sub(slot.Time))
+	}
+	err := runTask(tasks.WithRun(tctx, run), t.Job)
+	st.Running.Add(-1)
+	took := s.now().Sub(start)
+	st.Duration.Observe(took.Seconds())
+	entry := HistoryEntry{
+		Slot: slot.ID, SlotTime: slot.Time, Attempt: c.Attempt, Token: lease.Token(),
+		Replica: s.replica, Started: start, Duration: took,
+	}
+
+	// Finishing must outlive shutdown; the lease bounds it.
+	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), t.Lease)
+	defer fcancel()
+	if err == nil && tctx.Err() == nil {
+		ferr := lease.Complete(fctx, t.DoneTTL)
+		if errors.Is(ferr, lock.ErrNotReplicated) {
+			// Done on the master; a failover before the replicas catch up
+			// could lose the marker and let a peer run the slot again.
+			log().Warn("slot marked done, but not acknowledged by min_replicas_ack replicas", "err", ferr)
+			ferr = nil
+		}
+		if ferr != nil {
+			// The task ran but the slot is not marked done: a peer may run it
+			// again after the lease; the fencing token tells them apart.
+			st.Ran(stats.OutcomeLeaseLost)
+			st.FinishErrors.Inc()
+			log().Error("task succeeded but the slot could not be marked done", "err", ferr, "duration", took)
+			entry.Outcome, entry.Error = stats.OutcomeLeaseLost, "task succeeded but the slot could not be marked done: "+ferr.Error()
+			s.record(ctx, t.Name, entry, log)
+			return true
+		}
+		st.Ran(stats.OutcomeSuccess)
+		st.Succeeded(slot.Time)
+		if s.log.Enabled(ctx, slog.LevelInfo) {
+			log().Info("attempt succeeded", "duration", took)
+		}
+		entry.Outcome = stats.OutcomeSuccess
+		s.record(ctx, t.Name, entry, log)
+		return true
+	}
+	outcome := stats.OutcomeFailure
+	switch cause := context.Cause(tctx); {
+	case errors.Is(cause, lock.ErrLeaseLost):
+		outcome = stats.OutcomeLeaseLost
+	case errors.Is(cause, ErrTimeout):
+		outcome = stats.OutcomeTimeout
+	case errors.Is(cause, ErrShutdown):
+		outcome = stats.OutcomeCanceled
+	}
+	if err == nil {
+		err = context.Cause(tctx)
+	}
+	st.Ran(outcome)
+	log().Warn("attempt failed", "outcome", outcome, "err", err, "duration", took)
+	if rerr := lease.Release(fctx); rerr != nil {
+		st.FinishErrors.Inc()
+		log().Error("release failed; the slot frees when its lease runs out", "err", rerr)
+	}
+	entry.Outcome, entry.Error = outcome, err.Error()
+	s.record(ctx, t.Name, entry, log)
+	return false
+}
+
+// runTask runs job, turning a panic into an error so that one bad plugin
+// cannot take the daemon down.
+func runTask(ctx context.Context, job tasks.Task) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("task panicked: %v\n%s", r, debug.Stack())
+		}
+	}()
+	return job.Run(ctx)
+}

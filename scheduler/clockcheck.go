@@ -1,0 +1,56 @@
+package scheduler
+
+import (
+	"context"
+	"time"
+)
+
+// clockLoop measures the store's reachability and clock skew periodically.
+func (s *Scheduler) clockLoop(ctx context.Context) {
+	for {
+		every := s.checkEvery
+		if !s.storeOK.Load() {
+			every = s.recheckEvery
+		}
+		t := s.clock.NewTimer(every)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
+		s.checkClock(ctx)
+	}
+}
+
+// checkClock asks the store for its time once. The offset it measures is
+// applied to the loop's fire times, so a replica whose clock is off still
+// fires on the store's time; claims are checked against the store's clock
+// anyway.
+func (s *Scheduler) checkClock(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	t0 := s.clock.Now()
+	st, err := s.store.Time(cctx)
+	t1 := s.clock.Now()
+	if err != nil {
+		if s.storeOK.Swap(false) || s.skew.Load() == 0 {
+			s.log.Warn("store unreachable", "err", err)
+		}
+		return
+	}
+	if !s.storeOK.Swap(true) {
+		s.log.Info("store reachable")
+	}
+	rtt := t1.Sub(t0)
+	skew := st.Sub(t0.Add(rtt / 2))
+	// Below the measurement's own uncertainty the skew is noise.
+	if skew.Abs() <= rtt/2+time.Millisecond {
+		skew = 0
+	}
+	s.skew.Store(int64(skew))
+	s.offset.Store(int64(skew))
+	if limit := s.maxSkew; limit > 0 && skew.Abs() > limit {
+		s.log.Warn("clock skew against the store exceeds max_clock_skew", "skew", skew, "max", limit)
+	}
+}

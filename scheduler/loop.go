@@ -1,0 +1,340 @@
+package scheduler
+
+import (
+	"container/heap"
+	"context"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/slotd/slotd/lock"
+)
+
+// loop is the one goroutine that owns every slot run on this replica: the
+// runs' states, the heap of fire times and the heap of the runs' wake
+// times are read and written by it alone, so none of them is locked.
+//
+// Each turn it handles the events in its mailbox — a claim's reply, a
+// notice from a slot's watch, an attempt's end — then the wake times and
+// fire times that have come, then sends the claims these asked for as one
+// lock.ClaimMany, and waits for the next event, wake time, fire time or
+// the end of ctx (shutdown), whichever comes first. Between claims a run
+// is only an entry in the wake heap: no goroutine and no timer per slot.
+// A goroutine exists per batch of claims in flight and per running
+// attempt, and each reports back through the mailbox.
+type loop struct {
+	s          *Scheduler
+	ctx, hard  context.Context
+	cancelHard context.CancelCauseFunc
+
+	inbox  mailbox
+	fires  fireHeap // tasks by next fire time, on the store's clock
+	wakes  wakeHeap // waiting, handing-off and settled runs by wake time, on the local clock
+	claims []*run   // runs whose claim goes out at the end of this turn
+	live   int      // runs not ended
+	// stopping: ctx has ended; nothing fires, and the loop returns once
+	// every run has ended.
+	stopping bool
+
+	workers sync.WaitGroup // claim batches and attempts in flight
+}
+
+func newLoop(s *Scheduler, ctx, hard context.Context, cancelHard context.CancelCauseFunc) *loop {
+	return &loop{s: s, ctx: ctx, hard: hard, cancelHard: cancelHard, inbox: newMailbox()}
+}
+
+// run is the loop. It returns once ctx has ended and every run has ended
+// (running attempts included, cancelled through hard after the grace); it
+// does not wait for the workers' goroutines to exit.
+func (l *loop) run() {
+	l.start()
+	var (
+		shutdown = l.ctx.Done()
+		grace    Timer
+		graceC   <-chan time.Time
+		events   []event
+	)
+	for {
+		l.sendClaims()
+		if l.stopping && l.live == 0 {
+			break
+		}
+		var timerC <-chan time.Time
+		var timer Timer
+		if wait, ok := l.nextWait(); ok {
+			timer = l.s.clock.NewTimer(wait)
+			timerC = timer.C()
+		}
+		select {
+		case <-l.inbox.ready:
+		case <-timerC:
+		case <-shutdown:
+			shutdown = nil
+			l.s.log.Info("shutting down: no new attempts", "grace", l.s.grace)
+			l.onShutdown()
+			grace = l.s.clock.NewTimer(l.s.grace)
+			graceC = grace.C()
+		case <-graceC:
+			graceC = nil
+			l.s.log.Warn("shutdown grace over: cancelling running attempts and releasing their slots")
+			l.cancelHard(ErrShutdown)
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		events = l.inbox.take(events)
+		for i := range events {
+			l.handle(events[i])
+			events[i] = event{} // no run kept alive by a handled event
+		}
+		l.wakeDue()
+		l.fireDue()
+	}
+	if grace != nil {
+		grace.Stop()
+	}
+}
+
+// nextWait is how long the loop may block without missing a wake time or
+// a fire time; false: until an event or shutdown.
+func (l *loop) nextWait() (time.Duration, bool) {
+	var wait time.Duration
+	ok := false
+	if !l.stopping && len(l.fires) > 0 {
+		// Wake at least once per clock check: if the wall clock steps or the
+		// measured offset changes, the next fire time is due sooner or later
+		// than this wait says.
+		wait, ok = min(l.fires[0].next.Sub(l.s.now()), l.s.checkEvery), true
+	}
+	if len(l.wakes) > 0 {
+		w := l.wakes[0].wakeAt.Sub(l.s.clock.Now())
+		if !ok || w < wait {
+			wait, ok = w, true
+		}
+	}
+	return max(wait, 0), ok
+}
+
+// handle passes an event from the mailbox to its transition.
+func (l *loop) handle(e event) {
+	switch e.kind {
+	case claimed:
+		l.onClaimReply(e.run, e.reply)
+	case noticed:
+		l.onNotice(e.run, e.done)
+	case attempted:
+		l.onAttempted(e.run, e.reply.Claim, e.done)
+	}
+}
+
+// start fires, for each task whose catchup is "latest", the slot whose
+// window is open now, and fills the fire heap with every task's next fire
+// time.
+func (l *loop) start() {
+	now := l.s.now()
+	l.fires = make(fireHeap, 0, len(l.s.tasks))
+	for i := range l.s.tasks {
+		t := &l.s.tasks[i]
+		if t.Catchup == "latest" {
+			if slot, ok := t.Schedule.Latest(now); ok && now.Before(t.SlotDeadline(slot)) {
+				l.onFire(t, slot)
+			}
+		}
+		if next := t.Schedule.Next(now); !next.IsZero() {
+			l.fires = append(l.fires, &fire{task: t, next: next})
+		}
+	}
+	heap.Init(&l.fires)
+}
+
+// fireDue fires every fire time that has come. A fire time that passed
+// while this process was stalled still fires if its window is open; each
+// slot is claimed by its own id, so a late start cannot run a slot twice.
+func (l *loop) fireDue() {
+	if l.stopping {
+		return
+	}
+	now := l.s.now()
+	for len(l.fires) > 0 && !l.fires[0].next.After(now) {
+		f := l.fires[0]
+		if now.Before(f.task.SlotDeadline(f.next)) {
+			l.onFire(f.task, f.next)
+		} else {
+			l.s.stats.Task(f.task.Name).Missed.Inc()
+			l.s.log.Warn("slot missed: its window closed before this replica could fire it",
+				"task", f.task.Name, "slot", f.task.Schedule.SlotID(f.next))
+		}
+		if f.next = f.task.Schedule.Next(f.next); f.next.IsZero() {
+			heap.Pop(&l.fires)
+		} else {
+			heap.Fix(&l.fires, 0)
+		}
+	}
+}
+
+// wakeDue passes every run whose wake time has come to onWake.
+func (l *loop) wakeDue() {
+	now := l.s.clock.Now()
+	for len(l.wakes) > 0 && !l.wakes[0].wakeAt.After(now) {
+		l.onWake(heap.Pop(&l.wakes).(*run))
+	}
+}
+
+// schedule sets r's wake time d from now (on the local clock, which is
+// monotonic: a wall-clock step does not stretch a wait).
+func (l *loop) schedule(r *run, d time.Duration) {
+	r.wakeAt = l.s.clock.Now().Add(max(d, 0))
+	if r.index >= 0 {
+		heap.Fix(&l.wakes, r.index)
+		return
+	}
+	heap.Push(&l.wakes, r)
+}
+
+// unschedule removes r's wake time, if it has one.
+func (l *loop) unschedule(r *run) {
+	if r.index >= 0 {
+		heap.Remove(&l.wakes, r.index)
+	}
+}
+
+// sendClaims sends the claims this turn's events asked for, as one
+// lock.ClaimMany, so that ten thousand slots due together cost a few round
+// trips and one goroutine; each reply comes back as a claimed event, the
+// slots won in the first round trip before the last one is back.
+//
+// Each replica claims them in its own random order. In the same order
+// everywhere, the replica whose first round trip lands first would win
+// nearly every slot, and run them all at once while its peers idle; in
+// random orders each replica's first round trips win their own share, so
+// the work of a burst spreads over the replicas.
+func (l *loop) sendClaims() {
+	if len(l.claims) == 0 {
+		return
+	}
+	runs := l.claims
+	l.claims = nil
+	if l.ctx.Err() != nil {
+		// Shutting down: a claim sent now could win a slot that no attempt
+		// would run, leaving it to its lease.
+		for _, r := range runs {
+			l.end(r)
+		}
+		return
+	}
+	rand.Shuffle(len(runs), func(i, j int) { runs[i], runs[j] = runs[j], runs[i] })
+	reqs := make([]lock.ClaimRequest, len(runs))
+	lease := runs[0].t.Lease
+	for i, r := range runs {
+		reqs[i] = lock.ClaimRequest{Slot: r.slot, Replica: l.s.replica, Policy: r.t.Policy}
+		lease = min(lease, r.t.Lease)
+	}
+	store, inbox := l.s.store, &l.inbox
+	l.workers.Add(1)
+	go func() {
+		defer l.workers.Done()
+		cctx, cancel := context.WithTimeout(l.ctx, lease/3)
+		defer cancel()
+		if len(reqs) == 1 {
+			var reply lock.ClaimReply
+			reply.Claim, reply.Err = store.Claim(cctx, reqs[0].Slot, reqs[0].Replica, reqs[0].Policy)
+			inbox.post(event{kind: claimed, run: runs[0], reply: reply})
+			return
+		}
+		lock.ClaimMany(cctx, store, reqs, func(i int, reply lock.ClaimReply) {
+			inbox.post(event{kind: claimed, run: runs[i], reply: reply})
+		})
+	}()
+}
+
+// eventKind is what an event reports.
+type eventKind uint8
+
+const (
+	claimed   eventKind = iota + 1 // a claim's reply
+	noticed                        // the slot's watch: released or rerun, or with done, completed
+	attempted                      // an attempt ended; with done, the replica is finished with the slot
+)
+
+// event is a message to the loop about one run.
+type event struct {
+	kind  eventKind
+	run   *run
+	reply lock.ClaimReply // claimed: the reply; attempted: the claim the attempt ran under
+	done  bool
+}
+
+// mailbox is the loop's queue of events. It does not block a sender: a
+// slot's watch posts from the store's notification goroutine while it
+// holds the store's lock, and the loop itself calls the store.
+type mailbox struct {
+	mu     sync.Mutex
+	events []event
+	ready  chan struct{} // holds a token once an event is posted
+}
+
+func newMailbox() mailbox { return mailbox{ready: make(chan struct{}, 1)} }
+
+// post queues e and wakes the loop.
+func (m *mailbox) post(e event) {
+	m.mu.Lock()
+	m.events = append(m.events, e)
+	m.mu.Unlock()
+	select {
+	case m.ready <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the queued events, and keeps buf (emptied) for the next.
+func (m *mailbox) take(buf []event) []event {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := m.events
+	m.events = buf[:0]
+	return out
+}
+
+// fire is one task in the fire heap.
+type fire struct {
+	task *Task
+	next time.Time
+}
+
+// fireHeap orders tasks by their next fire time.
+type fireHeap []*fire
+
+func (h fireHeap) Len() int           { return len(h) }
+func (h fireHeap) Less(i, j int) bool { return h[i].next.Before(h[j].next) }
+func (h fireHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *fireHeap) Push(x any)        { *h = append(*h, x.(*fire)) }
+func (h *fireHeap) Pop() any {
+	old := *h
+	f := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return f
+}
+
+// wakeHeap orders runs by wake time; each run knows its index.
+type wakeHeap []*run
+
+func (h wakeHeap) Len() int           { return len(h) }
+func (h wakeHeap) Less(i, j int) bool { return h[i].wakeAt.Before(h[j].wakeAt) }
+func (h wakeHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *wakeHeap) Push(x any) {
+	r := x.(*run)
+	r.index = len(*h)
+	*h = append(*h, r)
+}
+func (h *wakeHeap) Pop() any {
+	old := *h
+	r := old[len(old)-1]
+	old[len(old)-1] = nil
+	r.index = -1
+	*h = old[:len(old)-1]
+	return r
+}

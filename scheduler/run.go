@@ -1,0 +1,308 @@
+package scheduler
+
+import (
+	"errors"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/slotd/slotd/lock"
+)
+
+// runState is the phase of a slot's life on this replica.
+type runState uint8
+
+const (
+	// claiming: a claim is queued for this turn's batch or in flight; its
+	// reply comes as a claimed event.
+	claiming runState = iota + 1
+	// running: this replica won the claim and its attempt runs; its end
+	// comes as an attempted event.
+	running
+	// handingOff: paused after this replica's own failed attempt, so that
+	// a woken peer goes first. A release notice then is (or may be) this
+	// replica's own, published as it released: it does not cut the pause
+	// short. A completion settles the run.
+	handingOff
+	// waiting: until its wake time (the holder's lease, the slot time, the
+	// backoff after an error) or a release notice, then claims again; a
+	// completion notice settles it without a claim.
+	waiting
+	// settled: the slot is done or out of attempts; the run waits only for
+	// an operator's rerun, until a little after its deadline.
+	settled
+	// ended: its watch is stopped; later events about it are ignored.
+	ended
+)
+
+func (s runState) String() string {
+	names := [...]string{"none", "claiming", "running", "handingOff", "waiting", "settled", "ended"}
+	if int(s) < len(names) {
+		return names[s]
+	}
+	return "runState(" + strconv.Itoa(int(s)) + ")"
+}
+
+// notice is what a slot's watch said while its run was claiming or
+// running, kept for when the claim or attempt is over. The latest wins: a
+// rerun after a completion means claim again, a completion after a
+// release means settled.
+type notice uint8
+
+const (
+	noNotice notice = iota
+	released        // released after a failure, or rerun by an operator: claim again
+	done            // marked done by its holder: settled, no claim needed
+)
+
+// expireLag is how long after their deadline settled runs are ended. A
+// deadline is by default the next fire time, when the replica is busiest
+// claiming the next slots; ending the old runs, which wait only for a rerun
+// that can no longer start, is not urgent. A rerun announced in the lag
+// wakes its run, which then finds the window closed and ends.
+const expireLag = time.Second
+
+// run is one slot's life on this replica, from its fire time to its
+// deadline: claim, run if won, and otherwise wait until the slot is
+// released, its holder's lease runs out, or it is settled (done or out of
+// attempts) and then only for an operator's rerun until the deadline.
+// Every field is the loop's; the methods of loop named on* are its
+// transitions, one per event.
+type run struct {
+	t    *Task
+	slot lock.Slot
+	w    *lock.Watch
+
+	state    runState
+	news     notice      // while claiming or running
+	last     lock.Result // of the latest claim answered
+	failures int         // claims in a row that got no answer
+	wakeAt   time.Time   // in the wake heap: when onWake is due
+	index    int         // in the wake heap; -1 if not in it
+	log      *slog.Logger
+}
+
+// onFire starts the run of task t's slot that fires at at: it watches the
+// slot, so that a release that follows the first claim is seen, and
+// queues the claim.
+func (l *loop) onFire(t *Task, at time.Time) {
+	r := l.newRun(t, at)
+	l.advance(r, false)
+}
+
+// newRun makes the run of t's slot at at and starts watching the slot.
+func (l *loop) newRun(t *Task, at time.Time) *run {
+	r := &run{t: t, slot: t.Slot(at), index: -1}
+	r.w = l.s.store.Watch(r.slot)
+	inbox := &l.inbox
+	r.w.OnChange(func(done bool) { inbox.post(event{kind: noticed, run: r, done: done}) })
+	l.live++
+	return r
+}
+
+// onClaimReply acts on the reply to r's claim: runs the attempt if won,
+// else waits or settles as the reply says.
+func (l *loop) onClaimReply(r *run, reply lock.ClaimReply) {
+	if l.over(r, false) {
+		return
+	}
+	s, c, err := l.s, reply.Claim, reply.Err
+	st := s.stats.Task(r.t.Name)
+	r.last = c.Result
+	if err != nil {
+		st.ClaimFailed()
+		wait := s.claimRetry(err, r.failures)
+		r.failures++
+		switch {
+		case l.ctx.Err() != nil:
+		case errors.Is(err, lock.ErrForeign):
+			// Somebody else's data: never overwrite it, never run over it.
+			r.logger(s).Error("slot keys hold a value slotd did not write; not running the slot, leaving the keys alone",
+				"err", err, "retry_in", wait)
+		default:
+			r.logger(s).Warn("claim failed; not running, will retry", "err", err, "retry_in", wait)
+		}
+		l.park(r, waiting, wait)
+		return
+	}
+	r.failures = 0
+	st.Claimed(c.Result)
+	switch c.Result {
+	case lock.Won:
+		r.state = running
+		l.startAttempt(r, c)
+	case lock.Done, lock.Exhausted:
+		if s.log.Enabled(l.ctx, slog.LevelDebug) {
+			r.logger(s).Debug("slot settled", "result", c.Result, "holder", c.Holder, "attempt", c.Attempt)
+		}
+		l.park(r, settled, 0)
+	case lock.Late:
+		// The store's clock says the window closed; ours may lag a little.
+		st.Missed.Inc()
+		r.logger(s).Warn("slot window closed without a success", "deadline", r.slot.Deadline)
+		l.park(r, settled, 0)
+	case lock.Held:
+		// Woken early by a release; otherwise try when the lease would run
+		// out, with a little jitter so watchers do not stampede.
+		l.park(r, waiting, c.Wait+s.handoff.Delay(0))
+	case lock.Early:
+		l.park(r, waiting, c.Wait)
+	default:
+		l.park(r, waiting, s.backoff.Delay(0))
+	}
+}
+
+// onAttempted acts on the end of r's attempt under claim c; finished: the
+// task succeeded, even if the slot could not then be marked done, since
+// running it again here would only add a duplicate (a peer may still,
+// after the lease).
+func (l *loop) onAttempted(r *run, c lock.Claim, finished bool) {
+	if finished {
+		l.park(r, settled, 0)
+		return
+	}
+	if c.Attempt-c.Base >= r.t.MaxAttempts {
+		l.s.stats.Task(r.t.Name).Exhausted.Inc()
+		r.logger(l.s).Error("slot exhausted: its last allowed attempt failed", "attempts", c.Attempt-c.Base)
+		l.park(r, settled, 0)
+		return
+	}
+	// Let a peer go first: our own release's notice, which may have come
+	// already or may come later, must not wake us.
+	r.news = noNotice
+	l.park(r, handingOff, l.s.handoff.Delay(0))
+}
+
+// onNotice acts on the slot's watch: a release (or an operator's rerun),
+// or with isDone its completion by the holder.
+func (l *loop) onNotice(r *run, isDone bool) {
+	switch r.state {
+	case claiming, running:
+		r.news = released
+		if isDone {
+			r.news = done
+		}
+	case handingOff:
+		// A release is our own, most likely; another (a peer's, a rerun)
+		// waits for the pause to end, which is short.
+		if isDone {
+			l.unschedule(r)
+			l.advance(r, true)
+		}
+	case waiting:
+		// A completion settles the run as a claim would find it, without
+		// the claim: that is how the replicas that lost a burst's slots
+		// hear of each, ten thousand at once.
+		l.unschedule(r)
+		l.advance(r, isDone)
+	case settled:
+		// A completion changes nothing; a rerun means claim again.
+		if !isDone {
+			l.unschedule(r)
+			r.news = released
+			l.advance(r, true)
+		}
+	}
+}
+
+// onWake acts on r's wake time: the end of a wait or of the handoff
+// pause (claim again), or a settled run's deadline (end).
+func (l *loop) onWake(r *run) {
+	switch r.state {
+	case waiting, handingOff:
+		l.advance(r, false)
+	case settled:
+		l.advance(r, true)
+	}
+}
+
+// onShutdown ends every run that waits, hands off or is settled. A run
+// claiming or running ends at its claim's reply or its attempt's end.
+func (l *loop) onShutdown() {
+	l.stopping = true
+	for len(l.wakes) > 0 {
+		l.end(l.wakes[len(l.wakes)-1])
+	}
+}
+
+// advance moves r, which is not claiming or running, on from what it
+// knows now — isSettled, and the news kept while it was busy: it ends if
+// ctx has ended or the window has closed, settles, or queues a claim.
+func (l *loop) advance(r *run, isSettled bool) {
+	if l.over(r, isSettled) {
+		return
+	}
+	switch r.news {
+	case released:
+		isSettled = false // a release, or a rerun of a settled slot: claim again
+	case done:
+		isSettled = true // as a claim would find it, without the claim
+	}
+	r.news = noNotice
+	if isSettled {
+		r.state = settled
+		l.schedule(r, r.slot.Deadline.Sub(l.s.now())+expireLag)
+		return
+	}
+	r.state = claiming
+	l.claims = append(l.claims, r)
+}
+
+// park puts r, after its claim or attempt, into state (waiting,
+// handingOff or settled), waking after wait unless settled. News that
+// came meanwhile, or the end of ctx, is acted on at once instead.
+func (l *loop) park(r *run, state runState, wait time.Duration) {
+	if r.news != noNotice || l.ctx.Err() != nil || state == settled {
+		l.advance(r, state == settled)
+		return
+	}
+	r.state = state
+	l.schedule(r, min(wait, r.slot.Deadline.Sub(l.s.now())))
+}
+
+// over ends r if ctx has ended or the slot's window has closed, and
+// reports whether it did.
+func (l *loop) over(r *run, isSettled bool) bool {
+	if l.ctx.Err() != nil {
+		l.end(r)
+		return true
+	}
+	if !l.s.now().Before(r.slot.Deadline) {
+		// A holder still running past the deadline reports for itself.
+		if !isSettled && r.last != lock.Held {
+			l.s.stats.Task(r.t.Name).Missed.Inc()
+			r.logger(l.s).Warn("slot window closed without a success", "deadline", r.slot.Deadline)
+		}
+		l.end(r)
+		return true
+	}
+	return false
+}
+
+// end finishes r: it stops watching the slot and leaves the wake heap.
+func (l *loop) end(r *run) {
+	l.unschedule(r)
+	r.w.Stop()
+	r.state = ended
+	l.live--
+}
+
+// logger is r's logger, made on first use: most slots never log.
+func (r *run) logger(s *Scheduler) *slog.Logger {
+	if r.log == nil {
+		r.log = s.log.With("task", r.t.Name, "slot", r.slot.ID)
+	}
+	return r.log
+}
+
+// claimRetry is the wait before claiming again after the failures-th
+// failed claim in a row. After a Redlock round without a quorum (a split
+// vote, or too few nodes answered) it is random from the first retry on —
+// Redlock's random delay, so that contenders that split one round do not
+// collide again in the next; Backoff.Delay(0) alone would be exactly Min.
+func (s *Scheduler) claimRetry(err error, failures int) time.Duration {
+	if errors.Is(err, lock.ErrNoQuorum) {
+		return s.backoff.Delay(failures + 1)
+	}
+	return s.backoff.Delay(failures)
+}
