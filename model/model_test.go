@@ -1,0 +1,101 @@
+package model
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+// notMirrored are the lock scripts slot.pml does not model: the Mutex's
+// and Redlock's own (docs/model.md, Scope). A new script must be added
+// either here or to scripts.sha256 (and to the model).
+var notMirrored = map[string]bool{
+	"lock/mutex_acquire.lua":   true,
+	"lock/mutex_fence.lua":     true,
+	"lock/mutex_release.lua":   true,
+	"lock/mutex_renew.lua":     true,
+	"lock/redlock_align.lua":   true,
+	"lock/redlock_unclaim.lua": true,
+}
+
+// TestScriptsMirrored fails when a Lua script the model mirrors changed
+// since the model was last reviewed against it, or a script is new.
+func TestScriptsMirrored(t *testing.T) {
+	f, err := os.Open("scripts.sha256")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	listed := map[string]bool{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		sum, path, ok := strings.Cut(strings.TrimSpace(sc.Text()), "  ")
+		if !ok {
+			t.Fatalf("scripts.sha256: bad line %q", sc.Text())
+		}
+		listed[path] = true
+		b, err := os.ReadFile(filepath.Join("..", path))
+		if err != nil {
+			t.Errorf("%s: %v: review model/slot.pml and update model/scripts.sha256", path, err)
+			continue
+		}
+		h := sha256.Sum256(b)
+		if got := hex.EncodeToString(h[:]); got != sum {
+			t.Errorf("%s changed (sha256 %s, scripts.sha256 has %s): review model/slot.pml and update model/scripts.sha256",
+				path, got, sum)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	all, err := filepath.Glob("../lock/*.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(all)
+	for _, p := range all {
+		p = strings.TrimPrefix(filepath.ToSlash(p), "../")
+		if !listed[p] && !notMirrored[p] {
+			t.Errorf("%s is new: mirror it in model/slot.pml and add it to model/scripts.sha256 (or to notMirrored)", p)
+		}
+	}
+}
+
+// TestModelCheck runs model/check: spin must find the real protocol's
+// properties to hold and a counterexample for every mutant. Without spin
+// it skips, except under CI=true. It runs the quick check unless CI=true
+// or SLOTD_MODEL_FULL=1.
+func TestModelCheck(t *testing.T) {
+	ci := os.Getenv("CI") == "true"
+	for _, tool := range []string{"spin", "gcc"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			if ci {
+				t.Fatalf("%s not on PATH (CI=true): apt-get install %s", tool, tool)
+			}
+			t.Skipf("%s not on PATH: the model is not checked", tool)
+		}
+	}
+	if testing.Short() && !ci {
+		t.Skip("-short: the model check takes a minute or more")
+	}
+	args := []string{"-quick"}
+	if ci || os.Getenv("SLOTD_MODEL_FULL") == "1" {
+		args = nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "./check", args...)
+	out, err := cmd.CombinedOutput()
+	t.Logf("model/check %s\n%s", strings.Join(args, " "), out)
+	if err != nil {
+		t.Fatalf("model/check: %v", err)
+	}
+}
