@@ -245,7 +245,7 @@ func (s *boundsScanner) deep(d, pos int) error {
 }
 
 // skipString skips a basic ("..."), literal ('...') or multi-line
-// ("""...""", ”'...”') string starting at s.i.
+// (three quotes of either kind) string starting at s.i.
 func (s *boundsScanner) skipString() {
 	q := s.data[s.i]
 	if s.i+2 < len(s.data) && s.data[s.i+1] == q && s.data[s.i+2] == q {
