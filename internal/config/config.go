@@ -32,6 +32,8 @@ const (
 	// MinLease is the shortest lease: it is renewed every lease/3, and a
 	// renewal must fit a Redis round trip with room to spare.
 	MinLease = time.Second
+	// MinDeadline is the shortest slot window a deadline may set.
+	MinDeadline = time.Second
 	// MaxAttemptsLimit bounds max_attempts: the fencing token is
 	// slot_unix_seconds*1000 + attempt, so attempts must stay below 1000.
 	MaxAttemptsLimit = lock.MaxAttempts
