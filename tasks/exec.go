@@ -68,34 +68,61 @@ func newExec(params map[string]any, log *slog.Logger) (Task, error) {
 		Grace:     Duration{DefaultExecGrace},
 		MaxOutput: DefaultExecMaxOutput,
 	}
+	// Every problem is reported, not only the first: a misspelt parameter
+	// must not hide a command that is not installed.
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("tasks: exec: "+format, args...)) }
 	if err := Decode(params, &p); err != nil {
-		return nil, fmt.Errorf("tasks: exec: %w", err)
+		for _, e := range splitJoined(err) {
+			bad("%w", e)
+		}
 	}
+	_, commandGiven := params["command"]
 	switch {
-	case p.Command == nil:
-		return nil, errors.New(`tasks: exec: parameter "command" is required`)
+	case p.Command == nil && !commandGiven:
+		bad(`parameter "command" is required`)
+	case p.Command == nil: // did not decode: reported
 	case len(p.Command) == 0:
-		return nil, errors.New(`tasks: exec: parameter "command" is empty`)
+		bad(`parameter "command" is empty`)
 	case p.Command[0] == "":
-		return nil, errors.New(`tasks: exec: parameter "command": the program name is empty`)
-	case p.Grace.Duration <= 0:
-		return nil, fmt.Errorf(`tasks: exec: parameter "grace": must be positive, not %q`, p.Grace)
-	case p.MaxOutput <= 0:
-		return nil, fmt.Errorf(`tasks: exec: parameter "max_output": must be positive, not %d`, p.MaxOutput)
+		bad(`parameter "command": the program name is empty`)
 	}
+	if p.Grace.Duration <= 0 {
+		bad(`parameter "grace": must be positive, not %q`, p.Grace)
+	}
+	if p.MaxOutput <= 0 {
+		bad(`parameter "max_output": must be positive, not %d`, p.MaxOutput)
+	}
+	nul := false
 	for _, a := range p.Command {
 		if strings.IndexByte(a, 0) >= 0 {
-			return nil, fmt.Errorf(`tasks: exec: parameter "command": argument %q contains a NUL byte`, a)
+			bad(`parameter "command": argument %q contains a NUL byte`, a)
+			nul = true
 		}
 	}
 
-	path := p.Command[0]
-	if !strings.Contains(path, "/") {
-		// Resolve now so that a typo is a load error, not a failure at
-		// the first fire time hours later.
-		var err error
-		if path, err = exec.LookPath(path); err != nil {
-			return nil, fmt.Errorf(`tasks: exec: parameter "command": %q not found: %w`, p.Command[0], err)
+	var path string
+	if len(p.Command) > 0 && p.Command[0] != "" && !nul {
+		path = p.Command[0]
+		if !strings.Contains(path, "/") {
+			// Resolve now so that a typo is a load error, not a failure at
+			// the first fire time hours later.
+			var err error
+			if path, err = exec.LookPath(path); err != nil {
+				bad(`parameter "command": %q not found: %w`, p.Command[0], err)
+			}
+		}
+	}
+	if p.Dir != "" {
+		// Checked now for the same reason; it can still vanish later, and
+		// then the attempt fails to start.
+		switch fi, err := os.Stat(p.Dir); {
+		case errors.Is(err, os.ErrNotExist):
+			bad(`parameter "dir": %q does not exist`, p.Dir)
+		case err != nil:
+			bad(`parameter "dir": %w`, err)
+		case !fi.IsDir():
+			bad(`parameter "dir": %q is not a directory`, p.Dir)
 		}
 	}
 
@@ -103,18 +130,22 @@ func newExec(params map[string]any, log *slog.Logger) (Task, error) {
 	for k, v := range p.Env {
 		switch {
 		case k == "" || strings.ContainsAny(k, "=\x00"):
-			return nil, fmt.Errorf(`tasks: exec: parameter "env": bad variable name %q`, k)
+			bad(`parameter "env": bad variable name %q`, k)
+			continue
 		case strings.IndexByte(v, 0) >= 0:
-			return nil, fmt.Errorf(`tasks: exec: parameter "env": value of %s contains a NUL byte`, k)
-		}
-		for _, n := range envNames {
-			if k == n {
-				return nil, fmt.Errorf(`tasks: exec: parameter "env": %s is set by slotd`, k)
-			}
+			bad(`parameter "env": value of %s contains a NUL byte`, k)
+			continue
+		case slices.Contains(envNames, k):
+			bad(`parameter "env": %s is set by slotd`, k)
+			continue
 		}
 		env = append(env, k+"="+v)
 	}
 	slices.Sort(env) // map order is random; keep runs reproducible
+	if len(errs) > 0 {
+		slices.SortStableFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
+		return nil, errors.Join(errs...)
+	}
 
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -128,6 +159,14 @@ func newExec(params map[string]any, log *slog.Logger) (Task, error) {
 		maxOutput: p.MaxOutput,
 		log:       log,
 	}, nil
+}
+
+// splitJoined returns the errors that errors.Join joined into err, or err.
+func splitJoined(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }
 
 // ExitError is the error of an exec task whose command did not succeed:

@@ -44,6 +44,8 @@ func TestExecParams(t *testing.T) {
 		{"NUL in argument", map[string]any{"command": []any{"true", "a\x00b"}}, `parameter "command"`},
 		{"not in PATH", map[string]any{"command": []any{"slotd-no-such-program"}}, `"slotd-no-such-program" not found`},
 		{"dir not a string", map[string]any{"command": []any{"true"}, "dir": int64(1)}, `parameter "dir"`},
+		{"dir missing", map[string]any{"command": []any{"true"}, "dir": "/nonexistent/dir"}, `parameter "dir": "/nonexistent/dir" does not exist`},
+		{"dir a file", map[string]any{"command": []any{"true"}, "dir": "/bin/sh"}, `parameter "dir": "/bin/sh" is not a directory`},
 		{"env not a table", map[string]any{"command": []any{"true"}, "env": "A=1"}, `parameter "env"`},
 		{"env value not a string", map[string]any{"command": []any{"true"}, "env": map[string]any{"A": int64(1)}}, `parameter "env"`},
 		{"env name with =", map[string]any{"command": []any{"true"}, "env": map[string]any{"A=B": "1"}}, `parameter "env"`},
@@ -191,13 +193,21 @@ func TestExecDir(t *testing.T) {
 	}
 }
 
+// A program or a dir that is gone when the attempt starts (the dir is
+// checked at load, but may be removed after) fails the attempt at start.
 func TestExecStartFailure(t *testing.T) {
+	gone := t.TempDir()
 	for name, params := range map[string]map[string]any{
 		"missing program": {"command": []any{"/nonexistent/program"}},
-		"missing dir":     {"command": []any{"true"}, "dir": "/nonexistent/dir"},
+		"missing dir":     {"command": []any{"true"}, "dir": gone},
 	} {
 		t.Run(name, func(t *testing.T) {
 			task, _ := newExecTask(t, params)
+			if params["dir"] != nil {
+				if err := os.RemoveAll(gone); err != nil {
+					t.Fatal(err)
+				}
+			}
 			err := task.Run(context.Background())
 			if err == nil || !strings.Contains(err.Error(), "tasks: exec: start ") {
 				t.Errorf("Run = %v, want a start error", err)
@@ -450,4 +460,45 @@ func processGone(pid int) bool {
 	// The state follows the command name, which is in parentheses.
 	i := bytes.LastIndexByte(b, ')')
 	return i >= 0 && i+2 < len(b) && b[i+2] == 'Z'
+}
+
+// Every problem of an exec task's params is reported, each with its
+// parameter and value: a misspelt parameter used to hide a command that is
+// not installed, and the first bad key hid the others.
+func TestExecParamsReportsEveryError(t *testing.T) {
+	f, _ := Lookup("exec")
+	_, err := f(map[string]any{
+		"command":    []any{"slotd-no-such-program"},
+		"comand":     []any{"true"},
+		"dir":        "/nonexistent/dir",
+		"grace":      "10",
+		"max_output": "64KiB",
+		"env":        map[string]any{"SLOTD_SLOT": "1"},
+	}, nil)
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, want := range []string{
+		`unknown parameter "comand"`,
+		`parameter "command": "slotd-no-such-program" not found`,
+		`parameter "dir": "/nonexistent/dir" does not exist`,
+		`parameter "grace": bad duration "10"`,
+		`parameter "max_output"`,
+		`parameter "env": SLOTD_SLOT is set by slotd`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not report %q:\n%v", want, err)
+		}
+	}
+	for _, line := range strings.Split(err.Error(), "\n") {
+		if !strings.HasPrefix(line, "tasks: exec: ") {
+			t.Errorf("line %q lacks the package prefix", line)
+		}
+	}
+	_, again := f(map[string]any{"command": []any{"slotd-no-such-program"}, "comand": 1, "dir": "/nonexistent/dir"}, nil)
+	for range 5 {
+		if _, e := f(map[string]any{"command": []any{"slotd-no-such-program"}, "comand": 1, "dir": "/nonexistent/dir"}, nil); e.Error() != again.Error() {
+			t.Fatalf("errors in another order:\n%v\n%v", again, e)
+		}
+	}
 }

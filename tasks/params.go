@@ -25,9 +25,11 @@ import (
 //		return nil, fmt.Errorf("greet: %w", err)
 //	}
 //
-// Fields whose keys are absent keep their values, so set defaults in dst
-// before calling Decode. params may be nil. After an error, dst may be
-// partly filled.
+// Every bad key is reported: the error joins one error per key
+// (errors.Join), in key order, so that an operator can fix them all at
+// once. Fields whose keys are absent or bad keep their values, so set
+// defaults in dst before calling Decode. params may be nil. After an
+// error, dst may be partly filled.
 func Decode(params map[string]any, dst any) error {
 	rv := reflect.ValueOf(dst)
 	if rv.Kind() != reflect.Pointer || rv.IsNil() {
@@ -42,41 +44,49 @@ func Decode(params map[string]any, dst any) error {
 
 	// One key at a time, so that an error is pinned to the key that caused
 	// it: BurntSushi/toml's type errors carry the key only in their text.
+	var errs []error
 	for _, k := range keys {
-		v := params[k]
-		doc, err := toml.Marshal(map[string]any{k: v})
-		if err != nil {
-			return fmt.Errorf("parameter %q: %s", k, tomlMessage(err))
+		if err := decodeKey(rv, k, params[k], dst); err != nil {
+			errs = append(errs, err)
 		}
-		md, err := toml.Decode(string(doc), dst)
-		if err != nil {
-			msg := tomlMessage(err)
-			var pe toml.ParseError
-			if !errors.As(err, &pe) {
-				// A type mismatch; its message names types, not the value.
-				msg += " (value " + formatValue(v) + ")"
+	}
+	return errors.Join(errs...)
+}
+
+// decodeKey decodes the parameter k, whose value is v, into dst.
+func decodeKey(rv reflect.Value, k string, v, dst any) error {
+	doc, err := toml.Marshal(map[string]any{k: v})
+	if err != nil {
+		return fmt.Errorf("parameter %q: %s", k, tomlMessage(err))
+	}
+	md, err := toml.Decode(string(doc), dst)
+	if err != nil {
+		msg := tomlMessage(err)
+		var pe toml.ParseError
+		if !errors.As(err, &pe) {
+			// A type mismatch; its message names types, not the value.
+			msg += " (value " + formatValue(v) + ")"
+		}
+		return fmt.Errorf("parameter %q: %s", k, msg)
+	}
+	if !md.IsDefined(k) {
+		// The encoder drops nil values rather than failing on them.
+		return fmt.Errorf("parameter %q: unsupported value %s", k, formatValue(v))
+	}
+	if u := md.Undecoded(); len(u) > 0 {
+		return fmt.Errorf("unknown parameter %q", keyName(u[0]))
+	}
+	for _, key := range md.Keys() {
+		t, ok := destType(rv.Type(), key)
+		if !ok {
+			return fmt.Errorf("unknown parameter %q", keyName(key))
+		}
+		// BurntSushi/toml leaves a map alone when given a non-table.
+		if t != nil && t.Kind() == reflect.Map && md.Type(key...) != "Hash" {
+			if len(key) == 1 {
+				return fmt.Errorf("parameter %q: want a table (value %s)", k, formatValue(v))
 			}
-			return fmt.Errorf("parameter %q: %s", k, msg)
-		}
-		if !md.IsDefined(k) {
-			// The encoder drops nil values rather than failing on them.
-			return fmt.Errorf("parameter %q: unsupported value %s", k, formatValue(v))
-		}
-		if u := md.Undecoded(); len(u) > 0 {
-			return fmt.Errorf("unknown parameter %q", keyName(u[0]))
-		}
-		for _, key := range md.Keys() {
-			t, ok := destType(rv.Type(), key)
-			if !ok {
-				return fmt.Errorf("unknown parameter %q", keyName(key))
-			}
-			// BurntSushi/toml leaves a map alone when given a non-table.
-			if t != nil && t.Kind() == reflect.Map && md.Type(key...) != "Hash" {
-				if len(key) == 1 {
-					return fmt.Errorf("parameter %q: want a table (value %s)", k, formatValue(v))
-				}
-				return fmt.Errorf("parameter %q: want a table", keyName(key))
-			}
+			return fmt.Errorf("parameter %q: want a table", keyName(key))
 		}
 	}
 	return nil

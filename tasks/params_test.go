@@ -183,3 +183,17 @@ func ExampleDecode() {
 	// unknown parameter "comand"
 	// parameter "grace": bad duration "soon" (want e.g. "30s" or "1m30s")
 }
+
+// Decode reports every bad key, in key order, not only the first.
+func TestDecodeReportsEveryKey(t *testing.T) {
+	var p testParams
+	err := Decode(map[string]any{"zzz": 1, "count": "x", "aaa": 2}, &p)
+	if err == nil {
+		t.Fatal("no error")
+	}
+	lines := strings.Split(err.Error(), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[0], `"aaa"`) || !strings.Contains(lines[1], `parameter "count"`) ||
+		!strings.Contains(lines[2], `"zzz"`) {
+		t.Errorf("err = %v; want the three bad keys in order", err)
+	}
+}

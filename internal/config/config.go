@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -33,6 +32,8 @@ const (
 	// MinLease is the shortest lease: it is renewed every lease/3, and a
 	// renewal must fit a Redis round trip with room to spare.
 	MinLease = time.Second
+	// MinDeadline is the shortest slot window a deadline may set.
+	MinDeadline = time.Second
 	// MaxAttemptsLimit bounds max_attempts: the fencing token is
 	// slot_unix_seconds*1000 + attempt, so attempts must stay below 1000.
 	MaxAttemptsLimit = lock.MaxAttempts
@@ -74,11 +75,11 @@ var logLevels = map[string]slog.Level{
 	"error": slog.LevelError,
 }
 
-// Load reads the configuration file at path, once, and validates it as
-// Parse does. Every problem in the file is reported, each prefixed with the
-// path.
+// Load reads the configuration file at path, once and at most MaxFileSize
+// bytes of it (whatever kind of file it is), and validates it as Parse
+// does. Every problem in the file is reported, each prefixed with the path.
 func Load(path string, log *slog.Logger) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := readLimited(path)
 	if err != nil {
 		return nil, fmt.Errorf("load config: %w", err)
 	}
@@ -89,12 +90,17 @@ func Load(path string, log *slog.Logger) (*Config, error) {
 // errors. It builds every task with its plugin's factory, giving each a
 // logger scoped with the task's name (log may be nil). The error, if any,
 // joins one error per problem found (errors.Join), so that an operator can
-// fix the file in one go.
+// fix the file in one go. A file past MaxFileSize, MaxDepth or MaxKeys is
+// rejected before it is decoded.
 func Parse(data []byte, source string, log *slog.Logger) (*Config, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	p := &problems{source: source}
+	if err := checkBounds(data); err != nil {
+		p.add(err)
+		return nil, p.err()
+	}
 
 	// Decode into plain maps rather than structs: a struct decode stops at
 	// the first type mismatch, and BurntSushi/toml matches struct fields

@@ -5,7 +5,11 @@
 // with its schedule parsed and its job built by its plugin's factory.
 //
 // Guarantees:
-//   - the file is read once and validated whole: every problem (unknown
+//   - the file is read once, at most MaxFileSize bytes of it whatever kind
+//     of file it is, and refused before decoding if it nests deeper than
+//     MaxDepth or holds more than MaxKeys keys, so that no file makes
+//     loading slow or large (checkBounds, a linear scan);
+//   - the file is validated whole: every problem (unknown
 //     key, wrong type, bad duration, spec, zone, plugin or parameter,
 //     inconsistent policy or Redis mode) is reported in one error, each
 //     naming the file, the key and, for a task, the task;
@@ -13,7 +17,8 @@
 //     are filled in, each task's policy is merged over [defaults] and
 //     checked against its schedule (done_ttl covers the slot window, the
 //     lease fits in done_ttl), and TLS files are read and checked;
-//   - errors never quote a password or a Redis URL (ParseRedisURL);
+//   - errors never quote a password or any byte of a Redis URL
+//     (ParseRedisURL);
 //   - it is the only package that reads TOML for the file (plugins decode
 //     their own [task.params]).
 //

@@ -43,7 +43,12 @@ func readPolicy(t table) rawPolicy {
 	})
 	rp.doneTTL = t.duration("done_ttl", positive)
 	rp.timeout = t.duration("timeout", positive)
-	rp.deadline = t.duration("deadline", positive)
+	rp.deadline = t.duration("deadline", func(d time.Duration) string {
+		if d > 0 && d < MinDeadline {
+			return fmt.Sprintf("%v is shorter than %v: slot times are whole seconds, and a slot's window must leave time for a claim to reach Redis", d, MinDeadline)
+		}
+		return positive(d)
+	})
 	rp.maxAttempts = t.integer("max_attempts", 1, MaxAttemptsLimit,
 		"the fencing token is slot_unix_seconds*1000 + attempt")
 	if v, ok := t.str("catchup"); ok {

@@ -144,20 +144,110 @@ func (c *Config) readRedisURLEnv(t table) {
 }
 
 // ParseRedisURL parses a Redis URL as go-redis does: redis://, rediss://
-// (TLS) or unix://, with an ACL user and password and a database number.
-// It is the only place slotd parses one, because its error must never
-// quote the URL, which may hold a password: go-redis returns a *url.Error,
-// which would, so only the error inside it is kept.
+// (TLS) or unix://, with an ACL user and password and a database number,
+// and a TCP port from 1 to 65535. It is the only place slotd parses one.
+// Its error never holds a byte of the URL, which may hold a password: the
+// errors of net/url and go-redis quote the part they stumbled on, and when
+// a password holds a character that must be percent-encoded (/ ? # @ %),
+// that part is a piece of the password (`invalid port ":s3cr" after host`;
+// all of it when the URL ends in /). So the error says which part is
+// wrong in words of its own, and how to encode a password.
 func ParseRedisURL(s string) (*redis.Options, error) {
 	opt, err := redis.ParseURL(s)
-	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
+	if err == nil && opt.Network == "tcp" {
+		_, port, _ := net.SplitHostPort(opt.Addr)
+		if n, perr := strconv.Atoi(port); perr != nil || n < 1 || n > 65535 {
+			err = errBadPort
 		}
-		return nil, fmt.Errorf("invalid Redis URL (want redis://[user:password@]host:port[/db], rediss://... or unix://...): %v", err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("invalid Redis URL (want redis://[user:password@]host:port[/db], rediss://... or unix:///path): %s%s",
+			urlProblem(err), encodingHint(s))
 	}
 	return opt, nil
+}
+
+var errBadPort = errors.New("bad port")
+
+// urlProblem says what is wrong with a Redis URL in fixed words, choosing
+// them by the text of err, none of which it copies.
+func urlProblem(err error) string {
+	if errors.Is(err, errBadPort) {
+		return "the port must be a number from 1 to 65535"
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		msg := ue.Err.Error()
+		switch {
+		case strings.Contains(msg, "invalid port"):
+			return "what follows the host's colon is not a port number"
+		case strings.Contains(msg, "invalid URL escape"):
+			return "a % is not followed by two hexadecimal digits (write a % as %25)"
+		case strings.Contains(msg, "invalid userinfo"):
+			return "the user or password holds a character that must be percent-encoded"
+		case strings.Contains(msg, "control character"):
+			return "it holds a control character"
+		case strings.Contains(msg, "missing protocol scheme"), strings.Contains(msg, "first path segment"):
+			return "it has no scheme (redis://, rediss:// or unix://)"
+		case strings.Contains(msg, "in host name"):
+			return "the host holds a character a host name may not"
+		}
+		return "it is not a well-formed URL"
+	}
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "invalid URL scheme"):
+		return "the scheme must be redis://, rediss:// or unix://"
+	case strings.Contains(msg, "invalid database number"):
+		return "the database (the path, or ?db=) must be a number"
+	case strings.Contains(msg, "invalid URL path"):
+		return "the path must be one database number, such as /0"
+	case strings.Contains(msg, "empty unix socket path"):
+		return "unix:// needs the socket's path (unix:///run/redis.sock)"
+	case strings.Contains(msg, "unexpected option"):
+		return "a query option is not one go-redis knows"
+	}
+	for _, name := range redisURLOptions {
+		if strings.HasPrefix(msg, "redis: invalid "+name+" ") {
+			return "the query option " + name + " has a bad value"
+		}
+	}
+	return "it is not a valid Redis URL"
+}
+
+// redisURLOptions are the query options go-redis reads from a URL: the
+// only words of a URL that an error may name.
+var redisURLOptions = []string{"protocol", "client_name", "max_retries", "min_retry_backoff", "max_retry_backoff",
+	"dial_timeout", "read_timeout", "write_timeout", "pool_fifo", "pool_size", "pool_timeout", "min_idle_conns",
+	"max_idle_conns", "max_active_conns", "max_concurrent_dials", "pipeline_pool_size", "pipeline_read_buffer_size",
+	"pipeline_write_buffer_size", "conn_max_idle_time", "idle_timeout", "conn_max_lifetime", "max_conn_age",
+	"conn_max_lifetime_jitter", "skip_verify"}
+
+// encodingHint explains percent-encoding when s has an @ (so it may have a
+// user or password) and what precedes its last @ holds a character that
+// would end the userinfo early or is not a valid escape.
+func encodingHint(s string) string {
+	_, rest, ok := strings.Cut(s, "://")
+	if !ok {
+		rest = s
+	}
+	at := strings.LastIndexByte(rest, '@')
+	if at < 0 {
+		return ""
+	}
+	info := rest[:at]
+	bad := strings.ContainsAny(info, "/?#@[] ")
+	for i := 0; i < len(info) && !bad; i++ {
+		bad = info[i] == '%' && (i+2 >= len(info) || !isHex(info[i+1]) || !isHex(info[i+2]))
+	}
+	if !bad {
+		return ""
+	}
+	return "; a user or password holding / ? # @ % [ ] or a space must be percent-encoded: / as %2F, ? as %3F, # as %23, @ as %40, % as %25, space as %20"
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
 
 // readRedisMode reads and cross-checks the mode keys after url has been

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -163,4 +164,106 @@ func TestParseRedisURL(t *testing.T) {
 			t.Errorf("ParseRedisURL(%q) error = %v; want an invalid Redis URL error that does not quote the password", u, err)
 		}
 	}
+}
+
+// Malformed Redis URLs whose user and password hold markers: no error of
+// ParseRedisURL, nor of url, url_env or redlock, holds any three bytes in
+// a row of the user or the password. net/url's and go-redis's errors quote
+// the part they stumble on, which is a piece of the password when it holds
+// a character that must be percent-encoded (`invalid port ":s3cr" after
+// host`, all of it when the URL ends in /).
+func TestRedisURLErrorsNeverQuoteUserinfo(t *testing.T) {
+	for _, u := range malformedRedisURLs() {
+		_, err := ParseRedisURL(u.url)
+		if err == nil {
+			continue // a valid URL (the marker is then a host or a path)
+		}
+		checkNoUserinfo(t, "ParseRedisURL("+u.url+")", err.Error(), u.user, u.password)
+		if !strings.HasPrefix(err.Error(), "invalid Redis URL (want ") {
+			t.Errorf("ParseRedisURL(%q) = %v", u.url, err)
+		}
+		for key, src := range map[string]string{
+			"url":     "url = " + tomlString(u.url),
+			"redlock": "redlock = [\"redis://a:1\", " + tomlString(u.url) + ", \"redis://c:1\"]",
+			"url_env": "url_env = \"SLOTD_TEST_URL\"",
+		} {
+			t.Setenv("SLOTD_TEST_URL", u.url)
+			_, err := Parse([]byte("[redis]\n"+src+"\n"+minimal), "x.toml", nil)
+			if err == nil {
+				t.Errorf("%s = %q accepted", key, u.url)
+				continue
+			}
+			checkNoUserinfo(t, key+" = "+u.url, err.Error(), u.user, u.password)
+		}
+	}
+	// Some errors say what to do.
+	for u, want := range map[string]string{
+		"redis://user:pa/ss@h:6379/0":   "/ as %2F",
+		"redis://:pa%zz@h:6379":         "%25",
+		"redis://h:70000":               "from 1 to 65535",
+		"redis://h:6379/x":              "database",
+		"redis://h:6379?dial_timeout=x": "dial_timeout",
+		"user:pw@h:6379":                "scheme",
+	} {
+		if _, err := ParseRedisURL(u); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseRedisURL(%q) = %v; want it to say %q", u, err, want)
+		}
+	}
+}
+
+type markedURL struct{ url, user, password string }
+
+// malformedRedisURLs returns URLs that go-redis or net/url refuse, each
+// with a user and a password made of markers around a character that
+// breaks the URL.
+func malformedRedisURLs() []markedURL {
+	const user = "Uq7Zx"
+	var out []markedURL
+	for _, sep := range []string{"", "/", "?", "#", "@", "%", "%zz", " ", "[", "]", ":", "\x01", "\\", "\"", "%2"} {
+		pw := "Pw9X" + sep + "k3Vj"
+		for _, form := range []string{
+			"redis://%[1]s:%[2]s@h:6379/0", "redis://:%[2]s@h:6379", "redis://%[1]s:%[2]s/", "redis://%[1]s:%[2]s",
+			"rediss://%[1]s:%[2]s@h:port", "redis://%[1]s:%[2]s@h:6379/x%[2]s", "redis://%[1]s:%[2]s@h:6379/0?dial_timeout=%[2]s",
+			"%[1]s:%[2]s@h:6379", "redis://%[1]s:%[2]s@[::1", "unix://%[1]s:%[2]s@", "redis://%[1]s:%[2]s@h:6379?%[2]s=1",
+			"http://%[1]s:%[2]s@h", "redis://%[1]s:%[2]s@h:70000", "redis://%[1]s:%[2]s@h:6379/0/%[2]s",
+			"redis://%[1]s:%[2]s@h:6379?pool_fifo=%[2]s", "redis://%[1]s:%[2]s@h:6379?db=%[2]s", "redis://%[1]s@h:%[2]s",
+			"redis://%[1]s:%[2]s@h%[2]s:6379", "%[2]s", "redis://%[1]s:%[2]s@h:6379/0?client_name=a&%[2]s",
+		} {
+			out = append(out, markedURL{fmt.Sprintf(form, user, pw), user, pw})
+		}
+	}
+	return out
+}
+
+// checkNoUserinfo fails if msg holds any three bytes in a row of user or
+// password.
+func checkNoUserinfo(t *testing.T, what, msg, user, password string) {
+	t.Helper()
+	for _, secret := range []string{user, password} {
+		for i := 0; i+3 <= len(secret); i++ {
+			if strings.Contains(msg, secret[i:i+3]) {
+				t.Errorf("%s: the error quotes %q of %q:\n%s", what, secret[i:i+3], secret, msg)
+				break
+			}
+		}
+	}
+}
+
+// tomlString quotes s as a TOML basic string.
+func tomlString(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for _, r := range s {
+		switch {
+		case r == '"' || r == '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r < 0x20 || r == 0x7f:
+			fmt.Fprintf(&b, "\\u%04x", r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
 }

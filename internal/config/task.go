@@ -92,12 +92,23 @@ func readTask(m map[string]any, n int, seen map[string]int, defaults rawPolicy, 
 	switch {
 	case !t.has("schedule"):
 		t.errorf("schedule", "required (a cron spec such as \"0 * * * *\", or \"@every 5m\")")
-	case specOK && tzOK:
-		s, err := schedule.Parse(spec, tz)
+	case specOK:
+		// With a bad zone, the spec is still checked (in UTC), so that
+		// its own errors are reported too; the task gets no schedule.
+		zone := tz
+		if !tzOK {
+			zone = ""
+		}
+		s, err := schedule.Parse(spec, zone)
 		if err != nil {
 			t.wrapf("schedule", err)
+		} else if tzOK {
+			task.Schedule = s
 		}
-		task.Schedule = s
+		if strings.HasPrefix(strings.TrimSpace(spec), "@every") && tz != "" && tz != "UTC" {
+			t.errorf("timezone", "%q has no effect on %q: @every fires at multiples of its duration since the Unix epoch, the same instants in every zone; remove timezone (or use a cron spec to fire on %s's wall clock)",
+				tz, spec, tz)
+		}
 	}
 
 	task.Params = map[string]any{}
@@ -123,7 +134,10 @@ func readTask(m map[string]any, n int, seen map[string]int, defaults rawPolicy, 
 		} else if paramsOK {
 			job, err := build(factory, plugin, task.Params, log.With("task", name))
 			if err != nil {
-				t.wrapf("params", err)
+				// A factory may join one error per problem: one line each.
+				for _, e := range splitJoined(err) {
+					t.wrapf("params", e)
+				}
 			}
 			task.Job = job
 		}
@@ -148,6 +162,14 @@ func build(factory tasks.Factory, plugin string, params map[string]any, log *slo
 		err = fmt.Errorf("plugin %q returned no task", plugin)
 	}
 	return job, err
+}
+
+// splitJoined returns the errors that errors.Join joined into err, or err.
+func splitJoined(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }
 
 func registered() string {

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/lmittmann/tint"
+	"github.com/mattn/go-isatty"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
@@ -254,20 +255,32 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, o options) e
 }
 
 // newLogger returns tint on a terminal and JSON otherwise, unless format
-// says which.
+// says which. tint colours only a terminal, and only when NO_COLOR is
+// unset (no-color.org). Every format escapes control characters in what
+// it writes (escapeAttr): a task's output cannot drive a terminal or forge
+// a log line.
 func newLogger(w io.Writer, level slog.Level, format string) *slog.Logger {
+	tty := isTerminal(w)
 	if format == "auto" || format == "" {
 		format = "json"
-		if f, ok := w.(*os.File); ok {
-			if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
-				format = "text"
-			}
+		if tty {
+			format = "text"
 		}
 	}
 	if format == "json" {
-		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level, ReplaceAttr: durationString}))
+		escape := escapeAttr(true)
+		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level,
+			ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr { return escape(groups, durationString(groups, a)) }}))
 	}
-	return slog.New(tint.NewHandler(w, &tint.Options{Level: level, TimeFormat: time.TimeOnly}))
+	return slog.New(tint.NewHandler(w, &tint.Options{Level: level, TimeFormat: time.TimeOnly,
+		NoColor: !tty || os.Getenv("NO_COLOR") != "", ReplaceAttr: escapeAttr(false)}))
+}
+
+// isTerminal reports whether w is a terminal (not merely a character
+// device: /dev/null is one too).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && isatty.IsTerminal(f.Fd())
 }
 
 // redisLogger sends go-redis's own messages (reconnects, pool errors) through

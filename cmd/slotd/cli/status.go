@@ -298,13 +298,26 @@ func cmdRerun(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitError
 	}
 	if res.Previous == "" && res.Attempts == 0 {
-		fmt.Fprintf(stdout, "slot %s of %s had nothing to clear (no state, no attempts)\n", slot.ID, task.Name)
-	} else {
-		fmt.Fprintf(stdout, "cleared slot %s of %s: state %q; %d attempts so far, %d more allowed (attempt numbers and fencing tokens keep growing)\n",
-			slot.ID, task.Name, clean(res.Previous), res.Attempts, task.MaxAttempts)
+		// Nothing was done: no state to clear, and no replica told to
+		// look again unless one is waiting on the slot.
+		running := "no replica is subscribed to the store (is any daemon running with this configuration?)"
+		if res.Woken > 0 {
+			running = fmt.Sprintf("%d subscribed replica(s) were told to look at it again", res.Woken)
+		}
+		fmt.Fprintf(stderr, "slotd rerun: nothing to rerun: slot %s of %s has no state and no attempts (it was never claimed, or its keys expired); %s. "+
+			"A replica claims a free slot by itself while its window is open (until %s UTC).\n",
+			slot.ID, task.Name, running, stamp(slot.Deadline))
+		return exitError
 	}
-	fmt.Fprintf(stdout, "woke %d subscribed replica(s); the window is open until %s UTC (%s from now)\n",
-		res.Woken, stamp(slot.Deadline), slot.Deadline.Sub(now).Round(time.Second))
+	fmt.Fprintf(stdout, "cleared slot %s of %s: state %q; %d attempts so far, %d more allowed (attempt numbers and fencing tokens keep growing)\n",
+		slot.ID, task.Name, clean(res.Previous), res.Attempts, task.MaxAttempts)
+	if res.Woken == 0 {
+		fmt.Fprintf(stdout, "no replica is subscribed to the store (is any daemon running?): the slot runs only if one starts before its window closes at %s UTC (%s from now) and catches it up\n",
+			stamp(slot.Deadline), slot.Deadline.Sub(now).Round(time.Second))
+	} else {
+		fmt.Fprintf(stdout, "woke %d subscribed replica(s); the window is open until %s UTC (%s from now)\n",
+			res.Woken, stamp(slot.Deadline), slot.Deadline.Sub(now).Round(time.Second))
+	}
 	log.Info("slot cleared for a rerun", "previous_state", res.Previous, "attempts", res.Attempts,
 		"forced", force, "subscribers", res.Woken, "deadline", slot.Deadline)
 	return exitOK
