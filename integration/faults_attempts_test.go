@@ -23,7 +23,7 @@ func TestTimeoutsAndFailuresStopAtCap(t *testing.T) {
 max_attempts = 3
 timeout = "1m"
 catchup = "none"`,
-		c.execTask("slowpoke", "@every 6s", `rec start; sleep 5; rec end`, `timeout = "1s"`),
+		c.execTask("slowpoke", "@every 6s", `trap 'rec term; exit 143' TERM; rec start; sleep 5 & wait; rec end`, `timeout = "1s"`),
 		c.execTask("broken", "@every 6s", `rec start; rec fail; exit 1`, ""),
 		c.execTask("healthy", "@every 2s", `rec start; rec end`, ""))
 
@@ -65,10 +65,18 @@ catchup = "none"`,
 					t.Errorf("%s slot %s: attempt %d in place %d:\n%s", task, id, s.Attempt, i+1, dump(es))
 				}
 				if task == "slowpoke" && i > 0 {
-					// Each attempt ran until its 1s timeout, not its 5s sleep.
+					// Each attempt ran until its 1s timeout, not its 5s sleep,
+					// and the next started only after it was stopped. (The
+					// gap between starts alone is no measure: the start line
+					// comes after the supervisor and the shell have started,
+					// which under load can take a few hundred ms.)
 					gap := s.At.Sub(starts[i-1].At)
-					if gap < 900*time.Millisecond || gap > 4*time.Second {
+					if gap > 4*time.Second {
 						t.Errorf("slowpoke slot %s: attempt %d started %v after attempt %d, want about the 1s timeout", id, s.Attempt, gap, i)
+					}
+					terms := find(es, "term", i)
+					if len(terms) != 1 || s.At.Before(terms[0].At) {
+						t.Errorf("slowpoke slot %s: attempt %d started before attempt %d was stopped (SIGTERM at its timeout):\n%s", id, s.Attempt, i, dump(es))
 					}
 				}
 			}
