@@ -166,7 +166,7 @@ catchup = "latest"`,
 	// label on some referenced metric; outcome and result values are ones
 	// the daemon uses (README, Metrics).
 	known := map[string][]string{
-		"outcome": {"success", "failure", "timeout", "lease_lost", "canceled"},
+		"outcome": {"success", "failure", "timeout", "lease_lost", "canceled", "success_unmarked"},
 		"result":  {"won", "held", "done", "exhausted", "early", "late", "error"},
 	}
 	for _, q := range qs {

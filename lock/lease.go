@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/slotd/slotd/retry"
@@ -26,7 +27,17 @@ type Lease struct {
 	slot  Slot
 	owner Owner
 	token int64
+
+	// op makes a renewal and a completion never overlap: a renewal sent
+	// after the completion landed would find the done marker and report the
+	// lease lost. completed: the slot is ours and done; renew no more.
+	op        sync.Mutex
+	completed bool
 }
+
+// errCompleted is what a renewal answers once the slot is done: not a loss,
+// and the watchdog is being stopped.
+var errCompleted = errors.New("lock: slot completed")
 
 // LeaseHooks report a lease's renewals and its loss, for metrics. Either may
 // be nil.
@@ -46,7 +57,14 @@ func Hold(parent context.Context, s Store, slot Slot, replica string, c Claim, l
 		owner: Owner{Replica: replica, Attempt: c.Attempt},
 		token: Token(slot.Time, c.Attempt),
 	}
-	renew := func(ctx context.Context) error { return l.store.Renew(ctx, l.slot, l.owner, l.ttl) }
+	renew := func(ctx context.Context) error {
+		l.op.Lock()
+		defer l.op.Unlock()
+		if l.completed {
+			return errCompleted
+		}
+		return l.store.Renew(ctx, l.slot, l.owner, l.ttl)
+	}
 	l.keep(parent, lease, c.Sent, renew, hooks.Renewed, func(why error) error {
 		if hooks.Lost != nil {
 			hooks.Lost(why)
@@ -69,16 +87,64 @@ func (l *Lease) Owner() Owner { return l.owner }
 // Lost reports whether the watchdog gave the lease up.
 func (l *Lease) Lost() bool { return l.isLost() }
 
-// Complete stops the watchdog and marks the slot done. It retries errors of
-// unknown outcome while the lease may still be valid; the script answers
-// success again when a lost reply had in fact completed the slot. It returns
-// ErrLeaseLost if the lease was lost before the slot could be completed,
-// and ErrNotReplicated, without retrying, if the slot was marked done but
-// not acknowledged by the replicas WithMinReplicasAck asks for.
+// Complete marks the slot done and then stops the watchdog. The watchdog
+// keeps renewing while the completion is retried: an error of unknown
+// outcome (a timeout, a lost reply, a store that refuses writes — OOM) is
+// retried, with backoff, for as long as the lease is held and ctx lasts, so
+// that a success is not run again by a peer merely because marking it done
+// took longer than a lease. The script answers success again when a lost
+// reply had in fact completed the slot.
+//
+// It returns ErrLeaseLost if the lease was lost (no renewal confirmed in
+// time, or the slot taken) before the slot could be completed, the last
+// error if ctx ended first, ErrNotHeld or ErrForeign from the store as they
+// are, and ErrNotReplicated, without retrying, if the slot was marked done
+// but not acknowledged by the replicas WithMinReplicasAck asks for.
 func (l *Lease) Complete(ctx context.Context, doneTTL time.Duration) error {
-	return l.finish(ctx, "complete", func(ctx context.Context) error {
-		return l.store.Complete(ctx, l.slot, l.owner, doneTTL)
-	})
+	defer l.cancel(context.Canceled)
+	// The holder retries its own call, which collides with no peer's: the
+	// waits double without jitter, from a thirtieth of the lease to a third.
+	backoff := retry.Backoff{Min: max(l.ttl/30, time.Millisecond), Max: l.ttl / 3, NoJitter: true}
+	var err error
+	for n := 0; ; n++ {
+		until := l.validUntil()
+		if l.isLost() || !time.Now().Before(until) {
+			l.stop()
+			if !l.isLost() { // ran out between two of the watchdog's looks
+				l.lose(errNoRenewal)
+			}
+			if err == nil {
+				return fmt.Errorf("lock: complete %s attempt %d: %w", l.slot, l.owner.Attempt, ErrLeaseLost)
+			}
+			return fmt.Errorf("lock: complete %s attempt %d: %w (last try: %w)", l.slot, l.owner.Attempt, ErrLeaseLost, err)
+		}
+		err = l.completeOnce(ctx, until, doneTTL)
+		if err == nil || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrForeign) || errors.Is(err, ErrNotReplicated) {
+			l.stop()
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			l.stop() // the lease runs out by itself
+			return err
+		case <-l.done: // the watchdog ended: the lease is lost
+		case <-time.After(min(backoff.Delay(n), time.Until(until))):
+		}
+	}
+}
+
+// completeOnce sends one completion, never while a renewal is under way, and
+// stops the renewals once the slot is done (or done but not replicated).
+func (l *Lease) completeOnce(ctx context.Context, until time.Time, doneTTL time.Duration) error {
+	l.op.Lock()
+	defer l.op.Unlock()
+	cctx, cancel := context.WithDeadline(ctx, until)
+	defer cancel()
+	err := l.store.Complete(cctx, l.slot, l.owner, doneTTL)
+	if err == nil || errors.Is(err, ErrNotReplicated) {
+		l.completed = true
+	}
+	return err
 }
 
 // Release stops the watchdog and gives the slot back so a peer may retry

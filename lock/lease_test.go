@@ -12,12 +12,14 @@ import (
 	"github.com/slotd/slotd/lock"
 )
 
-// faulty wraps a real store and fails renewals on demand: the thin fault
-// injector the lease tests need.
+// faulty wraps a real store and fails renewals, or the next completions,
+// on demand: the thin fault injector the lease tests need.
 type faulty struct {
 	lock.Store
-	failRenew atomic.Bool
-	renews    atomic.Int64
+	failRenew     atomic.Bool
+	renews        atomic.Int64
+	failCompletes atomic.Int64 // completions still to fail; negative: all
+	completes     atomic.Int64
 }
 
 var errInjected = errors.New("injected: connection reset")
@@ -28,6 +30,14 @@ func (f *faulty) Renew(ctx context.Context, s lock.Slot, o lock.Owner, d time.Du
 		return errInjected
 	}
 	return f.Store.Renew(ctx, s, o, d)
+}
+
+func (f *faulty) Complete(ctx context.Context, s lock.Slot, o lock.Owner, d time.Duration) error {
+	f.completes.Add(1)
+	if f.failCompletes.Load() < 0 || f.failCompletes.Add(-1) >= 0 {
+		return errInjected
+	}
+	return f.Store.Complete(ctx, s, o, d)
 }
 
 func redisStore(t *testing.T) (*lock.Redis, *redistest.Server) {

@@ -66,11 +66,18 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 		Replica: s.replica, Started: start, Duration: took,
 	}
 
-	// Finishing must outlive shutdown; the lease bounds it.
+	// Finishing must outlive shutdown; the lease bounds a release.
 	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), t.Lease)
 	defer fcancel()
 	if err == nil && tctx.Err() == nil {
-		ferr := lease.Complete(fctx, t.DoneTTL)
+		// The completion is retried while the lease is held (the watchdog
+		// keeps renewing): until the slot's deadline, after which no peer
+		// starts an attempt, and at least a lease; a shutdown's hard cancel
+		// ends it sooner.
+		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), max(slot.Deadline.Sub(s.now()), t.Lease))
+		defer ccancel()
+		defer context.AfterFunc(hard, ccancel)()
+		ferr := lease.Complete(cctx, t.DoneTTL)
 		if errors.Is(ferr, lock.ErrNotReplicated) {
 			// Done on the master; a failover before the replicas catch up
 			// could lose the marker and let a peer run the slot again.
@@ -80,10 +87,11 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 		if ferr != nil {
 			// The task ran but the slot is not marked done: a peer may run it
 			// again after the lease; the fencing token tells them apart.
-			st.Ran(stats.OutcomeLeaseLost)
+			st.Ran(stats.OutcomeSuccessUnmarked)
+			st.Succeeded(slot.Time)
 			st.FinishErrors.Inc()
-			log().Error("task succeeded but the slot could not be marked done", "err", ferr, "duration", took)
-			entry.Outcome, entry.Error = stats.OutcomeLeaseLost, "task succeeded but the slot could not be marked done: "+ferr.Error()
+			log().Error("task succeeded but the slot could not be marked done: a peer may run it again", "err", ferr, "duration", took)
+			entry.Outcome, entry.Error = stats.OutcomeSuccessUnmarked, "task succeeded but the slot could not be marked done: "+ferr.Error()
 			s.record(ctx, t.Name, entry, log)
 			return true
 		}

@@ -35,7 +35,7 @@ type HistoryEntry struct {
 	Attempt  int           `json:"attempt"`
 	Token    int64         `json:"token"`
 	Replica  string        `json:"replica"`
-	Outcome  string        `json:"outcome"` // success, failure, timeout, lease_lost or canceled (as slotd_runs_total)
+	Outcome  string        `json:"outcome"` // success, failure, timeout, lease_lost, canceled or success_unmarked (as slotd_runs_total)
 	Started  time.Time     `json:"started"`
 	Duration time.Duration `json:"-"`               // written as duration_ms
 	Error    string        `json:"error,omitempty"` // at most MaxHistoryError bytes of valid UTF-8

@@ -114,6 +114,46 @@ func TestHandoffIgnoresReleaseNotice(t *testing.T) {
 	}
 }
 
+// The model checker's trail "a rerun notice dropped behind a done notice"
+// (docs/model.md, finding 2): a replica's attempt fails; a peer then
+// completes the slot and an operator reruns it, the two notices arriving
+// before the replica's attempt has reported its end or during its handoff
+// pause. Either way the replica claims the rerun: news kept while running
+// is dropped only in favour of the pause, which ends in a claim, and in the
+// pause a completion settles the run, which a later rerun wakes.
+func TestRerunAfterPeerCompletionIsClaimed(t *testing.T) {
+	for _, during := range []runState{running, handingOff} {
+		t.Run(during.String(), func(t *testing.T) {
+			l := testLoop(t, lock.NewMemory(time.Now))
+			l.s.handoff.Min, l.s.handoff.Max = time.Hour, time.Hour
+			r := l.newRun(&l.s.tasks[0], time.Now().Truncate(time.Hour))
+			r.state = running    // as a won claim leaves it
+			l.onNotice(r, false) // the replica's own release, as it released
+			if during == running {
+				l.onNotice(r, true)  // a peer completed the slot
+				l.onNotice(r, false) // the operator reran it
+			}
+			l.onAttempted(r, lock.Claim{Result: lock.Won, Attempt: 1}, false)
+			if during == handingOff {
+				l.onNotice(r, true)
+				if r.state != settled {
+					t.Fatalf("after a completion in the handoff: state %v, want settled", r.state)
+				}
+				l.onNotice(r, false)
+			} else {
+				if r.state != handingOff {
+					t.Fatalf("after the failed attempt: state %v, want handing off", r.state)
+				}
+				l.unschedule(r)
+				l.onWake(r) // the pause ends
+			}
+			if r.state != claiming || len(l.claims) != 1 {
+				t.Errorf("after a completion and a rerun: state %v, %d claims queued; want claiming, 1", r.state, len(l.claims))
+			}
+		})
+	}
+}
+
 // The handoff pause ends in a claim; the last allowed attempt's failure
 // settles the run instead (exhausted).
 func TestHandoffEndsInClaimUnlessExhausted(t *testing.T) {

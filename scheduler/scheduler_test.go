@@ -655,28 +655,48 @@ func TestLoneReplicaFiresAfterClockStepsBack(t *testing.T) {
 	})
 }
 
-// failingComplete is a store whose completions never get an answer.
-type failingComplete struct{ lock.Store }
+// failingComplete is a store whose completions never get an answer, and
+// which, once a completion was tried, confirms no renewal either: the lease
+// is truly lost before the slot can be marked done.
+type failingComplete struct {
+	lock.Store
+	completing atomic.Bool
+}
 
-func (failingComplete) Complete(context.Context, lock.Slot, lock.Owner, time.Duration) error {
+func (f *failingComplete) Complete(context.Context, lock.Slot, lock.Owner, time.Duration) error {
+	f.completing.Store(true)
 	return errors.New("injected: connection reset")
 }
 
-// A task that succeeded but whose slot could not be marked done is not run
-// again by the same replica: that would only add a duplicate.
+func (f *failingComplete) Renew(ctx context.Context, s lock.Slot, o lock.Owner, d time.Duration) error {
+	if f.completing.Load() {
+		return errors.New("injected: connection reset")
+	}
+	return f.Store.Renew(ctx, s, o, d)
+}
+
+// A task that succeeded but whose lease was lost before the slot could be
+// marked done is recorded as success_unmarked (a peer may run the slot
+// again), and is not run again by the same replica: that would only add a
+// duplicate.
 func TestSuccessNotRerunWhenCompleteFails(t *testing.T) {
 	l := newLedger()
 	task := testTask(t, "once", "0 * * * *", l.job(ok), func(t *scheduler.Task) {
 		t.Catchup = "latest"
 		t.Lease = time.Second
 	})
-	rep := startReplica(t, "solo", failingComplete{lock.NewMemory(nil)}, time.Second, []scheduler.Task{task})
+	hist := scheduler.NewMemoryHistory(0)
+	rep := startReplica(t, "solo", &failingComplete{Store: lock.NewMemory(nil)}, time.Second, []scheduler.Task{task}, scheduler.WithHistory(hist))
 	l.await(t, "the attempt", 10*time.Second, func(rs []record) bool { return len(rs) > 0 && rs[0].done })
 	// Completion is retried until the lease could have run out (1s); then the
-	// replica gives the slot up. Wait for that to be counted.
-	for deadline := time.Now().Add(5 * time.Second); value(t, rep.sched, "slotd_finish_errors_total", "once", "") == 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the failed completion was not counted within 5s")
+	// replica gives the slot up and records the success as unmarked.
+	es := awaitHistory(t, hist, "once", "attempt 1's entry", func(es []scheduler.HistoryEntry) bool { return len(es) > 0 })
+	if e := es[0]; e.Outcome != "success_unmarked" || e.Attempt != 1 || !strings.Contains(e.Error, "not be marked done") {
+		t.Errorf("history: %q attempt %d (%s), want success_unmarked attempt 1, saying it was not marked done", e.Outcome, e.Attempt, e.Error)
+	}
+	for name, label := range map[string]string{"slotd_runs_total": "success_unmarked", "slotd_finish_errors_total": "", "slotd_lease_losses_total": ""} {
+		if v := value(t, rep.sched, name, "once", label); v != 1 {
+			t.Errorf("%s{%s} = %v, want 1", name, label, v)
 		}
 	}
 	// Past the lease, the slot is claimable again: a replica that still

@@ -109,7 +109,7 @@ slotd_redis_up 1
 # TYPE slotd_running_tasks gauge
 slotd_running_tasks{task="idle"} 0
 slotd_running_tasks{task="nightly"} 1
-# HELP slotd_runs_total Task attempts run on this replica by outcome: success, failure, timeout, lease_lost, canceled.
+# HELP slotd_runs_total Task attempts run on this replica by outcome: success, failure, timeout, lease_lost, canceled, success_unmarked.
 # TYPE slotd_runs_total counter
 slotd_runs_total{outcome="canceled",task="idle"} 0
 slotd_runs_total{outcome="canceled",task="nightly"} 1
@@ -119,6 +119,8 @@ slotd_runs_total{outcome="lease_lost",task="idle"} 0
 slotd_runs_total{outcome="lease_lost",task="nightly"} 1
 slotd_runs_total{outcome="success",task="idle"} 0
 slotd_runs_total{outcome="success",task="nightly"} 2
+slotd_runs_total{outcome="success_unmarked",task="idle"} 0
+slotd_runs_total{outcome="success_unmarked",task="nightly"} 0
 slotd_runs_total{outcome="timeout",task="idle"} 0
 slotd_runs_total{outcome="timeout",task="nightly"} 1
 # HELP slotd_slots_exhausted_total Slots whose last allowed attempt failed on this replica.

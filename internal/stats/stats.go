@@ -31,10 +31,14 @@ const (
 	OutcomeTimeout   = "timeout"
 	OutcomeLeaseLost = "lease_lost"
 	OutcomeCanceled  = "canceled"
+	// OutcomeSuccessUnmarked: the task succeeded, but its lease was lost
+	// (or the daemon stopped) before the slot could be marked done, so a
+	// peer may run the slot again with a higher fencing token.
+	OutcomeSuccessUnmarked = "success_unmarked"
 )
 
 // Outcomes lists the outcomes in the order of Task.Runs.
-var Outcomes = [...]string{OutcomeSuccess, OutcomeFailure, OutcomeTimeout, OutcomeLeaseLost, OutcomeCanceled}
+var Outcomes = [...]string{OutcomeSuccess, OutcomeFailure, OutcomeTimeout, OutcomeLeaseLost, OutcomeCanceled, OutcomeSuccessUnmarked}
 
 // ResultError names, beside lock.Result's names, a claim that got no
 // answer (or one that was not understood): Task.Claims[0].
