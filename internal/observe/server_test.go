@@ -23,67 +23,77 @@ func TestNewServerBounds(t *testing.T) {
 	}
 }
 
-// Beyond the cap a connection is closed as it is accepted; once one of
-// the held connections closes, a new one is served again.
+// At the cap, a new connection takes the place of the one idle longest;
+// when every connection is serving a request, it is closed as accepted.
 func TestServeCapsConnections(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := observe.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") }))
+	release := make(chan struct{})
+	srv := observe.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/block" {
+			<-release
+		}
+		io.WriteString(w, "ok\n")
+	}))
 	done := make(chan error, 1)
 	go func() { done <- observe.Serve(srv, ln, 3) }()
 	t.Cleanup(func() { srv.Close(); <-done })
 	addr := ln.Addr().String()
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
 
-	var held []net.Conn
+	// Three idle keep-alive connections, the first idle longest.
+	var idle []net.Conn
 	for range 3 {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
+		c := dial()
+		if got := get(t, c, "/"); got != "ok" {
+			t.Fatalf("connection within the cap: %q", got)
 		}
-		held = append(held, c)
-		// A request answered proves the connection was accepted and counted.
-		if got := get(t, c); got != "ok" {
-			t.Fatalf("held connection: %q", got)
-		}
+		idle = append(idle, c)
+		time.Sleep(10 * time.Millisecond)
 	}
-	extra, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
+	// A fourth is served, in the place of the first.
+	if got := get(t, dial(), "/"); got != "ok" {
+		t.Fatalf("a new connection at the cap of idle ones: %q, want served", got)
 	}
-	extra.SetDeadline(time.Now().Add(5 * time.Second))
-	io.WriteString(extra, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-	if n, err := extra.Read(make([]byte, 64)); err == nil || n > 0 {
-		t.Fatalf("connection beyond the cap was served: %d bytes, %v", n, err)
+	if got := get(t, idle[0], "/"); got != "" {
+		t.Errorf("the connection idle longest still served %q after a new one took its place", got)
 	}
-	extra.Close()
+	if got := get(t, idle[2], "/"); got != "ok" {
+		t.Errorf("a more recent idle connection was closed (%q)", got)
+	}
 
-	held[0].Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := get(t, c)
-		c.Close()
-		if got == "ok" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no connection served after one of the held ones closed")
-		}
-		time.Sleep(20 * time.Millisecond)
+	// Three busy connections: a fourth is closed unread.
+	for range 3 {
+		c := dial()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		io.WriteString(c, "GET /block HTTP/1.1\r\nHost: x\r\n\r\n")
+	}
+	time.Sleep(200 * time.Millisecond) // let the server read them
+	extra := dial()
+	if got := get(t, extra, "/"); got != "" {
+		t.Errorf("a connection beyond a cap of busy ones was served: %q", got)
+	}
+	close(release)
+	if got := get(t, dial(), "/"); got != "ok" {
+		t.Errorf("no connection served once the busy ones were done: %q", got)
 	}
 }
 
-// get sends GET / on c (keep-alive) and returns the body's first line, or
-// "" if the connection was closed.
-func get(t *testing.T, c net.Conn) string {
+// get sends GET path on c (keep-alive) and returns the body's first
+// line, or "" if the connection was closed.
+func get(t *testing.T, c net.Conn, path string) string {
 	t.Helper()
 	c.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+	if _, err := io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
 		return ""
 	}
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
