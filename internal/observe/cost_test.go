@@ -116,11 +116,12 @@ func (w *countingWriter) Write(b []byte) (int, error) { w.n += len(b); return le
 // within ViewTTL costs Redis nothing, and 8 clients looping on the page
 // are all served.
 func TestStatusPageCost(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts redis-server")
+	if testing.Short() || raceDetector {
+		t.Skip("starts redis-server; measures time and allocations")
 	}
 	f := newCostFleet(t)
 	f.commands(t)
+	start := time.Now()
 	code, bytes := f.request("/?n=200")
 	cmds := f.commands(t)
 	t.Logf("GET /?n=200, %d tasks: %d Redis commands, %.1f MB allocated", costTasks, cmds, float64(bytes)/(1<<20))
@@ -136,11 +137,14 @@ func TestStatusPageCost(t *testing.T) {
 	if bytes > 128<<20 {
 		t.Errorf("GET /?n=200 allocated %d bytes, want at most 128 MiB", bytes)
 	}
+	within := time.Since(start) < observe.ViewTTL // the view was read after start
 	if code, _ := f.request("/api/v1/tasks?n=7"); code != http.StatusOK {
 		t.Fatalf("GET /api/v1/tasks: %d", code)
 	}
-	if cmds := f.commands(t); cmds != 0 {
+	if cmds := f.commands(t); cmds != 0 && within {
 		t.Errorf("a second request within ViewTTL cost %d Redis commands, want 0", cmds)
+	} else if !within {
+		t.Logf("the first request took longer than ViewTTL: the sharing of a view is not checked")
 	}
 
 	// 8 loops for 2 s: every request is served, and Redis reads the view
