@@ -9,7 +9,11 @@
 // reads the engine's atomic counters and allocates about one buffer,
 // whatever the number of tasks. The status view only reads the store and
 // the history: it needs no running daemon, and a value from the store or
-// a task's output is escaped on the page.
+// a task's output is escaped on the page. The page and the API read the
+// fleet at most once per ViewTTL, whoever asks, and carry a strict
+// Content-Security-Policy and the other security headers. The server
+// (NewServer, Serve) closes idle and slow connections and keeps at most
+// MaxConns open, so that clients cannot take the descriptors tasks need.
 package observe
 
 import (
