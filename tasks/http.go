@@ -64,13 +64,14 @@ func newHTTP(params map[string]any, log *slog.Logger) (Task, error) {
 	}
 	u, err := url.Parse(p.URL)
 	if err != nil {
-		return nil, fmt.Errorf(`tasks: http: parameter "url": %w`, err)
+		// Not quoted: it may hold a password or a token.
+		return nil, fmt.Errorf(`tasks: http: parameter "url" is not a valid URL (http[s]://host[:port]/path): %s`, parseErrorKind(err))
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
 		return nil, fmt.Errorf(`tasks: http: parameter "url": scheme must be http or https, not %q`, u.Scheme)
 	}
 	if u.Host == "" {
-		return nil, fmt.Errorf(`tasks: http: parameter "url": no host in %q`, u.Redacted())
+		return nil, fmt.Errorf(`tasks: http: parameter "url": no host in %q`, RedactURL(u))
 	}
 	// Methods are case-sensitive, but no operator who writes "post" means
 	// anything other than POST.
@@ -173,7 +174,7 @@ func (t *httpTask) accepts(code int) bool {
 // request, body included, must complete within the timeout.
 func (t *httpTask) Run(ctx context.Context) error {
 	start := time.Now()
-	target := t.method + " " + t.url.Redacted()
+	target := t.method + " " + RedactURL(t.url)
 	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
@@ -211,7 +212,8 @@ func (t *httpTask) Run(ctx context.Context) error {
 	case ctx.Err() != nil:
 		err = fmt.Errorf("tasks: http: %s: no response within %v: %w", target, t.timeout, context.DeadlineExceeded)
 	default:
-		err = fmt.Errorf("tasks: http: %s: %w", target, err)
+		// The client's *url.Error quotes the URL (or a redirect's) whole.
+		err = fmt.Errorf("tasks: http: %s: %w", target, redactError(err))
 	}
 	if err != nil {
 		t.log.LogAttrs(parent, slog.LevelWarn, "request failed",

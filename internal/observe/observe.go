@@ -9,10 +9,15 @@
 // reads the engine's atomic counters and allocates about one buffer,
 // whatever the number of tasks. The status view only reads the store and
 // the history: it needs no running daemon, and a value from the store or
-// a task's output is escaped on the page.
+// a task's output is escaped on the page. The page and the API read the
+// fleet at most once per ViewTTL, whoever asks, and carry a strict
+// Content-Security-Policy and the other security headers. The server
+// (NewServer, Serve) closes idle and slow connections and keeps at most
+// MaxConns open, so that clients cannot take the descriptors tasks need.
 package observe
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -31,8 +36,10 @@ import (
 const (
 	// DefaultSlots is how many slots per task the status shows unless asked.
 	DefaultSlots = 10
-	// MaxSlots bounds ?n= (each slot costs the store a key to read).
-	MaxSlots    = 200
+	// MaxSlots bounds ?n=: each slot costs the store three reads per task,
+	// and the page's size grows with it (200 tasks × 50 slots is 30,000
+	// reads, once per ViewTTL).
+	MaxSlots    = 50
 	pageTimeout = 5 * time.Second
 )
 
@@ -70,7 +77,7 @@ func Handler(d Daemon) http.Handler {
 		}
 	})
 	statusRoutes(mux, d)
-	return mux
+	return secure(mux)
 }
 
 // Report reads the fleet's status of tasks at the store's time, n slots
@@ -93,9 +100,10 @@ func WriteJSON(w io.Writer, v any) error {
 }
 
 // statusRoutes serves the fleet view: /api/v1/tasks (the JSON of `slotd
-// status -json`) and / (the status page). ?n= sets the slots per task.
+// status -json`) and / (the status page). ?n= sets the slots per task, up
+// to MaxSlots. Both share one view, read at most once per ViewTTL.
 func statusRoutes(mux *http.ServeMux, d Daemon) {
-	tasks := d.Scheduler.Tasks()
+	v := &view{tasks: d.Scheduler.Tasks(), store: d.Store, hist: d.History, ttl: ViewTTL}
 	slots := func(r *http.Request) int {
 		n, err := strconv.Atoi(r.URL.Query().Get("n"))
 		if err != nil || n < 1 {
@@ -106,7 +114,7 @@ func statusRoutes(mux *http.ServeMux, d Daemon) {
 	mux.HandleFunc("GET /api/v1/tasks", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), pageTimeout)
 		defer cancel()
-		rep, err := Report(ctx, tasks, d.Store, d.History, slots(r))
+		rep, err := v.get(ctx, slots(r))
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
 		if err != nil {
@@ -119,17 +127,20 @@ func statusRoutes(mux *http.ServeMux, d Daemon) {
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), pageTimeout)
 		defer cancel()
-		rep, err := Report(ctx, tasks, d.Store, d.History, slots(r))
-		page := Page{StatusReport: rep, Replica: d.Replica}
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")
+		b, failed, err := v.page(ctx, slots(r), d.Replica)
 		if err != nil {
-			page.Error = err.Error()
-			if page.Now.IsZero() {
-				page.Now = time.Now()
+			// The request ended, or the page failed to render.
+			b, failed = nil, true
+			var buf bytes.Buffer
+			if WritePage(&buf, Page{StatusReport: StatusReport{Now: time.Now()}, Replica: d.Replica, Error: err.Error()}) == nil {
+				b = buf.Bytes()
 			}
+		}
+		if failed {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
-		_ = WritePage(w, page)
+		_, _ = w.Write(b)
 	})
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+
+	"github.com/slotd/slotd/tasks"
 )
 
 // ErrBadURL: Probe was given a URL it cannot ask.
@@ -28,7 +30,7 @@ func Probe(ctx context.Context, url string) (string, error) {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 	if resp.StatusCode/100 != 2 {
-		return "", fmt.Errorf("%s: %s %q", url, resp.Status, body)
+		return "", fmt.Errorf("%s: %s %q", tasks.RedactURLString(url), resp.Status, body)
 	}
 	return resp.Status, nil
 }

@@ -2,7 +2,10 @@ package observe
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/slotd/slotd/internal/stats"
@@ -59,66 +62,129 @@ type StatusReport struct {
 	Tasks []TaskStatus `json:"tasks"`
 }
 
+// historyReaders bounds the history reads of one view in flight at once:
+// one per task, concurrent so that many tasks cost a few round trips, not
+// one each, without a burst of connections.
+const historyReaders = 8
+
 // Status computes the fleet's view of tasks at now (the store's time,
 // ideally): for each task its next fire time and its latest n slots, with
 // their state in store and their latest attempt in hist (nil: no history).
-// It only reads, and needs no running daemon.
+// It only reads, and needs no running daemon. Every slot's state is read
+// in one call of store.States (one pipeline on Redis), and each task's
+// history by at most historyReaders reads at a time.
 func Status(ctx context.Context, tasks []scheduler.Task, store lock.Store, hist scheduler.History, now time.Time, n int) ([]TaskStatus, error) {
+	lasts, err := latestAttempts(ctx, tasks, hist, n)
+	if err != nil {
+		return nil, err
+	}
+	var slots []lock.Slot
+	first := make([]int, len(tasks)+1) // tasks[i]'s slots are slots[first[i]:first[i+1]]
+	for i := range tasks {
+		t := &tasks[i]
+		first[i] = len(slots)
+		for at, ok := t.Schedule.Latest(now); ok && len(slots)-first[i] < n; at, ok = t.Schedule.Latest(at.Add(-time.Second)) {
+			slots = append(slots, t.Slot(at))
+		}
+	}
+	first[len(tasks)] = len(slots)
+	// A foreign value reads as "foreign", with an error beside the states.
+	sts, err := store.States(ctx, slots)
+	if sts == nil && err != nil {
+		return nil, fmt.Errorf("status: %s: %w", taskNames(tasks), err)
+	}
 	out := make([]TaskStatus, 0, len(tasks))
 	for i := range tasks {
-		ts, err := taskStatus(ctx, &tasks[i], store, hist, now, n)
-		if err != nil {
-			return nil, err
+		t := &tasks[i]
+		tz := t.Timezone
+		if tz == "" {
+			tz = "UTC"
+		}
+		ts := TaskStatus{
+			Name: t.Name, Schedule: t.Spec, Timezone: tz, Plugin: t.Plugin,
+			MaxAttempts: t.MaxAttempts, Next: t.Schedule.Next(now),
+			Slots: make([]SlotStatus, 0, first[i+1]-first[i]),
+		}
+		for j := first[i]; j < first[i+1]; j++ {
+			slot, st := slots[j], sts[j]
+			ss := SlotStatus{
+				ID: slot.ID, Time: slot.Time, Deadline: slot.Deadline,
+				State: st.Status, Attempts: st.Attempts,
+				Replica: st.Holder, Attempt: st.Attempt, Finished: st.Finished,
+				Last: lasts[i][slot.ID],
+			}
+			ss.Phase = phase(t, slot, st, ss.Last, now)
+			ts.Slots = append(ts.Slots, ss)
 		}
 		out = append(out, ts)
 	}
 	return out, nil
 }
 
-func taskStatus(ctx context.Context, t *scheduler.Task, store lock.Store, hist scheduler.History, now time.Time, n int) (TaskStatus, error) {
-	tz := t.Timezone
-	if tz == "" {
-		tz = "UTC"
+// taskNames names tasks in an error: the first few, and how many more.
+func taskNames(tasks []scheduler.Task) string {
+	const shown = 5
+	var b strings.Builder
+	b.WriteString("task")
+	if len(tasks) != 1 {
+		b.WriteString("s")
 	}
-	ts := TaskStatus{
-		Name: t.Name, Schedule: t.Spec, Timezone: tz, Plugin: t.Plugin,
-		MaxAttempts: t.MaxAttempts, Next: t.Schedule.Next(now), Slots: []SlotStatus{},
-	}
-	last := map[string]*scheduler.HistoryEntry{}
-	if hist != nil && n > 0 {
-		// Enough entries for n slots that each used every attempt.
-		es, err := hist.Recent(ctx, t.Name, min(scheduler.HistoryMaxLen, n*(t.MaxAttempts+1)))
-		if err != nil {
-			return ts, fmt.Errorf("status: task %s: %w", t.Name, err)
+	for i := range min(shown, len(tasks)) {
+		if i > 0 {
+			b.WriteString(",")
 		}
-		for i := range es {
-			e := &es[i]
-			if l, ok := last[e.Slot]; !ok || e.Started.After(l.Started) {
-				last[e.Slot] = e
+		b.WriteString(" " + tasks[i].Name)
+	}
+	if len(tasks) > shown {
+		fmt.Fprintf(&b, " and %d more", len(tasks)-shown)
+	}
+	return b.String()
+}
+
+// latestAttempts returns, for each task, the latest attempt of each slot
+// in hist among enough entries for n slots that each used every attempt.
+func latestAttempts(ctx context.Context, tasks []scheduler.Task, hist scheduler.History, n int) ([]map[string]*scheduler.HistoryEntry, error) {
+	lasts := make([]map[string]*scheduler.HistoryEntry, len(tasks))
+	if hist == nil || n <= 0 {
+		return lasts, nil
+	}
+	errs := make([]error, len(tasks))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(historyReaders, len(tasks)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				t := &tasks[i]
+				es, err := hist.Recent(ctx, t.Name, min(scheduler.HistoryMaxLen, n*(t.MaxAttempts+1)))
+				if err != nil {
+					errs[i] = fmt.Errorf("status: task %s: %w", t.Name, err)
+					continue
+				}
+				last := make(map[string]*scheduler.HistoryEntry, n)
+				for k := range es {
+					e := &es[k]
+					if l, ok := last[e.Slot]; !ok || e.Started.After(l.Started) {
+						last[e.Slot] = e
+					}
+				}
+				lasts[i] = last
 			}
+		}()
+	}
+	for i := range tasks {
+		if ctx.Err() != nil {
+			break
 		}
+		next <- i
 	}
-	var slots []lock.Slot
-	for at, ok := t.Schedule.Latest(now); ok && len(slots) < n; at, ok = t.Schedule.Latest(at.Add(-time.Second)) {
-		slots = append(slots, t.Slot(at))
+	close(next)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
-	// One round trip for all of them; a foreign value reads as "foreign".
-	sts, err := store.States(ctx, slots)
-	if sts == nil && err != nil {
-		return ts, fmt.Errorf("status: task %s: %w", t.Name, err)
-	}
-	for i, slot := range slots {
-		st := sts[i]
-		ss := SlotStatus{
-			ID: slot.ID, Time: slot.Time, Deadline: slot.Deadline,
-			State: st.Status, Attempts: st.Attempts,
-			Replica: st.Holder, Attempt: st.Attempt, Finished: st.Finished,
-			Last: last[slot.ID],
-		}
-		ss.Phase = phase(t, slot, st, ss.Last, now)
-		ts.Slots = append(ts.Slots, ss)
-	}
-	return ts, nil
+	return lasts, ctx.Err()
 }
 
 // phase says what became of slot, from its state in the store, its latest

@@ -230,14 +230,14 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, o options) e
 		if err != nil {
 			return fmt.Errorf("http listen: %w", err)
 		}
-		srv := &http.Server{Handler: observe.Handler(observe.Daemon{
+		srv := observe.NewServer(observe.Handler(observe.Daemon{
 			Scheduler: sched, Gatherer: reg, Store: b.Store, History: b.History,
 			Replica: cfg.Replica, MaxClockSkew: cfg.MaxClockSkew,
-		}), ReadHeaderTimeout: 5 * time.Second}
+		}))
 		served := make(chan struct{})
 		go func() {
 			defer close(served)
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := observe.Serve(srv, ln, 0); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("http server", "err", err)
 			}
 		}()

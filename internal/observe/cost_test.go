@@ -1,0 +1,179 @@
+package observe_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slotd/slotd/internal/observe"
+	"github.com/slotd/slotd/internal/redistest"
+	"github.com/slotd/slotd/internal/store"
+	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/scheduler"
+)
+
+// costFleet is a daemon's handler over a real redis-server holding 200
+// tasks of a minute each, every one with a full history.
+type costFleet struct {
+	rdb *redis.Client
+	h   http.Handler
+}
+
+const costTasks = 200
+
+func newCostFleet(t *testing.T) *costFleet {
+	t.Helper()
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { rdb.Close() })
+	ctx := context.Background()
+	var tasks []scheduler.Task
+	p := rdb.Pipeline()
+	now := time.Now().UTC()
+	for i := range costTasks {
+		name := fmt.Sprintf("task-%03d", i)
+		tasks = append(tasks, statusTask(t, name, "@every 1m", 3, 48*time.Hour))
+		for k := range 400 { // HistoryMaxLen-ish: a busy task's stream
+			at := now.Add(-time.Duration(k) * time.Minute).Truncate(time.Minute)
+			p.XAdd(ctx, &redis.XAddArgs{Stream: store.HistoryKey("slotd", name), Values: []string{
+				"slot", at.Format("200601021504"), "slot_time", at.Format(time.RFC3339), "attempt", "1",
+				"token", strconv.FormatInt(lock.Token(at, 1), 10), "replica", "r1", "outcome", "success",
+				"started", at.Format(time.RFC3339Nano), "duration_ms", "1200", "error", "",
+			}})
+		}
+	}
+	if _, err := p.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := lock.NewRedis(rdb, "slotd")
+	hist := store.NewRedisHistory(rdb, "slotd", time.Hour)
+	t.Cleanup(hist.Close)
+	sched := scheduler.New(tasks, st, scheduler.WithReplica("r1"), scheduler.WithLogger(slog.New(slog.DiscardHandler)))
+	return &costFleet{rdb: rdb, h: observe.Handler(observe.Daemon{Scheduler: sched, Store: st, History: hist, Replica: "r1"})}
+}
+
+// commands returns the commands Redis ran since the last call, as INFO
+// commandstats counts them (INFO, CONFIG and HELLO left out).
+func (f *costFleet) commands(t *testing.T) int {
+	t.Helper()
+	ctx := context.Background()
+	info, err := f.rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.rdb.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok || strings.HasPrefix(name, "cmdstat_info") || strings.HasPrefix(name, "cmdstat_config") || name == "cmdstat_hello" {
+			continue // the test's own, and new connections' handshakes
+		}
+		calls, _, _ := strings.Cut(rest, ",")
+		c, _ := strconv.Atoi(calls)
+		n += c
+	}
+	return n
+}
+
+// request serves one GET of path and returns its status code and the bytes
+// the process allocated meanwhile (the response is counted, not kept).
+func (f *costFleet) request(path string) (int, uint64) {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	w := &countingWriter{h: http.Header{}, code: http.StatusOK}
+	f.h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
+	runtime.ReadMemStats(&after)
+	return w.code, after.TotalAlloc - before.TotalAlloc
+}
+
+// countingWriter is a ResponseWriter that keeps only the status code and
+// the body's size.
+type countingWriter struct {
+	h    http.Header
+	code int
+	n    int
+}
+
+func (w *countingWriter) Header() http.Header         { return w.h }
+func (w *countingWriter) WriteHeader(code int)        { w.code = code }
+func (w *countingWriter) Write(b []byte) (int, error) { w.n += len(b); return len(b), nil }
+
+// The page of 200 tasks asked for 200 slots each costs a bounded number of
+// Redis commands and bytes (n is capped at MaxSlots), a second request
+// within ViewTTL costs Redis nothing, and 8 clients looping on the page
+// are all served.
+func TestStatusPageCost(t *testing.T) {
+	if testing.Short() || raceDetector {
+		t.Skip("starts redis-server; measures time and allocations")
+	}
+	f := newCostFleet(t)
+	f.commands(t)
+	start := time.Now()
+	code, bytes := f.request("/?n=200")
+	cmds := f.commands(t)
+	t.Logf("GET /?n=200, %d tasks: %d Redis commands, %.1f MB allocated", costTasks, cmds, float64(bytes)/(1<<20))
+	if code != http.StatusOK {
+		t.Fatalf("GET /?n=200: %d", code)
+	}
+	// TIME, one pipeline of 3 reads per slot, one XREVRANGE per task.
+	if want := 1 + costTasks*(3*observe.MaxSlots+1); cmds > want {
+		t.Errorf("GET /?n=200 cost %d Redis commands, want at most %d", cmds, want)
+	}
+	// Before the cap: 275 MB (120,202 commands); the page's template
+	// costs most of what is left.
+	if bytes > 128<<20 {
+		t.Errorf("GET /?n=200 allocated %d bytes, want at most 128 MiB", bytes)
+	}
+	within := time.Since(start) < observe.ViewTTL // the view was read after start
+	if code, _ := f.request("/api/v1/tasks?n=7"); code != http.StatusOK {
+		t.Fatalf("GET /api/v1/tasks: %d", code)
+	}
+	if cmds := f.commands(t); cmds != 0 && within {
+		t.Errorf("a second request within ViewTTL cost %d Redis commands, want 0", cmds)
+	} else if !within {
+		t.Logf("the first request took longer than ViewTTL: the sharing of a view is not checked")
+	}
+
+	// 8 loops for 2 s: every request is served, and Redis reads the view
+	// about once per ViewTTL.
+	time.Sleep(observe.ViewTTL)
+	f.commands(t)
+	var ok, failed atomic.Int64
+	var wg sync.WaitGroup
+	end := time.Now().Add(2 * time.Second)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) {
+				if code, _ := f.request("/?n=200"); code == http.StatusOK {
+					ok.Add(1)
+				} else {
+					failed.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	cmds = f.commands(t)
+	t.Logf("8 loops for 2s: %d pages served, %d failed, %d Redis commands", ok.Load(), failed.Load(), cmds)
+	if failed.Load() > 0 || ok.Load() < 8 {
+		t.Errorf("8 loops for 2s: %d served, %d failed", ok.Load(), failed.Load())
+	}
+	if per := 1 + costTasks*(3*observe.MaxSlots+1); cmds > 4*per {
+		t.Errorf("8 loops for 2s cost %d Redis commands: more than 4 reads of the view (%d each)", cmds, per)
+	}
+}

@@ -1,0 +1,109 @@
+package observe_test
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/slotd/slotd/internal/observe"
+)
+
+// The server sets every bound: a daemon's descriptors are shared with its
+// tasks.
+func TestNewServerBounds(t *testing.T) {
+	srv := observe.NewServer(http.NotFoundHandler())
+	if srv.ReadHeaderTimeout <= 0 || srv.ReadTimeout <= 0 || srv.WriteTimeout <= 0 || srv.IdleTimeout <= 0 || srv.MaxHeaderBytes <= 0 {
+		t.Fatalf("unbounded server: %+v", srv)
+	}
+	if srv.WriteTimeout < 2*5*time.Second {
+		t.Errorf("WriteTimeout %v leaves too little room for the page and /metrics", srv.WriteTimeout)
+	}
+}
+
+// At the cap, a new connection takes the place of the one idle longest;
+// when every connection is serving a request, it is closed as accepted.
+func TestServeCapsConnections(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	srv := observe.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/block" {
+			<-release
+		}
+		io.WriteString(w, "ok\n")
+	}))
+	done := make(chan error, 1)
+	go func() { done <- observe.Serve(srv, ln, 3) }()
+	t.Cleanup(func() { srv.Close(); <-done })
+	addr := ln.Addr().String()
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+
+	// Three idle keep-alive connections, the first idle longest.
+	var idle []net.Conn
+	for range 3 {
+		c := dial()
+		if got := get(t, c, "/"); got != "ok" {
+			t.Fatalf("connection within the cap: %q", got)
+		}
+		idle = append(idle, c)
+		time.Sleep(10 * time.Millisecond)
+	}
+	// A fourth is served, in the place of the first.
+	if got := get(t, dial(), "/"); got != "ok" {
+		t.Fatalf("a new connection at the cap of idle ones: %q, want served", got)
+	}
+	if got := get(t, idle[0], "/"); got != "" {
+		t.Errorf("the connection idle longest still served %q after a new one took its place", got)
+	}
+	if got := get(t, idle[2], "/"); got != "ok" {
+		t.Errorf("a more recent idle connection was closed (%q)", got)
+	}
+
+	// Three busy connections: a fourth is closed unread.
+	for range 3 {
+		c := dial()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		io.WriteString(c, "GET /block HTTP/1.1\r\nHost: x\r\n\r\n")
+	}
+	time.Sleep(200 * time.Millisecond) // let the server read them
+	extra := dial()
+	if got := get(t, extra, "/"); got != "" {
+		t.Errorf("a connection beyond a cap of busy ones was served: %q", got)
+	}
+	close(release)
+	if got := get(t, dial(), "/"); got != "ok" {
+		t.Errorf("no connection served once the busy ones were done: %q", got)
+	}
+}
+
+// get sends GET path on c (keep-alive) and returns the body's first
+// line, or "" if the connection was closed.
+func get(t *testing.T, c net.Conn, path string) string {
+	t.Helper()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		return ""
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if len(b) > 0 && b[len(b)-1] == '\n' {
+		b = b[:len(b)-1]
+	}
+	return string(b)
+}
