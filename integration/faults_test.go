@@ -38,8 +38,8 @@ rec end`
 // the lease, as a VM pause would: a peer takes the slot over after the lease
 // with attempt 2 and a higher token. When the frozen task is thawed first it
 // tries to write its result — the sink refuses it (stale token); when its
-// daemon is thawed, the watchdog finds the lease lost, cancels the task
-// (SIGTERM) and neither completes nor releases the slot, which stays done by
+// daemon is thawed, the watchdog finds the lease lost, kills the task
+// (SIGKILL: no grace once the lease is lost) and neither completes nor releases the slot, which stays done by
 // the peer. The sink accepts exactly one result for the slot.
 func TestSigstopHolderPastLease(t *testing.T) {
 	t.Parallel()

@@ -49,7 +49,21 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 		Task: t.Name, Slot: slot.ID, SlotTime: slot.Time, Attempt: c.Attempt,
 		Token: lease.Token(), Replica: s.replica,
 	}
-	tctx, cancel := context.WithTimeoutCause(lease.Context(), t.Timeout, ErrTimeout)
+	// The task's context ends with the lease's, and on a lost lease its
+	// cause also carries tasks.ErrNoGrace: the slot may be a peer's once the
+	// lease's margin runs out, so plugins must stop at once, not after a
+	// grace period of their own.
+	base, cancelBase := context.WithCancelCause(hard)
+	defer cancelBase(nil)
+	follow := func() {
+		cause := context.Cause(lease.Context())
+		if errors.Is(cause, lock.ErrLeaseLost) {
+			cause = fmt.Errorf("%w (%w)", cause, tasks.ErrNoGrace)
+		}
+		cancelBase(cause)
+	}
+	stopFollowing := context.AfterFunc(lease.Context(), follow)
+	tctx, cancel := context.WithTimeoutCause(base, t.Timeout, ErrTimeout)
 	defer cancel()
 	start := s.now()
 	st.StartDelay.Observe(max(start.Sub(slot.Time), 0).Seconds())
@@ -58,6 +72,12 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 		log().Info("attempt started", "delay", start.Sub(slot.Time))
 	}
 	err := runTask(tasks.WithRun(tctx, run), t.Job)
+	// Completing or releasing the lease ends its context too: stop
+	// following it, but let a loss that came first show in tctx now.
+	stopFollowing()
+	if lease.Context().Err() != nil {
+		follow()
+	}
 	st.Running.Add(-1)
 	took := s.now().Sub(start)
 	st.Duration.Observe(took.Seconds())

@@ -263,6 +263,10 @@ func (t *execTask) Run(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 		stopped.Store(true)
+		if errors.Is(context.Cause(ctx), ErrNoGrace) {
+			p.kill()
+			return
+		}
 		p.terminate()
 		grace := time.NewTimer(t.grace)
 		defer grace.Stop()

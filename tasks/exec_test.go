@@ -502,3 +502,38 @@ func TestExecParamsReportsEveryError(t *testing.T) {
 		}
 	}
 }
+
+// A cancel whose cause carries ErrNoGrace (the lease is lost: a peer may
+// claim the slot once its margin runs out) kills the command's tree at
+// once, with no SIGTERM and no grace, even a tree that ignores SIGTERM
+// under a grace of a minute.
+func TestExecNoGraceKillsAtOnce(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	task, _ := newExecTask(t, map[string]any{
+		"command": shell(`trap '' TERM; sleep 100 & echo $! > "$1.tmp"; mv "$1.tmp" "$1"; wait`, pidFile),
+		"grace":   "1m",
+	})
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	done := make(chan error, 1)
+	go func() { done <- task.Run(ctx) }()
+	waitFor(t, 10*time.Second, "the grandchild to start", func() bool { return exists(pidFile) })
+	pid := readPid(t, pidFile)
+	t.Cleanup(func() { killIfRunning(pid) })
+
+	cause := fmt.Errorf("%w (%w)", errTestLeaseLost, ErrNoGrace)
+	cancel(cause)
+	select {
+	case err := <-done:
+		var xe *ExitError
+		if !errors.As(err, &xe) || xe.Signal != syscall.SIGKILL {
+			t.Errorf("Run = %v, want an ExitError for SIGKILL", err)
+		}
+		if !errors.Is(err, ErrNoGrace) {
+			t.Errorf("Run = %v, want it to wrap the cause", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run still going 10s after a no-grace cancel (grace 1m): the grace was waited for")
+	}
+	waitFor(t, 5*time.Second, "the grandchild to be gone", func() bool { return processGone(pid) })
+}

@@ -23,6 +23,7 @@
 package tasks
 
 import (
+	"errors"
 	"context"
 	"fmt"
 	"log/slog"
@@ -60,6 +61,14 @@ type Run struct {
 	Token    int64     // fencing token: grows across slots and attempts
 	Replica  string    // the replica running this attempt
 }
+
+// ErrNoGrace, found with errors.Is in the cause of a task's cancelled
+// context, asks the plugin to stop at once, with no grace period: the
+// attempt's lease is lost, so a peer may claim the slot as soon as the
+// lease's last validity runs out, and anything still running then would
+// overlap the peer's attempt. The exec plugin kills the command's whole
+// process tree at once instead of sending SIGTERM and waiting its grace.
+var ErrNoGrace = errors.New("tasks: stop at once (the lease is lost)")
 
 type runKey struct{}
 
