@@ -23,8 +23,8 @@
 package tasks
 
 import (
-	"errors"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
