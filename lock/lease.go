@@ -28,10 +28,11 @@ type Lease struct {
 	token int64
 }
 
-// LeaseHooks report a lease's renewals and its loss, for metrics. Either may
-// be nil.
+// LeaseHooks report a lease's renewals, failed renewals and its loss, for
+// metrics and readiness. Any may be nil.
 type LeaseHooks struct {
 	Renewed func()          // a renewal was confirmed
+	Failed  func(err error) // a renewal got an error (the watchdog may try again)
 	Lost    func(err error) // the lease was lost; err says why
 }
 
@@ -46,7 +47,13 @@ func Hold(parent context.Context, s Store, slot Slot, replica string, c Claim, l
 		owner: Owner{Replica: replica, Attempt: c.Attempt},
 		token: Token(slot.Time, c.Attempt),
 	}
-	renew := func(ctx context.Context) error { return l.store.Renew(ctx, l.slot, l.owner, l.ttl) }
+	renew := func(ctx context.Context) error {
+		err := l.store.Renew(ctx, l.slot, l.owner, l.ttl)
+		if err != nil && hooks.Failed != nil {
+			hooks.Failed(err)
+		}
+		return err
+	}
 	l.keep(parent, lease, c.Sent, renew, hooks.Renewed, func(why error) error {
 		if hooks.Lost != nil {
 			hooks.Lost(why)

@@ -129,10 +129,12 @@ func New(tasks []Task, store lock.Store, opts ...Option) *Scheduler {
 	return s
 }
 
-// Healthy reports whether the store answered its last check, and the clock
-// skew against the store as last measured.
+// Healthy reports whether the store answered its last check — its clock,
+// and the write probe where the store has one (see Refused) — and the
+// clock skew against the store as last measured.
 func (s *Scheduler) Healthy() (storeOK bool, skew time.Duration) {
-	return s.storeOK.Load(), time.Duration(s.skew.Load())
+	ok := s.storeOK.Load() && s.stats.Store.LastProbe().Kind == lock.KindNone
+	return ok, time.Duration(s.skew.Load())
 }
 
 // Stats returns the per-task counters, which package observe writes out
