@@ -13,6 +13,10 @@
 //     slot is woken to retry it, up to the task's max_attempts;
 //   - a replica that cannot reach the store runs nothing, and keeps trying
 //     to claim within the slot window;
+//   - a store that answers but refuses writes (OOM, NOPERM, READONLY: see
+//     lock.ErrorKind) is seen by a write probe with each clock check and by
+//     every claim, renewal, completion and release, counted by kind, logged
+//     with its fix, and reported by Refused and Healthy;
 //   - on shutdown no new attempt starts, running ones get shutdown_grace to
 //     finish, and then are cancelled and their slots released for a peer.
 //

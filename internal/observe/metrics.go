@@ -39,8 +39,9 @@ const (
 	helpClockSkew    = "Store clock minus this replica's clock, as last measured."
 )
 
-// WriteMetrics writes the engine's series — the store's reachability, the
-// clock skew, and every task's series — to w in the Prometheus text format
+// WriteMetrics writes the engine's series — the store's reachability
+// (TIME and the write probe), the clock skew, the store's errors by kind,
+// and every task's series — to w in the Prometheus text format
 // (version 0.0.4), family by family, straight from the scheduler's
 // counters. Every task's series exist at zero from the start, so that a
 // replica's first failure after a start is an increase Prometheus can
