@@ -134,10 +134,12 @@ func New(tasks []Task, store lock.Store, opts ...Option) *Scheduler {
 }
 
 // Healthy reports whether the store answered its last check — its clock,
-// and the write probe where the store has one (see Refused) — and the
-// clock skew against the store as last measured.
+// and the write probe where the store has one — and does not refuse
+// writes (see Refused), and the clock skew against the store as last
+// measured.
 func (s *Scheduler) Healthy() (storeOK bool, skew time.Duration) {
-	ok := s.storeOK.Load() && s.stats.Store.LastProbe().Kind == lock.KindNone
+	_, refused := s.Refused()
+	ok := s.storeOK.Load() && s.stats.Store.LastProbe().Kind == lock.KindNone && !refused
 	return ok, time.Duration(s.skew.Load())
 }
 

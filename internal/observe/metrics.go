@@ -34,7 +34,7 @@ const (
 	helpRunning      = "Task attempts running on this replica."
 	helpFinishErrors = "Completions or releases that failed; the slot's lease then runs out on its own."
 	helpWindow       = "The task's slot window (deadline, or the longest gap between fire times): alerts scale with it."
-	helpRedisUp      = "1 if the last check of the store answered and its write probe was taken, else 0."
+	helpRedisUp      = "1 if the last check of the store answered, its write probe was taken, and no recent write was refused, else 0."
 	helpStoreErrors  = "Errors of the store's calls (claims, renewals, completions, releases, write probes) by kind: oom, noperm, readonly, misconf, noreplicas, noscript, auth, unavailable, timeout, conn, other."
 	helpClockSkew    = "Store clock minus this replica's clock, as last measured."
 )

@@ -108,7 +108,7 @@ slotd_lease_losses_total{task="nightly"} 1
 # TYPE slotd_lease_renewals_total counter
 slotd_lease_renewals_total{task="idle"} 0
 slotd_lease_renewals_total{task="nightly"} 3
-# HELP slotd_redis_up 1 if the last check of the store answered and its write probe was taken, else 0.
+# HELP slotd_redis_up 1 if the last check of the store answered, its write probe was taken, and no recent write was refused, else 0.
 # TYPE slotd_redis_up gauge
 slotd_redis_up 1
 # HELP slotd_running_tasks Task attempts running on this replica.
