@@ -221,6 +221,8 @@ func TestAlertRulesStructure(t *testing.T) {
 		"SlotdRedisDown":           "slotd_redis_up",
 		"SlotdClockSkew":           "slotd_clock_skew_seconds",
 		"SlotdSlotsMissed":         "slotd_slots_missed_total",
+		"SlotdRedisRefusesWrites":  "slotd_store_errors_total",
+		"SlotdRedisMayEvict":       "slotd_redis_maxmemory_policy",
 	}
 	for name, metric := range want {
 		r, ok := byName[name]

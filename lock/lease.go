@@ -39,10 +39,11 @@ type Lease struct {
 // and the watchdog is being stopped.
 var errCompleted = errors.New("lock: slot completed")
 
-// LeaseHooks report a lease's renewals and its loss, for metrics. Either may
-// be nil.
+// LeaseHooks report a lease's renewals, failed renewals and its loss, for
+// metrics and readiness. Any may be nil.
 type LeaseHooks struct {
 	Renewed func()          // a renewal was confirmed
+	Failed  func(err error) // a renewal got an error (the watchdog may try again)
 	Lost    func(err error) // the lease was lost; err says why
 }
 
@@ -63,7 +64,11 @@ func Hold(parent context.Context, s Store, slot Slot, replica string, c Claim, l
 		if l.completed {
 			return errCompleted
 		}
-		return l.store.Renew(ctx, l.slot, l.owner, l.ttl)
+		err := l.store.Renew(ctx, l.slot, l.owner, l.ttl)
+		if err != nil && hooks.Failed != nil {
+			hooks.Failed(err)
+		}
+		return err
 	}
 	l.keep(parent, lease, c.Sent, renew, hooks.Renewed, func(why error) error {
 		if hooks.Lost != nil {

@@ -24,6 +24,7 @@
 //	                                   "done:<replica>:<attempt>:<unix ms>" (TTL done TTL)
 //	slotd:{<task>:<slot id>}:attempts  INCR per claim (TTL >= done TTL)
 //	slotd:{<task>:<slot id>}:base      attempts before the last operator rerun, if any
+//	slotd:probe:{<replica>}            the replica id, written by Prober.Probe with a TTL
 //	slotd:released                     pub/sub channel: a slot was released or rerun; message = state key
 //	slotd:done                         pub/sub channel: a slot was marked done; message = state key
 //

@@ -39,7 +39,11 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 	})
 	st := s.stats.Task(t.Name)
 	lease := lock.Hold(hard, s.store, slot, s.replica, c, t.Lease, lock.LeaseHooks{
-		Renewed: st.Renewals.Inc,
+		Renewed: func() {
+			st.Renewals.Inc()
+			s.noteWrite("renew", nil)
+		},
+		Failed: func(err error) { s.noteWrite("renew", err) },
 		Lost: func(err error) {
 			st.LeaseLosses.Inc()
 			log().Error("lease lost: cancelling the task", "err", err)
@@ -98,6 +102,7 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 		defer ccancel()
 		defer context.AfterFunc(hard, ccancel)()
 		ferr := lease.Complete(cctx, t.DoneTTL)
+		s.noteWrite("complete", ferr)
 		if errors.Is(ferr, lock.ErrNotReplicated) {
 			// Done on the master; a failover before the replicas catch up
 			// could lose the marker and let a peer run the slot again.
@@ -138,7 +143,9 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 	}
 	st.Ran(outcome)
 	log().Warn("attempt failed", "outcome", outcome, "err", err, "duration", took)
-	if rerr := lease.Release(fctx); rerr != nil {
+	rerr := lease.Release(fctx)
+	s.noteWrite("release", rerr)
+	if rerr != nil {
 		st.FinishErrors.Inc()
 		log().Error("release failed; the slot frees when its lease runs out", "err", rerr)
 	}

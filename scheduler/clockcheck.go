@@ -5,7 +5,8 @@ import (
 	"time"
 )
 
-// clockLoop measures the store's reachability and clock skew periodically.
+// clockLoop measures the store's reachability and clock skew, and probes
+// that it takes writes, periodically.
 func (s *Scheduler) clockLoop(ctx context.Context) {
 	for {
 		every := s.checkEvery
@@ -23,7 +24,8 @@ func (s *Scheduler) clockLoop(ctx context.Context) {
 	}
 }
 
-// checkClock asks the store for its time once. The offset it measures is
+// checkClock asks the store for its time once, and then, if it answered,
+// probes that it takes writes (see Refused). The offset it measures is
 // applied to the loop's fire times, so a replica whose clock is off still
 // fires on the store's time; claims are checked against the store's clock
 // anyway.
@@ -42,6 +44,7 @@ func (s *Scheduler) checkClock(ctx context.Context) {
 	if !s.storeOK.Swap(true) {
 		s.log.Info("store reachable")
 	}
+	s.probe(cctx)
 	rtt := t1.Sub(t0)
 	skew := st.Sub(t0.Add(rtt / 2))
 	// Below the measurement's own uncertainty the skew is noise.

@@ -109,6 +109,7 @@ func (l *loop) onClaimReply(r *run, reply lock.ClaimReply) {
 	s, c, err := l.s, reply.Claim, reply.Err
 	st := s.stats.Task(r.t.Name)
 	r.last = c.Result
+	s.noteWrite("claim", err)
 	if err != nil {
 		st.ClaimFailed()
 		wait := s.claimRetry(err, r.failures)

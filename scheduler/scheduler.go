@@ -13,6 +13,10 @@
 //     slot is woken to retry it, up to the task's max_attempts;
 //   - a replica that cannot reach the store runs nothing, and keeps trying
 //     to claim within the slot window;
+//   - a store that answers but refuses writes (OOM, NOPERM, READONLY: see
+//     lock.ErrorKind) is seen by a write probe with each clock check and by
+//     every claim, renewal, completion and release, counted by kind, logged
+//     with its fix, and reported by Refused and Healthy;
 //   - on shutdown no new attempt starts, running ones get shutdown_grace to
 //     finish, and then are cancelled and their slots released for a peer.
 //
@@ -129,10 +133,14 @@ func New(tasks []Task, store lock.Store, opts ...Option) *Scheduler {
 	return s
 }
 
-// Healthy reports whether the store answered its last check, and the clock
-// skew against the store as last measured.
+// Healthy reports whether the store answered its last check — its clock,
+// and the write probe where the store has one — and does not refuse
+// writes (see Refused), and the clock skew against the store as last
+// measured.
 func (s *Scheduler) Healthy() (storeOK bool, skew time.Duration) {
-	return s.storeOK.Load(), time.Duration(s.skew.Load())
+	_, refused := s.Refused()
+	ok := s.storeOK.Load() && s.stats.Store.LastProbe().Kind == lock.KindNone && !refused
+	return ok, time.Duration(s.skew.Load())
 }
 
 // Stats returns the per-task counters, which package observe writes out

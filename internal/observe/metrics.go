@@ -34,12 +34,14 @@ const (
 	helpRunning      = "Task attempts running on this replica."
 	helpFinishErrors = "Completions or releases that failed; the slot's lease then runs out on its own."
 	helpWindow       = "The task's slot window (deadline, or the longest gap between fire times): alerts scale with it."
-	helpRedisUp      = "1 if the last check of the store answered, else 0."
+	helpRedisUp      = "1 if the last check of the store answered, its write probe was taken, and no recent write was refused, else 0."
+	helpStoreErrors  = "Errors of the store's calls (claims, renewals, completions, releases, write probes) by kind: oom, noperm, readonly, misconf, noreplicas, noscript, auth, unavailable, timeout, conn, other."
 	helpClockSkew    = "Store clock minus this replica's clock, as last measured."
 )
 
-// WriteMetrics writes the engine's series — the store's reachability, the
-// clock skew, and every task's series — to w in the Prometheus text format
+// WriteMetrics writes the engine's series — the store's reachability
+// (TIME and the write probe), the clock skew, the store's errors by kind,
+// and every task's series — to w in the Prometheus text format
 // (version 0.0.4), family by family, straight from the scheduler's
 // counters. Every task's series exist at zero from the start, so that a
 // replica's first failure after a start is an increase Prometheus can
@@ -104,6 +106,10 @@ func writeText(w io.Writer, set *stats.Set, up bool, skew time.Duration) error {
 	t.plain("slotd_redis_up", upValue)
 	t.header("slotd_clock_skew_seconds", helpClockSkew, "gauge")
 	t.plain("slotd_clock_skew_seconds", skew.Seconds())
+	t.header("slotd_store_errors_total", helpStoreErrors, "counter")
+	for _, k := range lock.ErrorKinds {
+		t.labelled("slotd_store_errors_total", "kind", k.String(), float64(set.Store.Errors[k].Load()))
+	}
 	t.header("slotd_claims_total", helpClaims, "counter")
 	for _, st := range tasks {
 		for r := range st.Claims {
@@ -219,6 +225,18 @@ func (t *textWriter) header(name, help, typ string) {
 func (t *textWriter) plain(name string, v float64) {
 	t.b = append(t.b[:0], name...)
 	t.b = append(t.b, ' ')
+	t.b = appendFloat(t.b, v)
+	t.b = append(t.b, '\n')
+	t.write()
+}
+
+// labelled writes name{label="value"} v, a series with one label and no
+// task.
+func (t *textWriter) labelled(name, label, value string, v float64) {
+	t.b = append(t.b[:0], name...)
+	t.b = append(t.b, '{')
+	t.b = t.label(label, value)
+	t.b = append(t.b, "} "...)
 	t.b = appendFloat(t.b, v)
 	t.b = append(t.b, '\n')
 	t.write()

@@ -1,6 +1,8 @@
 package observe
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"runtime"
@@ -58,6 +60,10 @@ func TestMetricsExposition(t *testing.T) {
 	st.Missed.Inc()
 	st.Missed.Inc()
 	st.FinishErrors.Inc()
+	set.Store.Wrote("claim", errors.New("OOM command not allowed when used memory > 'maxmemory'."), time.Unix(0, 0))
+	set.Store.Probed(fmt.Errorf("lock: probe: %w", errors.New("NOPERM this user has no permissions")), time.Unix(0, 0))
+	set.Store.Wrote("renew", context.DeadlineExceeded, time.Unix(0, 0))
+	set.Store.Wrote("release", lock.ErrNotHeld, time.Unix(0, 0)) // an answer, not an error of the store
 	st.Running.Add(1)
 	st.Running.Add(1)
 	st.Running.Add(-1)
@@ -102,7 +108,7 @@ slotd_lease_losses_total{task="nightly"} 1
 # TYPE slotd_lease_renewals_total counter
 slotd_lease_renewals_total{task="idle"} 0
 slotd_lease_renewals_total{task="nightly"} 3
-# HELP slotd_redis_up 1 if the last check of the store answered, else 0.
+# HELP slotd_redis_up 1 if the last check of the store answered, its write probe was taken, and no recent write was refused, else 0.
 # TYPE slotd_redis_up gauge
 slotd_redis_up 1
 # HELP slotd_running_tasks Task attempts running on this replica.
@@ -159,6 +165,19 @@ slotd_start_delay_seconds_bucket{task="nightly",le="262.144"} 3
 slotd_start_delay_seconds_bucket{task="nightly",le="+Inf"} 4
 slotd_start_delay_seconds_sum{task="nightly"} 1025.0009765625
 slotd_start_delay_seconds_count{task="nightly"} 4
+# HELP slotd_store_errors_total Errors of the store's calls (claims, renewals, completions, releases, write probes) by kind: oom, noperm, readonly, misconf, noreplicas, noscript, auth, unavailable, timeout, conn, other.
+# TYPE slotd_store_errors_total counter
+slotd_store_errors_total{kind="oom"} 1
+slotd_store_errors_total{kind="noperm"} 1
+slotd_store_errors_total{kind="readonly"} 0
+slotd_store_errors_total{kind="misconf"} 0
+slotd_store_errors_total{kind="noreplicas"} 0
+slotd_store_errors_total{kind="noscript"} 0
+slotd_store_errors_total{kind="auth"} 0
+slotd_store_errors_total{kind="unavailable"} 0
+slotd_store_errors_total{kind="timeout"} 1
+slotd_store_errors_total{kind="conn"} 0
+slotd_store_errors_total{kind="other"} 0
 # HELP slotd_task_duration_seconds How long task attempts ran.
 # TYPE slotd_task_duration_seconds histogram
 slotd_task_duration_seconds_bucket{task="idle",le="0.01"} 0

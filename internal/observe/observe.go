@@ -66,7 +66,13 @@ func Handler(d Daemon) http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		ok, skew := d.Scheduler.Healthy()
+		refusal, refused := d.Scheduler.Refused()
 		switch {
+		case refused:
+			// Before "unreachable": the probe's refusal also clears ok, and
+			// the operator needs the class and the fix, not a guess.
+			http.Error(w, fmt.Sprintf("not ready: Redis refuses writes (%s on %s): %s; slotd cannot claim\n%s",
+				refusal.Kind.Code(), refusal.Op, refusal.Kind.Fix(), refusal.Err), http.StatusServiceUnavailable)
 		case !ok:
 			http.Error(w, "not ready: store unreachable", http.StatusServiceUnavailable)
 		case d.MaxClockSkew > 0 && skew.Abs() > d.MaxClockSkew:

@@ -164,6 +164,8 @@ func (t *Task) LastSuccess() (time.Time, bool) {
 
 // Set is the counters of a fixed list of tasks.
 type Set struct {
+	// Store is the store's errors and last results, for every task.
+	Store  Store
 	tasks  []*Task
 	byName map[string]*Task
 }

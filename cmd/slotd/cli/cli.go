@@ -220,6 +220,18 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, o options) e
 		return err
 	}
 	defer b.Close()
+	policies := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "slotd_redis_maxmemory_policy",
+		Help: "Redis servers by maxmemory-policy as read at start (unknown: CONFIG GET refused); any but noeviction may evict slot state.",
+	}, []string{"policy"})
+	for _, e := range b.CheckEviction(ctx, log) {
+		policy := e.Policy
+		if policy == "" {
+			policy = "unknown"
+		}
+		policies.WithLabelValues(policy).Inc()
+	}
+	reg.MustRegister(policies)
 
 	sched := scheduler.New(cfg.Tasks, b.Store, scheduler.WithLogger(log),
 		scheduler.WithHistory(b.History), scheduler.WithReplica(cfg.Replica),
