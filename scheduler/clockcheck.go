@@ -42,6 +42,7 @@ func (s *Scheduler) checkClock(ctx context.Context) {
 	if !s.storeOK.Swap(true) {
 		s.log.Info("store reachable")
 	}
+	s.renewPresence(cctx)
 	rtt := t1.Sub(t0)
 	skew := st.Sub(t0.Add(rtt / 2))
 	// Below the measurement's own uncertainty the skew is noise.

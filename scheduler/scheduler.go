@@ -23,6 +23,8 @@ package scheduler
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"log/slog"
 	"sync"
@@ -42,6 +44,10 @@ var (
 	ErrShutdown = errors.New("scheduler: shutting down")
 )
 
+// ErrDuplicateReplica is returned by Run when another live process
+// announces the same replica id in the store.
+var ErrDuplicateReplica = errors.New("scheduler: replica id in use by another live process")
+
 // Scheduler runs one replica's share of the configured tasks.
 type Scheduler struct {
 	tasks   []Task
@@ -53,6 +59,15 @@ type Scheduler struct {
 	stats   *stats.Set // per-task counters, read by package observe
 	hist    History    // nil: attempts are not recorded
 	replica string
+	// instance is this process's nonce; owner, "<replica>#<instance>", is
+	// the id its claims are made with, so that no other process started
+	// with the same replica id can renew, complete or release them.
+	instance, owner string
+	fleet           lock.Fleet // nil: the store has no fleet (Memory)
+	announced       bool       // set by Run before the clock loop starts: the clock check renews the presence
+	// firstStart is the fleet's first start as the store recorded it, set
+	// by Run before the loop starts (zero if unknown); logged only.
+	firstStart time.Time
 
 	// backoff spaces claims after store errors; handoff is the short pause
 	// before a replica retries a slot it just failed, which lets a woken
@@ -116,6 +131,9 @@ func New(tasks []Task, store lock.Store, opts ...Option) *Scheduler {
 	for _, o := range opts {
 		o(s)
 	}
+	s.instance = newInstance()
+	s.owner = lock.OwnerID(s.replica, s.instance)
+	s.fleet, _ = store.(lock.Fleet)
 	infos := make([]stats.TaskInfo, len(s.tasks))
 	for i := range s.tasks {
 		t := &s.tasks[i]
@@ -158,6 +176,12 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	defer cancelHard(ErrShutdown)
 
 	s.checkClock(ctx)
+	if err := s.announce(ctx); err != nil {
+		return err
+	}
+	s.announced = true
+	defer s.withdraw(ctx)
+	s.started(ctx)
 	var bg sync.WaitGroup
 	bg.Add(1)
 	go func() {
@@ -166,7 +190,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}()
 
 	s.log.Info("scheduler started", "tasks", len(s.tasks), "store_ok", s.storeOK.Load(),
-		"clock_skew", time.Duration(s.skew.Load()))
+		"clock_skew", time.Duration(s.skew.Load()), "instance", s.instance, "fleet_first_start", s.firstStart)
 	l := newLoop(s, ctx, hard, cancelHard)
 	l.run()
 	l.workers.Wait()
@@ -174,3 +198,15 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	s.log.Info("scheduler stopped")
 	return nil
 }
+
+// newInstance is a random nonce naming this process among those that
+// share its replica id.
+func newInstance() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24)
+	return hex.EncodeToString(b[:])
+}
+
+// Instance is this process's nonce: its claims are owned by
+// "<replica>#<instance>".
+func (s *Scheduler) Instance() string { return s.instance }

@@ -21,7 +21,10 @@ const (
 	PhaseExhausted = "exhausted" // every allowed attempt failed
 	PhaseMissed    = "missed"    // the window closed and nothing ever claimed the slot
 	PhaseUnknown   = "unknown"   // the slot's keys and history have expired
-	PhaseForeign   = "foreign"   // the slot key holds a value slotd did not write
+	// PhaseUnscheduled: the slot fired before the fleet's first start
+	// (lock.Fleet) and nothing ever claimed it: no replica existed to miss it.
+	PhaseUnscheduled = "unscheduled"
+	PhaseForeign     = "foreign" // the slot key holds a value slotd did not write
 )
 
 // TaskStatus is one task's row in the fleet view.
@@ -64,9 +67,16 @@ type StatusReport struct {
 // their state in store and their latest attempt in hist (nil: no history).
 // It only reads, and needs no running daemon.
 func Status(ctx context.Context, tasks []scheduler.Task, store lock.Store, hist scheduler.History, now time.Time, n int) ([]TaskStatus, error) {
+	// Slots before the fleet's first start were never scheduled. A store
+	// without a fleet record (Memory), or one that cannot say, leaves
+	// every slot eligible to be missed.
+	var first time.Time
+	if f, ok := store.(lock.Fleet); ok {
+		first, _ = f.FirstStart(ctx)
+	}
 	out := make([]TaskStatus, 0, len(tasks))
 	for i := range tasks {
-		ts, err := taskStatus(ctx, &tasks[i], store, hist, now, n)
+		ts, err := taskStatus(ctx, &tasks[i], store, hist, now, first, n)
 		if err != nil {
 			return nil, err
 		}
@@ -75,7 +85,7 @@ func Status(ctx context.Context, tasks []scheduler.Task, store lock.Store, hist 
 	return out, nil
 }
 
-func taskStatus(ctx context.Context, t *scheduler.Task, store lock.Store, hist scheduler.History, now time.Time, n int) (TaskStatus, error) {
+func taskStatus(ctx context.Context, t *scheduler.Task, store lock.Store, hist scheduler.History, now, first time.Time, n int) (TaskStatus, error) {
 	tz := t.Timezone
 	if tz == "" {
 		tz = "UTC"
@@ -115,17 +125,21 @@ func taskStatus(ctx context.Context, t *scheduler.Task, store lock.Store, hist s
 			Replica: st.Holder, Attempt: st.Attempt, Finished: st.Finished,
 			Last: last[slot.ID],
 		}
-		ss.Phase = phase(t, slot, st, ss.Last, now)
+		ss.Phase = phase(t, slot, st, ss.Last, now, first)
 		ts.Slots = append(ts.Slots, ss)
 	}
 	return ts, nil
 }
 
 // phase says what became of slot, from its state in the store, its latest
-// attempt in the history (nil if none) and the time.
-func phase(t *scheduler.Task, slot lock.Slot, st lock.State, last *scheduler.HistoryEntry, now time.Time) string {
+// attempt in the history (nil if none), the time and the fleet's first
+// start (zero if unknown).
+func phase(t *scheduler.Task, slot lock.Slot, st lock.State, last *scheduler.HistoryEntry, now, first time.Time) string {
 	open := now.Before(slot.Deadline)
 	switch {
+	case st.Status == "free" && st.Attempts == 0 && last == nil && slot.Time.Before(first):
+		// No replica existed when it fired, and catch-up does not run it.
+		return PhaseUnscheduled
 	case st.Status == "running":
 		return PhaseRunning
 	case st.Status == "done":
