@@ -137,8 +137,7 @@ func taskStatus(ctx context.Context, t *scheduler.Task, store lock.Store, hist s
 func phase(t *scheduler.Task, slot lock.Slot, st lock.State, last *scheduler.HistoryEntry, now, first time.Time) string {
 	open := now.Before(slot.Deadline)
 	switch {
-	case st.Status == "free" && st.Attempts == 0 && last == nil && slot.Time.Before(first):
-		// No replica existed when it fired, and catch-up does not run it.
+	case st.Status == "free" && st.Attempts == 0 && last == nil && unscheduled(t, slot, first):
 		return PhaseUnscheduled
 	case st.Status == "running":
 		return PhaseRunning
@@ -171,4 +170,18 @@ func phase(t *scheduler.Task, slot lock.Slot, st lock.State, last *scheduler.His
 		return PhaseMissed
 	}
 	return PhaseUnknown
+}
+
+// unscheduled reports whether slot was never this fleet's to run: it fired
+// before the fleet's first start (zero: unknown, never), and its window
+// either closed before then or was open but not caught up (catchup none,
+// or the slot older than catchup_limit at the first start).
+func unscheduled(t *scheduler.Task, slot lock.Slot, first time.Time) bool {
+	if first.IsZero() || !slot.Time.Before(first) {
+		return false
+	}
+	if !first.Before(slot.Deadline) {
+		return true
+	}
+	return t.Catchup != scheduler.CatchupLatest || (t.CatchupLimit > 0 && first.Sub(slot.Time) > t.CatchupLimit)
 }
