@@ -102,3 +102,29 @@ func TestFleetRedis(t *testing.T) {
 		t.Fatalf("first-start TTL %v", ttl)
 	}
 }
+
+// On Redlock every node holds the presence; another instance on any node
+// that answers is reported, and the earliest first start wins.
+func TestFleetRedlock(t *testing.T) {
+	_, clients := startNodes(t, 3)
+	r := newRedlock(t, clients)
+	ctx := context.Background()
+	if p, err := r.Announce(ctx, "r1", "aaaa", time.Minute); err != nil || p.Other != "" {
+		t.Fatalf("first announce: %+v %v", p, err)
+	}
+	// One node lost its data (restarted empty): still refused.
+	clients[0].FlushAll(ctx)
+	if p, err := r.Announce(ctx, "r1", "bbbb", time.Minute); err != nil || p.Other != "aaaa" {
+		t.Fatalf("announce by another instance: %+v %v, want held by aaaa", p, err)
+	}
+	t0 := time.UnixMilli(time.Now().UnixMilli()).UTC()
+	if err := clients[1].Set(ctx, lock.FirstStartKey("slotd"), t0.Add(-time.Hour).UnixMilli(), time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := r.Started(ctx, t0); err != nil || !got.Equal(t0.Add(-time.Hour)) {
+		t.Fatalf("Started: %v %v, want the earliest record %v", got, err, t0.Add(-time.Hour))
+	}
+	if got, err := r.FirstStart(ctx); err != nil || !got.Equal(t0.Add(-time.Hour)) {
+		t.Fatalf("FirstStart: %v %v", got, err)
+	}
+}

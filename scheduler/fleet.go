@@ -36,7 +36,10 @@ func (s *Scheduler) announce(ctx context.Context) error {
 		case p.Other == "":
 			return nil
 		case last >= 0 && p.TTL > last:
-			// Renewed since the last look: its process is alive.
+			// Renewed since the last look: its process is alive. A Redlock
+			// node that had lost the id may have granted it to this
+			// process: give that back.
+			s.withdraw(ctx)
 			return fmt.Errorf("%w: replica id %q is held by instance %s, which renews it: "+
 				"give each daemon its own [daemon] replica (or leave it unset for <hostname>-<pid>)",
 				ErrDuplicateReplica, s.replica, p.Other)
