@@ -99,7 +99,8 @@ func WithClockCheck(every time.Duration) Option {
 }
 
 // WithReplica names this replica in claims, logs and history (default: the
-// host name and process id).
+// host name and process id). Claims are owned by "<id>#<instance>", the
+// instance being a random nonce per Scheduler (see Instance).
 func WithReplica(id string) Option { return func(s *Scheduler) { s.replica = id } }
 
 // WithShutdownGrace sets how long running attempts may go on after Run's
@@ -170,6 +171,11 @@ func (s *Scheduler) now() time.Time {
 // claiming, gives running attempts shutdown_grace to finish, then cancels
 // them and releases their slots. It returns when every slot's run on this
 // replica, and every goroutine it started, has ended.
+//
+// On a store that is a lock.Fleet, Run first announces the replica id for
+// this process and returns an error wrapping ErrDuplicateReplica, running
+// nothing, if another live process holds it (see announce); it records the
+// fleet's first start, and withdraws the id when it returns.
 func (s *Scheduler) Run(ctx context.Context) error {
 	// Attempts run under hard, which outlives ctx by the grace period.
 	hard, cancelHard := context.WithCancelCause(context.WithoutCancel(ctx))
