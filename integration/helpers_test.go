@@ -293,7 +293,9 @@ func (c *cluster) stopAll() {
 	c.t.Logf("%d replicas stopped %v after SIGTERM", len(live), time.Since(sent))
 }
 
-// get reads a Redis key; "" with ok false if it does not exist.
+// get reads a Redis key; "" with ok false if it does not exist. A slot
+// state's owner loses its instance nonce ("run:r1#3f2a…:1" reads
+// "run:r1:1"): tests name replicas by id.
 func (c *cluster) get(key string) (string, bool) {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -305,7 +307,7 @@ func (c *cluster) get(key string) (string, bool) {
 	if err != nil {
 		c.t.Fatalf("redis GET %s: %v", key, err)
 	}
-	return v, true
+	return withoutInstance(v), true
 }
 
 // awaitKey polls a Redis key until cond holds for its value, and fails the

@@ -20,13 +20,16 @@
 // Keys (prefix "slotd"; the braces are a Redis Cluster hash tag so one slot's
 // keys share a shard):
 //
-//	slotd:{<task>:<slot id>}           "run:<replica>:<attempt>" (TTL lease) or
-//	                                   "done:<replica>:<attempt>:<unix ms>" (TTL done TTL)
+//	slotd:{<task>:<slot id>}           "run:<owner>:<attempt>" (TTL lease) or
+//	                                   "done:<owner>:<attempt>:<unix ms>" (TTL done TTL);
+//	                                   <owner> is "<replica>#<instance nonce>" (see Owner)
 //	slotd:{<task>:<slot id>}:attempts  INCR per claim (TTL >= done TTL)
 //	slotd:{<task>:<slot id>}:base      attempts before the last operator rerun, if any
 //	slotd:probe:{<replica>}            the replica id, written by Prober.Probe with a TTL
 //	slotd:released                     pub/sub channel: a slot was released or rerun; message = state key
 //	slotd:done                         pub/sub channel: a slot was marked done; message = state key
+//	slotd:replica:{<replica id>}       see Fleet (fleet.go)
+//	slotd:first-start                  see Fleet
 //
 // The package also offers the same machinery for locking any resource of
 // one's own (see Locker and Mutex in mutex.go): TryLock, Lock woken by
@@ -102,19 +105,41 @@ func (r Result) String() string {
 
 // Claim is the answer to Store.Claim.
 type Claim struct {
-	Result  Result
-	Attempt int           // Won: the caller's attempt; Held, Done: the holder's; Exhausted: attempts made
-	Base    int           // Won, Exhausted: attempts made before the slot's last rerun; the cap counts from here
-	Holder  string        // Held, Done: the holder's replica id
-	Wait    time.Duration // Held: the holder's remaining lease; Early: time until the slot time
-	Now     time.Time     // the store's clock when it decided
-	Sent    time.Time     // local time (with its monotonic reading) when the claim was sent
+	Result   Result
+	Attempt  int           // Won: the caller's attempt; Held, Done: the holder's; Exhausted: attempts made
+	Base     int           // Won, Exhausted: attempts made before the slot's last rerun; the cap counts from here
+	Holder   string        // Held, Done: the holder's replica id (without its instance nonce)
+	Instance string        // Held, Done: the holder's instance nonce
+	Wait     time.Duration // Held: the holder's remaining lease; Early: time until the slot time
+	Now      time.Time     // the store's clock when it decided
+	Sent     time.Time     // local time (with its monotonic reading) when the claim was sent
 }
 
-// Owner identifies one attempt: the replica and its attempt number.
+// Owner identifies one attempt: the process that claimed it and its
+// attempt number.
+//
+// Replica is the owner id the claim was made with. slotd's scheduler makes
+// it unique per process, "<replica id>#<instance nonce>" (OwnerID), so that
+// two processes started with one replica id never renew, complete or
+// release each other's claims. The lock scripts treat it as opaque; State
+// and Claim split it again (Holder, Instance).
 type Owner struct {
 	Replica string
 	Attempt int
+}
+
+// OwnerID is the owner id of process instance of replica:
+// "<replica>#<instance>".
+func OwnerID(replica, instance string) string { return replica + "#" + instance }
+
+// splitOwner undoes OwnerID; an owner id without '#' (written before
+// instance nonces) is all replica. Replica ids may contain '#': the nonce
+// is what follows the last one.
+func splitOwner(id string) (replica, instance string) {
+	if i := strings.LastIndexByte(id, '#'); i >= 0 {
+		return id[:i], id[i+1:]
+	}
+	return id, ""
 }
 
 func (o Owner) value() string { return "run:" + o.Replica + ":" + strconv.Itoa(o.Attempt) }
@@ -138,7 +163,8 @@ const MaxAttempts = 999
 // State is a read of one slot's keys, for status pages and tests.
 type State struct {
 	Status   string        // "free", "running", "done" or "foreign"
-	Holder   string        // running/done: replica
+	Holder   string        // running/done: replica id
+	Instance string        // running/done: the holder's instance nonce ("" if the value has none)
 	Attempt  int           // running/done: that attempt's number
 	Attempts int           // attempts counted so far
 	Finished time.Time     // done: when, by the store's clock
@@ -225,9 +251,9 @@ func decodeState(value string, hasValue bool, attempts string, hasAttempts bool,
 	return st, err
 }
 
-// parseValue reads "run:<replica>:<attempt>" or
-// "done:<replica>:<attempt>:<unix ms>". Replica ids may contain colons, so
-// the numbers are taken from the right.
+// parseValue reads "run:<owner>:<attempt>" or
+// "done:<owner>:<attempt>:<unix ms>". Replica ids may contain colons, so
+// the numbers are taken from the right; the owner is split by splitOwner.
 func parseValue(v string) (st State, err error) {
 	st.Value = v
 	kind, rest, _ := strings.Cut(v, ":")
@@ -257,6 +283,7 @@ func parseValue(v string) (st State, err error) {
 	if err != nil || n < 1 {
 		return State{Status: "foreign", Value: v}, fmt.Errorf("%w: %q", ErrForeign, v)
 	}
-	st.Holder, st.Attempt = rest[:i], n
+	st.Holder, st.Instance = splitOwner(rest[:i])
+	st.Attempt = n
 	return st, nil
 }

@@ -66,7 +66,7 @@ func (m *Memory) Claim(ctx context.Context, slot Slot, replica string, p Policy)
 		if err != nil {
 			return Claim{}, fmt.Errorf("lock: claim %s: %w", slot, err)
 		}
-		c.Holder, c.Attempt = st.Holder, st.Attempt
+		c.Holder, c.Instance, c.Attempt = st.Holder, st.Instance, st.Attempt
 		if st.Status == "done" {
 			c.Result = Done
 		} else {

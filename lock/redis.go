@@ -130,7 +130,7 @@ func decodeClaim(res []any) (Claim, error) {
 		if err != nil {
 			return Claim{}, err
 		}
-		c.Result, c.Holder, c.Attempt = Held, st.Holder, st.Attempt
+		c.Result, c.Holder, c.Instance, c.Attempt = Held, st.Holder, st.Instance, st.Attempt
 		if kind == "done" {
 			c.Result = Done
 		}

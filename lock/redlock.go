@@ -282,19 +282,23 @@ func (r *Redlock) decide(res []nodeResult[Claim], want Result, sent time.Time) d
 		v := nr.Val
 		waits = append(waits, v.Wait)
 		if v.Holder != "" {
-			holders[v.Holder]++
+			holders[OwnerID(v.Holder, v.Instance)]++
 		}
 		if want == Exhausted {
 			c.Attempt = max(c.Attempt, v.Attempt)
 		}
 	}
+	// Holders are told apart by instance too: two processes started with
+	// one replica id are two contenders.
+	var top string
 	for h, n := range holders {
-		if n > holders[c.Holder] || (n == holders[c.Holder] && h < c.Holder) {
-			c.Holder = h
+		if n > holders[top] || (n == holders[top] && h < top) {
+			top = h
 		}
 	}
+	c.Holder, c.Instance = splitOwner(top)
 	for _, nr := range res {
-		if nr.Err == nil && nr.Val.Result == want && nr.Val.Holder == c.Holder && c.Holder != "" {
+		if nr.Err == nil && nr.Val.Result == want && top != "" && OwnerID(nr.Val.Holder, nr.Val.Instance) == top {
 			c.Attempt = max(c.Attempt, nr.Val.Attempt)
 		}
 	}
@@ -305,7 +309,7 @@ func (r *Redlock) decide(res []nodeResult[Claim], want Result, sent time.Time) d
 		k := max(1, r.quorum()-(len(r.nodes)-len(waits)))
 		c.Wait = waits[k-1]
 	}
-	return decision{c, holders[c.Holder] >= r.quorum()}
+	return decision{c, holders[top] >= r.quorum()}
 }
 
 // decision is a quorum's answer, and whether a quorum of the nodes named

@@ -18,6 +18,7 @@ import (
 // and Redlock's own (docs/model.md, Scope). A new script must be added
 // either here or to scripts.sha256 (and to the model).
 var notMirrored = map[string]bool{
+	"lock/announce.lua":        true, // replica presence, not the slot protocol
 	"lock/mutex_acquire.lua":   true,
 	"lock/mutex_fence.lua":     true,
 	"lock/mutex_release.lua":   true,

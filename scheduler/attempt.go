@@ -38,7 +38,7 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 		return s.log.With("task", t.Name, "slot", slot.ID, "attempt", c.Attempt, "token", lock.Token(slot.Time, c.Attempt))
 	})
 	st := s.stats.Task(t.Name)
-	lease := lock.Hold(hard, s.store, slot, s.replica, c, t.Lease, lock.LeaseHooks{
+	lease := lock.Hold(hard, s.store, slot, s.owner, c, t.Lease, lock.LeaseHooks{
 		Renewed: func() {
 			st.Renewals.Inc()
 			s.noteWrite("renew", nil)

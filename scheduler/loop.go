@@ -136,7 +136,7 @@ func (l *loop) start() {
 	for i := range l.s.tasks {
 		t := &l.s.tasks[i]
 		if t.Catchup == "latest" {
-			if slot, ok := t.Schedule.Latest(now); ok && now.Before(t.SlotDeadline(slot)) {
+			if slot, ok := t.Schedule.Latest(now); ok && now.Before(t.SlotDeadline(slot)) && l.s.catchUp(t, slot, now) {
 				l.onFire(t, slot)
 			}
 		}
@@ -226,7 +226,7 @@ func (l *loop) sendClaims() {
 	reqs := make([]lock.ClaimRequest, len(runs))
 	lease := runs[0].t.Lease
 	for i, r := range runs {
-		reqs[i] = lock.ClaimRequest{Slot: r.slot, Replica: l.s.replica, Policy: r.t.Policy}
+		reqs[i] = lock.ClaimRequest{Slot: r.slot, Replica: l.s.owner, Policy: r.t.Policy}
 		lease = min(lease, r.t.Lease)
 	}
 	store, inbox := l.s.store, &l.inbox

@@ -27,6 +27,8 @@ package scheduler
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"log/slog"
 	"sync"
@@ -46,6 +48,10 @@ var (
 	ErrShutdown = errors.New("scheduler: shutting down")
 )
 
+// ErrDuplicateReplica is returned by Run when another live process
+// announces the same replica id in the store.
+var ErrDuplicateReplica = errors.New("scheduler: replica id in use by another live process")
+
 // Scheduler runs one replica's share of the configured tasks.
 type Scheduler struct {
 	tasks   []Task
@@ -57,6 +63,15 @@ type Scheduler struct {
 	stats   *stats.Set // per-task counters, read by package observe
 	hist    History    // nil: attempts are not recorded
 	replica string
+	// instance is this process's nonce; owner, "<replica>#<instance>", is
+	// the id its claims are made with, so that no other process started
+	// with the same replica id can renew, complete or release them.
+	instance, owner string
+	fleet           lock.Fleet // nil: the store has no fleet (Memory)
+	announced       bool       // set by Run before the clock loop starts: the clock check renews the presence
+	// firstStart is the fleet's first start as the store recorded it, set
+	// by Run before the loop starts (zero if unknown); logged only.
+	firstStart time.Time
 
 	// backoff spaces claims after store errors; handoff is the short pause
 	// before a replica retries a slot it just failed, which lets a woken
@@ -88,7 +103,8 @@ func WithClockCheck(every time.Duration) Option {
 }
 
 // WithReplica names this replica in claims, logs and history (default: the
-// host name and process id).
+// host name and process id). Claims are owned by "<id>#<instance>", the
+// instance being a random nonce per Scheduler (see Instance).
 func WithReplica(id string) Option { return func(s *Scheduler) { s.replica = id } }
 
 // WithShutdownGrace sets how long running attempts may go on after Run's
@@ -120,6 +136,9 @@ func New(tasks []Task, store lock.Store, opts ...Option) *Scheduler {
 	for _, o := range opts {
 		o(s)
 	}
+	s.instance = newInstance()
+	s.owner = lock.OwnerID(s.replica, s.instance)
+	s.fleet, _ = store.(lock.Fleet)
 	infos := make([]stats.TaskInfo, len(s.tasks))
 	for i := range s.tasks {
 		t := &s.tasks[i]
@@ -160,12 +179,23 @@ func (s *Scheduler) now() time.Time {
 // claiming, gives running attempts shutdown_grace to finish, then cancels
 // them and releases their slots. It returns when every slot's run on this
 // replica, and every goroutine it started, has ended.
+//
+// On a store that is a lock.Fleet, Run first announces the replica id for
+// this process and returns an error wrapping ErrDuplicateReplica, running
+// nothing, if another live process holds it (see announce); it records the
+// fleet's first start, and withdraws the id when it returns.
 func (s *Scheduler) Run(ctx context.Context) error {
 	// Attempts run under hard, which outlives ctx by the grace period.
 	hard, cancelHard := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer cancelHard(ErrShutdown)
 
 	s.checkClock(ctx)
+	if err := s.announce(ctx); err != nil {
+		return err
+	}
+	s.announced = true
+	defer s.withdraw(ctx)
+	s.started(ctx)
 	var bg sync.WaitGroup
 	bg.Add(1)
 	go func() {
@@ -174,7 +204,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}()
 
 	s.log.Info("scheduler started", "tasks", len(s.tasks), "store_ok", s.storeOK.Load(),
-		"clock_skew", time.Duration(s.skew.Load()))
+		"clock_skew", time.Duration(s.skew.Load()), "instance", s.instance, "fleet_first_start", s.firstStart)
 	l := newLoop(s, ctx, hard, cancelHard)
 	l.run()
 	l.workers.Wait()
@@ -182,3 +212,15 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	s.log.Info("scheduler stopped")
 	return nil
 }
+
+// newInstance is a random nonce naming this process among those that
+// share its replica id.
+func newInstance() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24)
+	return hex.EncodeToString(b[:])
+}
+
+// Instance is this process's nonce: its claims are owned by
+// "<replica>#<instance>".
+func (s *Scheduler) Instance() string { return s.instance }

@@ -21,9 +21,12 @@ type Task struct {
 
 	// Policy is how each slot is claimed: lease, done TTL, attempt cap.
 	lock.Policy
-	Timeout  time.Duration // one attempt's limit; > 0
-	Catchup  string        // CatchupLatest or CatchupNone
-	Deadline time.Duration // 0: a slot's window ends at the next fire time; else slot time + Deadline
+	Timeout time.Duration // one attempt's limit; > 0
+	Catchup string        // CatchupLatest or CatchupNone
+	// CatchupLimit bounds catch-up: a slot older than this at start-up is
+	// not caught up (0: no bound but the window).
+	CatchupLimit time.Duration
+	Deadline     time.Duration // 0: a slot's window ends at the next fire time; else slot time + Deadline
 
 	Schedule *schedule.Schedule
 	Job      tasks.Task // built by the plugin's factory at load

@@ -28,6 +28,10 @@ const (
 	DefaultMaxAttempts = 3
 	DefaultTimeout     = time.Hour
 	DefaultCatchup     = scheduler.CatchupLatest
+	// DefaultCatchupLimit bounds catch-up at start-up to slots at most
+	// this old: a window of up to a day (hourly, daily tasks) is caught up
+	// whole; a weekly, yearly or leap-day task's slot from long ago is not.
+	DefaultCatchupLimit = 24 * time.Hour
 
 	// MinLease is the shortest lease: it is renewed every lease/3, and a
 	// renewal must fit a Redis round trip with room to spare.
@@ -63,7 +67,7 @@ var (
 	redisKeys   = append([]string{"url", "prefix", "url_env"}, redisModeKeys...)
 	httpKeys    = []string{"listen"}
 	logKeys     = []string{"level", "format"}
-	policyKeys  = []string{"lease", "done_ttl", "max_attempts", "timeout", "catchup", "deadline"}
+	policyKeys  = []string{"lease", "done_ttl", "max_attempts", "timeout", "catchup", "deadline", "catchup_limit"}
 	taskOwnKeys = []string{"name", "schedule", "timezone", "plugin", "params"}
 	taskKeys    = append(append([]string{}, taskOwnKeys...), policyKeys...)
 )

@@ -13,6 +13,7 @@ import (
 // bad default is reported once, not once per task.
 type rawPolicy struct {
 	lease, doneTTL, timeout, deadline opt[time.Duration]
+	catchupLimit                      opt[time.Duration]
 	maxAttempts                       opt[int]
 	catchup                           opt[string]
 }
@@ -49,6 +50,7 @@ func readPolicy(t table) rawPolicy {
 		}
 		return positive(d)
 	})
+	rp.catchupLimit = t.duration("catchup_limit", positive)
 	rp.maxAttempts = t.integer("max_attempts", 1, MaxAttemptsLimit,
 		"the fencing token is slot_unix_seconds*1000 + attempt")
 	if v, ok := t.str("catchup"); ok {
@@ -81,6 +83,7 @@ func resolvePolicy(t table, own, defaults rawPolicy, sched *schedule.Schedule) t
 	timeout := own.timeout.or(defaults.timeout)
 	catchup := own.catchup.or(defaults.catchup)
 	deadline := own.deadline.or(defaults.deadline)
+	catchupLimit := own.catchupLimit.or(defaults.catchupLimit)
 
 	pol := taskPolicy{
 		Lease:       pick(lease, DefaultLease),
@@ -88,6 +91,8 @@ func resolvePolicy(t table, own, defaults rawPolicy, sched *schedule.Schedule) t
 		Timeout:     pick(timeout, DefaultTimeout),
 		Catchup:     pick(catchup, DefaultCatchup),
 		Deadline:    pick(deadline, 0),
+
+		CatchupLimit: pick(catchupLimit, DefaultCatchupLimit),
 	}
 	// The window is unknown when the deadline is invalid, or unset with an
 	// invalid schedule: then there is nothing to compare done_ttl with.
@@ -123,6 +128,7 @@ func resolvePolicy(t table, own, defaults rawPolicy, sched *schedule.Schedule) t
 // taskPolicy is a task's policy keys once merged over [defaults].
 type taskPolicy struct {
 	Lease, DoneTTL, Timeout, Deadline time.Duration
+	CatchupLimit                      time.Duration
 	MaxAttempts                       int
 	Catchup                           string
 }

@@ -146,6 +146,7 @@ func readTask(m map[string]any, n int, seen map[string]int, defaults rawPolicy, 
 	pol := resolvePolicy(t, readPolicy(t), defaults, task.Schedule)
 	task.Policy = lock.Policy{Lease: pol.Lease, DoneTTL: pol.DoneTTL, MaxAttempts: pol.MaxAttempts}
 	task.Timeout, task.Catchup, task.Deadline = pol.Timeout, pol.Catchup, pol.Deadline
+	task.CatchupLimit = pol.CatchupLimit
 	return task, len(p.errs) == before
 }
 

@@ -24,7 +24,10 @@ const (
 	PhaseExhausted = "exhausted" // every allowed attempt failed
 	PhaseMissed    = "missed"    // the window closed and nothing ever claimed the slot
 	PhaseUnknown   = "unknown"   // the slot's keys and history have expired
-	PhaseForeign   = "foreign"   // the slot key holds a value slotd did not write
+	// PhaseUnscheduled: the slot fired before the fleet's first start
+	// (lock.Fleet) and nothing ever claimed it: no replica existed to miss it.
+	PhaseUnscheduled = "unscheduled"
+	PhaseForeign     = "foreign" // the slot key holds a value slotd did not write
 )
 
 // TaskStatus is one task's row in the fleet view.
@@ -79,6 +82,13 @@ func Status(ctx context.Context, tasks []scheduler.Task, store lock.Store, hist 
 		return nil, err
 	}
 	var slots []lock.Slot
+	// Slots before the fleet's first start were never scheduled. A store
+	// without a fleet record (Memory), or one that cannot say, leaves
+	// every slot eligible to be missed.
+	var firstStart time.Time
+	if f, ok := store.(lock.Fleet); ok {
+		firstStart, _ = f.FirstStart(ctx)
+	}
 	first := make([]int, len(tasks)+1) // tasks[i]'s slots are slots[first[i]:first[i+1]]
 	for i := range tasks {
 		t := &tasks[i]
@@ -113,7 +123,7 @@ func Status(ctx context.Context, tasks []scheduler.Task, store lock.Store, hist 
 				Replica: st.Holder, Attempt: st.Attempt, Finished: st.Finished,
 				Last: lasts[i][slot.ID],
 			}
-			ss.Phase = phase(t, slot, st, ss.Last, now)
+			ss.Phase = phase(t, slot, st, ss.Last, now, firstStart)
 			ts.Slots = append(ts.Slots, ss)
 		}
 		out = append(out, ts)
@@ -188,10 +198,13 @@ func latestAttempts(ctx context.Context, tasks []scheduler.Task, hist scheduler.
 }
 
 // phase says what became of slot, from its state in the store, its latest
-// attempt in the history (nil if none) and the time.
-func phase(t *scheduler.Task, slot lock.Slot, st lock.State, last *scheduler.HistoryEntry, now time.Time) string {
+// attempt in the history (nil if none), the time and the fleet's first
+// start (zero if unknown).
+func phase(t *scheduler.Task, slot lock.Slot, st lock.State, last *scheduler.HistoryEntry, now, first time.Time) string {
 	open := now.Before(slot.Deadline)
 	switch {
+	case st.Status == "free" && st.Attempts == 0 && last == nil && unscheduled(t, slot, first):
+		return PhaseUnscheduled
 	case st.Status == "running":
 		return PhaseRunning
 	case st.Status == "done":
@@ -223,4 +236,18 @@ func phase(t *scheduler.Task, slot lock.Slot, st lock.State, last *scheduler.His
 		return PhaseMissed
 	}
 	return PhaseUnknown
+}
+
+// unscheduled reports whether slot was never this fleet's to run: it fired
+// before the fleet's first start (zero: unknown, never), and its window
+// either closed before then or was open but not caught up (catchup none,
+// or the slot older than catchup_limit at the first start).
+func unscheduled(t *scheduler.Task, slot lock.Slot, first time.Time) bool {
+	if first.IsZero() || !slot.Time.Before(first) {
+		return false
+	}
+	if !first.Before(slot.Deadline) {
+		return true
+	}
+	return t.Catchup != scheduler.CatchupLatest || (t.CatchupLimit > 0 && first.Sub(slot.Time) > t.CatchupLimit)
 }

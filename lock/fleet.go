@@ -1,0 +1,198 @@
+package lock
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed announce.lua
+	announceLua    string
+	announceScript = redis.NewScript(announceLua)
+)
+
+// Fleet is what a shared store knows about the replicas that share it:
+// which process instance holds each replica id, and when the fleet first
+// started. Redis and Redlock implement it; Memory, one process's own store,
+// does not (there is no fleet to know about).
+//
+// Keys (prefix "slotd"):
+//
+//	slotd:replica:{<replica id>}  the instance nonce of the live process with that id (TTL: Announce's)
+//	slotd:first-start             the fleet's first start, unix ms (TTL FirstStartTTL, renewed by Started)
+type Fleet interface {
+	// Announce claims replica for the process instance (a nonce of its
+	// own) for ttl, or renews its claim. If another instance holds the id,
+	// nothing changes and the answer names it, with its remaining TTL.
+	Announce(ctx context.Context, replica, instance string, ttl time.Duration) (Presence, error)
+	// Withdraw gives the id up, if instance still holds it, so that a
+	// restart need not wait for the TTL.
+	Withdraw(ctx context.Context, replica, instance string) error
+	// Started records now as the fleet's first start unless one is
+	// recorded, renews the record's TTL, and returns the recorded time.
+	Started(ctx context.Context, now time.Time) (time.Time, error)
+	// FirstStart reads the fleet's first start; zero if none is recorded.
+	// It writes nothing.
+	FirstStart(ctx context.Context) (time.Time, error)
+}
+
+// Presence is the answer to Fleet.Announce.
+type Presence struct {
+	Other string        // "": the caller holds the id; else the instance that does
+	TTL   time.Duration // how long the holder's claim lasts without renewal
+}
+
+// FirstStartTTL is the first-start record's TTL. Every replica renews it
+// at each clock check, so it expires only when the whole fleet has been
+// down this long; the next start then counts as a new fleet's first.
+const FirstStartTTL = 400 * 24 * time.Hour
+
+// ReplicaKey is the presence key of replica id under prefix.
+func ReplicaKey(prefix, replica string) string { return prefix + ":replica:{" + replica + "}" }
+
+// FirstStartKey is the key of the fleet's first start under prefix.
+func FirstStartKey(prefix string) string { return prefix + ":first-start" }
+
+// Announce implements Fleet.
+func (r *Redis) Announce(ctx context.Context, replica, instance string, ttl time.Duration) (Presence, error) {
+	if ttl <= 0 {
+		return Presence{}, fmt.Errorf("lock: announce replica %q: TTL %v must be positive", replica, ttl)
+	}
+	return r.announce(ctx, replica, instance, ttl.Milliseconds())
+}
+
+// Withdraw implements Fleet.
+func (r *Redis) Withdraw(ctx context.Context, replica, instance string) error {
+	_, err := r.announce(ctx, replica, instance, 0)
+	return err
+}
+
+func (r *Redis) announce(ctx context.Context, replica, instance string, ttlMS int64) (Presence, error) {
+	key := ReplicaKey(r.prefix, replica)
+	res, err := announceScript.Run(ctx, r.rdb, []string{key}, instance, ttlMS).Slice()
+	if err == nil && len(res) != 2 {
+		err = fmt.Errorf("unexpected reply %v", res)
+	}
+	if err != nil {
+		return Presence{}, fmt.Errorf("lock: announce replica %q (key %s): %w", replica, key, err)
+	}
+	other, _ := res[0].(string)
+	ms, _ := res[1].(int64)
+	return Presence{Other: other, TTL: time.Duration(ms) * time.Millisecond}, nil
+}
+
+// Started implements Fleet.
+func (r *Redis) Started(ctx context.Context, now time.Time) (time.Time, error) {
+	key := FirstStartKey(r.prefix)
+	p := r.rdb.Pipeline()
+	p.SetNX(ctx, key, now.UnixMilli(), FirstStartTTL)
+	p.PExpire(ctx, key, FirstStartTTL)
+	get := p.Get(ctx, key)
+	if _, err := p.Exec(ctx); err != nil {
+		return time.Time{}, fmt.Errorf("lock: first start (key %s): %w", key, err)
+	}
+	return parseFirstStart(key, get.Val())
+}
+
+// FirstStart implements Fleet.
+func (r *Redis) FirstStart(ctx context.Context) (time.Time, error) {
+	key := FirstStartKey(r.prefix)
+	p := r.rdb.Pipeline()
+	get := p.Get(ctx, key)
+	if _, err := p.Exec(ctx); errors.Is(err, redis.Nil) {
+		return time.Time{}, nil
+	} else if err != nil {
+		return time.Time{}, fmt.Errorf("lock: first start (key %s): %w", key, err)
+	}
+	return parseFirstStart(key, get.Val())
+}
+
+func parseFirstStart(key, v string) (time.Time, error) {
+	ms, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || ms <= 0 {
+		return time.Time{}, fmt.Errorf("lock: first start (key %s): %w: %q", key, ErrForeign, v)
+	}
+	return time.UnixMilli(ms).UTC(), nil
+}
+
+// Announce implements Fleet on every node: another instance holding the id
+// on any node that answered is reported. It fails only if no node answered.
+func (r *Redlock) Announce(ctx context.Context, replica, instance string, ttl time.Duration) (Presence, error) {
+	res := all(ctx, r, 0, func(ctx context.Context, n *Redis) (Presence, error) {
+		return n.Announce(ctx, replica, instance, ttl)
+	})
+	var out Presence
+	var errs []error
+	answered := 0
+	for i, nr := range res {
+		switch {
+		case nr.Err != nil:
+			errs = append(errs, fmt.Errorf("node %d: %w", i, nr.Err))
+		case nr.Val.Other != "" && out.Other == "":
+			answered++
+			out = nr.Val
+		default:
+			answered++
+			if out.Other == "" {
+				out.TTL = max(out.TTL, nr.Val.TTL)
+			}
+		}
+	}
+	if answered == 0 {
+		return Presence{}, errors.Join(errs...)
+	}
+	return out, nil
+}
+
+// Withdraw implements Fleet on every node.
+func (r *Redlock) Withdraw(ctx context.Context, replica, instance string) error {
+	res := all(ctx, r, 0, func(ctx context.Context, n *Redis) (struct{}, error) {
+		return struct{}{}, n.Withdraw(ctx, replica, instance)
+	})
+	var errs []error
+	for i, nr := range res {
+		if nr.Err != nil {
+			errs = append(errs, fmt.Errorf("node %d: %w", i, nr.Err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Started implements Fleet on every node; the earliest record wins.
+func (r *Redlock) Started(ctx context.Context, now time.Time) (time.Time, error) {
+	return r.earliest(ctx, func(ctx context.Context, n *Redis) (time.Time, error) { return n.Started(ctx, now) })
+}
+
+// FirstStart implements Fleet on every node; the earliest record wins.
+func (r *Redlock) FirstStart(ctx context.Context) (time.Time, error) {
+	return r.earliest(ctx, func(ctx context.Context, n *Redis) (time.Time, error) { return n.FirstStart(ctx) })
+}
+
+// earliest is the earliest non-zero time op reads on the nodes; it fails
+// only if no node answered.
+func (r *Redlock) earliest(ctx context.Context, op func(context.Context, *Redis) (time.Time, error)) (time.Time, error) {
+	res := all(ctx, r, 0, op)
+	var out time.Time
+	var errs []error
+	answered := 0
+	for i, nr := range res {
+		if nr.Err != nil {
+			errs = append(errs, fmt.Errorf("node %d: %w", i, nr.Err))
+			continue
+		}
+		answered++
+		if !nr.Val.IsZero() && (out.IsZero() || nr.Val.Before(out)) {
+			out = nr.Val
+		}
+	}
+	if answered == 0 {
+		return time.Time{}, errors.Join(errs...)
+	}
+	return out, nil
+}

@@ -1,0 +1,130 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/slotd/slotd/internal/redistest"
+	"github.com/slotd/slotd/lock"
+)
+
+// Issue 16 item 7: two processes with one replica id carry distinct owner
+// ids (<replica>#<instance>), so neither can renew, complete or release the
+// other's claim; status still names the replica.
+func TestOwnerInstanceIsPartOfTheLease(t *testing.T) {
+	srv := redistest.Start(t)
+	r := lock.NewRedis(srv.Client(), "slotd")
+	defer r.Close()
+	for name, s := range map[string]lock.Store{"redis": r, "memory": lock.NewMemory(nil)} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			now := time.Now()
+			slot := lock.Slot{Task: "owner-" + name, ID: "1", Time: now.Add(-time.Second), Deadline: now.Add(time.Minute)}
+			pol := lock.Policy{Lease: 5 * time.Second, DoneTTL: time.Hour, MaxAttempts: 3}
+			c, err := s.Claim(ctx, slot, lock.OwnerID("r1", "aaaa"), pol)
+			if err != nil || c.Result != lock.Won {
+				t.Fatalf("claim: %v %v", c.Result, err)
+			}
+			other := lock.Owner{Replica: lock.OwnerID("r1", "bbbb"), Attempt: c.Attempt}
+			if err := s.Renew(ctx, slot, other, pol.Lease); !errors.Is(err, lock.ErrNotHeld) {
+				t.Errorf("renew by r1#bbbb: %v, want ErrNotHeld", err)
+			}
+			if err := s.Complete(ctx, slot, other, pol.DoneTTL); !errors.Is(err, lock.ErrNotHeld) {
+				t.Errorf("complete by r1#bbbb: %v, want ErrNotHeld", err)
+			}
+			if err := s.Release(ctx, slot, other); !errors.Is(err, lock.ErrNotHeld) {
+				t.Errorf("release by r1#bbbb: %v, want ErrNotHeld", err)
+			}
+			st, err := lock.ReadState(ctx, s, slot)
+			if err != nil || st.Status != "running" || st.Holder != "r1" || st.Instance != "aaaa" || st.Attempt != 1 {
+				t.Errorf("state %+v, %v: want running by r1 (instance aaaa), attempt 1", st, err)
+			}
+			held, err := s.Claim(ctx, slot, lock.OwnerID("r1", "bbbb"), pol)
+			if err != nil || held.Result != lock.Held || held.Holder != "r1" || held.Instance != "aaaa" {
+				t.Errorf("claim by r1#bbbb: %+v, %v: want held by r1 instance aaaa", held, err)
+			}
+			mine := lock.Owner{Replica: lock.OwnerID("r1", "aaaa"), Attempt: c.Attempt}
+			if err := s.Renew(ctx, slot, mine, pol.Lease); err != nil {
+				t.Errorf("renew by the holder: %v", err)
+			}
+			if err := s.Complete(ctx, slot, mine, pol.DoneTTL); err != nil {
+				t.Errorf("complete by the holder: %v", err)
+			}
+		})
+	}
+}
+
+func TestFleetRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	r := lock.NewRedis(srv.Client(), "slotd")
+	defer r.Close()
+	ctx := context.Background()
+	var f lock.Fleet = r
+	if p, err := f.Announce(ctx, "r1", "aaaa", time.Minute); err != nil || p.Other != "" {
+		t.Fatalf("first announce: %+v %v", p, err)
+	}
+	if p, err := f.Announce(ctx, "r1", "aaaa", time.Minute); err != nil || p.Other != "" {
+		t.Fatalf("renewal: %+v %v", p, err)
+	}
+	p, err := f.Announce(ctx, "r1", "bbbb", time.Minute)
+	if err != nil || p.Other != "aaaa" || p.TTL <= 0 || p.TTL > time.Minute {
+		t.Fatalf("announce by another instance: %+v %v, want held by aaaa", p, err)
+	}
+	if err := f.Withdraw(ctx, "r1", "bbbb"); err != nil {
+		t.Fatal(err)
+	}
+	if v := srv.Client().Get(ctx, lock.ReplicaKey("slotd", "r1")).Val(); v != "aaaa" {
+		t.Fatalf("withdraw by a non-holder changed the presence to %q", v)
+	}
+	if err := f.Withdraw(ctx, "r1", "aaaa"); err != nil {
+		t.Fatal(err)
+	}
+	if n := srv.Client().Exists(ctx, lock.ReplicaKey("slotd", "r1")).Val(); n != 0 {
+		t.Fatal("presence not withdrawn by its holder")
+	}
+
+	if first, err := f.FirstStart(ctx); err != nil || !first.IsZero() {
+		t.Fatalf("first start before any: %v %v", first, err)
+	}
+	t0 := time.UnixMilli(time.Now().UnixMilli()).UTC()
+	if got, err := f.Started(ctx, t0); err != nil || !got.Equal(t0) {
+		t.Fatalf("Started: %v %v, want %v", got, err, t0)
+	}
+	if got, err := f.Started(ctx, t0.Add(time.Hour)); err != nil || !got.Equal(t0) {
+		t.Fatalf("second Started: %v %v, want the first, %v", got, err, t0)
+	}
+	if got, err := f.FirstStart(ctx); err != nil || !got.Equal(t0) {
+		t.Fatalf("FirstStart: %v %v, want %v", got, err, t0)
+	}
+	if ttl := srv.Client().PTTL(ctx, lock.FirstStartKey("slotd")).Val(); ttl <= 0 || ttl > lock.FirstStartTTL {
+		t.Fatalf("first-start TTL %v", ttl)
+	}
+}
+
+// On Redlock every node holds the presence; another instance on any node
+// that answers is reported, and the earliest first start wins.
+func TestFleetRedlock(t *testing.T) {
+	_, clients := startNodes(t, 3)
+	r := newRedlock(t, clients)
+	ctx := context.Background()
+	if p, err := r.Announce(ctx, "r1", "aaaa", time.Minute); err != nil || p.Other != "" {
+		t.Fatalf("first announce: %+v %v", p, err)
+	}
+	// One node lost its data (restarted empty): still refused.
+	clients[0].FlushAll(ctx)
+	if p, err := r.Announce(ctx, "r1", "bbbb", time.Minute); err != nil || p.Other != "aaaa" {
+		t.Fatalf("announce by another instance: %+v %v, want held by aaaa", p, err)
+	}
+	t0 := time.UnixMilli(time.Now().UnixMilli()).UTC()
+	if err := clients[1].Set(ctx, lock.FirstStartKey("slotd"), t0.Add(-time.Hour).UnixMilli(), time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := r.Started(ctx, t0); err != nil || !got.Equal(t0.Add(-time.Hour)) {
+		t.Fatalf("Started: %v %v, want the earliest record %v", got, err, t0.Add(-time.Hour))
+	}
+	if got, err := r.FirstStart(ctx); err != nil || !got.Equal(t0.Add(-time.Hour)) {
+		t.Fatalf("FirstStart: %v %v", got, err)
+	}
+}

@@ -1,0 +1,133 @@
+package scheduler_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/slotd/slotd/internal/redistest"
+	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/scheduler"
+)
+
+// Issue 16 item 8: catchup = "latest" at first start ran a leap-day task's
+// 2024 slot and an @every 9223372036s task's 1970 slot, both windows still
+// open. catchup_limit (config default 24h) bounds catch-up; without it
+// (the old behaviour) both run, which shows the test sees the catch-up.
+func TestCatchupLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name, spec string
+	}{
+		{"leap-day", "0 0 29 2 *"},
+		{"every-1970", "@every 9223372036s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, limit := range []time.Duration{24 * time.Hour, 0} {
+				l := newLedger()
+				task := testTask(t, tc.name, tc.spec, l.job(ok), func(t *scheduler.Task) {
+					t.Catchup, t.CatchupLimit, t.DoneTTL = "latest", limit, 24*time.Hour
+				})
+				rep := startReplica(t, "solo", lock.NewMemory(nil), time.Second, []scheduler.Task{task})
+				if limit == 0 {
+					rs := l.await(t, "the caught-up slot without a limit", 10*time.Second, func(rs []record) bool { return len(rs) > 0 })
+					t.Logf("without catchup_limit: caught up slot %s (%v)", rs[0].run.Slot, rs[0].run.SlotTime)
+				} else {
+					time.Sleep(time.Second) // the absence of a run observed, not a wait for an event
+				}
+				rep.stop()
+				if rs := l.snapshot(); limit > 0 && len(rs) > 0 {
+					t.Errorf("catchup_limit %v: caught up slot %s (%v)", limit, rs[0].run.Slot, rs[0].run.SlotTime)
+				}
+			}
+		})
+	}
+}
+
+// Issue 16 item 7: two processes with one replica id must not share lease
+// owners. Each scheduler owns its claims as <replica>#<instance>.
+func TestSameReplicaIDDistinctOwners(t *testing.T) {
+	store := lock.NewMemory(nil)
+	a := scheduler.New(nil, store, scheduler.WithReplica("dup"))
+	b := scheduler.New(nil, store, scheduler.WithReplica("dup"))
+	if a.Instance() == "" || a.Instance() == b.Instance() {
+		t.Fatalf("instances %q and %q: want distinct nonces", a.Instance(), b.Instance())
+	}
+	slot := lock.Slot{Task: "t", ID: "1", Time: time.Now().Add(-time.Second), Deadline: time.Now().Add(time.Minute)}
+	pol := lock.Policy{Lease: 5 * time.Second, DoneTTL: time.Hour, MaxAttempts: 3}
+	c, err := store.Claim(context.Background(), slot, lock.OwnerID("dup", a.Instance()), pol)
+	if err != nil || c.Result != lock.Won {
+		t.Fatalf("claim: %v %v", c.Result, err)
+	}
+	err = store.Renew(context.Background(), slot, lock.Owner{Replica: lock.OwnerID("dup", b.Instance()), Attempt: c.Attempt}, pol.Lease)
+	if !errors.Is(err, lock.ErrNotHeld) {
+		t.Fatalf("renew by the other instance of dup: %v, want ErrNotHeld", err)
+	}
+}
+
+// A second live process with a replica id already announced is refused at
+// start; once the first stops (and withdraws its id), the id is free.
+func TestDuplicateReplicaRefused(t *testing.T) {
+	srv := redistest.Start(t)
+	store := func() lock.Store {
+		r := lock.NewRedis(srv.Client(), "slotd")
+		t.Cleanup(func() { r.Close() })
+		return r
+	}
+	first := startReplica(t, "dup", store(), time.Second, nil, scheduler.WithClockCheck(200*time.Millisecond))
+	key := lock.ReplicaKey("slotd", "dup")
+	deadline := time.Now().Add(5 * time.Second)
+	for srv.Client().Get(context.Background(), key).Val() != first.sched.Instance() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never held the first instance %s", key, first.sched.Instance())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	second := scheduler.New(nil, store(), scheduler.WithReplica("dup"), scheduler.WithClockCheck(200*time.Millisecond),
+		scheduler.WithLogger(slog.New(slog.NewTextHandler(testWriter{t}, nil))))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	err := second.Run(ctx)
+	if !errors.Is(err, scheduler.ErrDuplicateReplica) {
+		t.Fatalf("second Run with replica id dup: %v, want ErrDuplicateReplica", err)
+	}
+	t.Logf("refused after %v: %v", time.Since(start).Round(time.Millisecond), err)
+
+	first.stop()
+	if v := srv.Client().Exists(context.Background(), key).Val(); v != 0 {
+		t.Fatalf("%s still exists after the first replica stopped", key)
+	}
+	third := startReplica(t, "dup", store(), time.Second, nil, scheduler.WithClockCheck(200*time.Millisecond))
+	third.stop()
+}
+
+// A crashed process's presence (not renewed) does not block a restart with
+// the same id for longer than its TTL.
+func TestStaleReplicaIDTakenOver(t *testing.T) {
+	srv := redistest.Start(t)
+	key := lock.ReplicaKey("slotd", "dup")
+	if err := srv.Client().Set(context.Background(), key, "crashed", 700*time.Millisecond).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := lock.NewRedis(srv.Client(), "slotd")
+	defer r.Close()
+	s := scheduler.New(nil, r, scheduler.WithReplica("dup"), scheduler.WithClockCheck(200*time.Millisecond),
+		scheduler.WithLogger(slog.New(slog.NewTextHandler(testWriter{t}, nil))))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for srv.Client().Get(context.Background(), key).Val() != s.Instance() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never taken over from the crashed instance", key)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
