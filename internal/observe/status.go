@@ -215,6 +215,10 @@ func phase(t *scheduler.Task, slot lock.Slot, st lock.State, last *scheduler.His
 		return PhaseExhausted
 	case st.Attempts > 0 && open:
 		return PhaseRetrying
+	case st.Attempts > 0 && succeeded(last):
+		// The task succeeded but the slot could not be marked done
+		// (success_unmarked), and no later attempt followed.
+		return PhaseDone
 	case st.Attempts > 0:
 		return PhaseFailed
 	case open:
@@ -225,7 +229,7 @@ func phase(t *scheduler.Task, slot lock.Slot, st lock.State, last *scheduler.His
 	// The window is closed and the store holds nothing: either nothing ever
 	// claimed the slot, or its keys expired and only the history remembers.
 	switch {
-	case last != nil && last.Outcome == stats.OutcomeSuccess:
+	case succeeded(last):
 		return PhaseDone
 	case last != nil && last.Attempt >= t.MaxAttempts:
 		return PhaseExhausted
@@ -250,4 +254,10 @@ func unscheduled(t *scheduler.Task, slot lock.Slot, first time.Time) bool {
 		return true
 	}
 	return t.Catchup != scheduler.CatchupLatest || (t.CatchupLimit > 0 && first.Sub(slot.Time) > t.CatchupLimit)
+}
+
+// succeeded reports whether the attempt last recorded ran its task to
+// success, whether or not the slot could then be marked done.
+func succeeded(last *scheduler.HistoryEntry) bool {
+	return last != nil && (last.Outcome == stats.OutcomeSuccess || last.Outcome == stats.OutcomeSuccessUnmarked)
 }

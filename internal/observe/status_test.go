@@ -89,6 +89,8 @@ func TestStatus(t *testing.T) {
 	mt := &tasks[0]
 	f.attempt(mt, at(-6, 0), "r1", at(-6, 1), "success", "")         // 14:24: done, keys expired by now
 	f.store.Set("slotd:{minutely:202401151425}", "weird", time.Hour) // 14:25: foreign
+	// 14:23: the task succeeded but the slot could not be marked done.
+	f.attempt(mt, at(-7, 0), "r1", at(-7, 1), "success_unmarked", "task succeeded but the slot could not be marked done")
 	f.attempt(mt, at(-4, 0), "r1", at(-4, 1), "failure", "exit status 1")
 	f.attempt(mt, at(-3, 0), "r1", at(-3, 1), "success", "")
 	f.attempt(mt, at(-2, 0), "r1", at(-2, 1), "failure", "first")
@@ -123,7 +125,7 @@ func TestStatus(t *testing.T) {
 		{"202401151426", "failed", "free", 1, "", "failure"},
 		{"202401151425", "foreign", "foreign", 0, "", ""},
 		{"202401151424", "done", "free", 0, "", "success"},
-		{"202401151423", "unknown", "free", 0, "", ""},
+		{"202401151423", "done", "free", 0, "", "success_unmarked"}, // keys expired; the history says it ran
 		{"202401151422", "unknown", "free", 0, "", ""},
 		{"202401151421", "unknown", "free", 0, "", ""},
 	}
