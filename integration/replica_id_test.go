@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -25,10 +26,11 @@ func TestDuplicateReplicaIDRefused(t *testing.T) {
 catchup = "none"`, c.execTask("tick", "@every 2s", `rec start; rec end`, ""))
 	evs := c.ledger.await("a first attempt", 15*time.Second, func(evs []event) bool { return len(find(evs, "end", 0)) > 0 })
 	slot := find(evs, "end", 0)[0].Slot
-	raw := c.rdb.Get(t.Context(), stateKey("tick", slot)).Val()
-	if !strings.HasPrefix(raw, "done:r1#") {
-		t.Errorf("state %q, want done:r1#<instance>:...", raw)
-	}
+	// The task's "end" line comes before the daemon marks the slot done.
+	awaitPoll(t, "the slot marked done by r1 with its instance", 10*time.Second,
+		func() string { return c.rdb.Get(t.Context(), stateKey("tick", slot)).Val() },
+		func(v string) bool { return strings.HasPrefix(v, "done:r1#") },
+		func(v string) string { return fmt.Sprintf("state %q, want done:r1#<instance>:...", v) })
 
 	dup := startReplica(t, "r1-dup", config("r1", c.srv.URL(), "1s", `lease = "2s"
 catchup = "none"`, c.execTask("tick", "@every 2s", `rec start; rec end`, "")))

@@ -31,8 +31,10 @@ func TestServeCapsConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	release := make(chan struct{})
+	entered := make(chan struct{}, 3)
 	srv := observe.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/block" {
+			entered <- struct{}{}
 			<-release
 		}
 		io.WriteString(w, "ok\n")
@@ -72,12 +74,19 @@ func TestServeCapsConnections(t *testing.T) {
 	}
 
 	// Three busy connections: a fourth is closed unread.
-	for range 3 {
+	// Each is dialled once the one before is being served: a connection
+	// whose request has not been read yet counts as idle, and the next
+	// would take its place.
+	for i := range 3 {
 		c := dial()
 		c.SetDeadline(time.Now().Add(5 * time.Second))
 		io.WriteString(c, "GET /block HTTP/1.1\r\nHost: x\r\n\r\n")
+		select {
+		case <-entered:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("busy request %d never reached the handler", i+1)
+		}
 	}
-	time.Sleep(200 * time.Millisecond) // let the server read them
 	extra := dial()
 	if got := get(t, extra, "/"); got != "" {
 		t.Errorf("a connection beyond a cap of busy ones was served: %q", got)
