@@ -116,9 +116,12 @@ func (w *countingWriter) Write(b []byte) (int, error) { w.n += len(b); return le
 // within ViewTTL costs Redis nothing, and 8 clients looping on the page
 // are all served.
 func TestStatusPageCost(t *testing.T) {
-	if testing.Short() || raceDetector {
-		t.Skip("starts redis-server; measures time and allocations")
+	if testing.Short() {
+		t.Skip("starts redis-server")
 	}
+	// Under -race (as CI runs) the command counts still hold; the
+	// allocation bound and the 8 loops measure the race runtime instead,
+	// and are left out.
 	f := newCostFleet(t)
 	f.commands(t)
 	start := time.Now()
@@ -135,7 +138,7 @@ func TestStatusPageCost(t *testing.T) {
 	}
 	// Before the cap: 275 MB (120,202 commands); the page's template
 	// costs most of what is left.
-	if bytes > 128<<20 {
+	if !raceDetector && bytes > 128<<20 {
 		t.Errorf("GET /?n=200 allocated %d bytes, want at most 128 MiB", bytes)
 	}
 	within := time.Since(start) < observe.ViewTTL // the view was read after start
@@ -148,6 +151,9 @@ func TestStatusPageCost(t *testing.T) {
 		t.Logf("the first request took longer than ViewTTL: the sharing of a view is not checked")
 	}
 
+	if raceDetector {
+		return
+	}
 	// 8 loops for 2 s: every request is served, and Redis reads the view
 	// about once per ViewTTL.
 	time.Sleep(observe.ViewTTL)
