@@ -707,3 +707,55 @@ func TestSuccessNotRerunWhenCompleteFails(t *testing.T) {
 		t.Fatalf("the slot ran %d times on one replica, want 1:\n%s", len(rs), dump(rs))
 	}
 }
+
+// failingRenew fails every renewal of one task's slots.
+type failingRenew struct {
+	lock.Store
+	task string
+}
+
+func (f *failingRenew) Renew(ctx context.Context, s lock.Slot, o lock.Owner, d time.Duration) error {
+	if s.Task == f.task {
+		return errors.New("injected: connection reset")
+	}
+	return f.Store.Renew(ctx, s, o, d)
+}
+
+// A task whose lease is lost is told to stop at once (its context's cause
+// carries tasks.ErrNoGrace, so exec kills its tree without a grace: a peer
+// may claim the slot once the lease's margin runs out); one that times out
+// keeps its grace.
+func TestLeaseLossAsksTaskToStopAtOnce(t *testing.T) {
+	causes := make(chan [2]any, 2)
+	wait := func(ctx context.Context, r tasks.Run) error {
+		<-ctx.Done()
+		causes <- [2]any{r.Task, context.Cause(ctx)}
+		return context.Cause(ctx)
+	}
+	l := newLedger()
+	lost := testTask(t, "lost", "0 * * * *", l.job(wait), func(t *scheduler.Task) {
+		t.Catchup, t.Lease = "latest", time.Second
+	})
+	slow := testTask(t, "slow", "0 * * * *", l.job(wait), func(t *scheduler.Task) {
+		t.Catchup, t.Timeout = "latest", 500*time.Millisecond
+	})
+	startReplica(t, "solo", &failingRenew{Store: lock.NewMemory(nil), task: "lost"}, time.Second, []scheduler.Task{lost, slow})
+	for range 2 {
+		select {
+		case c := <-causes:
+			err, _ := c[1].(error)
+			switch c[0] {
+			case "lost":
+				if !errors.Is(err, lock.ErrLeaseLost) || !errors.Is(err, tasks.ErrNoGrace) {
+					t.Errorf("lease lost: cause %v, want lock.ErrLeaseLost and tasks.ErrNoGrace", err)
+				}
+			case "slow":
+				if !errors.Is(err, scheduler.ErrTimeout) || errors.Is(err, tasks.ErrNoGrace) {
+					t.Errorf("timeout: cause %v, want scheduler.ErrTimeout without tasks.ErrNoGrace", err)
+				}
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatal("the tasks were not cancelled within 15s")
+		}
+	}
+}
