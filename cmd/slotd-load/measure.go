@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -360,12 +361,16 @@ type snapshot struct {
 	redisCPU   float64            // INFO cpu, user + system seconds
 	replicaCPU map[string]float64 // /proc, by replica id
 	toolCPU    float64            // /proc of this process
+	loadAvg    string             // /proc/loadavg: the machine's 1, 5 and 15 minute load averages
 }
 
 func takeSnapshot(ctx context.Context, rdb *redis.Client, reps []*replica) (snapshot, error) {
 	s := snapshot{at: time.Now(), replicaCPU: map[string]float64{}}
 	if p, err := readProc(os.Getpid()); err == nil {
 		s.toolCPU = p.CPUSeconds
+	}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		s.loadAvg = strings.Join(strings.Fields(string(b))[:3], " ")
 	}
 	for _, r := range reps {
 		s.replicaCPU[r.id] = r.cpu()

@@ -38,6 +38,10 @@ type records struct {
 	peaks    map[string]goPeaks // replica → peaks of the Go runtime over its life
 	tails    []*tail
 	sink     *sink // sustained mode with the http plugin: its requests are the attempts
+	// window is the sustained mode's slots [from, to) (unix ns);
+	// inWindow counts the tick slots in it that ran.
+	window   [2]int64
+	inWindow int
 }
 
 // goPeaks is what a replica's RSS is made of, at the peak of each.
@@ -160,6 +164,9 @@ func (r *records) slot(task string, slot int64) *slotRuns {
 	if s == nil {
 		s = &slotRuns{task: task, slot: slot}
 		r.slots[k] = s
+		if slot >= r.window[0] && slot < r.window[1] && strings.HasPrefix(task, tickPrefix) {
+			r.inWindow++
+		}
 	}
 	return s
 }

@@ -26,9 +26,10 @@ const (
 )
 
 // settleAfter is how long after the window's last slot is due the tool
-// waits before it stops the replicas: every slot's window has closed by
-// then (the deadline is the next second), so no attempt of a measured slot
-// can start later; those running finish during the replicas' shutdown.
+// waits at most for every slot of the window to have run before it stops
+// the replicas: every slot's window has closed by then (the deadline is
+// the next second), so no attempt of a measured slot can start later;
+// those running finish during the replicas' shutdown.
 const settleAfter = 2 * time.Second
 
 func (o *options) validateSustained() error {
@@ -200,6 +201,7 @@ func measureSustained(ctx context.Context, o options, stderr io.Writer) (*sustai
 	// reads leave the claims of w0's slots inside, w1's outside.
 	w0 := time.Now().Add(time.Second).Truncate(time.Second).Add(time.Duration(o.warmup) * time.Second)
 	w1 := w0.Add(o.duration)
+	recs.window = [2]int64{w0.UnixNano(), w1.UnixNano()}
 	progress("%d replicas ready in %v; %d tasks every second (%s); window %s to %s", o.replicas,
 		time.Since(started).Round(time.Millisecond), o.rate, o.plugin, w0.UTC().Format(time.TimeOnly), w1.UTC().Format(time.TimeOnly))
 	const lead = 250 * time.Millisecond
@@ -217,10 +219,11 @@ func measureSustained(ctx context.Context, o options, stderr io.Writer) (*sustai
 	if err != nil {
 		return nil, err
 	}
-	progress("window over; stopping the replicas after %v", settleAfter)
-	if err := w.until(w1.Add(settleAfter)); err != nil {
+	all := o.rate * int(o.duration/time.Second)
+	if _, err := w.cond(w1.Add(settleAfter), func() bool { return recs.inWindow >= all }); err != nil {
 		return nil, err
 	}
+	progress("window over; stopping the replicas")
 	smp.sample()
 	if sc != nil {
 		rep.Scrapes = sc.finish(o.scrape)

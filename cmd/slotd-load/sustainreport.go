@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -63,14 +64,17 @@ type sustainedReport struct {
 	RedisCmds        map[string]float64 `json:"redis_commands_per_slot_by_name"`
 	// LuaCounted: the server counts the commands a script calls in
 	// commandstats (checked at start), so the figures above include them.
-	LuaCounted         bool        `json:"lua_calls_counted_in_commandstats"`
-	ReplicaCPU         float64     `json:"replica_cpu_s"`           // /proc utime + stime deltas, summed over the replicas
-	ReplicaCPUPerSlot  float64     `json:"replica_cpu_us_per_slot"` // µs, summed over the replicas
-	ClientTripsPerSlot float64     `json:"client_round_trips_per_slot"`
-	ClientCmdsPerSlot  float64     `json:"client_commands_per_slot"`
-	ToolCPU            float64     `json:"tool_cpu_s"`  // this process (sink, records) over the window: it shares the cores
-	PeakRSSMB          float64     `json:"peak_rss_mb"` // the largest replica's VmHWM
-	Sink               *sinkReport `json:"sink,omitempty"`
+	LuaCounted         bool    `json:"lua_calls_counted_in_commandstats"`
+	ReplicaCPU         float64 `json:"replica_cpu_s"`           // /proc utime + stime deltas, summed over the replicas
+	ReplicaCPUPerSlot  float64 `json:"replica_cpu_us_per_slot"` // µs, summed over the replicas
+	ClientTripsPerSlot float64 `json:"client_round_trips_per_slot"`
+	ClientCmdsPerSlot  float64 `json:"client_commands_per_slot"`
+	ToolCPU            float64 `json:"tool_cpu_s"` // this process (sink, records) over the window: it shares the cores
+	// LoadAvg is the machine's load averages (1, 5, 15 min) at the
+	// window's start and end: above the core count, others shared them.
+	LoadAvg   [2]string   `json:"load_avg"`
+	PeakRSSMB float64     `json:"peak_rss_mb"` // the largest replica's VmHWM
+	Sink      *sinkReport `json:"sink,omitempty"`
 }
 
 type sustainedReplica struct {
@@ -152,6 +156,7 @@ func (rep *sustainedRun) analyze(recs *records, o options, w0, w1 time.Time, bef
 	s.ClientTripsPerSlot = perSlot(float64(trips))
 	s.ClientCmdsPerSlot = perSlot(float64(cmds))
 	s.ToolCPU = after.toolCPU - before.toolCPU
+	s.LoadAvg = [2]string{before.loadAvg, after.loadAvg}
 }
 
 func (rep *sustainedRun) analyzeReplicas(reps []*replica, smp *sampler, recs *records, before, after snapshot) {
@@ -237,10 +242,10 @@ func (rep *sustainedRun) summary() string {
 	}
 	return fmt.Sprintf("sustained %s %d/s × %s on %d replicas: %.0f slots/s; %d expected, %d executed, %d missed, %d duplicates; "+
 		"start p50 %.0f ms, p99 %.0f ms, max %.0f ms; history not recorded %d; Redis %.1f µs and %.2f commands per slot; "+
-		"replicas %.1f µs per slot; peak RSS MB %s; violations %d",
+		"replicas %.1f µs per slot; peak RSS MB %s; load avg %s; violations %d",
 		c.Plugin, c.Rate, c.Duration, c.Replicas, s.SlotsPerS, s.Expected, s.Executed, s.Missed, s.Duplicates,
 		s.StartDelay.P50, s.StartDelay.P99, s.StartDelay.Max, s.HistoryNotRecorded, s.RedisCPUPerSlot, s.RedisCmdsPerSlot,
-		s.ReplicaCPUPerSlot, strings.Join(rss, ", "), len(rep.Violations))
+		s.ReplicaCPUPerSlot, strings.Join(rss, ", "), s.LoadAvg[1], len(rep.Violations))
 }
 
 func (rep *sustainedRun) writeJSON(w io.Writer) error {
@@ -279,6 +284,7 @@ func (rep *sustainedRun) writeTable(w io.Writer) {
 	row("replica CPU per slot (all replicas)", fmt.Sprintf("%.1f µs (%.2f s)", s.ReplicaCPUPerSlot, s.ReplicaCPU))
 	row("per slot, client side (all replicas)", fmt.Sprintf("%.2f round trips, %.2f commands", s.ClientTripsPerSlot, s.ClientCmdsPerSlot))
 	row("this tool's CPU in the window", fmt.Sprintf("%.2f s (sink and records; it shares the cores)", s.ToolCPU))
+	row("machine load average (1, 5, 15 min)", fmt.Sprintf("%s at the start, %s at the end of the window (%d cores)", s.LoadAvg[0], s.LoadAvg[1], runtime.NumCPU()))
 	if sk := s.Sink; sk != nil {
 		row("sink", fmt.Sprintf("%d requests over %d TCP connections, %d malformed", sk.Requests, sk.Connections, sk.Malformed))
 	}
