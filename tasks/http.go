@@ -21,8 +21,10 @@ const DefaultHTTPTimeout = 30 * time.Second
 const (
 	// bodyQuoteMax bounds the response body kept for errors and logs.
 	bodyQuoteMax = 1 << 10
-	// bodyDrainMax bounds what is read past that, to let the connection be
-	// reused; a larger body costs a new connection, not memory or time.
+	// bodyDrainMax bounds what is read past that, so that the connection
+	// returns to the pool (net/http reuses a connection only once its
+	// response body was read to the end and closed); a larger body costs a
+	// new connection, not memory or time.
 	bodyDrainMax = 64 << 10
 )
 
@@ -49,8 +51,8 @@ type httpTask struct {
 	host    string // a Host header, which net/http takes from Request.Host
 	body    string
 	timeout time.Duration
-	expect  []int // nil: any 2xx
-	client  *http.Client
+	expect  []int        // nil: any 2xx
+	client  *http.Client // nil: the process's shared pool (httpClient); tests set their own
 	log     *slog.Logger
 }
 
@@ -98,7 +100,6 @@ func newHTTP(params map[string]any, log *slog.Logger) (Task, error) {
 		body:    p.Body,
 		timeout: p.Timeout.Duration,
 		expect:  p.Expect,
-		client:  &http.Client{},
 		log:     log,
 	}
 	for k, v := range p.Headers {
@@ -194,7 +195,11 @@ func (t *httpTask) Run(ctx context.Context) error {
 		req.Header.Set("Slotd-Replica", r.Replica)
 	}
 
-	resp, err := t.client.Do(req)
+	client := t.client
+	if client == nil {
+		client = httpClient()
+	}
+	resp, err := client.Do(req)
 	var body []byte
 	if err == nil {
 		body, err = io.ReadAll(io.LimitReader(resp.Body, bodyQuoteMax))

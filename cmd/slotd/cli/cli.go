@@ -189,6 +189,10 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, o opti
 	// and whatever the operator lists) is no exec task's business.
 	tasks.DropEnv(cfg.URLEnv)
 	tasks.DropEnv(cfg.EnvDrop...)
+	if err := tasks.SetHTTPPool(cfg.HTTPPool); err != nil { // validated at load; not expected
+		log.Error("slotd failed", "err", err)
+		return exitUsage
+	}
 	redis.SetLogger(redisLogger{log.With("component", "redis")})
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
