@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 func init() { Register("http", newHTTP) }
@@ -172,7 +173,8 @@ func (t *httpTask) accepts(code int) bool {
 }
 
 // Run sends the request; the response's status decides success. The
-// request, body included, must complete within the timeout.
+// request, body included, must complete within the timeout. The status
+// line and the head of the body go to the attempt's Output.
 func (t *httpTask) Run(ctx context.Context) error {
 	start := time.Now()
 	target := t.method + " " + RedactURL(t.url)
@@ -200,9 +202,10 @@ func (t *httpTask) Run(ctx context.Context) error {
 		client = httpClient()
 	}
 	resp, err := client.Do(req)
+	out := OutputFrom(parent)
 	var body []byte
 	if err == nil {
-		body, err = io.ReadAll(io.LimitReader(resp.Body, bodyQuoteMax))
+		body, err = io.ReadAll(io.LimitReader(resp.Body, int64(max(bodyQuoteMax, out.Limit()))))
 		if err == nil {
 			_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, bodyDrainMax))
 		}
@@ -226,10 +229,11 @@ func (t *httpTask) Run(ctx context.Context) error {
 		return err
 	}
 
+	writeResponse(out, resp, body)
 	se := &StatusError{
 		StatusCode: resp.StatusCode,
 		Status:     resp.Status,
-		Body:       strings.ToValidUTF8(string(body), "\uFFFD"),
+		Body:       strings.ToValidUTF8(string(body[:min(len(body), bodyQuoteMax)]), "\uFFFD"),
 	}
 	attrs := []slog.Attr{
 		slog.Int("status_code", resp.StatusCode),
@@ -243,4 +247,33 @@ func (t *httpTask) Run(ctx context.Context) error {
 	err = fmt.Errorf("tasks: http: %s: %w", target, se)
 	t.log.LogAttrs(parent, slog.LevelWarn, "request failed", append(attrs, slog.Any("err", err))...)
 	return err
+}
+
+// writeResponse reports the response's status line and the head of its
+// body, as much as out keeps, to the attempt's output; never a header.
+// A cut body ends with "…".
+func writeResponse(out *Output, resp *http.Response, body []byte) {
+	if out.Limit() == 0 {
+		return
+	}
+	status := resp.Proto + " " + resp.Status + "\n"
+	room := out.Limit() - len(status)
+	if room < 0 {
+		out.WriteString(status)
+		return
+	}
+	const cut = "…"
+	if len(body) > room {
+		body = body[:max(room-len(cut), 0)]
+		// Not in the middle of a character.
+		for i := 0; i < utf8.UTFMax-1 && len(body) > 0; i++ {
+			if r, size := utf8.DecodeLastRune(body); r != utf8.RuneError || size > 1 {
+				break
+			}
+			body = body[:len(body)-1]
+		}
+		body = append(body[:len(body):len(body)], cut...)
+	}
+	out.WriteString(status)
+	out.Write(body)
 }

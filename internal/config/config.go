@@ -33,6 +33,9 @@ const (
 	// this old: a window of up to a day (hourly, daily tasks) is caught up
 	// whole; a weekly, yearly or leap-day task's slot from long ago is not.
 	DefaultCatchupLimit = 24 * time.Hour
+	// DefaultOutputTail is how many bytes of each attempt's output (its
+	// tail) the history keeps.
+	DefaultOutputTail = tasks.DefaultOutputTail
 
 	// MinLease is the shortest lease: it is renewed every lease/3, and a
 	// renewal must fit a Redis round trip with room to spare.
@@ -71,7 +74,7 @@ var (
 	logKeys      = []string{"level", "format"}
 	pluginsKeys  = []string{"http"}
 	httpPoolKeys = []string{"max_idle_per_host", "idle_timeout"}
-	policyKeys   = []string{"lease", "done_ttl", "max_attempts", "timeout", "catchup", "deadline", "catchup_limit"}
+	policyKeys   = []string{"lease", "done_ttl", "max_attempts", "timeout", "catchup", "deadline", "catchup_limit", "output_tail"}
 	taskOwnKeys  = []string{"name", "schedule", "timezone", "plugin", "params"}
 	taskKeys     = append(append([]string{}, taskOwnKeys...), policyKeys...)
 )

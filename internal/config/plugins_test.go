@@ -43,3 +43,32 @@ func TestHTTPPoolConfig(t *testing.T) {
 		}
 	}
 }
+
+// output_tail bounds the output each attempt's history entry keeps:
+// 4 KiB by default, set in [defaults] or per task, 0 to 64 KiB.
+func TestOutputTailConfig(t *testing.T) {
+	two := minimal + "\n[[task]]\nname = \"quiet\"\nschedule = \"@hourly\"\nplugin = \"config-test-noop\"\noutput_tail = 0\n"
+	for _, tc := range []struct {
+		src           string
+		report, quiet int
+	}{
+		{two, tasks.DefaultOutputTail, 0},
+		{"[defaults]\noutput_tail = 65536\n" + two, 65536, 0},
+		{"[defaults]\noutput_tail = 100\n" + two, 100, 0},
+	} {
+		cfg := parse(t, tc.src)
+		if cfg.Tasks[0].OutputTail != tc.report || cfg.Tasks[1].OutputTail != tc.quiet {
+			t.Errorf("%q: output_tail %d and %d, want %d and %d", tc.src, cfg.Tasks[0].OutputTail, cfg.Tasks[1].OutputTail, tc.report, tc.quiet)
+		}
+	}
+	for _, tc := range []struct{ src, want string }{
+		{"[defaults]\noutput_tail = 65537\n" + minimal, "defaults.output_tail: 65537 is out of range: want 0 to 65536"},
+		{"[defaults]\noutput_tail = -1\n" + minimal, "defaults.output_tail: -1 is out of range"},
+		{minimal + "output_tail = \"4KiB\"\n", `task "report" (task #1): output_tail: must be an integer`},
+	} {
+		_, err := Parse([]byte(tc.src), "test.toml", nil)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: error %v, want %q", tc.src, err, tc.want)
+		}
+	}
+}
