@@ -81,8 +81,8 @@ func (o *Output) Limit() int {
 }
 
 // String returns the bytes kept, as valid UTF-8 (invalid bytes become
-// U+FFFD). If earlier bytes were dropped it starts with "…" at a character
-// boundary.
+// U+FFFD) of at most Limit bytes. If earlier bytes were dropped it starts
+// with "…" at a character boundary.
 func (o *Output) String() string {
 	if o == nil {
 		return ""
@@ -90,13 +90,30 @@ func (o *Output) String() string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	b := o.tail.appendTo(make([]byte, 0, len(o.tail.buf)))
-	if o.total > int64(len(b)) {
+	dropped := o.total > int64(len(b))
+	if dropped { // the ring may start inside a character
 		for len(b) > 0 && !utf8.RuneStart(b[0]) {
 			b = b[1:]
 		}
-		return "…" + strings.ToValidUTF8(string(b), "\uFFFD")
 	}
-	return strings.ToValidUTF8(string(b), "\uFFFD")
+	s := strings.ToValidUTF8(string(b), "\uFFFD")
+	if !dropped && len(s) <= o.tail.max {
+		return s
+	}
+	// Earlier bytes were dropped, or invalid bytes grew into U+FFFD: keep
+	// the tail that fits behind the mark.
+	const mark = "…"
+	room := o.tail.max - len(mark)
+	if room <= 0 {
+		return ""
+	}
+	if len(s) > room {
+		s = s[len(s)-room:]
+		for len(s) > 0 && !utf8.RuneStart(s[0]) {
+			s = s[1:]
+		}
+	}
+	return mark + s
 }
 
 type outputKey struct{}

@@ -20,13 +20,18 @@ func TestOutputKeepsTail(t *testing.T) {
 		{8, nil, ""},
 		{8, []string{"abc"}, "abc"},
 		{8, []string{"abc", "defgh"}, "abcdefgh"},
-		{8, []string{"abc", "defgh", "i"}, "…bcdefghi"},
-		{8, []string{"0123456789abcdef"}, "…89abcdef"},
-		{8, []string{"01", "23456789", "ab"}, "…456789ab"},
-		{0, []string{"dropped"}, "…"},
-		// A cut never leaves half a character; invalid bytes become U+FFFD.
-		{5, []string{"aé€x"}, "…€x"},
+		{8, []string{"abc", "defgh", "i"}, "…efghi"},
+		{8, []string{"0123456789abcdef"}, "…bcdef"},
+		{8, []string{"01", "23456789", "ab"}, "…789ab"},
+		{0, []string{"dropped"}, ""},
+		// A cut never leaves half a character; invalid bytes become U+FFFD,
+		// and the result still fits the limit.
+		{5, []string{"aé€x"}, "…x"},
+		{7, []string{"aé€x", "y"}, "…xy"},
+		{8, []string{"aé€x", "y"}, "aé€xy"},
 		{8, []string{"a\xffb"}, "a\uFFFDb"},
+		{8, []string{"\xffa\xffa\xff"}, "…a\uFFFD"},
+		{11, []string{"\xffa\xffa\xff"}, "\uFFFDa\uFFFDa\uFFFD"},
 	} {
 		o := NewOutput(tt.limit)
 		for _, w := range tt.writes {
@@ -34,7 +39,7 @@ func TestOutputKeepsTail(t *testing.T) {
 				t.Fatalf("Write = %d, %v", n, err)
 			}
 		}
-		if got := o.String(); got != tt.want {
+		if got := o.String(); got != tt.want || len(got) > tt.limit {
 			t.Errorf("limit %d, writes %q: %q, want %q", tt.limit, tt.writes, got, tt.want)
 		}
 		// WriteString keeps the same.
@@ -82,7 +87,7 @@ func TestOutputConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if s := o.String(); !strings.HasPrefix(s, "…") || len(s) > 64+len("…") {
+	if s := o.String(); !strings.HasPrefix(s, "…") || len(s) > 64 {
 		t.Errorf("output %q", s)
 	}
 }
@@ -98,7 +103,7 @@ func TestExecOutputTail(t *testing.T) {
 		t.Fatal("Run succeeded")
 	}
 	s := out.String()
-	if !strings.HasPrefix(s, "…") || len(s) > 256+len("…") || !utf8.ValidString(s) {
+	if !strings.HasPrefix(s, "…") || len(s) > 256 || !utf8.ValidString(s) {
 		t.Errorf("output is %d bytes: %q", len(s), s)
 	}
 	if !strings.HasSuffix(s, "line 1999\n<script>alert(1)</script>\n") {
