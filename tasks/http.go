@@ -251,29 +251,21 @@ func (t *httpTask) Run(ctx context.Context) error {
 
 // writeResponse reports the response's status line and the head of its
 // body, as much as out keeps, to the attempt's output; never a header.
-// A cut body ends with "…".
+// The body is made valid UTF-8 before it is fitted, so that the status
+// line stays in; a cut body ends with "…".
 func writeResponse(out *Output, resp *http.Response, body []byte) {
 	if out.Limit() == 0 {
 		return
 	}
 	status := resp.Proto + " " + resp.Status + "\n"
-	room := out.Limit() - len(status)
-	if room < 0 {
-		out.WriteString(status)
-		return
-	}
-	const cut = "…"
-	if len(body) > room {
-		body = body[:max(room-len(cut), 0)]
-		// Not in the middle of a character.
-		for i := 0; i < utf8.UTFMax-1 && len(body) > 0; i++ {
-			if r, size := utf8.DecodeLastRune(body); r != utf8.RuneError || size > 1 {
-				break
-			}
-			body = body[:len(body)-1]
+	text := strings.ToValidUTF8(string(body), "\uFFFD")
+	if room := out.Limit() - len(status); len(text) > room {
+		const cut = "…"
+		n := max(room-len(cut), 0)
+		for n > 0 && !utf8.RuneStart(text[n]) { // not in the middle of a character
+			n--
 		}
-		body = append(body[:len(body):len(body)], cut...)
+		text = text[:n] + cut
 	}
-	out.WriteString(status)
-	out.Write(body)
+	out.WriteString(status + text)
 }

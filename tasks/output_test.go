@@ -172,3 +172,19 @@ func TestHTTPOutput(t *testing.T) {
 		t.Errorf("output %q", s)
 	}
 }
+
+// A binary body, whose invalid bytes grow into U+FFFD, still leaves the
+// status line in the output.
+func TestHTTPOutputBinaryBody(t *testing.T) {
+	srv, _ := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(strings.Repeat("\xffa", 3000)))
+	})
+	task, _ := newHTTPTask(t, map[string]any{"url": srv.URL})
+	out := NewOutput(1000)
+	if err := task.Run(WithOutput(context.Background(), out)); err != nil {
+		t.Fatal(err)
+	}
+	if s := out.String(); !strings.HasPrefix(s, "HTTP/1.1 200 OK\n\uFFFDa\uFFFDa") || !strings.HasSuffix(s, "…") || len(s) > 1000 {
+		t.Errorf("output of %d bytes: %.40q...", len(s), s)
+	}
+}
