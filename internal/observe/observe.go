@@ -17,13 +17,11 @@
 package observe
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -103,50 +101,4 @@ func WriteJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
-}
-
-// statusRoutes serves the fleet view: /api/v1/tasks (the JSON of `slotd
-// status -json`) and / (the status page). ?n= sets the slots per task, up
-// to MaxSlots. Both share one view, read at most once per ViewTTL.
-func statusRoutes(mux *http.ServeMux, d Daemon) {
-	v := &view{tasks: d.Scheduler.Tasks(), store: d.Store, hist: d.History, ttl: ViewTTL}
-	slots := func(r *http.Request) int {
-		n, err := strconv.Atoi(r.URL.Query().Get("n"))
-		if err != nil || n < 1 {
-			return DefaultSlots
-		}
-		return min(n, MaxSlots)
-	}
-	mux.HandleFunc("GET /api/v1/tasks", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), pageTimeout)
-		defer cancel()
-		rep, err := v.get(ctx, slots(r))
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		if err != nil {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_ = WriteJSON(w, map[string]string{"error": err.Error()})
-			return
-		}
-		_ = WriteJSON(w, rep)
-	})
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), pageTimeout)
-		defer cancel()
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		w.Header().Set("Cache-Control", "no-store")
-		b, failed, err := v.page(ctx, slots(r), d.Replica)
-		if err != nil {
-			// The request ended, or the page failed to render.
-			b, failed = nil, true
-			var buf bytes.Buffer
-			if WritePage(&buf, Page{StatusReport: StatusReport{Now: time.Now()}, Replica: d.Replica, Error: err.Error()}) == nil {
-				b = buf.Bytes()
-			}
-		}
-		if failed {
-			w.WriteHeader(http.StatusServiceUnavailable)
-		}
-		_, _ = w.Write(b)
-	})
 }

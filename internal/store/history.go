@@ -3,8 +3,10 @@ package store
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -160,6 +162,50 @@ func (h *RedisHistory) Recent(ctx context.Context, task string, n int) ([]schedu
 		out = append(out, decodeEntry(m))
 	}
 	return out, nil
+}
+
+// RecentBefore returns up to n of task's entries older than the entry
+// whose id is before ("": the newest), newest first: one XREVRANGE with
+// COUNT, so a page costs n entries however deep it is (it implements
+// observe.HistoryPager).
+func (h *RedisHistory) RecentBefore(ctx context.Context, task, before string, n int) ([]scheduler.HistoryEntry, error) {
+	end := "+"
+	if before != "" {
+		var ok bool
+		if end, ok = previousID(before); !ok {
+			return nil, nil // nothing is older than 0-0
+		}
+	}
+	if n <= 0 {
+		return nil, nil
+	}
+	msgs, err := h.rdb.XRevRangeN(ctx, HistoryKey(h.prefix, task), end, "-", int64(n)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("history: read %s before %s: %w", task, before, err)
+	}
+	out := make([]scheduler.HistoryEntry, 0, len(msgs))
+	for _, m := range msgs {
+		out = append(out, decodeEntry(m))
+	}
+	return out, nil
+}
+
+// previousID is the greatest stream id below id ("<ms>-<seq>"), as an
+// inclusive XREVRANGE end (the exclusive "(" form needs Redis 6.2); false
+// if id is 0-0 or does not parse.
+func previousID(id string) (string, bool) {
+	a, b, ok := strings.Cut(id, "-")
+	ms, err1 := strconv.ParseUint(a, 10, 64)
+	seq, err2 := strconv.ParseUint(b, 10, 64)
+	switch {
+	case !ok || err1 != nil || err2 != nil:
+		return "", false
+	case seq > 0:
+		return a + "-" + strconv.FormatUint(seq-1, 10), true
+	case ms > 0:
+		return strconv.FormatUint(ms-1, 10) + "-" + strconv.FormatUint(math.MaxUint64, 10), true
+	}
+	return "", false
 }
 
 func decodeEntry(m redis.XMessage) scheduler.HistoryEntry {
