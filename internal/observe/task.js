@@ -31,7 +31,7 @@
   }
   function show(text, ok) {
     result.textContent = text;
-    result.className = ok ? "ok" : "failed";
+    result.className = ok ? "answer-ok" : "answer-error";
   }
   box.addEventListener("click", function (ev) {
     var b = ev.target.closest("button[data-action]");
