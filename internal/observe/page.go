@@ -33,6 +33,7 @@ var (
 		"dur":      formatDuration,
 		"reverse":  reversed,
 		"taskHref": taskHref,
+		"help":     func(phase string) string { return phaseHelp[phase] },
 		// The style sheet and the script go in verbatim, so that their
 		// hashes in the Content-Security-Policy match what is served.
 		"css":    func() template.CSS { return template.CSS(pageCSS) },
@@ -46,6 +47,20 @@ var (
 var phases = []string{
 	PhaseDone, PhaseRunning, PhaseRetrying, PhasePending,
 	PhaseFailed, PhaseExhausted, PhaseMissed, PhaseUnscheduled, PhaseForeign, PhaseUnknown,
+}
+
+// phaseHelp says what each phase means, as the legends' tooltips.
+var phaseHelp = map[string]string{
+	PhaseDone:        "succeeded",
+	PhaseRunning:     "an attempt holds the slot",
+	PhaseRetrying:    "attempts failed; the window is open and attempts remain",
+	PhasePending:     "the window is open and nothing has claimed the slot yet",
+	PhaseFailed:      "the window closed after failed attempts, below the cap",
+	PhaseExhausted:   "every allowed attempt failed",
+	PhaseMissed:      "the window closed and nothing ever claimed the slot",
+	PhaseUnscheduled: "fired before the fleet's first start: no replica was there to run it",
+	PhaseForeign:     "the slot key holds a value slotd did not write",
+	PhaseUnknown:     "the slot's keys and history have expired",
 }
 
 // Page is what the overview shows.
