@@ -294,6 +294,18 @@ func TestPagesInBrowser(t *testing.T) {
 	b.navigate(srv.URL + "/tasks/nightly-backup")
 	savePNG(t, "task-exhausted.png", b.screenshot(), 1000)
 
+	// Behind a proxy that serves them under a path of their own, the
+	// pages' links stay under it.
+	prefixed := http.NewServeMux()
+	prefixed.Handle("/ops/slotd/", http.StripPrefix("/ops/slotd", pageFleet(t, 0)))
+	proxy := httptest.NewServer(prefixed)
+	defer proxy.Close()
+	b.navigate(proxy.URL + "/ops/slotd/")
+	b.eval(`document.querySelector("tr.task a").click()`, nil)
+	b.await("a task's page under the prefix", `location.pathname === "/ops/slotd/tasks/nightly-backup" && document.querySelector("h1[data-task]")`)
+	b.eval(`document.querySelector("header a").click()`, nil)
+	b.await("the overview again", `location.pathname === "/ops/slotd/" && document.querySelector("tr.task")`)
+
 	big := httptest.NewServer(pageFleet(t, 10_000))
 	defer big.Close()
 	// The first load reads the fleet, renders and draws it.

@@ -156,7 +156,7 @@ func TestStatusPage(t *testing.T) {
 	for _, want := range []string{
 		`<meta http-equiv="refresh" content="5">`,
 		`data-task="report" data-state="done"`, `data-task="backup" data-state="retrying"`,
-		`<a href="/tasks/report">report</a>`, `<a href="/tasks/backup">backup</a>`,
+		`<a href="tasks/report">report</a>`, `<a href="tasks/backup">backup</a>`,
 		`data-state="done" data-count="1"`, `data-state="retrying" data-count="1"`, `data-state="failed" data-count="0"`,
 		`&lt;script&gt;alert(&#34;pwned&#34;)&lt;/script&gt; &amp; more`,
 		`served by <span class="mono">r1</span>`,

@@ -111,7 +111,9 @@ func WritePage(w io.Writer, p Page) error {
 }
 
 // with is the overview's URL for f with key set to value, on the first
-// page unless key is the page.
+// page unless key is the page. Like every link of the pages it is
+// relative, so that the pages work behind a proxy that serves them under
+// a path of its own.
 func (f Filter) with(key, value string) string {
 	q := url.Values{}
 	set := func(k, v string) {
@@ -129,9 +131,9 @@ func (f Filter) with(key, value string) string {
 		set(key, value)
 	}
 	if len(q) == 0 {
-		return "/"
+		return "./"
 	}
-	return "/?" + q.Encode()
+	return "?" + q.Encode()
 }
 
 // filterOf reads the overview's query parameters: q, state (a phase or
@@ -175,11 +177,12 @@ func olderHref(p TaskPage) string {
 	if p.Attempts.Next == "" {
 		return ""
 	}
-	return taskHref(p.Task.Name) + "?" + url.Values{"before": {p.Attempts.Next}}.Encode() + "#attempts"
+	return "?" + url.Values{"before": {p.Attempts.Next}}.Encode() + "#attempts"
 }
 
-// taskHref is the path of the page of the task named name.
-func taskHref(name string) string { return "/tasks/" + url.PathEscape(name) }
+// taskHref is the path of the page of the task named name, relative to
+// the overview's.
+func taskHref(name string) string { return "tasks/" + url.PathEscape(name) }
 
 func reversed(s []SlotStatus) []SlotStatus {
 	out := slices.Clone(s)

@@ -48,7 +48,7 @@
     token.value = "";
     keep(bearer);
     show(action + ": sending…", true);
-    fetch("/api/v1/tasks/" + encodeURIComponent(task) + "/" + action, {
+    fetch("../api/v1/tasks/" + encodeURIComponent(task) + "/" + action, {
       method: "POST",
       headers: { "Authorization": "Bearer " + bearer },
       credentials: "omit",
