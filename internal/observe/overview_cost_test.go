@@ -153,6 +153,34 @@ func TestOverviewCost(t *testing.T) {
 		f := &costFleet{rdb: rdb, h: bigHandler(tasks, st, hist)}
 		checkOverview(t, f, want)
 	})
+	// The worst case: no slot tells everything (here every one was
+	// missed), so every task's history is read too, in a few pipelines.
+	t.Run("redis-all-missed", func(t *testing.T) {
+		srv := redistest.Start(t)
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { rdb.Close() })
+		st := lock.NewRedis(rdb, "slotd")
+		t.Cleanup(func() { st.Close() })
+		hist := store.NewRedisHistory(rdb, "slotd", time.Hour)
+		t.Cleanup(hist.Close)
+		tasks := make([]scheduler.Task, bigFleet)
+		for i := range tasks {
+			tasks[i] = statusTask(t, fmt.Sprintf("task-%05d", i), "@every 1h", 3, 48*time.Hour)
+		}
+		f := &costFleet{rdb: rdb, h: bigHandler(tasks, st, hist)}
+		f.commands(t)
+		start := time.Now()
+		code, _, body := f.requestBody("/")
+		took := time.Since(start)
+		cmds := f.commands(t)
+		t.Logf("GET /, %d tasks all missed: %d bytes, %d Redis commands, %v", bigFleet, len(body), cmds, took.Round(time.Millisecond))
+		if max := 2 + bigFleet*(3*observe.OverviewSlots+1); code != http.StatusOK || len(body) > 1<<20 || cmds > max {
+			t.Errorf("GET /: %d, %d bytes, %d Redis commands (at most %d)", code, len(body), cmds, max)
+		}
+		if !strings.Contains(body, fmt.Sprintf(`data-state="missed" data-count="%d"`, bigFleet)) {
+			t.Errorf("the overview does not count every task missed")
+		}
+	})
 }
 
 func bigHandler(tasks []scheduler.Task, st lock.Store, hist scheduler.History) http.Handler {

@@ -65,17 +65,18 @@ type StatusReport struct {
 	Tasks []TaskStatus `json:"tasks"`
 }
 
-// historyReaders bounds the history reads of one view in flight at once:
-// one per task, concurrent so that many tasks cost a few round trips, not
-// one each, without a burst of connections.
+// historyReaders bounds the history reads of one view in flight at once
+// on a history that cannot read many tasks at once (historyBatch): one
+// per task, concurrent so that many tasks cost a few round trips, not one
+// each, without a burst of connections.
 const historyReaders = 8
 
 // Status computes the fleet's view of tasks at now (the store's time,
 // ideally): for each task its next fire time and its latest n slots, with
 // their state in store and their latest attempt in hist (nil: no history).
 // It only reads, and needs no running daemon. Every slot's state is read
-// in one call of store.States (one pipeline on Redis), and each task's
-// history by at most historyReaders reads at a time.
+// in one call of store.States (one pipeline on Redis), and the tasks'
+// history in one batch (a few pipelines on Redis).
 func Status(ctx context.Context, tasks []scheduler.Task, store lock.Store, hist scheduler.History, now time.Time, n int) ([]TaskStatus, error) {
 	lasts, err := latestAttempts(ctx, tasks, nil, hist, n)
 	if err != nil {
@@ -194,12 +195,39 @@ func taskNames(tasks []scheduler.Task) string {
 	return b.String()
 }
 
+// historyBatch is a History that reads many tasks' entries in few round
+// trips; store.RedisHistory is one.
+type historyBatch interface {
+	// RecentEach returns up to ns[i] of tasks[i]'s entries, newest first.
+	RecentEach(ctx context.Context, tasks []string, ns []int) ([][]scheduler.HistoryEntry, error)
+}
+
 // latestAttempts returns, for each task (each i with want[i] if want is
 // not nil), the latest attempt of each slot in hist among enough entries
-// for n slots that each used every attempt.
+// for n slots that each used every attempt: in one batch if hist can
+// (historyBatch), else one read per task, historyReaders at a time.
 func latestAttempts(ctx context.Context, tasks []scheduler.Task, want []bool, hist scheduler.History, n int) ([]map[string]*scheduler.HistoryEntry, error) {
 	lasts := make([]map[string]*scheduler.HistoryEntry, len(tasks))
 	if hist == nil || n <= 0 {
+		return lasts, nil
+	}
+	count := func(t *scheduler.Task) int { return min(scheduler.HistoryMaxLen, n*(t.MaxAttempts+1)) }
+	if b, ok := hist.(historyBatch); ok {
+		names, counts := make([]string, len(tasks)), make([]int, len(tasks))
+		for i := range tasks {
+			if want == nil || want[i] {
+				names[i], counts[i] = tasks[i].Name, count(&tasks[i])
+			}
+		}
+		got, err := b.RecentEach(ctx, names, counts)
+		if err != nil {
+			return nil, fmt.Errorf("status: %w", err)
+		}
+		for i, es := range got {
+			if counts[i] > 0 {
+				lasts[i] = latestPerSlot(es, n)
+			}
+		}
 		return lasts, nil
 	}
 	errs := make([]error, len(tasks))
@@ -211,19 +239,12 @@ func latestAttempts(ctx context.Context, tasks []scheduler.Task, want []bool, hi
 			defer wg.Done()
 			for i := range next {
 				t := &tasks[i]
-				es, err := hist.Recent(ctx, t.Name, min(scheduler.HistoryMaxLen, n*(t.MaxAttempts+1)))
+				es, err := hist.Recent(ctx, t.Name, count(t))
 				if err != nil {
 					errs[i] = fmt.Errorf("status: task %s: %w", t.Name, err)
 					continue
 				}
-				last := make(map[string]*scheduler.HistoryEntry, n)
-				for k := range es {
-					e := &es[k]
-					if l, ok := last[e.Slot]; !ok || e.Started.After(l.Started) {
-						last[e.Slot] = e
-					}
-				}
-				lasts[i] = last
+				lasts[i] = latestPerSlot(es, n)
 			}
 		}()
 	}
@@ -242,6 +263,18 @@ func latestAttempts(ctx context.Context, tasks []scheduler.Task, want []bool, hi
 		return nil, err
 	}
 	return lasts, ctx.Err()
+}
+
+// latestPerSlot maps each slot of es to its latest attempt.
+func latestPerSlot(es []scheduler.HistoryEntry, n int) map[string]*scheduler.HistoryEntry {
+	last := make(map[string]*scheduler.HistoryEntry, n)
+	for k := range es {
+		e := &es[k]
+		if l, ok := last[e.Slot]; !ok || e.Started.After(l.Started) {
+			last[e.Slot] = e
+		}
+	}
+	return last
 }
 
 // phase says what became of slot, from its state in the store, its latest

@@ -44,6 +44,7 @@ func HistoryTTL(cfg *config.Config) time.Duration {
 // *redis.Client or *redis.ClusterClient satisfies it.
 type HistoryClient interface {
 	TxPipeline() redis.Pipeliner
+	Pipeline() redis.Pipeliner
 	XRevRangeN(ctx context.Context, stream, start, stop string, count int64) *redis.XMessageSliceCmd
 }
 
@@ -160,6 +161,46 @@ func (h *RedisHistory) Recent(ctx context.Context, task string, n int) ([]schedu
 	out := make([]scheduler.HistoryEntry, 0, len(msgs))
 	for _, m := range msgs {
 		out = append(out, decodeEntry(m))
+	}
+	return out, nil
+}
+
+// readBatch bounds the XREVRANGEs of one round trip of RecentEach.
+const readBatch = 1024
+
+// RecentEach returns up to ns[i] of tasks[i]'s entries, newest first, for
+// every i: one XREVRANGE with COUNT per task, pipelined readBatch at a
+// time, so that the status of many tasks costs a few round trips, not one
+// per task. An error names the first task whose read failed.
+func (h *RedisHistory) RecentEach(ctx context.Context, tasks []string, ns []int) ([][]scheduler.HistoryEntry, error) {
+	out := make([][]scheduler.HistoryEntry, len(tasks))
+	for from := 0; from < len(tasks); from += readBatch {
+		to := min(from+readBatch, len(tasks))
+		cmds := make([]*redis.XMessageSliceCmd, to-from)
+		p := h.rdb.Pipeline()
+		for i := from; i < to; i++ {
+			if ns[i] > 0 {
+				cmds[i-from] = p.XRevRangeN(ctx, HistoryKey(h.prefix, tasks[i]), "+", "-", int64(ns[i]))
+			}
+		}
+		if p.Len() == 0 {
+			continue
+		}
+		_, _ = p.Exec(ctx) // each command carries its own error
+		for k, c := range cmds {
+			if c == nil {
+				continue
+			}
+			msgs, err := c.Result()
+			if err != nil {
+				return nil, fmt.Errorf("history: read %s: %w", tasks[from+k], err)
+			}
+			es := make([]scheduler.HistoryEntry, 0, len(msgs))
+			for _, m := range msgs {
+				es = append(es, decodeEntry(m))
+			}
+			out[from+k] = es
+		}
 	}
 	return out, nil
 }
