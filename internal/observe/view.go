@@ -30,17 +30,16 @@ func (v *view) get(ctx context.Context, n int) (StatusReport, error) {
 	// Reads are made for a multiple of DefaultSlots, so that requests
 	// cycling through n cost a few reads a second, not one each; a fresh
 	// read for more slots serves too.
-	want := (n + DefaultSlots - 1) / DefaultSlots * DefaultSlots
-	key := strconv.Itoa(want)
-	for more := (MaxSlots + DefaultSlots - 1) / DefaultSlots * DefaultSlots; more > want; more -= DefaultSlots {
+	roundUp := func(n int) int { return (n + DefaultSlots - 1) / DefaultSlots * DefaultSlots }
+	read := roundUp(n)
+	for more := roundUp(MaxSlots); more > read; more -= DefaultSlots {
 		if v.reads.has(strconv.Itoa(more)) {
-			key = strconv.Itoa(more)
+			read = more
 			break
 		}
 	}
-	want, _ = strconv.Atoi(key)
-	rep, err := v.reads.get(ctx, key, func(ctx context.Context) (StatusReport, error) {
-		return Report(ctx, v.tasks(), v.store, v.hist, want)
+	rep, err := v.reads.get(ctx, strconv.Itoa(read), func(ctx context.Context) (StatusReport, error) {
+		return Report(ctx, v.tasks(), v.store, v.hist, read)
 	})
 	return rep.first(n), err
 }
