@@ -29,6 +29,7 @@ var (
 	pageFuncs = template.FuncMap{
 		"iso":      func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) },
 		"clock":    func(t time.Time) string { return t.UTC().Format(time.DateTime) },
+		"local":    func(t time.Time) string { return t.Format(time.DateTime + " MST") },
 		"until":    func(now, t time.Time) time.Duration { return t.Sub(now).Round(time.Second) },
 		"dur":      formatDuration,
 		"reverse":  reversed,

@@ -40,8 +40,9 @@ type TaskDetail struct {
 
 // Fire is one future fire time of a task and the id its slot will have.
 type Fire struct {
-	Time time.Time `json:"time"`
-	Slot string    `json:"slot"`
+	Time  time.Time `json:"time"`  // UTC
+	Local time.Time `json:"local"` // the same instant in the task's time zone
+	Slot  string    `json:"slot"`
 }
 
 // Detail reads task's detail at the store's time with n slots.
@@ -55,12 +56,16 @@ func Detail(ctx context.Context, task *scheduler.Task, store lock.Store, hist sc
 		Lease: task.Lease.String(), DoneTTL: task.DoneTTL.String(), Timeout: task.Timeout.String(),
 		Window: task.Window().String(), Catchup: task.Catchup,
 	}
+	loc, err := time.LoadLocation(task.Timezone) // "" is UTC; validated at load
+	if err != nil {
+		loc = time.UTC
+	}
 	for at := rep.Now; len(d.Upcoming) < UpcomingFires; {
 		next := task.Schedule.Next(at)
 		if next.IsZero() || !next.After(at) {
 			break
 		}
-		d.Upcoming = append(d.Upcoming, Fire{Time: next, Slot: task.Schedule.SlotID(next)})
+		d.Upcoming = append(d.Upcoming, Fire{Time: next.UTC(), Local: next.In(loc), Slot: task.Schedule.SlotID(next)})
 		at = next
 	}
 	return d, nil

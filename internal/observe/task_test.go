@@ -17,6 +17,7 @@ import (
 	"github.com/slotd/slotd/internal/store"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/scheduler"
+	"github.com/slotd/slotd/scheduler/schedule"
 )
 
 // GET /api/v1/tasks/{name} is a task's detail: its slots (?n=), state,
@@ -52,6 +53,23 @@ func TestTaskAPI(t *testing.T) {
 			t.Errorf("upcoming %+v, want %v %s", f, next, task.Schedule.SlotID(next))
 		}
 		at = next
+	}
+
+	// A task in a time zone fires at its wall-clock time there.
+	paris := statusTask(t, "paris", "0 9 * * *", 3, 48*time.Hour)
+	paris.Timezone = "Europe/Paris"
+	var err error
+	if paris.Schedule, err = schedule.Parse("0 9 * * *", "Europe/Paris"); err != nil {
+		t.Fatal(err)
+	}
+	pd, err := observe.Detail(ctx, &paris, s.store, nil, 1)
+	if err != nil || len(pd.Upcoming) != observe.UpcomingFires {
+		t.Fatalf("Detail of paris: %+v, %v", pd, err)
+	}
+	for _, f := range pd.Upcoming {
+		if f.Local.Hour() != 9 || f.Local.Location().String() != "Europe/Paris" || !f.Local.Equal(f.Time) || f.Time.Location() != time.UTC {
+			t.Errorf("paris fires at %v (%v), want 09:00 Europe/Paris", f.Local, f.Time)
+		}
 	}
 
 	// Pages of two, newest first, until the cursor runs out.
