@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -165,44 +166,80 @@ func (h *RedisHistory) Recent(ctx context.Context, task string, n int) ([]schedu
 	return out, nil
 }
 
-// readBatch bounds the XREVRANGEs of one round trip of RecentEach.
-const readBatch = 1024
+// Bounds of RecentEach: the entries asked for in one round trip, and the
+// round trips in flight at once (their replies are decoded in parallel).
+const (
+	readBatchEntries = 4096
+	readParallel     = 4
+)
 
 // RecentEach returns up to ns[i] of tasks[i]'s entries, newest first, for
-// every i: one XREVRANGE with COUNT per task, pipelined readBatch at a
-// time, so that the status of many tasks costs a few round trips, not one
-// per task. An error names the first task whose read failed.
+// every i (none where ns[i] ≤ 0): one XREVRANGE with COUNT per task,
+// pipelined about readBatchEntries entries to a round trip, readParallel
+// round trips at a time, so that the status of many tasks costs a few
+// round trips, not one per task. An error names the first task whose read
+// failed.
 func (h *RedisHistory) RecentEach(ctx context.Context, tasks []string, ns []int) ([][]scheduler.HistoryEntry, error) {
 	out := make([][]scheduler.HistoryEntry, len(tasks))
-	for from := 0; from < len(tasks); from += readBatch {
-		to := min(from+readBatch, len(tasks))
-		cmds := make([]*redis.XMessageSliceCmd, to-from)
-		p := h.rdb.Pipeline()
-		for i := from; i < to; i++ {
-			if ns[i] > 0 {
-				cmds[i-from] = p.XRevRangeN(ctx, HistoryKey(h.prefix, tasks[i]), "+", "-", int64(ns[i]))
-			}
+	type span struct{ from, to int }
+	var spans []span
+	from, sum := 0, 0
+	for i := range tasks {
+		if n := max(ns[i], 0); sum+n > readBatchEntries && sum > 0 {
+			spans = append(spans, span{from, i})
+			from, sum = i, 0
 		}
-		if p.Len() == 0 {
-			continue
-		}
-		_, _ = p.Exec(ctx) // each command carries its own error
-		for k, c := range cmds {
-			if c == nil {
-				continue
-			}
-			msgs, err := c.Result()
-			if err != nil {
-				return nil, fmt.Errorf("history: read %s: %w", tasks[from+k], err)
-			}
-			es := make([]scheduler.HistoryEntry, 0, len(msgs))
-			for _, m := range msgs {
-				es = append(es, decodeEntry(m))
-			}
-			out[from+k] = es
+		sum += max(ns[i], 0)
+	}
+	spans = append(spans, span{from, len(tasks)})
+	errs := make([]error, len(spans))
+	sem := make(chan struct{}, readParallel)
+	var wg sync.WaitGroup
+	for k, sp := range spans {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			errs[k] = h.readEach(ctx, tasks[sp.from:sp.to], ns[sp.from:sp.to], out[sp.from:sp.to])
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
 		}
 	}
 	return out, nil
+}
+
+// readEach is one round trip of RecentEach, into out.
+func (h *RedisHistory) readEach(ctx context.Context, tasks []string, ns []int, out [][]scheduler.HistoryEntry) error {
+	cmds := make([]*redis.XMessageSliceCmd, len(tasks))
+	p := h.rdb.Pipeline()
+	for i, task := range tasks {
+		if ns[i] > 0 {
+			cmds[i] = p.XRevRangeN(ctx, HistoryKey(h.prefix, task), "+", "-", int64(ns[i]))
+		}
+	}
+	if p.Len() == 0 {
+		return nil
+	}
+	_, _ = p.Exec(ctx) // each command carries its own error
+	for i, c := range cmds {
+		if c == nil {
+			continue
+		}
+		msgs, err := c.Result()
+		if err != nil {
+			return fmt.Errorf("history: read %s: %w", tasks[i], err)
+		}
+		es := make([]scheduler.HistoryEntry, 0, len(msgs))
+		for _, m := range msgs {
+			es = append(es, decodeEntry(m))
+		}
+		out[i] = es
+	}
+	return nil
 }
 
 // RecentBefore returns up to n of task's entries older than the entry

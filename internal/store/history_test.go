@@ -234,6 +234,21 @@ func TestRedisHistoryRecentEach(t *testing.T) {
 	if fmt.Sprint(sizes) != "[2 3 0 0]" || got[0][0].Attempt != 3 || got[1][2].Attempt != 1 {
 		t.Errorf("RecentEach: sizes %v, %+v", sizes, got)
 	}
+	// Counts beyond one round trip's share split the reads, in order.
+	var many []string
+	var counts []int
+	for i := range 12 {
+		many, counts = append(many, []string{"a", "b", "none"}[i%3]), append(counts, 1000)
+	}
+	got, err = h.RecentEach(ctx, many, counts)
+	if err != nil || len(got) != 12 {
+		t.Fatalf("RecentEach of 12 × 1000: %d, %v", len(got), err)
+	}
+	for i, es := range got {
+		if want := []int{3, 3, 0}[i%3]; len(es) != want {
+			t.Errorf("RecentEach of 12 × 1000: task %d (%s) has %d entries, want %d", i, many[i], len(es), want)
+		}
+	}
 	if err := srv.Client().Set(ctx, store.HistoryKey("slotd", "odd"), "x", time.Hour).Err(); err != nil {
 		t.Fatal(err)
 	}
