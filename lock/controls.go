@@ -23,6 +23,7 @@ import (
 //	slotd:paused:{<task>}            "paused" or "resumed" (TTL PauseTTL, renewed by every live replica)
 //	slotd:running:{<task>}           "<slot id> run:<owner>:<attempt>": the attempt that runs the task (TTL lease)
 //	slotd:control:{<task>}           no key: the message published on the release channel when any of them changes
+//	slotd:controls                   the epoch: INCR after each trigger and pause change (TTL PauseTTL)
 //
 // A triggered run is a slot of its own (TriggerSlot): its id is the trigger
 // time in UTC to the second followed by "t", which no schedule's slot id
@@ -37,8 +38,9 @@ type Controls interface {
 	// answers the trigger the key first started (Repeated). A trigger
 	// stays pending for window (its slot's window), then is dropped.
 	Trigger(ctx context.Context, task, key string, window time.Duration) (Trigger, error)
-	// Triggers lists task's pending triggers, oldest first.
-	Triggers(ctx context.Context, task string) ([]time.Time, error)
+	// Triggers lists the pending triggers of each of tasks, in order,
+	// each oldest first (one round trip on Redis).
+	Triggers(ctx context.Context, tasks []string) ([][]time.Time, error)
 	// ArmTrigger readies slot, a TriggerSlot, for its first claim: its
 	// attempt counter starts at TriggerBase. It changes nothing once the
 	// slot has been armed or claimed. Every replica arms a trigger before
@@ -67,6 +69,11 @@ type Controls interface {
 	// WatchTask reports changes of task's controls: a trigger, a pause or
 	// resume, and a replace of its running attempt.
 	WatchTask(task string) *Watch
+	// Epoch is a number that Trigger and SetPaused change after each
+	// change they make (0 before the first): a replica that reads it at
+	// each clock check learns of a change whose notice it missed, at the
+	// cost of one read, whatever the number of tasks.
+	Epoch(ctx context.Context) (int64, error)
 }
 
 // Operator-control constants.
@@ -83,6 +90,9 @@ const (
 	// each clock check; if the whole fleet is down longer than this, the
 	// state is gone and each task starts as its config says.
 	PauseTTL = 7 * 24 * time.Hour
+	// ControlsSweep is how often a replica reads every task's controls
+	// even if the epoch has not changed: it renews the pause states' TTLs.
+	ControlsSweep = time.Hour
 )
 
 // PauseOp is a write of a task's pause state.
@@ -144,6 +154,9 @@ func ControlKeys(prefix, task string) (triggers, paused, running, notice string)
 	tag := "{" + task + "}"
 	return prefix + ":triggers:" + tag, prefix + ":paused:" + tag, prefix + ":running:" + tag, prefix + ":control:" + tag
 }
+
+// EpochKey is the key of the controls' epoch under prefix.
+func EpochKey(prefix string) string { return prefix + ":controls" }
 
 // idemKey is the key of idempotency key k of task.
 func idemKey(prefix, task, k string) string { return prefix + ":trigger:{" + task + "}:" + k }

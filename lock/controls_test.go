@@ -71,9 +71,12 @@ func testTriggerIdempotent(t *testing.T, h harness, c lock.Controls) {
 	if other.Result == lock.Started {
 		want = 2 // the store's clock passed a second
 	}
-	got, err := c.Triggers(ctx, task)
-	if err != nil || len(got) != want || !got[0].Equal(first.Time) {
-		t.Fatalf("Triggers = %v, %v; want %d starting at %v", got, err, want, first.Time)
+	all, err := c.Triggers(ctx, []string{"never-" + task, task})
+	if err != nil || len(all) != 2 || len(all[0]) != 0 {
+		t.Fatalf("Triggers = %v, %v", all, err)
+	}
+	if got := all[1]; len(got) != want || !got[0].Equal(first.Time) {
+		t.Fatalf("Triggers = %v; want %d starting at %v", got, want, first.Time)
 	}
 }
 
@@ -121,6 +124,14 @@ func testPause(t *testing.T, h harness, c lock.Controls) {
 		}
 	}
 	check(false)
+	epoch := func() int64 {
+		t.Helper()
+		n, err := c.Epoch(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
 	for _, step := range []struct {
 		op     lock.PauseOp
 		want   bool
@@ -133,12 +144,16 @@ func testPause(t *testing.T, h harness, c lock.Controls) {
 		{lock.Pause, true, false},  // twice
 		{lock.Resume, false, true}, // and resumes
 	} {
+		before := epoch()
 		got, err := c.SetPaused(ctx, task, step.op)
 		if err != nil || got != step.want {
 			t.Fatalf("SetPaused(%v) = %v, %v; want %v", step.op, got, err, step.want)
 		}
 		if step.notice {
 			wantSignal(t, w, "a pause change")
+		}
+		if changed := epoch() != before; changed != step.notice {
+			t.Fatalf("SetPaused(%v): epoch changed = %v, want %v", step.op, changed, step.notice)
 		}
 		check(step.want)
 	}

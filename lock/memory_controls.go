@@ -48,6 +48,7 @@ func (m *Memory) Trigger(ctx context.Context, task, key string, window time.Dura
 	}
 	if out.Result == Started {
 		m.watch.notify(notice, false)
+		m.bump(now)
 	}
 	return out, nil
 }
@@ -70,16 +71,18 @@ func (m *Memory) triggers(key string, now time.Time) [][2]int64 {
 }
 
 // Triggers implements Controls.
-func (m *Memory) Triggers(ctx context.Context, task string) ([]time.Time, error) {
+func (m *Memory) Triggers(ctx context.Context, tasks []string) ([][]time.Time, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("lock: triggers of %s: %w", task, err)
+		return nil, fmt.Errorf("lock: triggers of %d tasks: %w", len(tasks), err)
 	}
-	triggers, _, _, _ := ControlKeys("slotd", task)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var out []time.Time
-	for _, t := range m.triggers(triggers, m.now()) {
-		out = append(out, time.Unix(t[0], 0).UTC())
+	out := make([][]time.Time, len(tasks))
+	for i, task := range tasks {
+		triggers, _, _, _ := ControlKeys("slotd", task)
+		for _, t := range m.triggers(triggers, m.now()) {
+			out[i] = append(out[i], time.Unix(t[0], 0).UTC())
+		}
 	}
 	return out, nil
 }
@@ -125,6 +128,7 @@ func (m *Memory) SetPaused(ctx context.Context, task string, op PauseOp) (bool, 
 	m.set(key, want, PauseTTL, now)
 	if !had || e.value != want {
 		m.watch.notify(notice, false)
+		m.bump(now)
 	}
 	return want == "paused", nil
 }
@@ -221,4 +225,29 @@ func (m *Memory) occupied(ctx context.Context, op string, slot Slot, owner Owner
 func (m *Memory) WatchTask(task string) *Watch {
 	_, _, _, notice := ControlKeys("slotd", task)
 	return m.watchKey(notice)
+}
+
+// bump changes the epoch; called with m.mu held.
+func (m *Memory) bump(now time.Time) {
+	key := EpochKey("slotd")
+	n := 0
+	if e, ok := m.get(key, now); ok {
+		n, _ = strconv.Atoi(e.value)
+	}
+	m.set(key, strconv.Itoa(n+1), PauseTTL, now)
+}
+
+// Epoch implements Controls.
+func (m *Memory) Epoch(ctx context.Context) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("lock: controls epoch: %w", err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.get(EpochKey("slotd"), m.now())
+	if !ok {
+		return 0, nil
+	}
+	n, _ := strconv.ParseInt(e.value, 10, 64)
+	return n, nil
 }

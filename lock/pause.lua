@@ -8,7 +8,8 @@
 -- ARGV[3]  release channel, <prefix>:released
 -- ARGV[4]  notice, <prefix>:control:{<task>}
 --
--- Returns 1 if the task is paused after the write, else 0.
+-- Returns {paused, changed}: paused 1 if the task is paused after the
+-- write, else 0; changed 1 if the state changed (and the replicas were woken).
 local v = redis.call('GET', KEYS[1])
 local want = 'paused'
 if ARGV[1] == 'resume' then
@@ -17,10 +18,12 @@ elseif ARGV[1] == 'seed' and v then
   want = v
 end
 redis.call('SET', KEYS[1], want, 'PX', ARGV[2])
+local changed = 0
 if v ~= want then
   redis.call('PUBLISH', ARGV[3], ARGV[4])
+  changed = 1
 end
 if want == 'paused' then
-  return 1
+  return {1, changed}
 end
-return 0
+return {0, changed}

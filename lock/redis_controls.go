@@ -44,6 +44,9 @@ func (r *Redis) Trigger(ctx context.Context, task, key string, window time.Durat
 	}
 	kind, _ := res[0].(string)
 	sec, _ := res[1].(int64)
+	if kind == "started" {
+		r.bump(ctx)
+	}
 	out := Trigger{Time: time.Unix(sec, 0).UTC()}
 	switch kind {
 	case "started":
@@ -59,14 +62,26 @@ func (r *Redis) Trigger(ctx context.Context, task, key string, window time.Durat
 }
 
 // Triggers implements Controls.
-func (r *Redis) Triggers(ctx context.Context, task string) ([]time.Time, error) {
-	triggers, _, _, _ := ControlKeys(r.prefix, task)
+func (r *Redis) Triggers(ctx context.Context, tasks []string) ([][]time.Time, error) {
 	p := r.rdb.Pipeline()
-	z := p.ZRange(ctx, triggers, 0, -1)
-	if _, err := p.Exec(ctx); err != nil {
-		return nil, fmt.Errorf("lock: triggers of %s (key %s): %w", task, triggers, err)
+	zs := make([]*redis.StringSliceCmd, len(tasks))
+	for i, task := range tasks {
+		triggers, _, _, _ := ControlKeys(r.prefix, task)
+		zs[i] = p.ZRange(ctx, triggers, 0, -1)
 	}
-	return parseTriggers(task, triggers, z.Val())
+	if _, err := p.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("lock: triggers of %d tasks: %w", len(tasks), err)
+	}
+	out := make([][]time.Time, len(tasks))
+	for i, z := range zs {
+		triggers, _, _, _ := ControlKeys(r.prefix, tasks[i])
+		ts, err := parseTriggers(tasks[i], triggers, z.Val())
+		if err != nil {
+			return nil, err
+		}
+		out[i] = ts
+	}
+	return out, nil
 }
 
 func parseTriggers(task, key string, members []string) ([]time.Time, error) {
@@ -97,11 +112,46 @@ func (r *Redis) SetPaused(ctx context.Context, task string, op PauseOp) (bool, e
 		return false, err
 	}
 	_, paused, _, notice := ControlKeys(r.prefix, task)
-	n, err := pauseScript.Run(ctx, r.rdb, []string{paused}, arg, PauseTTL.Milliseconds(), r.channel, notice).Int()
+	res, err := pauseScript.Run(ctx, r.rdb, []string{paused}, arg, PauseTTL.Milliseconds(), r.channel, notice).Int64Slice()
+	if err == nil && len(res) != 2 {
+		err = fmt.Errorf("unexpected reply %v", res)
+	}
 	if err != nil {
 		return false, fmt.Errorf("lock: %s %s (key %s): %w", arg, task, paused, err)
 	}
-	return n == 1, nil
+	if res[1] == 1 {
+		r.bump(ctx)
+	}
+	return res[0] == 1, nil
+}
+
+// bump changes the epoch after a change. The epoch's key is on a shard of
+// its own, so it cannot be part of the change's script; if it fails, the
+// change's notice has still gone out, and replicas read every task's
+// controls at least once per ControlsSweep.
+func (r *Redis) bump(ctx context.Context) {
+	key := EpochKey(r.prefix)
+	p := r.rdb.Pipeline()
+	p.Incr(ctx, key)
+	p.PExpire(ctx, key, PauseTTL)
+	_, _ = p.Exec(ctx)
+}
+
+// Epoch implements Controls.
+func (r *Redis) Epoch(ctx context.Context) (int64, error) {
+	key := EpochKey(r.prefix)
+	p := r.rdb.Pipeline()
+	g := p.Get(ctx, key)
+	if _, err := p.Exec(ctx); errors.Is(err, redis.Nil) {
+		return 0, nil
+	} else if err != nil {
+		return 0, fmt.Errorf("lock: controls epoch (key %s): %w", key, err)
+	}
+	n, err := g.Int64()
+	if err != nil {
+		return 0, fmt.Errorf("lock: controls epoch (key %s): %w: %q", key, ErrForeign, g.Val())
+	}
+	return n, nil
 }
 
 // Paused implements Controls: one pipelined round trip (on a Cluster, one

@@ -67,8 +67,8 @@ var (
 	redisKeys   = append([]string{"url", "prefix", "url_env"}, redisModeKeys...)
 	httpKeys    = []string{"listen"}
 	logKeys     = []string{"level", "format"}
-	policyKeys  = []string{"lease", "done_ttl", "max_attempts", "timeout", "catchup", "deadline", "catchup_limit"}
-	taskOwnKeys = []string{"name", "schedule", "timezone", "plugin", "params"}
+	policyKeys  = []string{"lease", "done_ttl", "max_attempts", "timeout", "catchup", "deadline", "catchup_limit", "concurrency"}
+	taskOwnKeys = []string{"name", "schedule", "timezone", "plugin", "params", "paused"}
 	taskKeys    = append(append([]string{}, taskOwnKeys...), policyKeys...)
 )
 
