@@ -260,11 +260,11 @@ func (l *loop) sendClaims() {
 type eventKind uint8
 
 const (
-	claimed   eventKind = iota + 1 // a claim's reply
-	noticed                        // the slot's watch: released or rerun, or with done, completed
-	attempted                      // an attempt ended; with done, the replica is finished with the slot
-	controlled                     // the task was paused (with done) or resumed, by the controller
-	triggered                      // an operator's trigger of the task at at, armed, by the controller
+	claimed    eventKind = iota + 1 // a claim's reply
+	noticed                         // the slot's watch: released or rerun, or with done, completed
+	attempted                       // an attempt ended; with done, the replica is finished with the slot
+	controlled                      // the task was paused (with done) or resumed, by the controller
+	triggered                       // an operator's trigger of the task at at, armed, by the controller
 )
 
 // event is a message to the loop about one run.

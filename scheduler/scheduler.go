@@ -71,8 +71,8 @@ type Scheduler struct {
 	// controls: the store's operator controls; nil if it has none
 	// (Redlock): then no task is paused, triggered or held to a
 	// concurrency policy.
-	controls lock.Controls
-	announced       bool       // set by Run before the clock loop starts: the clock check renews the presence
+	controls  lock.Controls
+	announced bool // set by Run before the clock loop starts: the clock check renews the presence
 	// firstStart is the fleet's first start as the store recorded it, set
 	// by Run before the loop starts (zero if unknown); logged only.
 	firstStart time.Time
