@@ -51,10 +51,10 @@ type Controls interface {
 	// whether the task is paused after the write, and wakes the replicas
 	// if it changed.
 	SetPaused(ctx context.Context, task string, op PauseOp) (bool, error)
-	// Paused reads the pause state of each of tasks, in order, and renews
-	// the TTL of each state recorded (every live replica calls it at each
-	// clock check, so a pause lasts while any replica lives).
-	Paused(ctx context.Context, tasks []string) ([]bool, error)
+	// Paused reads the pause state of each of tasks, in order; with renew
+	// it also renews the TTL of each state recorded (live replicas do, so
+	// that a pause lasts while any replica lives; status pages only read).
+	Paused(ctx context.Context, tasks []string, renew bool) ([]bool, error)
 	// Occupy records owner's attempt of slot as the one running its task,
 	// for lease. If another slot's attempt is recorded, forbid leaves it
 	// and answers Busy; replace takes its place, answers Replaced and wakes

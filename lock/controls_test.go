@@ -118,7 +118,7 @@ func testPause(t *testing.T, h harness, c lock.Controls) {
 	defer w.Stop()
 	check := func(want bool) {
 		t.Helper()
-		got, err := c.Paused(ctx, []string{"never-" + task, task})
+		got, err := c.Paused(ctx, []string{"never-" + task, task}, true)
 		if err != nil || len(got) != 2 || got[0] || got[1] != want {
 			t.Fatalf("Paused = %v, %v; want [false %v]", got, err, want)
 		}

@@ -134,7 +134,7 @@ func (m *Memory) SetPaused(ctx context.Context, task string, op PauseOp) (bool, 
 }
 
 // Paused implements Controls.
-func (m *Memory) Paused(ctx context.Context, tasks []string) ([]bool, error) {
+func (m *Memory) Paused(ctx context.Context, tasks []string, renew bool) ([]bool, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("lock: pause state of %d tasks: %w", len(tasks), err)
 	}
@@ -155,7 +155,9 @@ func (m *Memory) Paused(ctx context.Context, tasks []string) ([]bool, error) {
 		default:
 			return nil, fmt.Errorf("lock: pause state of %s (key %s): %w: %q", task, key, ErrForeign, e.value)
 		}
-		m.set(key, e.value, PauseTTL, now)
+		if renew {
+			m.set(key, e.value, PauseTTL, now)
+		}
 	}
 	return out, nil
 }

@@ -155,14 +155,16 @@ func (r *Redis) Epoch(ctx context.Context) (int64, error) {
 }
 
 // Paused implements Controls: one pipelined round trip (on a Cluster, one
-// per shard), a GET and a PEXPIRE per task.
-func (r *Redis) Paused(ctx context.Context, tasks []string) ([]bool, error) {
+// per shard), a GET (and with renew a PEXPIRE) per task.
+func (r *Redis) Paused(ctx context.Context, tasks []string, renew bool) ([]bool, error) {
 	p := r.rdb.Pipeline()
 	gets := make([]*redis.StringCmd, len(tasks))
 	for i, task := range tasks {
 		_, key, _, _ := ControlKeys(r.prefix, task)
 		gets[i] = p.Get(ctx, key)
-		p.PExpire(ctx, key, PauseTTL)
+		if renew {
+			p.PExpire(ctx, key, PauseTTL)
+		}
 	}
 	if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("lock: pause state of %d tasks: %w", len(tasks), err)

@@ -60,7 +60,7 @@ func (c *controller) first(ctx context.Context) map[*Task]bool {
 			}
 		}
 	}
-	if paused, err := c.c.Paused(cctx, c.names); err != nil {
+	if paused, err := c.c.Paused(cctx, c.names, true); err != nil {
 		c.s.log.Warn("could not read the tasks' pause states; each task starts as its config says", "err", err)
 	} else {
 		copy(c.paused, paused)
@@ -151,7 +151,7 @@ func (c *controller) read(ctx context.Context, idx []int) {
 	for j, i := range idx {
 		names[j] = c.names[i]
 	}
-	if paused, err := c.c.Paused(cctx, names); err != nil {
+	if paused, err := c.c.Paused(cctx, names, true); err != nil {
 		c.s.log.Warn("could not read the tasks' pause states", "err", err)
 	} else {
 		for j, i := range idx {

@@ -61,7 +61,7 @@ func TestWriteEndpointsNeedToken(t *testing.T) {
 			}
 		}
 	}
-	if paused, _ := store.Paused(context.Background(), []string{"report"}); paused[0] {
+	if paused, _ := store.Paused(context.Background(), []string{"report"}, false); paused[0] {
 		t.Fatal("a refused pause paused the task")
 	}
 	if ts, _ := store.Triggers(context.Background(), []string{"report"}); len(ts[0]) != 0 {
@@ -121,7 +121,7 @@ func TestTriggerPauseReloadAnswers(t *testing.T) {
 	if code, body := post(t, h, "/api/v1/tasks/report/pause", auth); code != http.StatusOK || !strings.Contains(body, `"paused": true`) {
 		t.Errorf("pause = %d %s", code, body)
 	}
-	if paused, _ := store.Paused(context.Background(), []string{"report"}); !paused[0] {
+	if paused, _ := store.Paused(context.Background(), []string{"report"}, false); !paused[0] {
 		t.Error("not paused in the store")
 	}
 	if code, body := post(t, h, "/api/v1/reload", auth); code != http.StatusInternalServerError || !strings.Contains(body, "running config stays") {

@@ -43,7 +43,7 @@ type pageData struct {
 func WritePage(w io.Writer, p Page) error {
 	d := pageData{Page: p, Phases: []string{
 		PhaseDone, PhaseRunning, PhaseRetrying, PhasePending,
-		PhaseFailed, PhaseExhausted, PhaseMissed, PhaseUnscheduled, PhaseForeign, PhaseUnknown,
+		PhaseFailed, PhaseExhausted, PhaseMissed, PhasePaused, PhaseUnscheduled, PhaseForeign, PhaseUnknown,
 	}}
 	for i := range p.Tasks {
 		if failing(p.Tasks[i]) {

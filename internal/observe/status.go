@@ -28,6 +28,9 @@ const (
 	// (lock.Fleet) and nothing ever claimed it: no replica existed to miss it.
 	PhaseUnscheduled = "unscheduled"
 	PhaseForeign     = "foreign" // the slot key holds a value slotd did not write
+	// PhasePaused: the window closed with nothing claimed while the task
+	// is paused (as the store says now): skipped, not missed.
+	PhasePaused = "paused"
 )
 
 // TaskStatus is one task's row in the fleet view.
@@ -38,6 +41,7 @@ type TaskStatus struct {
 	Plugin      string       `json:"plugin"`
 	MaxAttempts int          `json:"max_attempts"`
 	Next        time.Time    `json:"next,omitzero"` // the next fire time
+	Paused      bool         `json:"paused"`        // paused (slotd pause, or paused = true); its slots are skipped
 	Slots       []SlotStatus `json:"slots"`         // the latest slots, newest first
 }
 
@@ -98,6 +102,16 @@ func Status(ctx context.Context, tasks []scheduler.Task, store lock.Store, hist 
 		}
 	}
 	first[len(tasks)] = len(slots)
+	paused := make([]bool, len(tasks))
+	if c, ok := store.(lock.Controls); ok && len(tasks) > 0 {
+		names := make([]string, len(tasks))
+		for i := range tasks {
+			names[i] = tasks[i].Name
+		}
+		if p, err := c.Paused(ctx, names, false); err == nil {
+			paused = p
+		}
+	}
 	// A foreign value reads as "foreign", with an error beside the states.
 	sts, err := store.States(ctx, slots)
 	if sts == nil && err != nil {
@@ -112,7 +126,7 @@ func Status(ctx context.Context, tasks []scheduler.Task, store lock.Store, hist 
 		}
 		ts := TaskStatus{
 			Name: t.Name, Schedule: t.Spec, Timezone: tz, Plugin: t.Plugin,
-			MaxAttempts: t.MaxAttempts, Next: t.Schedule.Next(now),
+			MaxAttempts: t.MaxAttempts, Next: t.Schedule.Next(now), Paused: paused[i],
 			Slots: make([]SlotStatus, 0, first[i+1]-first[i]),
 		}
 		for j := first[i]; j < first[i+1]; j++ {
@@ -124,6 +138,9 @@ func Status(ctx context.Context, tasks []scheduler.Task, store lock.Store, hist 
 				Last: lasts[i][slot.ID],
 			}
 			ss.Phase = phase(t, slot, st, ss.Last, now, firstStart)
+			if ss.Phase == PhaseMissed && paused[i] {
+				ss.Phase = PhasePaused
+			}
 			ts.Slots = append(ts.Slots, ss)
 		}
 		out = append(out, ts)

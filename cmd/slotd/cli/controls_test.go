@@ -127,13 +127,16 @@ func TestControlsExitCodes(t *testing.T) {
 	if r := runCLI(t, "pause", "-config", s.path, "report"); r.code != exitOK || !strings.Contains(r.stdout, "paused report") {
 		t.Fatalf("pause: %v", r)
 	}
-	if p, err := s.store.Paused(ctx, []string{"report", "backup"}); err != nil || !p[0] || p[1] {
+	if p, err := s.store.Paused(ctx, []string{"report", "backup"}, false); err != nil || !p[0] || p[1] {
 		t.Fatalf("pause states = %v, %v; want report alone paused", p, err)
+	}
+	if r := runCLI(t, "status", "-config", s.path, "-n", "1"); r.code != exitOK || strings.Count(r.stdout, "PAUSED") != 1 {
+		t.Errorf("status of a paused task: %v; want report alone shown paused", r)
 	}
 	if r := runCLI(t, "resume", "-config", s.path, "report"); r.code != exitOK || !strings.Contains(r.stdout, "resumed report") {
 		t.Fatalf("resume: %v", r)
 	}
-	if p, err := s.store.Paused(ctx, []string{"report"}); err != nil || p[0] {
+	if p, err := s.store.Paused(ctx, []string{"report"}, false); err != nil || p[0] {
 		t.Fatalf("pause state after resume = %v, %v", p, err)
 	}
 
