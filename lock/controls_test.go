@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/lock"
 )
 
@@ -26,6 +27,25 @@ func TestControlsConformance(t *testing.T) {
 				t.Run(c.name, func(t *testing.T) { c.run(t, h, h.store.(lock.Controls)) })
 			}
 		})
+	}
+}
+
+// The controls' suite on a 3-master Redis Cluster: each script touches
+// keys of one hash tag (a CROSSSLOT error would fail it), and the task's
+// notice published on one shard reaches the subscriber on another.
+func TestControlsConformanceCluster(t *testing.T) {
+	c := redistest.StartCluster(t, 3)
+	rdb := c.Client()
+	keys := func() []string {
+		var out []string
+		for k := range clusterKeys(t, rdb) {
+			out = append(out, k)
+		}
+		return out
+	}
+	h := clientHarness(t, rdb, lock.NewRedis(rdb, "slotd"), keys)
+	for _, tc := range controlsConformance {
+		t.Run(tc.name, func(t *testing.T) { tc.run(t, h, h.store.(lock.Controls)) })
 	}
 }
 
