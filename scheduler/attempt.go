@@ -51,7 +51,7 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 	})
 	run := tasks.Run{
 		Task: t.Name, Slot: slot.ID, SlotTime: slot.Time, Attempt: c.Attempt,
-		Token: lease.Token(), Replica: s.replica,
+		Token: lease.Token(), Replica: s.replica, Revision: c.Revision,
 	}
 	// The task's context ends with the lease's, and on a lost lease its
 	// cause also carries tasks.ErrNoGrace: the slot may be a peer's once the

@@ -40,7 +40,7 @@ const errTailMax = 1 << 10
 // set through the env parameter: a task must be able to trust them.
 var envNames = []string{
 	"SLOTD_TASK", "SLOTD_SLOT", "SLOTD_SLOT_TIME",
-	"SLOTD_ATTEMPT", "SLOTD_FENCING_TOKEN", "SLOTD_REPLICA",
+	"SLOTD_ATTEMPT", "SLOTD_FENCING_TOKEN", "SLOTD_REPLICA", "SLOTD_STORE_REVISION",
 }
 
 type execParams struct {
@@ -327,6 +327,9 @@ func (t *execTask) environ(ctx context.Context, base []string) []string {
 	r, ok := RunFrom(ctx)
 	if !ok {
 		return env
+	}
+	if r.Revision != 0 {
+		env = append(env, "SLOTD_STORE_REVISION="+strconv.FormatInt(r.Revision, 10))
 	}
 	return append(env,
 		"SLOTD_TASK="+r.Task,

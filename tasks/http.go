@@ -30,7 +30,7 @@ const (
 // set through the headers parameter: the receiver must be able to trust them.
 var slotHeaders = []string{
 	"Slotd-Task", "Slotd-Slot", "Slotd-Slot-Time",
-	"Slotd-Attempt", "Slotd-Fencing-Token", "Slotd-Replica",
+	"Slotd-Attempt", "Slotd-Fencing-Token", "Slotd-Replica", "Slotd-Store-Revision",
 }
 
 type httpParams struct {
@@ -192,6 +192,9 @@ func (t *httpTask) Run(ctx context.Context) error {
 		req.Header.Set("Slotd-Attempt", strconv.Itoa(r.Attempt))
 		req.Header.Set("Slotd-Fencing-Token", strconv.FormatInt(r.Token, 10))
 		req.Header.Set("Slotd-Replica", r.Replica)
+		if r.Revision != 0 {
+			req.Header.Set("Slotd-Store-Revision", strconv.FormatInt(r.Revision, 10))
+		}
 	}
 
 	resp, err := t.client.Do(req)

@@ -60,6 +60,7 @@ type Run struct {
 	Attempt  int       // 1-based attempt number within the slot
 	Token    int64     // fencing token: grows across slots and attempts
 	Replica  string    // the replica running this attempt
+	Revision int64     // the claim's store revision (etcd revision, ZooKeeper zxid); 0 on Redis
 }
 
 // ErrNoGrace, found with errors.Is in the cause of a task's cancelled
