@@ -334,3 +334,32 @@ func TestReplaceCancelsRunning(t *testing.T) {
 		}
 	}
 }
+
+// replace, with the running slot's holder crashed: the new slot takes the
+// record over and starts once the crashed holder's lease has run out, not
+// before (nobody is left to stop the old attempt).
+func TestReplaceAfterHolderCrash(t *testing.T) {
+	stores := redisStores(t, 1)
+	l := newLedger()
+	task := testTask(t, "tick", "@every 1s", l.job(ok), func(t *scheduler.Task) { t.Concurrency = scheduler.ConcurrencyReplace })
+	ctx := context.Background()
+	// A holder that crashed while running slot "19990101000000": its slot
+	// lease and its record have 2s left, which nobody renews.
+	crashed := lock.Slot{Task: task.Name, ID: "19990101000000", Time: time.Now().Add(-time.Minute), Deadline: time.Now().Add(time.Hour)}
+	c, err := stores[0].Claim(ctx, crashed, "dead#0", lock.Policy{Lease: 2 * time.Second, DoneTTL: time.Hour, MaxAttempts: 3})
+	if err != nil || c.Result != lock.Won {
+		t.Fatal(c, err)
+	}
+	if o, err := controls(t, stores[0]).Occupy(ctx, crashed, lock.Owner{Replica: "dead#0", Attempt: c.Attempt}, 2*time.Second, false); err != nil || !o.Taken {
+		t.Fatal(o, err)
+	}
+	planted := time.Now()
+	startReplica(t, "r1", stores[0], time.Second, []scheduler.Task{task})
+	rs := l.await(t, "a run once the crashed holder's lease ran out", 10*time.Second, func(rs []record) bool { return len(rs) > 0 })
+	if took := rs[0].started.Sub(planted); took < 1900*time.Millisecond {
+		t.Errorf("the replacing slot ran %v after the crashed holder's claim, inside its 2s lease", took)
+	}
+	if st, err := lock.ReadState(ctx, stores[0], crashed); err != nil || st.Status != "free" {
+		t.Errorf("the crashed holder's slot: %+v, %v; want free (its lease ran out)", st, err)
+	}
+}
