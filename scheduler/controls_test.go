@@ -262,13 +262,13 @@ func TestForbidAfterHolderCrash(t *testing.T) {
 	// has 2s of lease left, which nobody renews.
 	crashed := lock.Slot{Task: task.Name, ID: "19990101000000"}
 	ctx := context.Background()
+	planted := time.Now() // before the record's TTL starts
 	if o, err := controls(t, stores[0]).Occupy(ctx, crashed, lock.Owner{Replica: "dead#0", Attempt: 1}, 2*time.Second, false); err != nil || !o.Taken {
 		t.Fatal(o, err)
 	}
-	planted := time.Now()
 	r := startReplica(t, "r1", stores[0], time.Second, []scheduler.Task{task})
 	rs := l.await(t, "a run once the crashed holder's lease ran out", 10*time.Second, func(rs []record) bool { return len(rs) > 0 })
-	if took := rs[0].started.Sub(planted); took < 2*time.Second {
+	if took := rs[0].started.Sub(planted); took < 1900*time.Millisecond { // a little slack for Redis's clock
 		t.Errorf("a slot ran %v after the crashed holder's record, inside its 2s lease", took)
 	}
 	if n := r.sched.Stats().Task(task.Name).Skipped[1].Load(); n == 0 {
@@ -346,6 +346,7 @@ func TestReplaceAfterHolderCrash(t *testing.T) {
 	// A holder that crashed while running slot "19990101000000": its slot
 	// lease and its record have 2s left, which nobody renews.
 	crashed := lock.Slot{Task: task.Name, ID: "19990101000000", Time: time.Now().Add(-time.Minute), Deadline: time.Now().Add(time.Hour)}
+	planted := time.Now() // before the lease's TTL starts
 	c, err := stores[0].Claim(ctx, crashed, "dead#0", lock.Policy{Lease: 2 * time.Second, DoneTTL: time.Hour, MaxAttempts: 3})
 	if err != nil || c.Result != lock.Won {
 		t.Fatal(c, err)
@@ -353,10 +354,9 @@ func TestReplaceAfterHolderCrash(t *testing.T) {
 	if o, err := controls(t, stores[0]).Occupy(ctx, crashed, lock.Owner{Replica: "dead#0", Attempt: c.Attempt}, 2*time.Second, false); err != nil || !o.Taken {
 		t.Fatal(o, err)
 	}
-	planted := time.Now()
 	startReplica(t, "r1", stores[0], time.Second, []scheduler.Task{task})
 	rs := l.await(t, "a run once the crashed holder's lease ran out", 10*time.Second, func(rs []record) bool { return len(rs) > 0 })
-	if took := rs[0].started.Sub(planted); took < 1900*time.Millisecond {
+	if took := rs[0].started.Sub(planted); took < 1900*time.Millisecond { // a little slack for Redis's clock
 		t.Errorf("the replacing slot ran %v after the crashed holder's claim, inside its 2s lease", took)
 	}
 	if st, err := lock.ReadState(ctx, stores[0], crashed); err != nil || st.Status != "free" {
