@@ -138,7 +138,7 @@ func writeText(w io.Writer, set *stats.Set, up bool, skew time.Duration) error {
 		return float64(at.Unix()), ok
 	})
 	gauges("slotd_running_tasks", helpRunning, func(st *stats.Task) (float64, bool) { return float64(st.Running.Load()), true })
-	gauges("slotd_task_window_seconds", helpWindow, func(st *stats.Task) (float64, bool) { return st.Window.Seconds(), true })
+	gauges("slotd_task_window_seconds", helpWindow, func(st *stats.Task) (float64, bool) { return st.Window().Seconds(), true })
 	return t.flush()
 }
 
