@@ -27,8 +27,9 @@ type loop struct {
 	ctx, hard  context.Context
 	cancelHard context.CancelCauseFunc
 
-	inbox  mailbox
-	fires  fireHeap // tasks by next fire time, on the store's clock
+	inbox   mailbox
+	current map[string]*Task // the configured tasks by name: a run whose task is not here ends
+	fires   fireHeap         // tasks by next fire time, on the store's clock
 	wakes  wakeHeap // waiting, handing-off and settled runs by wake time, on the local clock
 	claims []*run   // runs whose claim goes out at the end of this turn
 	live   int      // runs not ended
@@ -40,7 +41,12 @@ type loop struct {
 }
 
 func newLoop(s *Scheduler, ctx, hard context.Context, cancelHard context.CancelCauseFunc) *loop {
-	return &loop{s: s, ctx: ctx, hard: hard, cancelHard: cancelHard, inbox: newMailbox()}
+	l := &loop{s: s, ctx: ctx, hard: hard, cancelHard: cancelHard, inbox: newMailbox(), current: map[string]*Task{}}
+	list := s.Tasks()
+	for i := range list {
+		l.current[list[i].Name] = &list[i]
+	}
+	return l
 }
 
 // run is the loop. It returns once ctx has ended and every run has ended
@@ -124,6 +130,8 @@ func (l *loop) handle(e event) {
 		l.onNotice(e.run, e.done)
 	case attempted:
 		l.onAttempted(e.run, e.reply.Claim, e.done)
+	case reloaded:
+		l.onReload(e.reload)
 	}
 }
 
@@ -132,9 +140,10 @@ func (l *loop) handle(e event) {
 // time.
 func (l *loop) start() {
 	now := l.s.now()
-	l.fires = make(fireHeap, 0, len(l.s.tasks))
-	for i := range l.s.tasks {
-		t := &l.s.tasks[i]
+	list := l.s.Tasks()
+	l.fires = make(fireHeap, 0, len(list))
+	for i := range list {
+		t := &list[i]
 		if t.Catchup == "latest" {
 			if slot, ok := t.Schedule.Latest(now); ok && now.Before(t.SlotDeadline(slot)) && l.s.catchUp(t, slot, now) {
 				l.onFire(t, slot)
@@ -254,6 +263,7 @@ const (
 	claimed   eventKind = iota + 1 // a claim's reply
 	noticed                        // the slot's watch: released or rerun, or with done, completed
 	attempted                      // an attempt ended; with done, the replica is finished with the slot
+	reloaded                       // Reload's new tasks
 )
 
 // event is a message to the loop about one run.
@@ -262,6 +272,8 @@ type event struct {
 	run   *run
 	reply lock.ClaimReply // claimed: the reply; attempted: the claim the attempt ran under
 	done  bool
+	// reload: reloaded's tasks and answer; run is nil.
+	reload *reload
 }
 
 // mailbox is the loop's queue of events. It does not block a sender: a

@@ -228,9 +228,15 @@ func (l *loop) onShutdown() {
 
 // advance moves r, which is not claiming or running, on from what it
 // knows now — isSettled, and the news kept while it was busy: it ends if
-// ctx has ended or the window has closed, settles, or queues a claim.
+// ctx has ended, the window has closed or a reload removed its task,
+// settles, or queues a claim.
 func (l *loop) advance(r *run, isSettled bool) {
 	if l.over(r, isSettled) {
+		return
+	}
+	if l.removed(r) {
+		// A reload removed the task: it claims nothing more.
+		l.end(r)
 		return
 	}
 	switch r.news {

@@ -43,7 +43,7 @@ func testLoop(t *testing.T, store lock.Store) *loop {
 // hands it reply as its first claim's, as the loop does with a ClaimMany's.
 func runAfter(t *testing.T, l *loop, reply lock.ClaimReply, want runState) *run {
 	t.Helper()
-	r := l.newRun(&l.s.tasks[0], time.Now().Truncate(time.Hour))
+	r := l.newRun(&l.s.Tasks()[0], time.Now().Truncate(time.Hour))
 	r.state = claiming
 	l.onClaimReply(r, reply)
 	if r.state != want {
@@ -95,7 +95,7 @@ func TestCompletionLeavesSettledRun(t *testing.T) {
 func TestHandoffIgnoresReleaseNotice(t *testing.T) {
 	l := testLoop(t, lock.NewMemory(time.Now))
 	l.s.handoff.Min, l.s.handoff.Max = time.Hour, time.Hour
-	r := l.newRun(&l.s.tasks[0], time.Now().Truncate(time.Hour))
+	r := l.newRun(&l.s.Tasks()[0], time.Now().Truncate(time.Hour))
 	r.state = running // as a won claim leaves it
 	l.onNotice(r, false)
 	l.onAttempted(r, lock.Claim{Result: lock.Won, Attempt: 1}, false)
@@ -126,7 +126,7 @@ func TestRerunAfterPeerCompletionIsClaimed(t *testing.T) {
 		t.Run(during.String(), func(t *testing.T) {
 			l := testLoop(t, lock.NewMemory(time.Now))
 			l.s.handoff.Min, l.s.handoff.Max = time.Hour, time.Hour
-			r := l.newRun(&l.s.tasks[0], time.Now().Truncate(time.Hour))
+			r := l.newRun(&l.s.Tasks()[0], time.Now().Truncate(time.Hour))
 			r.state = running    // as a won claim leaves it
 			l.onNotice(r, false) // the replica's own release, as it released
 			if during == running {
@@ -158,7 +158,7 @@ func TestRerunAfterPeerCompletionIsClaimed(t *testing.T) {
 // settles the run instead (exhausted).
 func TestHandoffEndsInClaimUnlessExhausted(t *testing.T) {
 	l := testLoop(t, lock.NewMemory(time.Now))
-	r := l.newRun(&l.s.tasks[0], time.Now().Truncate(time.Hour))
+	r := l.newRun(&l.s.Tasks()[0], time.Now().Truncate(time.Hour))
 	r.state = running
 	l.onAttempted(r, lock.Claim{Result: lock.Won, Attempt: 1}, false)
 	l.unschedule(r)
@@ -180,7 +180,7 @@ func TestHandoffEndsInClaimUnlessExhausted(t *testing.T) {
 func TestRerunAfterDeadlineClaimsNothing(t *testing.T) {
 	store := lock.NewMemory(time.Now)
 	l := testLoop(t, store)
-	r := l.newRun(&l.s.tasks[0], time.Now().Truncate(time.Hour))
+	r := l.newRun(&l.s.Tasks()[0], time.Now().Truncate(time.Hour))
 	r.slot.Deadline = time.Now().Add(100 * time.Millisecond)
 	r.state = claiming
 	l.onClaimReply(r, lock.ClaimReply{Claim: lock.Claim{Result: lock.Done}})
@@ -230,7 +230,7 @@ func TestShutdownEndsIdleRuns(t *testing.T) {
 	l.ctx = ctx
 	w := runAfter(t, l, lock.ClaimReply{Claim: lock.Claim{Result: lock.Held, Wait: time.Hour}}, waiting)
 	s := runAfter(t, l, lock.ClaimReply{Claim: lock.Claim{Result: lock.Done}}, settled)
-	busy := l.newRun(&l.s.tasks[0], time.Now().Truncate(time.Hour))
+	busy := l.newRun(&l.s.Tasks()[0], time.Now().Truncate(time.Hour))
 	busy.state = running
 	cancel()
 	l.onShutdown()
@@ -251,7 +251,7 @@ func TestShutdownSendsNoQueuedClaim(t *testing.T) {
 	l := testLoop(t, store)
 	ctx, cancel := context.WithCancel(context.Background())
 	l.ctx = ctx
-	r := l.newRun(&l.s.tasks[0], time.Now().Truncate(time.Hour))
+	r := l.newRun(&l.s.Tasks()[0], time.Now().Truncate(time.Hour))
 	l.advance(r, false)
 	if r.state != claiming || len(l.claims) != 1 {
 		t.Fatalf("state %v, %d claims queued; want claiming, 1", r.state, len(l.claims))
