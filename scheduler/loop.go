@@ -30,9 +30,9 @@ type loop struct {
 	inbox   mailbox
 	current map[string]*Task // the configured tasks by name: a run whose task is not here ends
 	fires   fireHeap         // tasks by next fire time, on the store's clock
-	wakes  wakeHeap // waiting, handing-off and settled runs by wake time, on the local clock
-	claims []*run   // runs whose claim goes out at the end of this turn
-	live   int      // runs not ended
+	wakes   wakeHeap         // waiting, handing-off and settled runs by wake time, on the local clock
+	claims  []*run           // runs whose claim goes out at the end of this turn
+	live    int              // runs not ended
 	// stopping: ctx has ended; nothing fires, and the loop returns once
 	// every run has ended.
 	stopping bool
