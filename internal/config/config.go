@@ -68,7 +68,8 @@ var (
 	httpKeys    = []string{"listen"}
 	logKeys     = []string{"level", "format"}
 	policyKeys  = []string{"lease", "done_ttl", "max_attempts", "timeout", "catchup", "deadline", "catchup_limit"}
-	taskOwnKeys = []string{"name", "schedule", "timezone", "plugin", "params"}
+	taskOwnKeys = []string{"name", "schedule", "timezone", "plugin", "params", "on_failure"}
+	defaultKeys = append(append([]string{}, policyKeys...), "on_failure")
 	taskKeys    = append(append([]string{}, taskOwnKeys...), policyKeys...)
 )
 
@@ -136,8 +137,10 @@ func Parse(data []byte, source string, log *slog.Logger) (*Config, error) {
 	cfg.readRedis(top.sub("redis", redisKeys))
 	cfg.readHTTP(top.sub("http", httpKeys))
 	cfg.readLog(top.sub("log", logKeys))
-	defaults := readPolicy(top.sub("defaults", policyKeys))
-	cfg.readTasks(top, defaults, log)
+	defTable := top.sub("defaults", defaultKeys)
+	defaults := readPolicy(defTable)
+	defaultHook := readHook(defTable, "defaults.on_failure", log.With("hook", "on_failure"))
+	cfg.readTasks(top, defaults, defaultHook, log)
 
 	if err := p.err(); err != nil {
 		return nil, err
