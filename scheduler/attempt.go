@@ -21,16 +21,17 @@ func (l *loop) startAttempt(r *run, c lock.Claim) {
 	l.workers.Add(1)
 	go func() {
 		defer l.workers.Done()
-		finished := l.s.attempt(l.ctx, l.hard, t, slot, c)
-		l.inbox.post(event{kind: attempted, run: r, reply: lock.ClaimReply{Claim: c}, done: finished})
+		finished, failed := l.s.attempt(l.ctx, l.hard, t, slot, c)
+		l.inbox.post(event{kind: attempted, run: r, reply: lock.ClaimReply{Claim: c}, done: finished, entry: failed})
 	}()
 }
 
 // attempt runs a won claim and completes or releases the slot. It reports
 // whether this replica is finished with the slot: the task succeeded — even
 // if the slot could not then be marked done, since running it again here
-// would only add a duplicate (a peer may still, after the lease).
-func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, c lock.Claim) bool {
+// would only add a duplicate (a peer may still, after the lease) — and,
+// if the attempt failed, its history entry.
+func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, c lock.Claim) (bool, *HistoryEntry) {
 	// One With for the attempt's four attributes, made on first use: a JSON
 	// handler formats them at once, a burst makes ten thousand of these,
 	// and at level warn most attempts log nothing.
@@ -118,7 +119,7 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 			log().Error("task succeeded but the slot could not be marked done: a peer may run it again", "err", ferr, "duration", took)
 			entry.Outcome, entry.Error = stats.OutcomeSuccessUnmarked, "task succeeded but the slot could not be marked done: "+ferr.Error()
 			s.record(ctx, t.Name, entry, log)
-			return true
+			return true, nil
 		}
 		st.Ran(stats.OutcomeSuccess)
 		st.Succeeded(slot.Time)
@@ -127,7 +128,7 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 		}
 		entry.Outcome = stats.OutcomeSuccess
 		s.record(ctx, t.Name, entry, log)
-		return true
+		return true, nil
 	}
 	outcome := stats.OutcomeFailure
 	switch cause := context.Cause(tctx); {
@@ -151,7 +152,7 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 	}
 	entry.Outcome, entry.Error = outcome, err.Error()
 	s.record(ctx, t.Name, entry, log)
-	return false
+	return false, &entry
 }
 
 // runTask runs job, turning a panic into an error so that one bad plugin

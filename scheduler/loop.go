@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/tasks"
 )
 
 // loop is the one goroutine that owns every slot run on this replica: the
@@ -129,7 +130,7 @@ func (l *loop) handle(e event) {
 	case noticed:
 		l.onNotice(e.run, e.done)
 	case attempted:
-		l.onAttempted(e.run, e.reply.Claim, e.done)
+		l.onAttempted(e.run, e.reply.Claim, e.done, e.entry)
 	case reloaded:
 		l.onReload(e.reload)
 	}
@@ -172,6 +173,7 @@ func (l *loop) fireDue() {
 			l.s.stats.Task(f.task.Name).Missed.Inc()
 			l.s.log.Warn("slot missed: its window closed before this replica could fire it",
 				"task", f.task.Name, "slot", f.task.Schedule.SlotID(f.next))
+			l.failed(slotEnd{t: f.task, slot: f.task.Slot(f.next), kind: tasks.FailureMissed})
 		}
 		if f.next = f.task.Schedule.Next(f.next); f.next.IsZero() {
 			heap.Pop(&l.fires)
@@ -274,6 +276,8 @@ type event struct {
 	done  bool
 	// reload: reloaded's tasks and answer; run is nil.
 	reload *reload
+	// entry: attempted, when the attempt failed: its history entry.
+	entry *HistoryEntry
 }
 
 // mailbox is the loop's queue of events. It does not block a sender: a

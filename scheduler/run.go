@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/tasks"
 )
 
 // runState is the phase of a slot's life on this replica.
@@ -136,11 +137,15 @@ func (l *loop) onClaimReply(r *run, reply lock.ClaimReply) {
 		if s.log.Enabled(l.ctx, slog.LevelDebug) {
 			r.logger(s).Debug("slot settled", "result", c.Result, "holder", c.Holder, "attempt", c.Attempt)
 		}
+		if c.Result == lock.Exhausted {
+			l.failed(slotEnd{t: r.t, slot: r.slot, kind: tasks.FailureExhausted, attempt: c.Attempt, attempts: c.Attempt - c.Base})
+		}
 		l.park(r, settled, 0)
 	case lock.Late:
 		// The store's clock says the window closed; ours may lag a little.
 		st.Missed.Inc()
 		r.logger(s).Warn("slot window closed without a success", "deadline", r.slot.Deadline)
+		l.failed(slotEnd{t: r.t, slot: r.slot, kind: tasks.FailureMissed})
 		l.park(r, settled, 0)
 	case lock.Held:
 		// Woken early by a release; otherwise try when the lease would run
@@ -156,8 +161,8 @@ func (l *loop) onClaimReply(r *run, reply lock.ClaimReply) {
 // onAttempted acts on the end of r's attempt under claim c; finished: the
 // task succeeded, even if the slot could not then be marked done, since
 // running it again here would only add a duplicate (a peer may still,
-// after the lease).
-func (l *loop) onAttempted(r *run, c lock.Claim, finished bool) {
+// after the lease); entry: the failed attempt's history entry.
+func (l *loop) onAttempted(r *run, c lock.Claim, finished bool, entry *HistoryEntry) {
 	if finished {
 		l.park(r, settled, 0)
 		return
@@ -165,6 +170,7 @@ func (l *loop) onAttempted(r *run, c lock.Claim, finished bool) {
 	if c.Attempt-c.Base >= r.t.MaxAttempts {
 		l.s.stats.Task(r.t.Name).Exhausted.Inc()
 		r.logger(l.s).Error("slot exhausted: its last allowed attempt failed", "attempts", c.Attempt-c.Base)
+		l.failed(slotEnd{t: r.t, slot: r.slot, kind: tasks.FailureExhausted, attempt: c.Attempt, attempts: c.Attempt - c.Base, own: entry})
 		l.park(r, settled, 0)
 		return
 	}
@@ -279,6 +285,7 @@ func (l *loop) over(r *run, isSettled bool) bool {
 		if !isSettled && r.last != lock.Held {
 			l.s.stats.Task(r.t.Name).Missed.Inc()
 			r.logger(l.s).Warn("slot window closed without a success", "deadline", r.slot.Deadline)
+			l.failed(slotEnd{t: r.t, slot: r.slot, kind: tasks.FailureMissed})
 		}
 		l.end(r)
 		return true

@@ -98,7 +98,7 @@ func TestHandoffIgnoresReleaseNotice(t *testing.T) {
 	r := l.newRun(&l.s.Tasks()[0], time.Now().Truncate(time.Hour))
 	r.state = running // as a won claim leaves it
 	l.onNotice(r, false)
-	l.onAttempted(r, lock.Claim{Result: lock.Won, Attempt: 1}, false)
+	l.onAttempted(r, lock.Claim{Result: lock.Won, Attempt: 1}, false, nil)
 	if r.state != handingOff {
 		t.Fatalf("after a failed attempt: state %v, want handing off", r.state)
 	}
@@ -133,7 +133,7 @@ func TestRerunAfterPeerCompletionIsClaimed(t *testing.T) {
 				l.onNotice(r, true)  // a peer completed the slot
 				l.onNotice(r, false) // the operator reran it
 			}
-			l.onAttempted(r, lock.Claim{Result: lock.Won, Attempt: 1}, false)
+			l.onAttempted(r, lock.Claim{Result: lock.Won, Attempt: 1}, false, nil)
 			if during == handingOff {
 				l.onNotice(r, true)
 				if r.state != settled {
@@ -160,7 +160,7 @@ func TestHandoffEndsInClaimUnlessExhausted(t *testing.T) {
 	l := testLoop(t, lock.NewMemory(time.Now))
 	r := l.newRun(&l.s.Tasks()[0], time.Now().Truncate(time.Hour))
 	r.state = running
-	l.onAttempted(r, lock.Claim{Result: lock.Won, Attempt: 1}, false)
+	l.onAttempted(r, lock.Claim{Result: lock.Won, Attempt: 1}, false, nil)
 	l.unschedule(r)
 	l.onWake(r)
 	if r.state != claiming || len(l.claims) != 1 {
@@ -168,7 +168,7 @@ func TestHandoffEndsInClaimUnlessExhausted(t *testing.T) {
 	}
 	l.claims = nil
 	r.state = running
-	l.onAttempted(r, lock.Claim{Result: lock.Won, Attempt: 5, Base: 2}, false)
+	l.onAttempted(r, lock.Claim{Result: lock.Won, Attempt: 5, Base: 2}, false, nil)
 	if r.state != settled {
 		t.Errorf("after attempt 3 of 3 failed: state %v, want settled", r.state)
 	}
@@ -238,7 +238,7 @@ func TestShutdownEndsIdleRuns(t *testing.T) {
 		t.Fatalf("after shutdown: waiting run %v, settled run %v, running run %v, %d live; want ended, ended, running, 1",
 			w.state, s.state, busy.state, l.live)
 	}
-	l.onAttempted(busy, lock.Claim{Result: lock.Won, Attempt: 1}, false)
+	l.onAttempted(busy, lock.Claim{Result: lock.Won, Attempt: 1}, false, nil)
 	if busy.state != ended || l.live != 0 || len(l.wakes) != 0 {
 		t.Errorf("after the attempt's end: %v, %d live, %d wake times; want ended, 0, 0", busy.state, l.live, len(l.wakes))
 	}

@@ -22,21 +22,22 @@ import (
 
 // The engine's families, as WriteMetrics writes them.
 const (
-	helpClaims       = "Slot claims by result: won, held, done, exhausted, early, late, error."
-	helpRuns         = "Task attempts run on this replica by outcome: success, failure, timeout, lease_lost, canceled, success_unmarked."
-	helpDuration     = "How long task attempts ran."
-	helpStartDelay   = "How long after its slot time an attempt started."
-	helpRenewals     = "Lease renewals confirmed by the store."
-	helpLeaseLosses  = "Leases lost while a task ran (the task was cancelled)."
-	helpExhausted    = "Slots whose last allowed attempt failed on this replica."
-	helpMissed       = "Slots this replica saw close without a success and without exhausting their attempts."
-	helpLastSuccess  = "Slot time of the task's latest slot completed by this replica, in Unix seconds."
-	helpRunning      = "Task attempts running on this replica."
-	helpFinishErrors = "Completions or releases that failed; the slot's lease then runs out on its own."
-	helpWindow       = "The task's slot window (deadline, or the longest gap between fire times): alerts scale with it."
-	helpRedisUp      = "1 if the last check of the store answered, its write probe was taken, and no recent write was refused, else 0."
-	helpStoreErrors  = "Errors of the store's calls (claims, renewals, completions, releases, write probes) by kind: oom, noperm, readonly, misconf, noreplicas, noscript, auth, unavailable, timeout, conn, other."
-	helpClockSkew    = "Store clock minus this replica's clock, as last measured."
+	helpClaims        = "Slot claims by result: won, held, done, exhausted, early, late, error."
+	helpRuns          = "Task attempts run on this replica by outcome: success, failure, timeout, lease_lost, canceled, success_unmarked."
+	helpDuration      = "How long task attempts ran."
+	helpStartDelay    = "How long after its slot time an attempt started."
+	helpRenewals      = "Lease renewals confirmed by the store."
+	helpLeaseLosses   = "Leases lost while a task ran (the task was cancelled)."
+	helpExhausted     = "Slots whose last allowed attempt failed on this replica."
+	helpMissed        = "Slots this replica saw close without a success and without exhausting their attempts."
+	helpLastSuccess   = "Slot time of the task's latest slot completed by this replica, in Unix seconds."
+	helpRunning       = "Task attempts running on this replica."
+	helpFinishErrors  = "Completions or releases that failed; the slot's lease then runs out on its own."
+	helpNotifications = "on_failure hooks by outcome: success, failure (including a timeout; not retried), store_error (the once marker could not be set: not run), unsupported (the store has no once marker: not run)."
+	helpWindow        = "The task's slot window (deadline, or the longest gap between fire times): alerts scale with it."
+	helpRedisUp       = "1 if the last check of the store answered, its write probe was taken, and no recent write was refused, else 0."
+	helpStoreErrors   = "Errors of the store's calls (claims, renewals, completions, releases, write probes) by kind: oom, noperm, readonly, misconf, noreplicas, noscript, auth, unavailable, timeout, conn, other."
+	helpClockSkew     = "Store clock minus this replica's clock, as last measured."
 )
 
 // WriteMetrics writes the engine's series — the store's reachability
@@ -109,6 +110,10 @@ func writeText(w io.Writer, set *stats.Set, up bool, skew time.Duration) error {
 	t.header("slotd_store_errors_total", helpStoreErrors, "counter")
 	for _, k := range lock.ErrorKinds {
 		t.labelled("slotd_store_errors_total", "kind", k.String(), float64(set.Store.Errors[k].Load()))
+	}
+	t.header("slotd_notifications_total", helpNotifications, "counter")
+	for i, o := range stats.NotifyOutcomes {
+		t.labelled("slotd_notifications_total", "outcome", o, float64(set.Notifications[i].Load()))
 	}
 	t.header("slotd_claims_total", helpClaims, "counter")
 	for _, st := range tasks {

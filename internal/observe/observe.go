@@ -109,7 +109,7 @@ func WriteJSON(w io.Writer, v any) error {
 // status -json`) and / (the status page). ?n= sets the slots per task, up
 // to MaxSlots. Both share one view, read at most once per ViewTTL.
 func statusRoutes(mux *http.ServeMux, d Daemon) {
-	v := &view{tasks: d.Scheduler.Tasks(), store: d.Store, hist: d.History, ttl: ViewTTL}
+	v := &view{tasks: d.Scheduler.Tasks, store: d.Store, hist: d.History, ttl: ViewTTL}
 	slots := func(r *http.Request) int {
 		n, err := strconv.Atoi(r.URL.Query().Get("n"))
 		if err != nil || n < 1 {

@@ -20,7 +20,7 @@ const ViewTTL = time.Second
 // of starting their own. A view read for n slots per task serves every
 // request for n or fewer.
 type view struct {
-	tasks []scheduler.Task
+	tasks func() []scheduler.Task // the scheduler's, as a reload leaves them
 	store lock.Store
 	hist  scheduler.History
 	ttl   time.Duration
@@ -97,7 +97,7 @@ func (v *view) read(ctx context.Context, n int) (*viewRead, error) {
 		// The read does not end with the request that started it: others
 		// wait for it.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pageTimeout)
-		r.rep, r.err = Report(rctx, v.tasks, v.store, v.hist, want)
+		r.rep, r.err = Report(rctx, v.tasks(), v.store, v.hist, want)
 		cancel()
 		r.at = time.Now()
 		close(r.done)
