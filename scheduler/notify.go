@@ -57,6 +57,18 @@ func (l *loop) failed(e slotEnd) {
 	}()
 }
 
+// runFailed passes e, the end of r's slot, to failed, once per run: a
+// settled run that claims again (a late release notice reads as a rerun)
+// and finds the slot exhausted again has reported it already.
+func (l *loop) runFailed(r *run, e slotEnd) {
+	if r.reported {
+		return
+	}
+	r.reported = true
+	e.t, e.slot = r.t, r.slot
+	l.failed(e)
+}
+
 // notify runs e's hook if this replica is the one that should.
 func (s *Scheduler) notify(ctx context.Context, e slotEnd) {
 	log := s.log.With("task", e.t.Name, "slot", e.slot.ID, "failure", e.kind)

@@ -78,6 +78,7 @@ type run struct {
 	news     notice      // while claiming or running
 	last     lock.Result // of the latest claim answered
 	failures int         // claims in a row that got no answer
+	reported bool        // its slot's end without a success went to failed (notify.go)
 	wakeAt   time.Time   // in the wake heap: when onWake is due
 	index    int         // in the wake heap; -1 if not in it
 	log      *slog.Logger
@@ -138,14 +139,14 @@ func (l *loop) onClaimReply(r *run, reply lock.ClaimReply) {
 			r.logger(s).Debug("slot settled", "result", c.Result, "holder", c.Holder, "attempt", c.Attempt)
 		}
 		if c.Result == lock.Exhausted {
-			l.failed(slotEnd{t: r.t, slot: r.slot, kind: tasks.FailureExhausted, attempt: c.Attempt, attempts: c.Attempt - c.Base})
+			l.runFailed(r, slotEnd{kind: tasks.FailureExhausted, attempt: c.Attempt, attempts: c.Attempt - c.Base})
 		}
 		l.park(r, settled, 0)
 	case lock.Late:
 		// The store's clock says the window closed; ours may lag a little.
 		st.Missed.Inc()
 		r.logger(s).Warn("slot window closed without a success", "deadline", r.slot.Deadline)
-		l.failed(slotEnd{t: r.t, slot: r.slot, kind: tasks.FailureMissed})
+		l.runFailed(r, slotEnd{kind: tasks.FailureMissed})
 		l.park(r, settled, 0)
 	case lock.Held:
 		// Woken early by a release; otherwise try when the lease would run
@@ -170,7 +171,7 @@ func (l *loop) onAttempted(r *run, c lock.Claim, finished bool, entry *HistoryEn
 	if c.Attempt-c.Base >= r.t.MaxAttempts {
 		l.s.stats.Task(r.t.Name).Exhausted.Inc()
 		r.logger(l.s).Error("slot exhausted: its last allowed attempt failed", "attempts", c.Attempt-c.Base)
-		l.failed(slotEnd{t: r.t, slot: r.slot, kind: tasks.FailureExhausted, attempt: c.Attempt, attempts: c.Attempt - c.Base, own: entry})
+		l.runFailed(r, slotEnd{kind: tasks.FailureExhausted, attempt: c.Attempt, attempts: c.Attempt - c.Base, own: entry})
 		l.park(r, settled, 0)
 		return
 	}
@@ -285,7 +286,7 @@ func (l *loop) over(r *run, isSettled bool) bool {
 		if !isSettled && r.last != lock.Held {
 			l.s.stats.Task(r.t.Name).Missed.Inc()
 			r.logger(l.s).Warn("slot window closed without a success", "deadline", r.slot.Deadline)
-			l.failed(slotEnd{t: r.t, slot: r.slot, kind: tasks.FailureMissed})
+			l.runFailed(r, slotEnd{kind: tasks.FailureMissed})
 		}
 		l.end(r)
 		return true
