@@ -239,6 +239,8 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, o options, h
 	sched := scheduler.New(cfg.Tasks, b.Store, scheduler.WithLogger(log),
 		scheduler.WithHistory(b.History), scheduler.WithReplica(cfg.Replica),
 		scheduler.WithShutdownGrace(cfg.ShutdownGrace), scheduler.WithMaxClockSkew(cfg.MaxClockSkew))
+	// reloads.Reload is the daemon's one reload: SIGHUP's here, and the
+	// one the HTTP API's POST /api/v1/reload is to call.
 	reloads := newReloader(cfg, sched, log.With("replica", cfg.Replica), reg)
 	defer reloads.onHangup(hup)()
 
