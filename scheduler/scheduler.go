@@ -205,8 +205,10 @@ func (s *Scheduler) Run(ctx context.Context) error {
 
 	s.log.Info("scheduler started", "tasks", len(s.Tasks()), "store_ok", s.storeOK.Load(),
 		"clock_skew", time.Duration(s.skew.Load()), "instance", s.instance, "fleet_first_start", s.firstStart)
-	l := newLoop(s, ctx, hard, cancelHard)
+	// Under mu: a Reload goes either before the loop reads the tasks or
+	// through its mailbox.
 	s.mu.Lock()
+	l := newLoop(s, ctx, hard, cancelHard)
 	s.loop = l
 	s.mu.Unlock()
 	l.run()
