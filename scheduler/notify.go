@@ -82,6 +82,12 @@ func (s *Scheduler) notify(ctx context.Context, e slotEnd) {
 	if e.own == nil && !s.confirm(ctx, &e, log) {
 		return
 	}
+	if ctx.Err() != nil {
+		// Shutting down, past the grace: the marker is not set, so a peer
+		// that finds the slot exhausted or missed runs the hook instead.
+		log.Info("on_failure hook left to a peer: shutting down")
+		return
+	}
 	octx, cancel := context.WithTimeout(ctx, onceTimeout)
 	first, err := o.Once(octx, e.slot, onceFailure, s.owner, e.t.DoneTTL)
 	cancel()
