@@ -239,3 +239,95 @@ func TestSuperviseDispatchInBinaries(t *testing.T) {
 		}
 	}
 }
+
+// Three `slotd run` processes are sent SIGHUP every half second for 8 s,
+// each time with a file that adds, changes or removes a second task: the
+// unchanged every-second task starts each of its slots exactly once over
+// the whole run, and the churned one at most once.
+func TestSighupChurnKeepsEverySlotOnce(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	defaults := `lease = "3s"
+timeout = "1m"
+catchup = "none"
+deadline = "10s"`
+	tick := c.execTask("tick", "@every 1s", `rec start; rec end`, "")
+	c.start(3, "1s", defaults, tick)
+	c.awaitStarted(10 * time.Second)
+	c.ledger.await("a first tick", 10*time.Second, func(evs []event) bool { return len(find(evs, "end", 0)) > 0 })
+	churn := func(n int) []string {
+		switch n % 3 {
+		case 0:
+			return []string{tick, c.execTask("churn", "@every 1s", `rec start; rec end`, "")}
+		case 1:
+			return []string{tick, c.execTask("churn", "@every 1s", `rec start; rec end # changed`, "")}
+		}
+		return []string{tick}
+	}
+	start := time.Now()
+	for n := 0; time.Since(start) < 8*time.Second; n++ {
+		for _, r := range c.reps {
+			path := r.cmd.Args[len(r.cmd.Args)-1]
+			if err := os.WriteFile(path, []byte(config(r.name, c.srv.URL(), "1s", defaults, churn(n)...)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			r.Signal(syscall.SIGHUP)
+		}
+		time.Sleep(500 * time.Millisecond) // the pace of the reloads, not a wait for an event
+	}
+	end := time.Now()
+	c.ledger.await("a tick after the reloads", 10*time.Second, func(evs []event) bool {
+		for _, e := range find(evs, "end", 0) {
+			if e.Task == "tick" && slotTime(t, e.Slot).After(end) {
+				return true
+			}
+		}
+		return false
+	})
+	for _, r := range c.reps {
+		if !r.running() {
+			t.Fatalf("replica %s exited during the reloads: %v", r.name, r.cmd.ProcessState)
+		}
+	}
+	c.stopAll()
+	starts := map[string]map[string]int{"tick": {}, "churn": {}}
+	var first, last time.Time
+	for _, e := range find(c.ledger.read(), "start", 0) {
+		starts[e.Task][e.Slot]++
+		if e.Task != "tick" {
+			continue
+		}
+		at := slotTime(t, e.Slot)
+		if first.IsZero() || at.Before(first) {
+			first = at
+		}
+		if at.After(last) {
+			last = at
+		}
+	}
+	for at := first; !at.After(last); at = at.Add(time.Second) {
+		if n := starts["tick"][at.UTC().Format("20060102150405")]; n != 1 {
+			t.Errorf("tick slot %s started %d times, want once", at.Format(time.TimeOnly), n)
+		}
+	}
+	for slot, n := range starts["churn"] {
+		if n != 1 {
+			t.Errorf("churn slot %s started %d times, want at most once", slot, n)
+		}
+	}
+	if len(starts["churn"]) == 0 {
+		t.Error("the churned task never ran")
+	}
+	reloaded := 0
+	for _, r := range c.reps {
+		for _, rec := range r.records() {
+			if rec.msg() == "configuration reloaded" {
+				reloaded++
+			}
+		}
+	}
+	t.Logf("%d reloads applied across 3 replicas; %d tick slots, %d churn slots", reloaded, len(starts["tick"]), len(starts["churn"]))
+	if reloaded < 3*8 {
+		t.Errorf("%d reloads applied, want at least 24 (16 SIGHUPs to each of 3 replicas; two close together may count once)", reloaded)
+	}
+}
