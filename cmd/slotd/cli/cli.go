@@ -181,7 +181,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, o opti
 	if !ok {
 		return exitUsage
 	}
-	base := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)
+	level := new(slog.LevelVar) // a reload may change it
+	level.Set(cfg.LogLevel)
+	base := newLogger(stderr, level, cfg.LogFormat)
 	log := base.With("replica", cfg.Replica)
 	late.set(log.Handler())
 	// What the daemon read for itself (the Redis URL with its password,
@@ -195,7 +197,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, o opti
 	// it starts; a reload waits for the scheduler.
 	hup, stopHangups := hangups()
 	defer stopHangups()
-	if err := run(ctx, cfg, base, o, hup); err != nil {
+	if err := run(ctx, cfg, base, o, hup, level); err != nil {
 		log.Error("slotd failed", "err", err)
 		return exitError
 	}
@@ -204,8 +206,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, o opti
 
 // run is the daemon: store, metrics, HTTP, scheduler; torn down in reverse.
 // log is not yet scoped to the replica: the scheduler adds that itself.
-// Each SIGHUP from hup (nil: none) reloads the configuration (reloader).
-func run(ctx context.Context, cfg *config.Config, log *slog.Logger, o options, hup <-chan os.Signal) error {
+// Each SIGHUP from hup (nil: none) reloads the configuration (reloader),
+// which sets level (nil: fixed) to the file's [log] level.
+func run(ctx context.Context, cfg *config.Config, log *slog.Logger, o options, hup <-chan os.Signal, level *slog.LevelVar) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -241,7 +244,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, o options, h
 		scheduler.WithShutdownGrace(cfg.ShutdownGrace), scheduler.WithMaxClockSkew(cfg.MaxClockSkew))
 	// reloads.Reload is the daemon's one reload: SIGHUP's here, and the
 	// one the HTTP API's POST /api/v1/reload is to call.
-	reloads := newReloader(cfg, sched, log.With("replica", cfg.Replica), reg)
+	reloads := newReloader(cfg, sched, log.With("replica", cfg.Replica), level, reg)
 	defer reloads.onHangup(hup)()
 
 	if cfg.Listen != "off" {
@@ -278,7 +281,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, o options, h
 // unset (no-color.org). Every format escapes control characters in what
 // it writes (escapeAttr): a task's output cannot drive a terminal or forge
 // a log line.
-func newLogger(w io.Writer, level slog.Level, format string) *slog.Logger {
+func newLogger(w io.Writer, level slog.Leveler, format string) *slog.Logger {
 	tty := isTerminal(w)
 	if format == "auto" || format == "" {
 		format = "json"

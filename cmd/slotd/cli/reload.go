@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"reflect"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -23,13 +24,15 @@ import (
 const reloadTimeout = 30 * time.Second
 
 // reloader re-reads a running daemon's configuration file and applies
-// what can change at runtime — its tasks — to the scheduler. What cannot
-// (see restartKeys) is compared with the configuration the process
-// started with, and reported as needing a restart.
+// what can change at runtime — its tasks, and the log level — to the
+// scheduler and the logger. What cannot (see restartKeys) is compared with
+// the configuration the process started with, and reported as needing a
+// restart.
 type reloader struct {
 	started *config.Config
 	sched   *scheduler.Scheduler
-	log     *slog.Logger // the daemon's, before the replica is added
+	log     *slog.Logger
+	level   *slog.LevelVar // the daemon's log level; nil: fixed
 
 	mu sync.Mutex // one reload at a time, whoever asks
 
@@ -40,11 +43,12 @@ type reloader struct {
 
 // newReloader returns the reloader of the daemon that started with cfg,
 // its metrics registered with reg.
-func newReloader(cfg *config.Config, sched *scheduler.Scheduler, log *slog.Logger, reg prometheus.Registerer) *reloader {
+func newReloader(cfg *config.Config, sched *scheduler.Scheduler, log *slog.Logger, level *slog.LevelVar, reg prometheus.Registerer) *reloader {
 	r := &reloader{
 		started: cfg,
 		sched:   sched,
 		log:     log,
+		level:   level,
 		failures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "slotd_config_reload_failures_total",
 			Help: "Reloads (SIGHUP, slotd reload, POST /api/v1/reload) refused because the file was invalid; the running configuration stayed.",
@@ -59,7 +63,7 @@ func newReloader(cfg *config.Config, sched *scheduler.Scheduler, log *slog.Logge
 		}),
 		restartNeeded: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "slotd_config_restart_needed",
-			Help: "1 when the last reload's file changes settings that apply only at a restart (store, listen address, replica id, log, daemon settings).",
+			Help: "1 when the last reload's file changes settings that apply only at a restart (store, listen address, replica id, log format, daemon settings).",
 		}),
 	}
 	r.lastSuccess.SetToCurrentTime()
@@ -72,9 +76,9 @@ func newReloader(cfg *config.Config, sched *scheduler.Scheduler, log *slog.Logge
 // is logged, counted and returned. If it is valid, its tasks replace the
 // running ones (see scheduler.Reload: added tasks start at their next
 // fire time, removed ones claim nothing more, changed ones apply from
-// their next slot, running attempts go on), and the settings that apply
-// only at a restart and differ from the running ones are logged as such,
-// keeping their running values. It is what SIGHUP does, and what the HTTP
+// their next slot, running attempts go on), its [log] level applies, and
+// the settings that apply only at a restart and differ from the running
+// ones are logged as such, keeping their running values. It is what SIGHUP does, and what the HTTP
 // API's reload calls.
 func (r *reloader) Reload(ctx context.Context) error {
 	r.mu.Lock()
@@ -94,7 +98,15 @@ func (r *reloader) Reload(ctx context.Context) error {
 	}
 	r.successes.Inc()
 	r.lastSuccess.SetToCurrentTime()
-	restart := restartKeys(r.started, cfg)
+	var applied []string
+	if r.level != nil {
+		applied = append(applied, "LogLevel")
+		if was := r.level.Level(); was != cfg.LogLevel {
+			r.level.Set(cfg.LogLevel)
+			r.log.Warn("log level changed", "from", was, "to", cfg.LogLevel)
+		}
+	}
+	restart := restartKeys(r.started, cfg, applied...)
 	r.restartNeeded.Set(0)
 	r.log.Info("configuration reloaded", "config", path, "tasks", len(cfg.Tasks),
 		"added", change.Added, "removed", change.Removed, "changed", change.Changed)
@@ -124,16 +136,17 @@ var configKeys = map[string]string{
 }
 
 // restartKeys lists the keys whose values differ between running and
-// loaded, of every setting but the tasks (and the file's path): the store
-// and its topology, the HTTP listener, the replica id, the log and the
+// loaded, of every setting but the tasks, the file's path and the fields
+// applied at runtime (config.Config field names): the store and its
+// topology, the HTTP listener, the replica id, the log format and the
 // daemon's settings are read once, at start. Values are not quoted: a URL
 // may hold a password.
-func restartKeys(running, loaded *config.Config) []string {
+func restartKeys(running, loaded *config.Config, applied ...string) []string {
 	var keys []string
 	a, b := reflect.ValueOf(running).Elem(), reflect.ValueOf(loaded).Elem()
 	for i := range a.NumField() {
 		name := a.Type().Field(i).Name
-		if name == "Tasks" || name == "Source" {
+		if name == "Tasks" || name == "Source" || slices.Contains(applied, name) {
 			continue
 		}
 		if reflect.DeepEqual(a.Field(i).Interface(), b.Field(i).Interface()) {

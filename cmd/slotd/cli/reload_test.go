@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -31,8 +32,9 @@ catchup = "none"
 `
 
 // A reload of an invalid file changes nothing and says why, naming the
-// task and key; a valid one replaces the tasks, and names the settings
-// that apply only at a restart, which keep their running values.
+// task and key; a valid one replaces the tasks, sets the log level, and
+// names the settings that apply only at a restart, which keep their
+// running values.
 func TestReloadValidInvalidRestartNeeded(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "slotd.toml")
 	write := func(src string) {
@@ -43,7 +45,8 @@ func TestReloadValidInvalidRestartNeeded(t *testing.T) {
 	}
 	write(reloadBase)
 	var logs syncBuffer
-	log := newLogger(&logs, -4, "json")
+	level := new(slog.LevelVar)
+	log := newLogger(&logs, level, "json")
 	cfg, err := config.Load(path, log)
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +57,7 @@ func TestReloadValidInvalidRestartNeeded(t *testing.T) {
 	go func() { done <- sched.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 	reg := prometheus.NewRegistry()
-	r := newReloader(cfg, sched, log, reg)
+	r := newReloader(cfg, sched, log, level, reg)
 	names := func() string {
 		var ns []string
 		for _, task := range sched.Tasks() {
@@ -105,9 +108,12 @@ plugin = "cli-test-counted"
 	if !hasLog(t, &logs, "configuration reloaded, but these settings apply only at a restart: they keep their running values until then",
 		func(m map[string]any) bool {
 			keys, _ := json.Marshal(m["restart_needed"])
-			return m["level"] == "WARN" && string(keys) == `["redis.url","http.listen","log.level"]`
+			return m["level"] == "WARN" && string(keys) == `["redis.url","http.listen"]`
 		}) {
-		t.Errorf("no warning naming redis.url, http.listen and log.level:\n%s", logs.String())
+		t.Errorf("no warning naming redis.url and http.listen (and only them: the log level applies):\n%s", logs.String())
+	}
+	if level.Level() != slog.LevelDebug {
+		t.Errorf("log level after the reload: %v, want debug", level.Level())
 	}
 	if strings.Contains(logs.String(), "secret") {
 		t.Errorf("the log quotes the Redis password:\n%s", logs.String())
