@@ -11,8 +11,8 @@ import (
 
 // Three `slotd run` processes race for a task whose every attempt fails:
 // each slot ends exhausted, and the [defaults] on_failure exec hook runs
-// once per slot in the fleet, with the failure, the attempts and the last
-// attempt's error in its environment, and is logged as run.
+// once per slot in the fleet, with the failure, the attempts, and the last
+// attempt's error and output tail in its environment, and is logged as run.
 func TestOnFailureHookOncePerSlot(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
@@ -26,7 +26,7 @@ deadline = "10s"
   plugin = "exec"
   timeout = "10s"
   [defaults.on_failure.params]
-  command = ["/bin/sh", "-c", 'echo "$SLOTD_TASK $SLOTD_SLOT $SLOTD_FAILURE $SLOTD_ATTEMPTS ${#SLOTD_LAST_ERROR}" >> "$OUT"']
+  command = ["/bin/sh", "-c", 'echo "$SLOTD_TASK $SLOTD_SLOT $SLOTD_FAILURE $SLOTD_ATTEMPTS ${#SLOTD_LAST_ERROR} $(printf %s "$SLOTD_OUTPUT" | tr -d "\n")" >> "$OUT"']
   [defaults.on_failure.params.env]
   OUT = ` + q(out)
 	c.start(3, "1s", defaults, c.execTask("fails", "@every 1s", `rec start; echo oops >&2; exit 3`, ""))
@@ -46,12 +46,12 @@ deadline = "10s"
 	seen := map[string]int{}
 	for _, line := range lines {
 		f := strings.Fields(line)
-		if len(f) != 5 {
+		if len(f) != 6 {
 			t.Fatalf("hook wrote %q", line)
 		}
 		seen[f[1]]++
-		if n, _ := strconv.Atoi(f[4]); f[0] != "fails" || f[2] != "exhausted" || f[3] != "2" || n == 0 {
-			t.Errorf("hook line %q: want task fails, exhausted, 2 attempts, a last error", line)
+		if n, _ := strconv.Atoi(f[4]); f[0] != "fails" || f[2] != "exhausted" || f[3] != "2" || n == 0 || f[5] != "oops" {
+			t.Errorf("hook line %q: want task fails, exhausted, 2 attempts, a last error, the output oops", line)
 		}
 		if len(starts[f[1]]) != 2 {
 			t.Errorf("hook ran for slot %s, which started %d attempts, want 2", f[1], len(starts[f[1]]))

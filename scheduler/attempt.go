@@ -76,7 +76,13 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 	if s.log.Enabled(ctx, slog.LevelInfo) {
 		log().Info("attempt started", "delay", start.Sub(slot.Time))
 	}
-	err := runTask(tasks.WithRun(tctx, run), t.Job)
+	rctx := tasks.WithRun(tctx, run)
+	var out *tasks.Output // nil keeps none
+	if t.OutputTail > 0 {
+		out = tasks.NewOutput(min(t.OutputTail, MaxHistoryOutput))
+		rctx = tasks.WithOutput(rctx, out)
+	}
+	err := runTask(rctx, t.Job)
 	// Completing or releasing the lease ends its context too: stop
 	// following it, but let a loss that came first show in tctx now.
 	stopFollowing()
@@ -89,6 +95,7 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 	entry := HistoryEntry{
 		Slot: slot.ID, SlotTime: slot.Time, Attempt: c.Attempt, Token: lease.Token(),
 		Replica: s.replica, Started: start, Duration: took,
+		Output: out.String(),
 	}
 
 	// Finishing must outlive shutdown; the lease bounds a release.

@@ -110,7 +110,7 @@ func (s *Scheduler) notify(ctx context.Context, e slotEnd) {
 		last = s.lastEntry(ctx, e.t.Name, e.slot.ID)
 	}
 	if last != nil {
-		f.LastError = last.Error
+		f.LastError, f.Output = last.Error, last.Output
 		e.attempt = max(e.attempt, last.Attempt)
 	}
 	run := tasks.Run{Task: e.t.Name, Slot: e.slot.ID, SlotTime: e.slot.Time, Attempt: e.attempt, Replica: s.replica}

@@ -27,8 +27,8 @@ type Failure struct {
 	SlotTime  time.Time `json:"slot_time"`
 	Attempts  int       `json:"attempts"`   // attempts made (0: none started)
 	LastError string    `json:"last_error"` // the last attempt's error, as recorded in the history ("" if unknown)
-	// Output is the end of the last attempt's output, as recorded in the
-	// history ("" if none was recorded).
+	// Output is the end of the last attempt's output, as its history
+	// entry keeps it (the task's output_tail; "" if none was kept).
 	Output  string `json:"output"`
 	Replica string `json:"replica"` // the replica running the hook
 }

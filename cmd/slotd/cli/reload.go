@@ -17,6 +17,7 @@ import (
 
 	"github.com/slotd/slotd/internal/config"
 	"github.com/slotd/slotd/scheduler"
+	"github.com/slotd/slotd/tasks"
 )
 
 // reloadTimeout bounds a reload started by SIGHUP: reading the file, and
@@ -24,8 +25,8 @@ import (
 const reloadTimeout = 30 * time.Second
 
 // reloader re-reads a running daemon's configuration file and applies
-// what can change at runtime — its tasks, and the log level — to the
-// scheduler and the logger. What cannot (see restartKeys) is compared with
+// what can change at runtime — its tasks, the log level and the http
+// plugin's connection pool. What cannot (see restartKeys) is compared with
 // the configuration the process started with, and reported as needing a
 // restart.
 type reloader struct {
@@ -33,6 +34,7 @@ type reloader struct {
 	sched   *scheduler.Scheduler
 	log     *slog.Logger
 	level   *slog.LevelVar // the daemon's log level; nil: fixed
+	pool    tasks.HTTPPool // the http plugin's pool as last set
 
 	mu sync.Mutex // one reload at a time, whoever asks
 
@@ -49,6 +51,7 @@ func newReloader(cfg *config.Config, sched *scheduler.Scheduler, log *slog.Logge
 		sched:   sched,
 		log:     log,
 		level:   level,
+		pool:    cfg.HTTPPool,
 		failures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "slotd_config_reload_failures_total",
 			Help: "Reloads (SIGHUP, slotd reload, POST /api/v1/reload) refused because the file was invalid; the running configuration stayed.",
@@ -76,8 +79,8 @@ func newReloader(cfg *config.Config, sched *scheduler.Scheduler, log *slog.Logge
 // is logged, counted and returned. If it is valid, its tasks replace the
 // running ones (see scheduler.Reload: added tasks start at their next
 // fire time, removed ones claim nothing more, changed ones apply from
-// their next slot, running attempts go on), its [log] level applies, and
-// the settings that apply only at a restart and differ from the running
+// their next slot, running attempts go on), its [log] level and
+// [plugins.http] pool apply, and the settings that apply only at a restart and differ from the running
 // ones are logged as such, keeping their running values. It is what SIGHUP does, and what the HTTP
 // API's reload calls.
 func (r *reloader) Reload(ctx context.Context) error {
@@ -104,6 +107,15 @@ func (r *reloader) Reload(ctx context.Context) error {
 		if was := r.level.Level(); was != cfg.LogLevel {
 			r.level.Set(cfg.LogLevel)
 			r.log.Warn("log level changed", "from", was, "to", cfg.LogLevel)
+		}
+	}
+	applied = append(applied, "HTTPPool")
+	if cfg.HTTPPool != r.pool {
+		if err := tasks.SetHTTPPool(cfg.HTTPPool); err != nil { // validated at load; not expected
+			r.log.Error("the http plugin's connection pool was not changed", "err", err)
+		} else {
+			r.pool = cfg.HTTPPool
+			r.log.Info("the http plugin's connection pool changed: requests in flight finish on their connections")
 		}
 	}
 	restart := restartKeys(r.started, cfg, applied...)
