@@ -90,6 +90,9 @@ plugin = "cli-test-counted"
 [log]
 level = "debug"
 
+[plugins.http]
+max_idle_per_host = 7
+
 [redis]
 url = "redis://:secret@127.0.0.1:1/0"
 
@@ -110,10 +113,10 @@ plugin = "cli-test-counted"
 			keys, _ := json.Marshal(m["restart_needed"])
 			return m["level"] == "WARN" && string(keys) == `["redis.url","http.listen"]`
 		}) {
-		t.Errorf("no warning naming redis.url and http.listen (and only them: the log level applies):\n%s", logs.String())
+		t.Errorf("no warning naming redis.url and http.listen (and only them: the log level and the http pool apply):\n%s", logs.String())
 	}
-	if level.Level() != slog.LevelDebug {
-		t.Errorf("log level after the reload: %v, want debug", level.Level())
+	if level.Level() != slog.LevelDebug || r.pool.MaxIdlePerHost != 7 {
+		t.Errorf("after the reload: log level %v, want debug; http pool %+v, want 7 idle per host", level.Level(), r.pool)
 	}
 	if strings.Contains(logs.String(), "secret") {
 		t.Errorf("the log quotes the Redis password:\n%s", logs.String())
