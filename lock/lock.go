@@ -25,6 +25,7 @@
 //	                                   <owner> is "<replica>#<instance nonce>" (see Owner)
 //	slotd:{<task>:<slot id>}:attempts  INCR per claim (TTL >= done TTL)
 //	slotd:{<task>:<slot id>}:base      attempts before the last operator rerun, if any
+//	slotd:{<task>:<slot id>}:once:<event>  a one-time marker (see Oncer, once.go)
 //	slotd:probe:{<replica>}            the replica id, written by Prober.Probe with a TTL
 //	slotd:released                     pub/sub channel: a slot was released or rerun; message = state key
 //	slotd:done                         pub/sub channel: a slot was marked done; message = state key

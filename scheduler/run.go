@@ -8,6 +8,7 @@ import (
 
 	"github.com/slotd/slotd/internal/stats"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/tasks"
 )
 
 // runState is the phase of a slot's life on this replica.
@@ -78,6 +79,7 @@ type run struct {
 	news     notice      // while claiming or running
 	last     lock.Result // of the latest claim answered
 	failures int         // claims in a row that got no answer
+	reported bool        // its slot's end without a success went to failed (notify.go)
 	wakeAt   time.Time   // in the wake heap: when onWake is due
 	index    int         // in the wake heap; -1 if not in it
 	log      *slog.Logger
@@ -95,8 +97,9 @@ func (l *loop) onFire(t *Task, at time.Time) {
 // of its own (Task.TriggerSlot), claimed as a fired slot is, whether or
 // not the task is paused (a trigger is an operator's explicit ask). The
 // controller passes each trigger on once.
-func (l *loop) onTriggered(t *Task, at time.Time) {
-	if l.stopping {
+func (l *loop) onTriggered(read *Task, at time.Time) {
+	t := l.current[read.Name]
+	if l.stopping || t == nil { // removed by a reload since the controller read it
 		return
 	}
 	r := l.newSlotRun(t, t.TriggerSlot(at))
@@ -107,10 +110,10 @@ func (l *loop) onTriggered(t *Task, at time.Time) {
 // onControlled records that t was paused or resumed. Runs already under
 // way go on: a paused task only fires no new slot (skipPaused).
 func (l *loop) onControlled(t *Task, paused bool) {
-	if l.paused[t] == paused {
+	if l.current[t.Name] == nil || l.paused[t.Name] == paused {
 		return
 	}
-	l.paused[t] = paused
+	l.paused[t.Name] = paused
 	l.s.stats.Task(t.Name).Paused.Store(paused)
 	msg := "task resumed: its slots fire again from the next fire time"
 	if paused {
@@ -122,7 +125,7 @@ func (l *loop) onControlled(t *Task, paused bool) {
 // skipPaused reports whether t's slot at at is skipped because t is
 // paused, and counts and logs it if so: skipped, not missed.
 func (l *loop) skipPaused(t *Task, at time.Time) bool {
-	if !l.paused[t] {
+	if !l.paused[t.Name] {
 		return false
 	}
 	l.s.stats.Task(t.Name).Skip(stats.SkipPaused)
@@ -179,11 +182,15 @@ func (l *loop) onClaimReply(r *run, reply lock.ClaimReply) {
 		if s.log.Enabled(l.ctx, slog.LevelDebug) {
 			r.logger(s).Debug("slot settled", "result", c.Result, "holder", c.Holder, "attempt", c.Attempt)
 		}
+		if c.Result == lock.Exhausted {
+			l.runFailed(r, slotEnd{kind: tasks.FailureExhausted, attempt: c.Attempt, attempts: c.Attempt - c.Base})
+		}
 		l.park(r, settled, 0)
 	case lock.Late:
 		// The store's clock says the window closed; ours may lag a little.
 		st.Missed.Inc()
 		r.logger(s).Warn("slot window closed without a success", "deadline", r.slot.Deadline)
+		l.runFailed(r, slotEnd{kind: tasks.FailureMissed})
 		l.park(r, settled, 0)
 	case lock.Held:
 		// Woken early by a release; otherwise try when the lease would run
@@ -199,8 +206,8 @@ func (l *loop) onClaimReply(r *run, reply lock.ClaimReply) {
 // onAttempted acts on the end of r's attempt under claim c; finished: the
 // task succeeded, even if the slot could not then be marked done, since
 // running it again here would only add a duplicate (a peer may still,
-// after the lease).
-func (l *loop) onAttempted(r *run, c lock.Claim, finished bool) {
+// after the lease); entry: the failed attempt's history entry.
+func (l *loop) onAttempted(r *run, c lock.Claim, finished bool, entry *HistoryEntry) {
 	if finished {
 		l.park(r, settled, 0)
 		return
@@ -208,6 +215,7 @@ func (l *loop) onAttempted(r *run, c lock.Claim, finished bool) {
 	if c.Attempt-c.Base >= r.t.MaxAttempts {
 		l.s.stats.Task(r.t.Name).Exhausted.Inc()
 		r.logger(l.s).Error("slot exhausted: its last allowed attempt failed", "attempts", c.Attempt-c.Base)
+		l.runFailed(r, slotEnd{kind: tasks.FailureExhausted, attempt: c.Attempt, attempts: c.Attempt - c.Base, own: entry})
 		l.park(r, settled, 0)
 		return
 	}
@@ -271,9 +279,15 @@ func (l *loop) onShutdown() {
 
 // advance moves r, which is not claiming or running, on from what it
 // knows now — isSettled, and the news kept while it was busy: it ends if
-// ctx has ended or the window has closed, settles, or queues a claim.
+// ctx has ended, the window has closed or a reload removed its task,
+// settles, or queues a claim.
 func (l *loop) advance(r *run, isSettled bool) {
 	if l.over(r, isSettled) {
+		return
+	}
+	if l.removed(r) {
+		// A reload removed the task: it claims nothing more.
+		l.end(r)
 		return
 	}
 	switch r.news {
@@ -316,6 +330,7 @@ func (l *loop) over(r *run, isSettled bool) bool {
 		if !isSettled && r.last != lock.Held {
 			l.s.stats.Task(r.t.Name).Missed.Inc()
 			r.logger(l.s).Warn("slot window closed without a success", "deadline", r.slot.Deadline)
+			l.runFailed(r, slotEnd{kind: tasks.FailureMissed})
 		}
 		l.end(r)
 		return true

@@ -43,7 +43,7 @@ func testLoop(t *testing.T, store lock.Store) *loop {
 // hands it reply as its first claim's, as the loop does with a ClaimMany's.
 func runAfter(t *testing.T, l *loop, reply lock.ClaimReply, want runState) *run {
 	t.Helper()
-	r := l.newRun(&l.s.tasks[0], time.Now().Truncate(time.Hour))
+	r := l.newRun(&l.s.Tasks()[0], time.Now().Truncate(time.Hour))
 	r.state = claiming
 	l.onClaimReply(r, reply)
 	if r.state != want {
@@ -95,10 +95,10 @@ func TestCompletionLeavesSettledRun(t *testing.T) {
 func TestHandoffIgnoresReleaseNotice(t *testing.T) {
 	l := testLoop(t, lock.NewMemory(time.Now))
 	l.s.handoff.Min, l.s.handoff.Max = time.Hour, time.Hour
-	r := l.newRun(&l.s.tasks[0], time.Now().Truncate(time.Hour))
+	r := l.newRun(&l.s.Tasks()[0], time.Now().Truncate(time.Hour))
 	r.state = running // as a won claim leaves it
 	l.onNotice(r, false)
-	l.onAttempted(r, lock.Claim{Result: lock.Won, Attempt: 1}, false)
+	l.onAttempted(r, lock.Claim{Result: lock.Won, Attempt: 1}, false, nil)
 	if r.state != handingOff {
 		t.Fatalf("after a failed attempt: state %v, want handing off", r.state)
 	}
@@ -126,14 +126,14 @@ func TestRerunAfterPeerCompletionIsClaimed(t *testing.T) {
 		t.Run(during.String(), func(t *testing.T) {
 			l := testLoop(t, lock.NewMemory(time.Now))
 			l.s.handoff.Min, l.s.handoff.Max = time.Hour, time.Hour
-			r := l.newRun(&l.s.tasks[0], time.Now().Truncate(time.Hour))
+			r := l.newRun(&l.s.Tasks()[0], time.Now().Truncate(time.Hour))
 			r.state = running    // as a won claim leaves it
 			l.onNotice(r, false) // the replica's own release, as it released
 			if during == running {
 				l.onNotice(r, true)  // a peer completed the slot
 				l.onNotice(r, false) // the operator reran it
 			}
-			l.onAttempted(r, lock.Claim{Result: lock.Won, Attempt: 1}, false)
+			l.onAttempted(r, lock.Claim{Result: lock.Won, Attempt: 1}, false, nil)
 			if during == handingOff {
 				l.onNotice(r, true)
 				if r.state != settled {
@@ -158,9 +158,9 @@ func TestRerunAfterPeerCompletionIsClaimed(t *testing.T) {
 // settles the run instead (exhausted).
 func TestHandoffEndsInClaimUnlessExhausted(t *testing.T) {
 	l := testLoop(t, lock.NewMemory(time.Now))
-	r := l.newRun(&l.s.tasks[0], time.Now().Truncate(time.Hour))
+	r := l.newRun(&l.s.Tasks()[0], time.Now().Truncate(time.Hour))
 	r.state = running
-	l.onAttempted(r, lock.Claim{Result: lock.Won, Attempt: 1}, false)
+	l.onAttempted(r, lock.Claim{Result: lock.Won, Attempt: 1}, false, nil)
 	l.unschedule(r)
 	l.onWake(r)
 	if r.state != claiming || len(l.claims) != 1 {
@@ -168,7 +168,7 @@ func TestHandoffEndsInClaimUnlessExhausted(t *testing.T) {
 	}
 	l.claims = nil
 	r.state = running
-	l.onAttempted(r, lock.Claim{Result: lock.Won, Attempt: 5, Base: 2}, false)
+	l.onAttempted(r, lock.Claim{Result: lock.Won, Attempt: 5, Base: 2}, false, nil)
 	if r.state != settled {
 		t.Errorf("after attempt 3 of 3 failed: state %v, want settled", r.state)
 	}
@@ -180,7 +180,7 @@ func TestHandoffEndsInClaimUnlessExhausted(t *testing.T) {
 func TestRerunAfterDeadlineClaimsNothing(t *testing.T) {
 	store := lock.NewMemory(time.Now)
 	l := testLoop(t, store)
-	r := l.newRun(&l.s.tasks[0], time.Now().Truncate(time.Hour))
+	r := l.newRun(&l.s.Tasks()[0], time.Now().Truncate(time.Hour))
 	r.slot.Deadline = time.Now().Add(100 * time.Millisecond)
 	r.state = claiming
 	l.onClaimReply(r, lock.ClaimReply{Claim: lock.Claim{Result: lock.Done}})
@@ -230,7 +230,7 @@ func TestShutdownEndsIdleRuns(t *testing.T) {
 	l.ctx = ctx
 	w := runAfter(t, l, lock.ClaimReply{Claim: lock.Claim{Result: lock.Held, Wait: time.Hour}}, waiting)
 	s := runAfter(t, l, lock.ClaimReply{Claim: lock.Claim{Result: lock.Done}}, settled)
-	busy := l.newRun(&l.s.tasks[0], time.Now().Truncate(time.Hour))
+	busy := l.newRun(&l.s.Tasks()[0], time.Now().Truncate(time.Hour))
 	busy.state = running
 	cancel()
 	l.onShutdown()
@@ -238,7 +238,7 @@ func TestShutdownEndsIdleRuns(t *testing.T) {
 		t.Fatalf("after shutdown: waiting run %v, settled run %v, running run %v, %d live; want ended, ended, running, 1",
 			w.state, s.state, busy.state, l.live)
 	}
-	l.onAttempted(busy, lock.Claim{Result: lock.Won, Attempt: 1}, false)
+	l.onAttempted(busy, lock.Claim{Result: lock.Won, Attempt: 1}, false, nil)
 	if busy.state != ended || l.live != 0 || len(l.wakes) != 0 {
 		t.Errorf("after the attempt's end: %v, %d live, %d wake times; want ended, 0, 0", busy.state, l.live, len(l.wakes))
 	}
@@ -251,7 +251,7 @@ func TestShutdownSendsNoQueuedClaim(t *testing.T) {
 	l := testLoop(t, store)
 	ctx, cancel := context.WithCancel(context.Background())
 	l.ctx = ctx
-	r := l.newRun(&l.s.tasks[0], time.Now().Truncate(time.Hour))
+	r := l.newRun(&l.s.Tasks()[0], time.Now().Truncate(time.Hour))
 	l.advance(r, false)
 	if r.state != claiming || len(l.claims) != 1 {
 		t.Fatalf("state %v, %d claims queued; want claiming, 1", r.state, len(l.claims))
