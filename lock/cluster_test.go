@@ -14,6 +14,7 @@ import (
 
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/locktest"
 )
 
 // clusterKeys lists the keys of every master of the cluster, and which
@@ -53,9 +54,7 @@ func TestConformanceCluster(t *testing.T) {
 		return out
 	}
 	h := clientHarness(t, rdb, lock.NewRedis(rdb, "slotd"), keys)
-	for _, tc := range conformance {
-		t.Run(tc.name, func(t *testing.T) { tc.run(t, h) })
-	}
+	locktest.Run(t, h)
 	masters := map[string]int{}
 	for k, addr := range clusterKeys(t, rdb) {
 		if strings.HasPrefix(k, "slotd:{") {
@@ -135,9 +134,7 @@ func TestConformanceReplicasAck(t *testing.T) {
 	redistest.StartReplica(t, srv)
 	rdb := srv.Client()
 	h := clientHarness(t, rdb, lock.NewRedis(rdb, "slotd", lock.WithMinReplicasAck(1, 5*time.Second)), serverKeys(t, rdb))
-	for _, tc := range conformance {
-		t.Run(tc.name, func(t *testing.T) { tc.run(t, h) })
-	}
+	locktest.Run(t, h)
 }
 
 // With min_replicas_ack = 1: a claim acknowledged by the replica is on the
@@ -288,9 +285,7 @@ func TestConformanceSentinel(t *testing.T) {
 	s := redistest.StartSentinel(t)
 	rdb := s.Client()
 	h := clientHarness(t, rdb, lock.NewRedis(rdb, "slotd"), serverKeys(t, rdb))
-	for _, tc := range conformance {
-		t.Run(tc.name, func(t *testing.T) { tc.run(t, h) })
-	}
+	locktest.Run(t, h)
 }
 
 // After the master is killed and Sentinel promotes the replica, the same

@@ -2,11 +2,7 @@ package lock_test
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,74 +10,49 @@ import (
 
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/lock"
-	"github.com/slotd/slotd/retry"
+	"github.com/slotd/slotd/lock/locktest"
 )
 
-// harness is one store under the conformance suite, with the means to look
-// under it.
-type harness struct {
-	store lock.Store
-	// now is the store's clock.
-	now func() time.Time
-	// expire makes d pass for the store's TTLs (not its clock).
-	expire func(d time.Duration)
-	// ttls lists every key with its TTL (<= 0: none).
-	ttls func() map[string]time.Duration
-	// plant writes a raw value with a TTL.
-	plant func(key, value string)
-}
+// policy is the conformance suite's policy, for the other tests too.
+var policy = locktest.DefaultPolicy
 
-var testSeq atomic.Int64
-
-// uniqueSlot returns a slot no other test uses, open now by the store's clock.
-func uniqueSlot(t *testing.T, h harness) lock.Slot {
-	now := h.now()
-	return lock.Slot{
-		Task:     fmt.Sprintf("%s-%d", strings.ReplaceAll(t.Name(), "/", "."), testSeq.Add(1)),
-		ID:       now.UTC().Format("20060102150405"),
-		Time:     now.Add(-time.Second),
-		Deadline: now.Add(time.Hour),
-	}
-}
-
-var policy = lock.Policy{Lease: 10 * time.Second, DoneTTL: time.Hour, MaxAttempts: 3}
-
-func memoryHarness(t *testing.T) harness {
+func memoryHarness(t *testing.T) locktest.Harness {
 	var mu sync.Mutex
 	clock := time.Date(2024, 1, 15, 14, 0, 0, 0, time.UTC)
 	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
 	m := lock.NewMemory(now)
-	return harness{
-		store: m,
-		now:   now,
-		expire: func(d time.Duration) {
+	return locktest.Harness{
+		Store: m,
+		Now:   now,
+		Expire: func(d time.Duration) {
 			mu.Lock()
 			clock = clock.Add(d)
 			mu.Unlock()
 		},
-		ttls:  m.TTLs,
-		plant: func(k, v string) { m.Set(k, v, time.Hour) },
+		TTLs:          m.TTLs,
+		PlantState:    func(s lock.Slot, v string) { st, _ := lock.Keys("slotd", s); m.Set(st, v, time.Hour) },
+		PlantAttempts: func(s lock.Slot, v string) { _, at := lock.Keys("slotd", s); m.Set(at, v, time.Hour) },
 	}
 }
 
 // clientHarness is the conformance harness over any go-redis client; keys
 // lists every key the store holds (on a Cluster: on every master).
-func clientHarness(t *testing.T, rdb redis.UniversalClient, r *lock.Redis, keys func() []string) harness {
+func clientHarness(t *testing.T, rdb redis.UniversalClient, r *lock.Redis, keys func() []string) locktest.Harness {
 	ctx := context.Background()
 	t.Cleanup(func() { r.Close() })
 	if err := r.Subscribe(ctx); err != nil {
 		t.Fatal(err)
 	}
-	return harness{
-		store: r,
-		now: func() time.Time {
+	return locktest.Harness{
+		Store: r,
+		Now: func() time.Time {
 			tm, err := rdb.Time(ctx).Result()
 			if err != nil {
 				t.Fatal(err)
 			}
 			return tm
 		},
-		expire: func(d time.Duration) {
+		Expire: func(d time.Duration) {
 			// Redis's clock cannot be moved, so passing time is shown to the
 			// keys: each TTL shrinks by d and a key whose TTL runs out goes.
 			for _, k := range keys() {
@@ -93,14 +64,15 @@ func clientHarness(t *testing.T, rdb redis.UniversalClient, r *lock.Redis, keys 
 				}
 			}
 		},
-		ttls: func() map[string]time.Duration {
+		TTLs: func() map[string]time.Duration {
 			out := map[string]time.Duration{}
 			for _, k := range keys() {
 				out[k] = rdb.PTTL(ctx, k).Val()
 			}
 			return out
 		},
-		plant: func(k, v string) { rdb.Set(ctx, k, v, time.Hour) },
+		PlantState:    func(s lock.Slot, v string) { st, _ := lock.Keys("slotd", s); rdb.Set(ctx, st, v, time.Hour) },
+		PlantAttempts: func(s lock.Slot, v string) { _, at := lock.Keys("slotd", s); rdb.Set(ctx, at, v, time.Hour) },
 	}
 }
 
@@ -115,50 +87,26 @@ func serverKeys(t *testing.T, rdb redis.UniversalClient) func() []string {
 	}
 }
 
-func redisHarness(t *testing.T) harness {
+func redisHarness(t *testing.T) locktest.Harness {
 	rdb := redistest.Start(t).Client()
 	return clientHarness(t, rdb, lock.NewRedis(rdb, "slotd"), serverKeys(t, rdb))
 }
 
-// TestConformance runs the same suite against both stores.
+// TestConformance runs the one suite against every store of this package.
 func TestConformance(t *testing.T) {
-	stores := map[string]func(*testing.T) harness{
+	stores := map[string]func(*testing.T) locktest.Harness{
 		"memory":  memoryHarness,
 		"redis":   redisHarness,
 		"redlock": redlockHarness,
 	}
 	for name, mk := range stores {
-		t.Run(name, func(t *testing.T) {
-			h := mk(t)
-			for _, c := range conformance {
-				t.Run(c.name, func(t *testing.T) { c.run(t, h) })
-			}
-		})
+		t.Run(name, func(t *testing.T) { locktest.Run(t, mk(t)) })
 	}
 }
 
-var conformance = []struct {
-	name string
-	run  func(*testing.T, harness)
-}{
-	{"OneWinnerAmongConcurrentClaims", testOneWinner},
-	{"StaleHolderChangesNothing", testStaleHolder},
-	{"AttemptsCapped", testAttemptsCapped},
-	{"EveryKeyHasTTL", testEveryKeyHasTTL},
-	{"EarlyClaimRefused", testEarly},
-	{"LateClaimRefused", testLate},
-	{"CompleteIsFinalAndIdempotent", testComplete},
-	{"ReleaseWakesWatchers", testReleaseWakes},
-	{"RenewExtendsOnlyOwnLease", testRenew},
-	{"ForeignValueLeftAlone", testForeign},
-	{"StateReadsBack", testState},
-	{"RerunRestartsTheCapNotTheTokens", testRerun},
-	{"StatesReadsManySlots", testStates},
-}
-
-func mustClaim(t *testing.T, h harness, slot lock.Slot, replica string, want lock.Result) lock.Claim {
+func mustClaim(t *testing.T, h locktest.Harness, slot lock.Slot, replica string, want lock.Result) lock.Claim {
 	t.Helper()
-	c, err := h.store.Claim(context.Background(), slot, replica, policy)
+	c, err := h.Store.Claim(context.Background(), slot, replica, policy)
 	if err != nil {
 		t.Fatalf("claim by %s: %v", replica, err)
 	}
@@ -168,409 +116,11 @@ func mustClaim(t *testing.T, h harness, slot lock.Slot, replica string, want loc
 	return c
 }
 
-func testOneWinner(t *testing.T, h harness) {
-	slot := uniqueSlot(t, h)
-	const n = 24
-	// A contender that finds the slot held, or (on a Redlock store, whose
-	// nodes may split their votes) gets ErrNoQuorum, claims again after a
-	// random delay until somebody has won: where the scheduler would wait
-	// for the release, or the lease. Every Won counts.
-	var someoneWon atomic.Bool
-	claim := func(replica string) (lock.Claim, error) {
-		for {
-			c, err := h.store.Claim(context.Background(), slot, replica, policy)
-			switch {
-			case err == nil && c.Result == lock.Won:
-				someoneWon.Store(true)
-				return c, nil
-			case errors.Is(err, lock.ErrNoQuorum):
-			case err != nil, someoneWon.Load():
-				return c, err
-			}
-			time.Sleep(retry.Backoff{Min: time.Millisecond, Max: 50 * time.Millisecond}.Delay(3))
-		}
-	}
-	var wg sync.WaitGroup
-	results := make([]lock.Claim, n)
-	errs := make([]error, n)
-	start := make(chan struct{})
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			results[i], errs[i] = claim(fmt.Sprintf("r%d", i))
-		}()
-	}
-	close(start)
-	wg.Wait()
-	winners := 0
-	for i, c := range results {
-		if errs[i] != nil {
-			t.Fatalf("claim %d: %v", i, errs[i])
-		}
-		switch c.Result {
-		case lock.Won:
-			winners++
-			if c.Attempt != 1 {
-				t.Errorf("winner attempt = %d, want 1", c.Attempt)
-			}
-		case lock.Held:
-			if c.Wait <= 0 || c.Wait > policy.Lease {
-				t.Errorf("held: wait %v outside (0, lease]", c.Wait)
-			}
-		default:
-			t.Errorf("claim %d = %v, want won or held", i, c.Result)
-		}
-	}
-	if winners != 1 {
-		t.Fatalf("%d winners among %d contenders, want exactly 1", winners, n)
-	}
-}
-
-func testStaleHolder(t *testing.T, h harness) {
-	ctx := context.Background()
-	slot := uniqueSlot(t, h)
-	a := mustClaim(t, h, slot, "a", lock.Won)
-	h.expire(policy.Lease + time.Millisecond) // a paused past its lease
-	b := mustClaim(t, h, slot, "b", lock.Won)
-	if b.Attempt != a.Attempt+1 {
-		t.Fatalf("b attempt = %d, want %d", b.Attempt, a.Attempt+1)
-	}
-	if lock.Token(slot.Time, b.Attempt) <= lock.Token(slot.Time, a.Attempt) {
-		t.Fatal("b's fencing token is not above a's")
-	}
-	stale := lock.Owner{Replica: "a", Attempt: a.Attempt}
-	for name, op := range map[string]func() error{
-		"renew":    func() error { return h.store.Renew(ctx, slot, stale, policy.Lease) },
-		"complete": func() error { return h.store.Complete(ctx, slot, stale, policy.DoneTTL) },
-		"release":  func() error { return h.store.Release(ctx, slot, stale) },
-	} {
-		if err := op(); !errors.Is(err, lock.ErrNotHeld) {
-			t.Errorf("stale %s: err = %v, want ErrNotHeld", name, err)
-		}
-	}
-	// Same replica name, earlier attempt: still stale.
-	if err := h.store.Release(ctx, slot, lock.Owner{Replica: "b", Attempt: a.Attempt}); !errors.Is(err, lock.ErrNotHeld) {
-		t.Errorf("release with b's name and a's attempt: err = %v, want ErrNotHeld", err)
-	}
-	st, err := lock.ReadState(ctx, h.store, slot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Status != "running" || st.Holder != "b" || st.Attempt != b.Attempt {
-		t.Fatalf("state after stale writes = %+v, want running by b attempt %d", st, b.Attempt)
-	}
-}
-
-func testAttemptsCapped(t *testing.T, h harness) {
-	ctx := context.Background()
-	slot := uniqueSlot(t, h)
-	var tokens []int64
-	for i := 1; i <= policy.MaxAttempts; i++ {
-		c := mustClaim(t, h, slot, "r", lock.Won)
-		if c.Attempt != i {
-			t.Fatalf("attempt = %d, want %d", c.Attempt, i)
-		}
-		tokens = append(tokens, lock.Token(slot.Time, c.Attempt))
-		if i%2 == 0 {
-			h.expire(policy.Lease) // a crash: the lease runs out
-		} else if err := h.store.Release(ctx, slot, lock.Owner{Replica: "r", Attempt: i}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i := 1; i < len(tokens); i++ {
-		if tokens[i] <= tokens[i-1] {
-			t.Fatalf("tokens not increasing: %v", tokens)
-		}
-	}
-	c := mustClaim(t, h, slot, "other", lock.Exhausted)
-	if c.Attempt != policy.MaxAttempts {
-		t.Fatalf("exhausted after %d attempts, want %d", c.Attempt, policy.MaxAttempts)
-	}
-	st, _ := lock.ReadState(ctx, h.store, slot)
-	if st.Attempts != policy.MaxAttempts || st.Status != "free" {
-		t.Fatalf("state = %+v, want free with %d attempts", st, policy.MaxAttempts)
-	}
-}
-
-func testEveryKeyHasTTL(t *testing.T, h harness) {
-	ctx := context.Background()
-	check := func(when string) {
-		t.Helper()
-		ttls := h.ttls()
-		if len(ttls) == 0 {
-			t.Fatalf("%s: no keys at all", when)
-		}
-		for k, ttl := range ttls {
-			if ttl <= 0 {
-				t.Errorf("%s: key %q has no TTL (%v)", when, k, ttl)
-			}
-		}
-	}
-	slot := uniqueSlot(t, h)
-	c := mustClaim(t, h, slot, "r", lock.Won)
-	check("after claim")
-	own := lock.Owner{Replica: "r", Attempt: c.Attempt}
-	if err := h.store.Renew(ctx, slot, own, policy.Lease); err != nil {
-		t.Fatal(err)
-	}
-	check("after renew")
-	if err := h.store.Release(ctx, slot, own); err != nil {
-		t.Fatal(err)
-	}
-	check("after release")
-	c = mustClaim(t, h, slot, "r", lock.Won)
-	if err := h.store.Complete(ctx, slot, lock.Owner{Replica: "r", Attempt: c.Attempt}, policy.DoneTTL); err != nil {
-		t.Fatal(err)
-	}
-	check("after complete")
-}
-
-func testEarly(t *testing.T, h harness) {
-	slot := uniqueSlot(t, h)
-	now := h.now()
-	slot.Time = now.Add(time.Hour)
-	slot.Deadline = now.Add(2 * time.Hour)
-	c := mustClaim(t, h, slot, "r", lock.Early)
-	if c.Wait < 59*time.Minute || c.Wait > time.Hour {
-		t.Fatalf("early wait = %v, want about 1h", c.Wait)
-	}
-	for k := range h.ttls() {
-		if strings.Contains(k, slot.Task) {
-			t.Fatalf("early claim wrote %q", k)
-		}
-	}
-	// Within the tolerance the claim goes through.
-	p := policy
-	p.Tolerance = time.Hour + time.Minute
-	if c, err := h.store.Claim(context.Background(), slot, "r", p); err != nil || c.Result != lock.Won {
-		t.Fatalf("claim within tolerance = %v, %v; want won", c.Result, err)
-	}
-}
-
-func testLate(t *testing.T, h harness) {
-	slot := uniqueSlot(t, h)
-	now := h.now()
-	slot.Time = now.Add(-2 * time.Hour)
-	slot.Deadline = now.Add(-time.Hour)
-	mustClaim(t, h, slot, "r", lock.Late)
-}
-
-func testComplete(t *testing.T, h harness) {
-	ctx := context.Background()
-	slot := uniqueSlot(t, h)
-	c := mustClaim(t, h, slot, "winner", lock.Won)
-	own := lock.Owner{Replica: "winner", Attempt: c.Attempt}
-	if err := h.store.Complete(ctx, slot, own, policy.DoneTTL); err != nil {
-		t.Fatal(err)
-	}
-	// A retry after a lost reply succeeds again and changes nothing.
-	if err := h.store.Complete(ctx, slot, own, policy.DoneTTL); err != nil {
-		t.Fatalf("second complete: %v", err)
-	}
-	// Release and renew of a done slot change nothing.
-	if err := h.store.Release(ctx, slot, own); !errors.Is(err, lock.ErrNotHeld) {
-		t.Fatalf("release after complete: %v, want ErrNotHeld", err)
-	}
-	if err := h.store.Renew(ctx, slot, own, policy.Lease); !errors.Is(err, lock.ErrNotHeld) {
-		t.Fatalf("renew after complete: %v, want ErrNotHeld", err)
-	}
-	h.expire(policy.Lease * 2) // far past the lease: the done marker stays
-	d := mustClaim(t, h, slot, "other", lock.Done)
-	if d.Holder != "winner" || d.Attempt != c.Attempt {
-		t.Fatalf("done claim = %+v, want holder winner attempt %d", d, c.Attempt)
-	}
-	for k, ttl := range h.ttls() {
-		if strings.Contains(k, slot.Task) && ttl < policy.DoneTTL-policy.Lease*3 {
-			t.Errorf("key %q TTL %v, want about done TTL %v", k, ttl, policy.DoneTTL)
-		}
-	}
-}
-
-func testReleaseWakes(t *testing.T, h harness) {
-	ctx := context.Background()
-	slot := uniqueSlot(t, h)
-	other := uniqueSlot(t, h)
-	w := h.store.Watch(slot)
-	defer w.Stop()
-	wo := h.store.Watch(other)
-	defer wo.Stop()
-	c := mustClaim(t, h, slot, "a", lock.Won)
-	mustClaim(t, h, slot, "b", lock.Held)
-	if err := h.store.Release(ctx, slot, lock.Owner{Replica: "a", Attempt: c.Attempt}); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-w.C():
-	case <-time.After(5 * time.Second):
-		t.Fatal("watcher not woken within 5s of the release")
-	}
-	select {
-	case <-wo.C():
-		t.Fatal("watcher of another slot was woken")
-	default:
-	}
-	mustClaim(t, h, slot, "b", lock.Won)
-}
-
-func testRenew(t *testing.T, h harness) {
-	ctx := context.Background()
-	slot := uniqueSlot(t, h)
-	c := mustClaim(t, h, slot, "a", lock.Won)
-	own := lock.Owner{Replica: "a", Attempt: c.Attempt}
-	h.expire(policy.Lease - time.Second)
-	if err := h.store.Renew(ctx, slot, own, policy.Lease); err != nil {
-		t.Fatal(err)
-	}
-	h.expire(policy.Lease - time.Second) // would have expired without the renewal
-	st, err := lock.ReadState(ctx, h.store, slot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Status != "running" || st.Holder != "a" {
-		t.Fatalf("after renew: %+v, want running by a", st)
-	}
-	if err := h.store.Renew(ctx, slot, lock.Owner{Replica: "b", Attempt: c.Attempt}, policy.Lease); !errors.Is(err, lock.ErrNotHeld) {
-		t.Fatalf("renew by non-holder: %v, want ErrNotHeld", err)
-	}
-}
-
-func testForeign(t *testing.T, h harness) {
-	ctx := context.Background()
-	slot := uniqueSlot(t, h)
-	state, attempts := lock.Keys("slotd", slot)
-	h.plant(state, "somebody else's value")
-	if _, err := h.store.Claim(ctx, slot, "r", policy); !errors.Is(err, lock.ErrForeign) {
-		t.Fatalf("claim over foreign state: %v, want ErrForeign", err)
-	}
-	if err := h.store.Release(ctx, slot, lock.Owner{Replica: "r", Attempt: 1}); !errors.Is(err, lock.ErrNotHeld) {
-		t.Fatalf("release of foreign state: %v, want ErrNotHeld", err)
-	}
-	slot2 := uniqueSlot(t, h)
-	_, attempts = lock.Keys("slotd", slot2)
-	h.plant(attempts, "not a number")
-	if _, err := h.store.Claim(ctx, slot2, "r", policy); !errors.Is(err, lock.ErrForeign) {
-		t.Fatalf("claim over foreign counter: %v, want ErrForeign", err)
-	}
-	if st, _ := lock.ReadState(ctx, h.store, slot2); st.Status != "free" {
-		t.Fatalf("foreign counter slot state = %+v, want untouched free", st)
-	}
-}
-
-func testState(t *testing.T, h harness) {
-	ctx := context.Background()
-	slot := uniqueSlot(t, h)
-	if st, err := lock.ReadState(ctx, h.store, slot); err != nil || st.Status != "free" || st.Attempts != 0 {
-		t.Fatalf("fresh state = %+v, %v", st, err)
-	}
-	c := mustClaim(t, h, slot, "host-1:42", lock.Won) // replica ids may hold colons
-	st, err := lock.ReadState(ctx, h.store, slot)
-	if err != nil || st.Status != "running" || st.Holder != "host-1:42" || st.Attempt != 1 || st.Attempts != 1 || st.TTL <= 0 {
-		t.Fatalf("running state = %+v, %v", st, err)
-	}
-	if err := h.store.Complete(ctx, slot, lock.Owner{Replica: "host-1:42", Attempt: c.Attempt}, policy.DoneTTL); err != nil {
-		t.Fatal(err)
-	}
-	st, err = lock.ReadState(ctx, h.store, slot)
-	if err != nil || st.Status != "done" || st.Holder != "host-1:42" || st.Finished.IsZero() {
-		t.Fatalf("done state = %+v, %v", st, err)
-	}
-	if d := st.Finished.Sub(h.now()); d > time.Second || d < -time.Minute {
-		t.Fatalf("finished %v, not near the store's now %v", st.Finished, h.now())
-	}
-}
-
 // The Redis store must hold a claim's keys on one Cluster hash slot.
 func TestKeysShareHashTag(t *testing.T) {
 	slot := lock.Slot{Task: "report", ID: "2024011514"}
 	state, attempts := lock.Keys("slotd", slot)
 	if state != "slotd:{report:2024011514}" || attempts != "slotd:{report:2024011514}:attempts" {
 		t.Fatalf("keys = %q, %q", state, attempts)
-	}
-}
-
-func testRerun(t *testing.T, h harness) {
-	ctx := context.Background()
-	slot := uniqueSlot(t, h)
-	w := h.store.Watch(slot)
-	defer w.Stop()
-	c := mustClaim(t, h, slot, "a", lock.Won)
-	if r, err := h.store.Rerun(ctx, slot, false); err != nil || r.Cleared || r.Refused != "running" || r.TTL <= 0 {
-		t.Fatalf("rerun of a running slot = %+v, %v; want refused as running", r, err)
-	}
-	if st, _ := lock.ReadState(ctx, h.store, slot); st.Status != "running" {
-		t.Fatalf("refused rerun changed the state: %+v", st)
-	}
-	if err := h.store.Complete(ctx, slot, lock.Owner{Replica: "a", Attempt: c.Attempt}, policy.DoneTTL); err != nil {
-		t.Fatal(err)
-	}
-	r, err := h.store.Rerun(ctx, slot, false)
-	if err != nil || !r.Cleared || r.Attempts != 1 || !strings.HasPrefix(r.Previous, "done:a:1:") {
-		t.Fatalf("rerun of a done slot = %+v, %v", r, err)
-	}
-	select {
-	case <-w.C():
-	case <-time.After(5 * time.Second):
-		t.Fatal("rerun did not wake the slot's watcher")
-	}
-	// A full set of attempts again, numbered on from the first run's, so
-	// that every token stays above every earlier one.
-	for i := 2; i <= 1+policy.MaxAttempts; i++ {
-		c := mustClaim(t, h, slot, "b", lock.Won)
-		if c.Attempt != i || c.Base != 1 {
-			t.Fatalf("claim after rerun: attempt %d base %d, want %d and 1", c.Attempt, c.Base, i)
-		}
-		if err := h.store.Release(ctx, slot, lock.Owner{Replica: "b", Attempt: i}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	mustClaim(t, h, slot, "b", lock.Exhausted)
-	for k, ttl := range h.ttls() {
-		if strings.Contains(k, slot.Task) && ttl <= 0 {
-			t.Errorf("key %q has no TTL after a rerun", k)
-		}
-	}
-	// An exhausted slot can be rerun too; force clears a running one.
-	if r, err := h.store.Rerun(ctx, slot, false); err != nil || !r.Cleared || r.Attempts != 4 {
-		t.Fatalf("rerun of an exhausted slot = %+v, %v", r, err)
-	}
-	c = mustClaim(t, h, slot, "c", lock.Won)
-	if r, err := h.store.Rerun(ctx, slot, true); err != nil || !r.Cleared {
-		t.Fatalf("forced rerun of a running slot = %+v, %v", r, err)
-	}
-	if err := h.store.Renew(ctx, slot, lock.Owner{Replica: "c", Attempt: c.Attempt}, policy.Lease); !errors.Is(err, lock.ErrNotHeld) {
-		t.Fatalf("renew after a forced rerun: %v, want ErrNotHeld", err)
-	}
-}
-
-func testStates(t *testing.T, h harness) {
-	ctx := context.Background()
-	free, running, done, foreign := uniqueSlot(t, h), uniqueSlot(t, h), uniqueSlot(t, h), uniqueSlot(t, h)
-	mustClaim(t, h, running, "r", lock.Won)
-	c := mustClaim(t, h, done, "d", lock.Won)
-	if err := h.store.Complete(ctx, done, lock.Owner{Replica: "d", Attempt: c.Attempt}, policy.DoneTTL); err != nil {
-		t.Fatal(err)
-	}
-	state, _ := lock.Keys("slotd", foreign)
-	h.plant(state, "garbage")
-	sts, err := h.store.States(ctx, []lock.Slot{free, running, done, foreign})
-	if !errors.Is(err, lock.ErrForeign) {
-		t.Fatalf("States over a foreign key: err = %v, want ErrForeign", err)
-	}
-	want := []string{"free", "running", "done", "foreign"}
-	for i, st := range sts {
-		if st.Status != want[i] {
-			t.Errorf("slot %d: status %q, want %q (%+v)", i, st.Status, want[i], st)
-		}
-	}
-	if sts[1].Holder != "r" || sts[1].TTL <= 0 || sts[2].Holder != "d" || sts[2].Attempts != 1 {
-		t.Errorf("States = %+v", sts)
-	}
-	for i, slot := range []lock.Slot{free, running, done} {
-		one, err := lock.ReadState(ctx, h.store, slot)
-		if err != nil || one.Status != sts[i].Status || one.Holder != sts[i].Holder {
-			t.Errorf("State(%s) = %+v, %v; States said %+v", slot, one, err, sts[i])
-		}
 	}
 }

@@ -113,6 +113,11 @@ type Claim struct {
 	Wait     time.Duration // Held: the holder's remaining lease; Early: time until the slot time
 	Now      time.Time     // the store's clock when it decided
 	Sent     time.Time     // local time (with its monotonic reading) when the claim was sent
+	// Revision, on Won, is the store's revision of the claim where the
+	// store orders every write (etcd's revision, ZooKeeper's zxid), for
+	// sinks that want one store-wide order beside the fencing token; 0 on
+	// Redis, which has none.
+	Revision int64
 }
 
 // Owner identifies one attempt: the process that claimed it and its

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/locktest"
 )
 
 // startNodes starts n independent redis-servers and returns them with a
@@ -46,7 +48,7 @@ func newRedlock(t *testing.T, clients []*redis.Client, opts ...lock.RedlockOptio
 
 // redlockHarness is the conformance harness on five independent servers:
 // time passes, values are planted and TTLs are read on every node.
-func redlockHarness(t *testing.T) harness {
+func redlockHarness(t *testing.T) locktest.Harness {
 	ctx := context.Background()
 	_, clients := startNodes(t, 5)
 	r := newRedlock(t, clients)
@@ -58,16 +60,19 @@ func redlockHarness(t *testing.T) harness {
 			f(i, c)
 		}
 	}
-	return harness{
-		store: r,
-		now: func() time.Time {
+	plant := func(k, v string) {
+		each(func(_ int, c *redis.Client) { c.Set(ctx, k, v, time.Hour) })
+	}
+	return locktest.Harness{
+		Store: r,
+		Now: func() time.Time {
 			tm, err := r.Time(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
 			return tm
 		},
-		expire: func(d time.Duration) {
+		Expire: func(d time.Duration) {
 			each(func(_ int, c *redis.Client) {
 				for _, k := range c.Keys(ctx, "*").Val() {
 					if ttl := c.PTTL(ctx, k).Val(); ttl <= d {
@@ -78,7 +83,7 @@ func redlockHarness(t *testing.T) harness {
 				}
 			})
 		},
-		ttls: func() map[string]time.Duration {
+		TTLs: func() map[string]time.Duration {
 			out := map[string]time.Duration{}
 			each(func(i int, c *redis.Client) {
 				for _, k := range c.Keys(ctx, "*").Val() {
@@ -87,17 +92,18 @@ func redlockHarness(t *testing.T) harness {
 			})
 			return out
 		},
-		plant: func(k, v string) {
-			each(func(_ int, c *redis.Client) { c.Set(ctx, k, v, time.Hour) })
-		},
+		PlantState:    func(s lock.Slot, v string) { st, _ := lock.Keys("slotd", s); plant(st, v) },
+		PlantAttempts: func(s lock.Slot, v string) { _, at := lock.Keys("slotd", s); plant(at, v) },
 	}
 }
+
+var redlockSeq atomic.Int64
 
 // redlockSlot is a slot open now, unique to the test.
 func redlockSlot(t *testing.T) lock.Slot {
 	now := time.Now()
 	return lock.Slot{
-		Task:     fmt.Sprintf("%s-%d", strings.ReplaceAll(t.Name(), "/", "."), testSeq.Add(1)),
+		Task:     fmt.Sprintf("%s-%d", strings.ReplaceAll(t.Name(), "/", "."), redlockSeq.Add(1)),
 		ID:       now.UTC().Format("20060102150405"),
 		Time:     now.Add(-time.Minute),
 		Deadline: now.Add(time.Hour),

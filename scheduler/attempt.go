@@ -51,7 +51,7 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 	})
 	run := tasks.Run{
 		Task: t.Name, Slot: slot.ID, SlotTime: slot.Time, Attempt: c.Attempt,
-		Token: lease.Token(), Replica: s.replica,
+		Token: lease.Token(), Replica: s.replica, Revision: c.Revision,
 	}
 	// The task's context ends with the lease's, and on a lost lease its
 	// cause also carries tasks.ErrNoGrace: the slot may be a peer's once the
@@ -75,7 +75,13 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 	if s.log.Enabled(ctx, slog.LevelInfo) {
 		log().Info("attempt started", "delay", start.Sub(slot.Time))
 	}
-	err := runTask(tasks.WithRun(tctx, run), t.Job)
+	rctx := tasks.WithRun(tctx, run)
+	var out *tasks.Output // nil keeps none
+	if t.OutputTail > 0 {
+		out = tasks.NewOutput(min(t.OutputTail, MaxHistoryOutput))
+		rctx = tasks.WithOutput(rctx, out)
+	}
+	err := runTask(rctx, t.Job)
 	// Completing or releasing the lease ends its context too: stop
 	// following it, but let a loss that came first show in tctx now.
 	stopFollowing()
@@ -88,6 +94,7 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 	entry := HistoryEntry{
 		Slot: slot.ID, SlotTime: slot.Time, Attempt: c.Attempt, Token: lease.Token(),
 		Replica: s.replica, Started: start, Duration: took,
+		Output: out.String(),
 	}
 
 	// Finishing must outlive shutdown; the lease bounds a release.

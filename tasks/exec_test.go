@@ -537,3 +537,22 @@ func TestExecNoGraceKillsAtOnce(t *testing.T) {
 	}
 	waitFor(t, 5*time.Second, "the grandchild to be gone", func() bool { return processGone(pid) })
 }
+
+// SLOTD_STORE_REVISION is set only by stores that order every write.
+func TestExecStoreRevision(t *testing.T) {
+	task, rec := newExecTask(t, map[string]any{"command": shell(`echo "${SLOTD_STORE_REVISION-unset}"`)})
+	r := testRun()
+	if err := task.Run(WithRun(context.Background(), r)); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.last(t)["output"]; got != "unset\n" {
+		t.Errorf("without a revision: output %q, want unset", got)
+	}
+	r.Revision = 987654
+	if err := task.Run(WithRun(context.Background(), r)); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.last(t)["output"]; got != "987654\n" {
+		t.Errorf("with revision 987654: output %q", got)
+	}
+}

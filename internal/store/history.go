@@ -110,21 +110,25 @@ func (h *RedisHistory) send(ctx context.Context, batch []*coalesce.Call[histAppe
 	for _, c := range batch {
 		key := HistoryKey(h.prefix, c.Req.task)
 		e := c.Req.e
+		values := []any{
+			"slot", e.Slot,
+			"slot_time", e.SlotTime.UTC().Format(time.RFC3339),
+			"attempt", strconv.Itoa(e.Attempt),
+			"token", strconv.FormatInt(e.Token, 10),
+			"replica", e.Replica,
+			"outcome", e.Outcome,
+			"started", e.Started.UTC().Format(time.RFC3339Nano),
+			"duration_ms", strconv.FormatInt(e.Duration.Milliseconds(), 10),
+			"error", scheduler.TruncateHistoryError(e.Error),
+		}
+		if e.Output != "" { // most attempts print nothing: no field
+			values = append(values, "output", scheduler.TruncateHistoryOutput(e.Output))
+		}
 		x := p.XAdd(ctx, &redis.XAddArgs{
 			Stream: key,
 			MaxLen: scheduler.HistoryMaxLen,
 			Approx: true,
-			Values: []any{
-				"slot", e.Slot,
-				"slot_time", e.SlotTime.UTC().Format(time.RFC3339),
-				"attempt", strconv.Itoa(e.Attempt),
-				"token", strconv.FormatInt(e.Token, 10),
-				"replica", e.Replica,
-				"outcome", e.Outcome,
-				"started", e.Started.UTC().Format(time.RFC3339Nano),
-				"duration_ms", strconv.FormatInt(e.Duration.Milliseconds(), 10),
-				"error", scheduler.TruncateHistoryError(e.Error),
-			},
+			Values: values,
 		})
 		sent = append(sent, pending{c, x, p.PExpire(ctx, key, h.ttl)})
 	}
@@ -294,6 +298,7 @@ func decodeEntry(m redis.XMessage) scheduler.HistoryEntry {
 		Replica: str("replica"),
 		Outcome: str("outcome"),
 		Error:   str("error"),
+		Output:  str("output"),
 	}
 	e.SlotTime, _ = time.Parse(time.RFC3339, str("slot_time"))
 	e.Started, _ = time.Parse(time.RFC3339Nano, str("started"))
