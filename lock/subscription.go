@@ -22,6 +22,7 @@ type subscription struct {
 	clients  []Client
 	channels []string
 	doneCh   string        // messages on it report completions ("" if none)
+	takenCh  string        // messages on it report won claims, many keys each ("" if none)
 	timeout  time.Duration // bounds each connection's confirmation (0: ctx alone)
 	owner    string        // "store" or "locker", for errors
 
@@ -107,11 +108,28 @@ func (s *subscription) run(subs []*redis.PubSub) {
 		go func() {
 			defer s.wg.Done()
 			for msg := range ch {
-				s.mu.Lock()
-				s.watch.notify(msg.Payload, s.doneCh != "" && msg.Channel == s.doneCh)
-				s.mu.Unlock()
+				s.deliver(msg.Channel, msg.Payload)
 			}
 		}()
+	}
+}
+
+// deliver wakes the watchers of the key a message names, or, on the
+// taken channel, of each of the keys it names, one a line.
+func (s *subscription) deliver(channel, payload string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.takenCh != "" && channel == s.takenCh:
+		for payload != "" {
+			key, rest, _ := strings.Cut(payload, "\n")
+			s.watch.notify(key, Taken)
+			payload = rest
+		}
+	case s.doneCh != "" && channel == s.doneCh:
+		s.watch.notify(payload, Completed)
+	default:
+		s.watch.notify(payload, Released)
 	}
 }
 

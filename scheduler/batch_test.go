@@ -300,10 +300,10 @@ func TestIdleReplicaSendsOnlyClockChecks(t *testing.T) {
 	time.Sleep(3 * time.Second) // the idle period observed, not a wait for an event
 	names := l.names()
 	t.Logf("commands in 3s idle: %v", names)
-	// Each clock check also renews the replica's presence (announce.lua)
-	// and the fleet's first-start record (SET NX, PEXPIRE, GET): no more
+	// Each clock check also renews the replica's presence (announce.lua,
+	// live.lua) and the fleet's first-start record (SET NX, PEXPIRE, GET): no more
 	// often than the clock is read.
-	fleet := map[string]bool{"announce.lua": true, "probe.lua": true, "set": true, "pexpire": true, "get": true}
+	fleet := map[string]bool{"announce.lua": true, "live.lua": true, "probe.lua": true, "set": true, "pexpire": true, "get": true}
 	for cmd := range names {
 		if cmd != "time" && cmd != "ping" && !(fleet[cmd] && names[cmd] <= names["time"]) { // the clock check, its write probe and presence
 			t.Errorf("idle replica sent %s (%d times); all commands: %v", cmd, names[cmd], names)
@@ -339,8 +339,10 @@ func TestLosersSettleOnCompletionWithoutReclaiming(t *testing.T) {
 	// The observed period: the holders' leases, and the handoff jitter
 	// after them, are over; a loser that had not settled claims by then.
 	time.Sleep(lease + 500*time.Millisecond)
-	if claims, _ := l.count("claim.lua"); claims != 2*n {
-		t.Errorf("%d claims of %d slots by 2 replicas, want %d (one each); commands: %v", claims, n, 2*n, l.names())
+	// Each slot is claimed by its preferred claimant, and by the other
+	// replica only if the Taken notice was late: once or twice, not more.
+	if claims, _ := l.count("claim.lua"); claims < n || claims > 2*n {
+		t.Errorf("%d claims of %d slots by 2 replicas, want %d to %d (one each at most); commands: %v", claims, n, n, 2*n, l.names())
 	}
 	for slot, runs := range bySlot(led.snapshot()) {
 		if len(runs) != n {

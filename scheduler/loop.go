@@ -32,6 +32,11 @@ type loop struct {
 	wakes  wakeHeap // waiting, handing-off and settled runs by wake time, on the local clock
 	claims []*run   // runs whose claim goes out at the end of this turn
 	live   int      // runs not ended
+	// pending: claims sent and not yet answered. deferred: deferring runs
+	// whose wait was extended because claims were pending; they claim
+	// soon after none are (releaseDeferred).
+	pending  int
+	deferred []*run
 	// stopping: ctx has ended; nothing fires, and the loop returns once
 	// every run has ended.
 	stopping bool
@@ -87,6 +92,7 @@ func (l *loop) run() {
 			l.handle(events[i])
 			events[i] = event{} // no run kept alive by a handled event
 		}
+		l.releaseDeferred()
 		l.wakeDue()
 		l.fireDue()
 	}
@@ -119,9 +125,10 @@ func (l *loop) nextWait() (time.Duration, bool) {
 func (l *loop) handle(e event) {
 	switch e.kind {
 	case claimed:
+		l.pending--
 		l.onClaimReply(e.run, e.reply)
 	case noticed:
-		l.onNotice(e.run, e.done)
+		l.onNotice(e.run, e.change)
 	case attempted:
 		l.onAttempted(e.run, e.reply.Claim, e.done)
 	}
@@ -180,6 +187,22 @@ func (l *loop) wakeDue() {
 	}
 }
 
+// releaseDeferred wakes the deferred runs preferWait/2 from now once no
+// claim of this replica is pending: the preferred claimants' notices,
+// sent after claims that went out with ours, have had time to come.
+func (l *loop) releaseDeferred() {
+	if l.pending > 0 || len(l.deferred) == 0 {
+		return
+	}
+	for i, r := range l.deferred {
+		if r.state == deferring && r.index >= 0 {
+			l.schedule(r, min(preferWait/2, r.wakeAt.Sub(l.s.clock.Now())))
+		}
+		l.deferred[i] = nil
+	}
+	l.deferred = l.deferred[:0]
+}
+
 // schedule sets r's wake time d from now (on the local clock, which is
 // monotonic: a wall-clock step does not stretch a wait).
 func (l *loop) schedule(r *run, d time.Duration) {
@@ -230,6 +253,7 @@ func (l *loop) sendClaims() {
 		lease = min(lease, r.t.Lease)
 	}
 	store, inbox := l.s.store, &l.inbox
+	l.pending += len(runs)
 	l.workers.Add(1)
 	go func() {
 		defer l.workers.Done()
@@ -252,16 +276,17 @@ type eventKind uint8
 
 const (
 	claimed   eventKind = iota + 1 // a claim's reply
-	noticed                        // the slot's watch: released or rerun, or with done, completed
+	noticed                        // the slot's watch: change says what
 	attempted                      // an attempt ended; with done, the replica is finished with the slot
 )
 
 // event is a message to the loop about one run.
 type event struct {
-	kind  eventKind
-	run   *run
-	reply lock.ClaimReply // claimed: the reply; attempted: the claim the attempt ran under
-	done  bool
+	kind   eventKind
+	run    *run
+	reply  lock.ClaimReply // claimed: the reply; attempted: the claim the attempt ran under
+	change lock.Change     // noticed: what the watch reported
+	done   bool            // attempted: the replica is finished with the slot
 }
 
 // mailbox is the loop's queue of events. It does not block a sender: a

@@ -82,6 +82,10 @@ type Scheduler struct {
 	// it answers; recheckEvery, while it does not.
 	checkEvery, recheckEvery time.Duration
 
+	// live: the fleet's live replica ids, sorted, as the last announce read
+	// them; nil: claim every slot at once (see prefer.go).
+	live atomic.Pointer[[]string]
+
 	offset  atomic.Int64 // store clock minus ours, ns; the loop fires on the store's time
 	skew    atomic.Int64 // as last measured, ns
 	storeOK atomic.Bool

@@ -1,0 +1,96 @@
+package scheduler
+
+import (
+	"slices"
+	"time"
+
+	"github.com/slotd/slotd/lock"
+)
+
+// Preferred claimants. Every replica fires every slot, but if each then
+// claimed it, two claims of three (with three replicas) would only find
+// it held or done: work for Redis and for the replicas, and no use. So
+// one replica per slot, its preferred claimant, claims at once, and the
+// others defer their claims: they wait preferWait for the store to tell
+// them the slot was taken (lock.Taken, one notice per round trip of
+// claims) or done, and claim only if it was not.
+//
+// The preferred claimant is chosen by rendezvous hashing over the live
+// replica ids the fleet announces (lock.Presence.Live): the id with the
+// highest weight(id, slot). Every replica computes the same choice from
+// the same set, a replica joining or leaving moves only its own share of
+// slots, and the shares are even.
+//
+// The choice affects who claims first, never whether a claim is safe: a
+// replica whose view of the live set differs from its peers' (one
+// announced or expired since its last clock check) at worst claims a slot
+// a peer also claims, and the claim script settles it as before. A
+// preferred claimant that died or paused before claiming delays its slots
+// by preferWait (up to preferWaitMax in a burst; see loop.onWake); one that
+// died or paused holding a slot is taken over when its lease runs out,
+// since the Taken notice makes its peers wait for the lease as a Held
+// claim would.
+const (
+	// preferWait is how long a replica that is not a slot's preferred
+	// claimant waits for the slot to be taken before it claims it. Many
+	// times a claim's round trip on a quiet store, so that the notice is
+	// in by then.
+	preferWait = 50 * time.Millisecond
+	// preferWaitMax bounds the wait while this replica's own claims are in
+	// flight: in a burst, the preferred claimant's claims, sent at the same
+	// time to the same store, likely are too, and claiming its slots
+	// before their notices are in would only contend.
+	preferWaitMax = 500 * time.Millisecond
+)
+
+// setLive records the fleet's live replica ids, as the last announce read
+// them; nil (no fleet, or a store without Taken notices): every replica
+// claims every slot at once.
+func (s *Scheduler) setLive(live []string) {
+	if live == nil {
+		s.live.Store(nil)
+		return
+	}
+	live = slices.Clone(live)
+	slices.Sort(live)
+	s.live.Store(&live)
+}
+
+// preferred reports whether this replica should claim slot at once: it is
+// the slot's preferred claimant among the live replicas, or there is no
+// live set to choose from. A replica missing from its own view of the set
+// (its announce failed) is nobody's choice, so it defers every slot.
+func (s *Scheduler) preferred(slot lock.Slot) bool {
+	p := s.live.Load()
+	if p == nil || len(*p) == 0 {
+		return true
+	}
+	best, bestW := "", uint64(0)
+	for _, id := range *p {
+		if w := weight(id, slot); best == "" || w > bestW {
+			best, bestW = id, w
+		}
+	}
+	return best == s.replica
+}
+
+// weight is replica id's rendezvous weight for slot: FNV-1a over the id,
+// the task and the slot id, with a final mix so that ids differing in one
+// character are far apart.
+func weight(id string, slot lock.Slot) uint64 {
+	const prime = 1099511628211
+	h := uint64(14695981039346656037)
+	for _, part := range [...]string{id, "\x00", slot.Task, ":", slot.ID} {
+		for i := 0; i < len(part); i++ {
+			h ^= uint64(part[i])
+			h *= prime
+		}
+	}
+	// splitmix64's finaliser
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	h ^= h >> 31
+	return h
+}
