@@ -114,22 +114,26 @@ func (s *subscription) run(subs []*redis.PubSub) {
 	}
 }
 
-// deliver wakes the watchers of the key a message names, or, on the
-// taken channel, of each of the keys it names, one a line.
+// deliver wakes the watchers of the key a message names, or, on the done
+// and taken channels, of each of the keys it names, one a line (keys hold
+// no newline: task names cannot).
 func (s *subscription) deliver(channel, payload string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	var c Change
 	switch {
 	case s.takenCh != "" && channel == s.takenCh:
-		for payload != "" {
-			key, rest, _ := strings.Cut(payload, "\n")
-			s.watch.notify(key, Taken)
-			payload = rest
-		}
+		c = Taken
 	case s.doneCh != "" && channel == s.doneCh:
-		s.watch.notify(payload, Completed)
+		c = Completed
 	default:
 		s.watch.notify(payload, Released)
+		return
+	}
+	for payload != "" {
+		key, rest, _ := strings.Cut(payload, "\n")
+		s.watch.notify(key, c)
+		payload = rest
 	}
 }
 

@@ -187,7 +187,7 @@ func (l *loop) wakeDue() {
 	}
 }
 
-// releaseDeferred wakes the deferred runs preferWait/2 from now once no
+// releaseDeferred wakes the deferred runs preferWait from now once no
 // claim of this replica is pending: the preferred claimants' notices,
 // sent after claims that went out with ours, have had time to come.
 func (l *loop) releaseDeferred() {
@@ -196,7 +196,7 @@ func (l *loop) releaseDeferred() {
 	}
 	for i, r := range l.deferred {
 		if r.state == deferring && r.index >= 0 {
-			l.schedule(r, min(preferWait/2, r.wakeAt.Sub(l.s.clock.Now())))
+			l.schedule(r, min(preferWait, r.wakeAt.Sub(l.s.clock.Now())))
 		}
 		l.deferred[i] = nil
 	}

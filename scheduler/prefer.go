@@ -27,9 +27,10 @@ import (
 // a peer also claims, and the claim script settles it as before. A
 // preferred claimant that died or paused before claiming delays its slots
 // by preferWait (up to preferWaitMax in a burst; see loop.onWake); one that
-// died or paused holding a slot is taken over when its lease runs out,
-// since the Taken notice makes its peers wait for the lease as a Held
-// claim would.
+// died or paused holding a slot is taken over when its lease runs out:
+// the Taken notice makes its peers claim again before the lease could
+// have run out (takenWait), and the Held reply then says to the
+// millisecond when it does.
 const (
 	// preferWait is how long a replica that is not a slot's preferred
 	// claimant waits for the slot to be taken before it claims it. Many
@@ -40,8 +41,15 @@ const (
 	// flight: in a burst, the preferred claimant's claims, sent at the same
 	// time to the same store, likely are too, and claiming its slots
 	// before their notices are in would only contend.
-	preferWaitMax = 500 * time.Millisecond
+	preferWaitMax = 2 * time.Second
 )
+
+// takenWait is how long a replica told that a slot was taken waits before
+// claiming it: most of a lease, counted from the notice, which came after
+// the claim. Its claim then finds the slot done (usually settled before,
+// by the completion notice), or held with the lease's exact remainder to
+// wait, or free if the holder died.
+func takenWait(lease time.Duration) time.Duration { return lease - lease/10 }
 
 // setLive records the fleet's live replica ids, as the last announce read
 // them; nil (no fleet, or a store without Taken notices): every replica

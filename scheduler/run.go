@@ -201,7 +201,7 @@ func (l *loop) onNotice(r *run, c lock.Change) {
 			// its release or completion.
 			r.last = lock.Held
 			l.unschedule(r)
-			l.park(r, waiting, r.t.Lease+l.s.handoff.Delay(0))
+			l.park(r, waiting, takenWait(r.t.Lease))
 		}
 		return
 	}

@@ -127,11 +127,11 @@ func TestRerunAfterPeerCompletionIsClaimed(t *testing.T) {
 			l := testLoop(t, lock.NewMemory(time.Now))
 			l.s.handoff.Min, l.s.handoff.Max = time.Hour, time.Hour
 			r := l.newRun(&l.s.tasks[0], time.Now().Truncate(time.Hour))
-			r.state = running    // as a won claim leaves it
+			r.state = running            // as a won claim leaves it
 			l.onNotice(r, lock.Released) // the replica's own release, as it released
 			if during == running {
-				l.onNotice(r, lock.Completed)  // a peer completed the slot
-				l.onNotice(r, lock.Released) // the operator reran it
+				l.onNotice(r, lock.Completed) // a peer completed the slot
+				l.onNotice(r, lock.Released)  // the operator reran it
 			}
 			l.onAttempted(r, lock.Claim{Result: lock.Won, Attempt: 1}, false)
 			if during == handingOff {
