@@ -33,10 +33,12 @@ type loop struct {
 	claims []*run   // runs whose claim goes out at the end of this turn
 	live   int      // runs not ended
 	// pending: claims sent and not yet answered. deferred: deferring runs
-	// whose wait was extended because claims were pending; they claim
-	// soon after none are (releaseDeferred).
-	pending  int
-	deferred []*run
+	// whose wait was extended because claims were pending; they look again
+	// soon after none are (releaseDeferred). lastTaken: when the last
+	// Taken notice came, for any slot. See prefer.go.
+	pending   int
+	deferred  []*run
+	lastTaken time.Time
 	// stopping: ctx has ended; nothing fires, and the loop returns once
 	// every run has ended.
 	stopping bool
@@ -185,22 +187,6 @@ func (l *loop) wakeDue() {
 	for len(l.wakes) > 0 && !l.wakes[0].wakeAt.After(now) {
 		l.onWake(heap.Pop(&l.wakes).(*run))
 	}
-}
-
-// releaseDeferred wakes the deferred runs preferWait from now once no
-// claim of this replica is pending: the preferred claimants' notices,
-// sent after claims that went out with ours, have had time to come.
-func (l *loop) releaseDeferred() {
-	if l.pending > 0 || len(l.deferred) == 0 {
-		return
-	}
-	for i, r := range l.deferred {
-		if r.state == deferring && r.index >= 0 {
-			l.schedule(r, min(preferWait, r.wakeAt.Sub(l.s.clock.Now())))
-		}
-		l.deferred[i] = nil
-	}
-	l.deferred = l.deferred[:0]
 }
 
 // schedule sets r's wake time d from now (on the local clock, which is

@@ -15,6 +15,15 @@ import (
 // them the slot was taken (lock.Taken, one notice per round trip of
 // claims) or done, and claim only if it was not.
 //
+// How long to wait is the question. On a quiet store the notice comes a
+// round trip or two after the fire time, well within preferWait. In a
+// burst of thousands of slots the preferred claimants' claims take as long
+// to be answered as this replica's own, so a deferring run waits while any
+// claim of this replica is pending and then until no Taken notice has come
+// for quietFor: the notices of its peers' claims have stopped coming.
+// Whatever it waits for, it claims after deferLimit, within a quarter of
+// its slot's window.
+//
 // The preferred claimant is chosen by rendezvous hashing over the live
 // replica ids the fleet announces (lock.Presence.Live): the id with the
 // highest weight(id, slot). Every replica computes the same choice from
@@ -38,11 +47,63 @@ const (
 	// in by then.
 	preferWait = 50 * time.Millisecond
 	// preferWaitMax bounds the wait while this replica's own claims are in
-	// flight: in a burst, the preferred claimant's claims, sent at the same
-	// time to the same store, likely are too, and claiming its slots
-	// before their notices are in would only contend.
+	// flight or its peers' notices still come: in a burst, the preferred
+	// claimant's claims, sent at the same time to the same store, likely
+	// are in flight too, and claiming its slots before their notices are
+	// in would only contend.
 	preferWaitMax = 2 * time.Second
+	// quietFor is how long no Taken notice must have come before a
+	// deferring run claims once this replica's own claims are answered:
+	// twice preferWait, since on a busy machine a peer's notices come in
+	// bursts, a round trip of claims each.
+	quietFor = 2 * preferWait
 )
+
+// deferLimit is the longest a run of slot defers its claim: preferWaitMax,
+// and at most a quarter of the slot's window, so that the slots of a
+// preferred claimant that died (and is still in the live set, for up to
+// its presence TTL) run well within their windows.
+func deferLimit(slot lock.Slot) time.Duration {
+	return min(preferWaitMax, slot.Deadline.Sub(slot.Time)/4)
+}
+
+// keepDeferring reports whether deferring run r, whose wake time has come,
+// waits longer, and if so schedules its next look: while this replica's
+// own claims are pending (until releaseDeferred), and until no Taken
+// notice has come for quietFor, within r's deferLimit.
+func (l *loop) keepDeferring(r *run) bool {
+	now := l.s.clock.Now()
+	if !now.Before(r.deferUntil) {
+		return false
+	}
+	if l.pending > 0 {
+		l.deferred = append(l.deferred, r)
+		l.schedule(r, r.deferUntil.Sub(now))
+		return true
+	}
+	if quiet := l.lastTaken.Add(quietFor); now.Before(quiet) {
+		l.schedule(r, min(quiet.Sub(now), r.deferUntil.Sub(now)))
+		return true
+	}
+	return false
+}
+
+// releaseDeferred has the deferred runs look again preferWait from now
+// once no claim of this replica is pending: the preferred claimants'
+// notices, for claims that went out with ours, have had time to come.
+func (l *loop) releaseDeferred() {
+	if l.pending > 0 || len(l.deferred) == 0 {
+		return
+	}
+	now := l.s.clock.Now()
+	for i, r := range l.deferred {
+		if r.state == deferring && r.index >= 0 && r.wakeAt.After(now.Add(preferWait)) {
+			l.schedule(r, preferWait)
+		}
+		l.deferred[i] = nil
+	}
+	l.deferred = l.deferred[:0]
+}
 
 // takenWait is how long a replica told that a slot was taken waits before
 // claiming it: most of a lease, counted from the notice, which came after

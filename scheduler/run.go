@@ -82,9 +82,8 @@ type run struct {
 	news     notice      // while claiming or running
 	last     lock.Result // of the latest claim answered
 	failures int         // claims in a row that got no answer
-	// deferUntil: while deferring, when the claim goes out even if this
-	// replica's own claims are still in flight; zero once that extension
-	// was used (see loop.onWake).
+	// deferUntil: while deferring, when the claim goes out whatever this
+	// replica is still waiting for (see loop.keepDeferring).
 	deferUntil time.Time
 	wakeAt     time.Time // in the wake heap: when onWake is due
 	index      int       // in the wake heap; -1 if not in it
@@ -102,8 +101,9 @@ func (l *loop) onFire(t *Task, at time.Time) {
 		return
 	}
 	r.state = deferring
-	r.deferUntil = l.s.clock.Now().Add(preferWaitMax)
-	l.schedule(r, min(preferWait, r.slot.Deadline.Sub(l.s.now())))
+	limit := deferLimit(r.slot)
+	r.deferUntil = l.s.clock.Now().Add(limit)
+	l.schedule(r, min(preferWait, limit))
 }
 
 // newRun makes the run of t's slot at at and starts watching the slot.
@@ -194,6 +194,7 @@ func (l *loop) onAttempted(r *run, c lock.Claim, finished bool) {
 // its completion by the holder, or a won claim of it.
 func (l *loop) onNotice(r *run, c lock.Change) {
 	if c == lock.Taken {
+		l.lastTaken = l.s.clock.Now()
 		// Only a run that has not claimed yet acts on it: the claim's reply
 		// tells the others more, and the notice may be stale.
 		if r.state == deferring {
@@ -243,14 +244,7 @@ func (l *loop) onNotice(r *run, c lock.Change) {
 func (l *loop) onWake(r *run) {
 	switch r.state {
 	case deferring:
-		now := l.s.clock.Now()
-		if l.pending > 0 && now.Before(r.deferUntil) {
-			// This replica's own claims are still in flight, and so,
-			// likely, are the preferred claimant's: wait until ours are
-			// answered (releaseDeferred), within preferWaitMax.
-			l.deferred = append(l.deferred, r)
-			l.schedule(r, min(r.deferUntil.Sub(now), r.slot.Deadline.Sub(l.s.now())))
-			r.deferUntil = time.Time{}
+		if l.keepDeferring(r) {
 			return
 		}
 		l.advance(r, false)
