@@ -48,8 +48,9 @@ type batcher struct {
 	rdb  Client
 	fuse bool // send the calls of one fusable script as one EVALSHA (not on a Cluster)
 	co   *coalesce.Coalescer[scriptReq, *redis.Cmd]
-	// takenCh: the channel announce publishes won claims on; "" for none
-	// (a Redlock node, WithMinReplicasAck). Set before the first call.
+	// takenCh: the channel announce publishes won claims on (the done
+	// channel); "" for none (a Redlock node, WithMinReplicasAck). Set
+	// before the first call.
 	takenCh string
 	// announcing: publish on takenCh. Off until the store announces a
 	// replica (Fleet.Announce): only a fleet's replicas defer to each other.
@@ -164,6 +165,12 @@ func (b *batcher) exec(ctx context.Context, batch []*scriptCall) {
 	}
 }
 
+// takenLine starts a message on the done channel that names won claims,
+// not completions: the notices share the done channel so that an ACL
+// allowing slotd's two channels (docs/stores.md) still allows them. No
+// state key is "taken": keys hold the prefix, a colon and braces.
+const takenLine = "taken\n"
+
 // announce queues one taken notice naming the state key of every claim
 // of sends that was won, for the replicas that defer their claims to a
 // slot's preferred claimant (see Taken). The notice is a call of its own,
@@ -174,7 +181,7 @@ func (b *batcher) announce(sends []*send) {
 	if b.takenCh == "" || !b.announcing.Load() {
 		return
 	}
-	var msg []byte
+	msg := []byte(takenLine)
 	for _, s := range sends {
 		if s.script != claimScript {
 			continue
@@ -186,7 +193,7 @@ func (b *batcher) announce(sends []*send) {
 			}
 		}
 	}
-	if len(msg) == 0 {
+	if len(msg) == len(takenLine) {
 		return
 	}
 	b.co.Queue(context.Background(), scriptReq{script: takenScript, args: []any{b.takenCh, msg[:len(msg)-1]}})

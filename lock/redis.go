@@ -50,8 +50,7 @@ type Redis struct {
 	rdb     Client
 	prefix  string
 	channel string   // releases and reruns
-	doneCh  string   // completions
-	takenCh string   // won claims, many a message (see batcher.announce)
+	doneCh  string   // completions, and won claims (see batcher.announce)
 	batch   *batcher // claims, renewals, completions and releases
 
 	sub *subscription // releases, reruns and completions; started by the first Watch
@@ -67,15 +66,13 @@ type Redis struct {
 // ReadTimeout, and a lease watchdog blocked on a frozen Redis cannot cancel
 // its task before the lease runs out.
 func NewRedis(rdb Client, prefix string, opts ...RedisOption) *Redis {
-	r := &Redis{rdb: rdb, prefix: prefix, channel: prefix + ":released", doneCh: prefix + ":done",
-		takenCh: prefix + ":taken", batch: newBatcher(rdb)}
-	r.sub = &subscription{clients: []Client{rdb}, channels: []string{r.channel, r.doneCh, r.takenCh},
-		doneCh: r.doneCh, takenCh: r.takenCh, owner: "store"}
+	r := &Redis{rdb: rdb, prefix: prefix, channel: prefix + ":released", doneCh: prefix + ":done", batch: newBatcher(rdb)}
+	r.sub = &subscription{clients: []Client{rdb}, channels: []string{r.channel, r.doneCh}, doneCh: r.doneCh, owner: "store"}
 	for _, o := range opts {
 		o(r)
 	}
 	if r.ack.n == 0 { // under WithMinReplicasAck claims bypass the batcher: no notices
-		r.batch.takenCh = r.takenCh
+		r.batch.takenCh = r.doneCh
 	}
 	return r
 }

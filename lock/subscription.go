@@ -21,8 +21,7 @@ import (
 type subscription struct {
 	clients  []Client
 	channels []string
-	doneCh   string        // messages on it report completions ("" if none)
-	takenCh  string        // messages on it report won claims, many keys each ("" if none)
+	doneCh   string        // messages on it report completions and won claims ("" if none)
 	timeout  time.Duration // bounds each connection's confirmation (0: ctx alone)
 	owner    string        // "store" or "locker", for errors
 
@@ -115,20 +114,18 @@ func (s *subscription) run(subs []*redis.PubSub) {
 }
 
 // deliver wakes the watchers of the key a message names, or, on the done
-// and taken channels, of each of the keys it names, one a line (keys hold
-// no newline: task names cannot).
+// channel, of each of the keys it names, one a line (keys hold no newline:
+// task names cannot): completed, or, after a first line takenLine, taken.
 func (s *subscription) deliver(channel, payload string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var c Change
-	switch {
-	case s.takenCh != "" && channel == s.takenCh:
-		c = Taken
-	case s.doneCh != "" && channel == s.doneCh:
-		c = Completed
-	default:
+	if s.doneCh == "" || channel != s.doneCh {
 		s.watch.notify(payload, Released)
 		return
+	}
+	c := Completed
+	if rest, ok := strings.CutPrefix(payload, takenLine); ok {
+		c, payload = Taken, rest
 	}
 	for payload != "" {
 		key, rest, _ := strings.Cut(payload, "\n")

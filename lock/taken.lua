@@ -4,8 +4,8 @@
 -- protocol (model/slot.pml does not mirror it): a hint, sent by the
 -- batcher once per round trip of claims that won any, never a state change.
 --
--- ARGV[1]  taken channel, "<prefix>:taken"
--- ARGV[2]  the won slots' state keys, one a line
+-- ARGV[1]  the done channel, "<prefix>:done" (which completions share)
+-- ARGV[2]  "taken", then the won slots' state keys, one a line
 --
 -- Returns the number of subscribers that received it.
 return redis.call('PUBLISH', ARGV[1], ARGV[2])

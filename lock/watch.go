@@ -12,8 +12,9 @@ const (
 	// Completed: the holder marked the slot done.
 	Completed
 	// Taken: a claim of the slot was won (by any replica, the watcher's own
-	// included). A hint, sent by a Redis store only: one notice per round
-	// trip of claims, naming every slot it won (see batcher.announce).
+	// included). A hint, sent by a Redis store only, once it has announced
+	// a replica: one notice per round trip of claims, naming every slot it
+	// won (see batcher.announce).
 	Taken
 )
 
