@@ -411,7 +411,9 @@ func TestPreferredClaimantClaimsAlone(t *testing.T) {
 	stores := loggedStores(t, l, 3)
 	led := newLedger()
 	const n = 60
-	ts := manyTasks(t, n, soon(), led.job(ok), nil)
+	// Due in 5 to 6 s: the replicas have started and seen one another by
+	// then, even in a slow -race run.
+	ts := manyTasks(t, n, later(5*time.Second), led.job(ok), nil)
 	for i, s := range stores {
 		// A clock check every 200 ms: each replica sees all three before
 		// the slots are due.
@@ -460,7 +462,8 @@ func TestDeadPreferredClaimantsSlotsStillRun(t *testing.T) {
 	}
 	led := newLedger()
 	const n = 30
-	ts := manyTasks(t, n, soon(), led.job(ok), nil)
+	// Caught up if the replicas start after the fire time (a slow -race run).
+	ts := manyTasks(t, n, later(5*time.Second), led.job(ok), nil)
 	for i, s := range stores {
 		startReplica(t, fmt.Sprintf("r%d", i+1), s, time.Second, ts, scheduler.WithClockCheck(200*time.Millisecond))
 	}
@@ -485,4 +488,10 @@ func TestDeadPreferredClaimantsSlotsStillRun(t *testing.T) {
 	if len(rs) != n {
 		t.Errorf("%d runs of %d slots, want one each", len(rs), n)
 	}
+}
+
+// later is a daily schedule whose next fire time is d to d+1 s away.
+func later(d time.Duration) string {
+	at := time.Now().Add(d).Truncate(time.Second).Add(time.Second).UTC()
+	return fmt.Sprintf("%d %d %d * * *", at.Second(), at.Minute(), at.Hour())
 }

@@ -196,3 +196,21 @@ func TestDeferLimit(t *testing.T) {
 		}
 	}
 }
+
+// The runs held back while claims are pending do not pile up when claims
+// are pending at every turn (sustained load): the list drops those that
+// have claimed or been told meanwhile as it grows.
+func TestHeldBackRunsDoNotPileUp(t *testing.T) {
+	l := testLoop(t, lock.NewMemory(time.Now))
+	r := deferredRun(t, l)
+	for range 10000 {
+		l.holdBack(&run{state: ended, index: -1})
+	}
+	l.holdBack(r)
+	if n := len(l.deferred); n > 2 {
+		t.Errorf("%d runs held back after 10,000 that had ended, want at most 2 (the live one)", n)
+	}
+	if l.deferred[len(l.deferred)-1] != r {
+		t.Error("the live run was not kept")
+	}
+}
