@@ -92,7 +92,7 @@ func (c *controller) follow(ctx context.Context) (added []string) {
 			}
 		}
 		w := c.c.WatchTask(t.Name)
-		w.OnChange(func(bool) { c.mark(t.Name) })
+		w.OnChange(func(lock.Change) { c.mark(t.Name) })
 		c.watches[t.Name] = w
 	}
 	for name, w := range c.watches {

@@ -34,6 +34,13 @@ type loop struct {
 	wakes   wakeHeap         // waiting, handing-off and settled runs by wake time, on the local clock
 	claims  []*run           // runs whose claim goes out at the end of this turn
 	live    int              // runs not ended
+	// pending: claims sent and not yet answered. deferred: deferring runs
+	// whose wait was extended because claims were pending; they look again
+	// soon after none are (releaseDeferred). lastTaken: when the last
+	// Taken notice came, for any slot. See prefer.go.
+	pending   int
+	deferred  []*run
+	lastTaken time.Time
 	// stopping: ctx has ended; nothing fires, and the loop returns once
 	// every run has ended.
 	stopping bool
@@ -98,6 +105,7 @@ func (l *loop) run() {
 			l.handle(events[i])
 			events[i] = event{} // no run kept alive by a handled event
 		}
+		l.releaseDeferred()
 		l.wakeDue()
 		l.fireDue()
 	}
@@ -130,9 +138,10 @@ func (l *loop) nextWait() (time.Duration, bool) {
 func (l *loop) handle(e event) {
 	switch e.kind {
 	case claimed:
+		l.pending--
 		l.onClaimReply(e.run, e.reply)
 	case noticed:
-		l.onNotice(e.run, e.done)
+		l.onNotice(e.run, e.change)
 	case attempted:
 		l.onAttempted(e.run, e.reply.Claim, e.done, e.entry)
 	case controlled:
@@ -251,6 +260,7 @@ func (l *loop) sendClaims() {
 		lease = min(lease, r.t.Lease)
 	}
 	store, inbox := l.s.store, &l.inbox
+	l.pending += len(runs)
 	l.workers.Add(1)
 	go func() {
 		defer l.workers.Done()
@@ -273,7 +283,7 @@ type eventKind uint8
 
 const (
 	claimed    eventKind = iota + 1 // a claim's reply
-	noticed                         // the slot's watch: released or rerun, or with done, completed
+	noticed                         // the slot's watch: change says what
 	attempted                       // an attempt ended; with done, the replica is finished with the slot
 	controlled                      // the task was paused (with done) or resumed, by the controller
 	triggered                       // an operator's trigger of the task at at, armed, by the controller
@@ -282,12 +292,13 @@ const (
 
 // event is a message to the loop about one run.
 type event struct {
-	kind  eventKind
-	run   *run
-	reply lock.ClaimReply // claimed: the reply; attempted: the claim the attempt ran under
-	done  bool
-	task  *Task     // controlled, triggered: the task as the controller read it (the loop looks its name up)
-	at    time.Time // triggered: the trigger's time
+	kind   eventKind
+	run    *run
+	reply  lock.ClaimReply // claimed: the reply; attempted: the claim the attempt ran under
+	change lock.Change     // noticed: what the watch reported
+	done   bool            // attempted: the replica is finished with the slot; controlled: paused
+	task   *Task           // controlled, triggered: the task as the controller read it (the loop looks its name up)
+	at     time.Time       // triggered: the trigger's time
 	// reload: reloaded's tasks and answer; run is nil.
 	reload *reload
 	// entry: attempted, when the attempt failed: its history entry.

@@ -15,9 +15,14 @@ import (
 type runState uint8
 
 const (
+	// deferring: fired on a replica that is not the slot's preferred
+	// claimant (prefer.go): waits preferWait for a notice that the slot
+	// was taken (then waits as if held), done (settled) or released, and
+	// claims if none came.
+	deferring runState = iota + 1
 	// claiming: a claim is queued for this turn's batch or in flight; its
 	// reply comes as a claimed event.
-	claiming runState = iota + 1
+	claiming
 	// running: this replica won the claim and its attempt runs; its end
 	// comes as an attempted event.
 	running
@@ -38,7 +43,7 @@ const (
 )
 
 func (s runState) String() string {
-	names := [...]string{"none", "claiming", "running", "handingOff", "waiting", "settled", "ended"}
+	names := [...]string{"none", "deferring", "claiming", "running", "handingOff", "waiting", "settled", "ended"}
 	if int(s) < len(names) {
 		return names[s]
 	}
@@ -80,17 +85,28 @@ type run struct {
 	last     lock.Result // of the latest claim answered
 	failures int         // claims in a row that got no answer
 	reported bool        // its slot's end without a success went to failed (notify.go)
-	wakeAt   time.Time   // in the wake heap: when onWake is due
-	index    int         // in the wake heap; -1 if not in it
-	log      *slog.Logger
+	// deferUntil: while deferring, when the claim goes out whatever this
+	// replica is still waiting for (see loop.keepDeferring).
+	deferUntil time.Time
+	wakeAt     time.Time // in the wake heap: when onWake is due
+	index      int       // in the wake heap; -1 if not in it
+	log        *slog.Logger
 }
 
 // onFire starts the run of task t's slot that fires at at: it watches the
 // slot, so that a release that follows the first claim is seen, and
-// queues the claim.
+// queues the claim, or defers it if this replica is not the slot's
+// preferred claimant.
 func (l *loop) onFire(t *Task, at time.Time) {
 	r := l.newRun(t, at)
-	l.advance(r, false)
+	if l.s.preferred(r.slot) {
+		l.advance(r, false)
+		return
+	}
+	r.state = deferring
+	limit := deferLimit(r.slot)
+	r.deferUntil = l.s.clock.Now().Add(limit)
+	l.schedule(r, min(preferWait, limit))
 }
 
 // onTriggered starts the run of an operator's trigger of t at at: a slot
@@ -141,7 +157,7 @@ func (l *loop) newSlotRun(t *Task, slot lock.Slot) *run {
 	r := &run{t: t, slot: slot, index: -1}
 	r.w = l.s.store.Watch(r.slot)
 	inbox := &l.inbox
-	r.w.OnChange(func(done bool) { inbox.post(event{kind: noticed, run: r, done: done}) })
+	r.w.OnChange(func(c lock.Change) { inbox.post(event{kind: noticed, run: r, change: c}) })
 	l.live++
 	return r
 }
@@ -226,9 +242,26 @@ func (l *loop) onAttempted(r *run, c lock.Claim, finished bool, entry *HistoryEn
 }
 
 // onNotice acts on the slot's watch: a release (or an operator's rerun),
-// or with isDone its completion by the holder.
-func (l *loop) onNotice(r *run, isDone bool) {
+// its completion by the holder, or a won claim of it.
+func (l *loop) onNotice(r *run, c lock.Change) {
+	if c == lock.Taken {
+		l.lastTaken = l.s.clock.Now()
+		// Only a run that has not claimed yet acts on it: the claim's reply
+		// tells the others more, and the notice may be stale.
+		if r.state == deferring {
+			// As a Held claim would: wait for the holder's lease, or for
+			// its release or completion.
+			r.last = lock.Held
+			l.unschedule(r)
+			l.park(r, waiting, takenWait(r.t.Lease))
+		}
+		return
+	}
+	isDone := c == lock.Completed
 	switch r.state {
+	case deferring:
+		l.unschedule(r)
+		l.advance(r, isDone)
 	case claiming, running:
 		r.news = released
 		if isDone {
@@ -261,6 +294,11 @@ func (l *loop) onNotice(r *run, isDone bool) {
 // pause (claim again), or a settled run's deadline (end).
 func (l *loop) onWake(r *run) {
 	switch r.state {
+	case deferring:
+		if l.keepDeferring(r) {
+			return
+		}
+		l.advance(r, false)
 	case waiting, handingOff:
 		l.advance(r, false)
 	case settled:

@@ -61,7 +61,7 @@ func TestCompletionSettlesWaitingRun(t *testing.T) {
 	if r.index < 0 {
 		t.Fatal("a waiting run has no wake time")
 	}
-	l.onNotice(r, true)
+	l.onNotice(r, lock.Completed)
 	if r.state != settled || r.news != noNotice || len(l.claims) != 0 {
 		t.Errorf("after the completion: state %v, news %v, %d claims queued; want settled, no news, none",
 			r.state, r.news, len(l.claims))
@@ -77,12 +77,12 @@ func TestCompletionLeavesSettledRun(t *testing.T) {
 	l := testLoop(t, lock.NewMemory(time.Now))
 	r := runAfter(t, l, lock.ClaimReply{Claim: lock.Claim{Result: lock.Done}}, settled)
 	at := r.wakeAt
-	l.onNotice(r, true)
+	l.onNotice(r, lock.Completed)
 	if r.state != settled || r.news != noNotice || !r.wakeAt.Equal(at) || len(l.wakes) != 1 {
 		t.Errorf("after a completion notice: state %v, news %v, wake %v (was %v), %d wake times; want settled, unchanged, 1",
 			r.state, r.news, r.wakeAt, at, len(l.wakes))
 	}
-	l.onNotice(r, false) // a rerun: claim again
+	l.onNotice(r, lock.Released) // a rerun: claim again
 	if r.state != claiming || len(l.claims) != 1 || len(l.wakes) != 0 {
 		t.Errorf("after a rerun notice: state %v, %d claims queued, %d wake times; want claiming, 1, 0",
 			r.state, len(l.claims), len(l.wakes))
@@ -97,18 +97,18 @@ func TestHandoffIgnoresReleaseNotice(t *testing.T) {
 	l.s.handoff.Min, l.s.handoff.Max = time.Hour, time.Hour
 	r := l.newRun(&l.s.Tasks()[0], time.Now().Truncate(time.Hour))
 	r.state = running // as a won claim leaves it
-	l.onNotice(r, false)
+	l.onNotice(r, lock.Released)
 	l.onAttempted(r, lock.Claim{Result: lock.Won, Attempt: 1}, false, nil)
 	if r.state != handingOff {
 		t.Fatalf("after a failed attempt: state %v, want handing off", r.state)
 	}
 	at := r.wakeAt
-	l.onNotice(r, false)
+	l.onNotice(r, lock.Released)
 	if r.state != handingOff || r.news != noNotice || !r.wakeAt.Equal(at) || len(l.claims) != 0 {
 		t.Fatalf("after a release notice in the handoff: state %v, news %v, %d claims queued; want handing off, no news, none",
 			r.state, r.news, len(l.claims))
 	}
-	l.onNotice(r, true)
+	l.onNotice(r, lock.Completed)
 	if r.state != settled || len(l.wakes) != 1 {
 		t.Errorf("after a completion in the handoff: state %v, %d wake times; want settled, 1", r.state, len(l.wakes))
 	}
@@ -127,19 +127,19 @@ func TestRerunAfterPeerCompletionIsClaimed(t *testing.T) {
 			l := testLoop(t, lock.NewMemory(time.Now))
 			l.s.handoff.Min, l.s.handoff.Max = time.Hour, time.Hour
 			r := l.newRun(&l.s.Tasks()[0], time.Now().Truncate(time.Hour))
-			r.state = running    // as a won claim leaves it
-			l.onNotice(r, false) // the replica's own release, as it released
+			r.state = running            // as a won claim leaves it
+			l.onNotice(r, lock.Released) // the replica's own release, as it released
 			if during == running {
-				l.onNotice(r, true)  // a peer completed the slot
-				l.onNotice(r, false) // the operator reran it
+				l.onNotice(r, lock.Completed) // a peer completed the slot
+				l.onNotice(r, lock.Released)  // the operator reran it
 			}
 			l.onAttempted(r, lock.Claim{Result: lock.Won, Attempt: 1}, false, nil)
 			if during == handingOff {
-				l.onNotice(r, true)
+				l.onNotice(r, lock.Completed)
 				if r.state != settled {
 					t.Fatalf("after a completion in the handoff: state %v, want settled", r.state)
 				}
-				l.onNotice(r, false)
+				l.onNotice(r, lock.Released)
 			} else {
 				if r.state != handingOff {
 					t.Fatalf("after the failed attempt: state %v, want handing off", r.state)
@@ -191,7 +191,7 @@ func TestRerunAfterDeadlineClaimsNothing(t *testing.T) {
 	if r.state != settled {
 		t.Fatalf("the settled run is %v at its deadline, want settled until the lag", r.state)
 	}
-	l.onNotice(r, false) // an operator's rerun, after the deadline
+	l.onNotice(r, lock.Released) // an operator's rerun, after the deadline
 	if r.state != ended || l.live != 0 || len(l.claims) != 0 {
 		t.Fatalf("after a rerun past the deadline: state %v, %d live, %d claims queued; want ended, 0, 0",
 			r.state, l.live, len(l.claims))
@@ -214,7 +214,7 @@ func TestNoticeAfterEndIsIgnored(t *testing.T) {
 	l := testLoop(t, store)
 	r := runAfter(t, l, lock.ClaimReply{Claim: lock.Claim{Result: lock.Held, Wait: time.Hour}}, waiting)
 	l.end(r)
-	l.onNotice(r, false)
+	l.onNotice(r, lock.Released)
 	l.onWake(r)
 	if r.state != ended || len(l.claims) != 0 || len(l.wakes) != 0 || l.live != 0 {
 		t.Errorf("after events for an ended run: state %v, %d claims, %d wakes, %d live; want ended, 0, 0, 0",

@@ -93,6 +93,9 @@ type Scheduler struct {
 	mu   sync.Mutex
 	loop *loop
 	ran  bool // Run has returned: nothing more is reloaded
+	// live: the fleet's live replica ids, sorted, as the last announce read
+	// them; nil: claim every slot at once (see prefer.go).
+	live atomic.Pointer[[]string]
 
 	offset  atomic.Int64 // store clock minus ours, ns; the loop fires on the store's time
 	skew    atomic.Int64 // as last measured, ns
