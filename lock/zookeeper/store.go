@@ -35,8 +35,8 @@ type Options struct {
 	// Digest is "user:password" for ZooKeeper's digest scheme; when set,
 	// the store's nodes are created readable and writable by that user only.
 	Digest string
-	Logger *slog.Logger      // the client's own messages, at debug; none if nil
-	Dialer zk.Dialer        // how to reach a member (tests put a proxy between); net.DialTimeout if nil
+	Logger *slog.Logger // the client's own messages, at debug; none if nil
+	Dialer zk.Dialer    // how to reach a member (tests put a proxy between); net.DialTimeout if nil
 }
 
 // Store is a lock.Store on ZooKeeper; see the package doc. It owns its
