@@ -66,13 +66,16 @@ func (c *Config) readZooKeeper(t table) {
 	default:
 		t.errorf("servers", "must be an array of \"host:port\" strings, not %s", tomlType(v))
 	}
-	longest, which := DefaultLease, ""
+	longest, which := time.Duration(0), ""
 	for i := range c.Tasks {
-		if l := c.Tasks[i].Lease; l > longest || which == "" && l == longest {
+		if l := c.Tasks[i].Lease; l > longest {
 			longest, which = l, c.Tasks[i].Name
 		}
 	}
 	z.SessionTimeout = longest
+	if which == "" {
+		z.SessionTimeout = DefaultLease
+	}
 	if d, ok := t.positive("session_timeout"); ok {
 		z.SessionTimeout = d
 		if d < longest && which != "" {

@@ -142,6 +142,10 @@ func (s *Store) SessionID() int64 { return s.conn.SessionID() }
 // Conn is the store's client, for tests and tools that look under it.
 func (s *Store) Conn() *zk.Conn { return s.conn }
 
+// ACL is the ACL the store creates its nodes with: the digest user's only
+// when Options.Digest is set, everyone's otherwise.
+func (s *Store) ACL() []zk.ACL { return s.acl }
+
 // Root is the path under which the store keeps its nodes.
 func (s *Store) Root() string { return s.root }
 
