@@ -5,8 +5,11 @@
 //
 // Members run with TTL nodes enabled (zookeeper.extendedTypesEnabled), the
 // container reaper checking every 100ms, the admin server off, every
-// four-letter command allowed, and a short tick (100ms) so that elections
-// and session expiries take a second or two, not tens.
+// four-letter command allowed, a short tick (100ms) so that elections and
+// session expiries take a second or two, not tens, and forceSync=no: the
+// transaction log is written but not fsynced, which loses nothing when a
+// member's process is killed (the page cache outlives it), only when the
+// machine does — as redistest's servers run without persistence.
 //
 // When ZooKeeper or java is not installed the test is skipped — except
 // under CI (CI=true), where a missing server is a failure, never a skip.
@@ -98,7 +101,7 @@ func Start(t testing.TB, n int) *Ensemble {
 		}
 		cfg := fmt.Sprintf("tickTime=%d\ninitLimit=20\nsyncLimit=5\ndataDir=%s\nclientPort=%d\nclientPortAddress=127.0.0.1\n"+
 			"maxClientCnxns=0\nminSessionTimeout=%d\nmaxSessionTimeout=%d\nadmin.enableServer=false\n"+
-			"4lw.commands.whitelist=*\nautopurge.purgeInterval=0\n%s",
+			"4lw.commands.whitelist=*\nautopurge.purgeInterval=0\nforceSync=no\n%s",
 			Tick.Milliseconds(), filepath.Join(m.dir, "data"), ports[3*i],
 			2*Tick.Milliseconds(), 600*Tick.Milliseconds(), peers.String())
 		if err := os.WriteFile(filepath.Join(m.dir, "zoo.cfg"), []byte(cfg), 0o644); err != nil {
@@ -168,7 +171,7 @@ func (m *Member) Start() {
 	if m.cmd != nil {
 		return
 	}
-	cmd := exec.Command(m.java, "-Xmx192m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto",
+	cmd := exec.Command(m.java, "-Xmx192m", "-XX:+UseSerialGC",
 		"-Dzookeeper.extendedTypesEnabled=true",
 		"-Dznode.container.checkIntervalMs=100",
 		"-Dzookeeper.admin.enableServer=false",

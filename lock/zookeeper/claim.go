@@ -86,11 +86,17 @@ func (s *Store) Claim(ctx context.Context, slot lock.Slot, replica string, p loc
 			return c, err
 		}
 		if !sn.exists {
-			// The slot's first claim: make its node, then read again.
-			if err := s.createTTL(ctx, slot.Task, s.SlotPath(slot), slotData{ttl: p.DoneTTL}.encode(), p.DoneTTL); err != nil {
+			// The slot's first claim: make its node, at version 0 (if
+			// another replica made it first, read again).
+			d = slotData{ttl: p.DoneTTL}
+			created, err := s.createTTL(ctx, slot.Task, s.SlotPath(slot), d.encode(), p.DoneTTL)
+			if err != nil {
 				return lock.Claim{}, fmt.Errorf("zklock: claim %s: %w", slot, err)
 			}
-			continue
+			if !created {
+				continue
+			}
+			sn = node{data: d.encode(), stat: &zk.Stat{}, exists: true}
 		}
 		n := d.attempts + 1
 		owner := lock.Owner{Replica: replica, Attempt: n}

@@ -48,8 +48,9 @@ type Store struct {
 	timeout atomic.Int64 // negotiated session timeout, ns
 	log     *slog.Logger
 
-	clock sync.Mutex
-	seen  reading // the last reading of the leader's clock
+	clock   sync.Mutex
+	seen    reading    // the last reading of the leader's clock
+	reading sync.Mutex // held while a claim takes a new reading: one at a time
 
 	watch watcher
 }
@@ -227,22 +228,25 @@ func (s *Store) ensure(ctx context.Context, task string) error {
 	return nil
 }
 
-// createTTL creates a TTL node under existing parents (made with parents
-// if the container above is missing); an existing node is not an error.
-func (s *Store) createTTL(ctx context.Context, task, path string, data []byte, ttl time.Duration) error {
+// createTTL creates a TTL node (and the containers above it if they are
+// missing); an existing node is not an error. created says whether this
+// call made it.
+func (s *Store) createTTL(ctx context.Context, task, path string, data []byte, ttl time.Duration) (created bool, err error) {
 	for try := 0; ; try++ {
 		_, err := call(ctx, func() (string, error) { return s.conn.CreateTTL(path, data, zk.FlagTTL, s.acl, ttl) })
 		switch {
-		case err == nil, errors.Is(err, zk.ErrNodeExists):
-			return nil
+		case err == nil:
+			return true, nil
+		case errors.Is(err, zk.ErrNodeExists):
+			return false, nil
 		case errors.Is(err, zk.ErrNoNode) && try < 3:
 			if err := s.ensure(ctx, task); err != nil {
-				return err
+				return false, err
 			}
 		case errors.Is(err, zk.ErrUnknown), errors.Is(err, zk.ErrBadArguments):
-			return fmt.Errorf("zklock: create %s: %w (%w)", path, ErrNoTTL, err)
+			return false, fmt.Errorf("zklock: create %s: %w (%w)", path, ErrNoTTL, err)
 		default:
-			return fmt.Errorf("zklock: create %s: %w", path, err)
+			return false, fmt.Errorf("zklock: create %s: %w", path, err)
 		}
 	}
 }
@@ -262,7 +266,7 @@ func (s *Store) Time(ctx context.Context) (time.Time, error) {
 		if !errors.Is(err, zk.ErrNoNode) || try > 0 {
 			return time.Time{}, fmt.Errorf("zklock: time (write %s): %w", path, err)
 		}
-		if err := s.createTTL(ctx, "", path, nil, ClockTTL); err != nil {
+		if _, err := s.createTTL(ctx, "", path, nil, ClockTTL); err != nil {
 			return time.Time{}, fmt.Errorf("zklock: time: %w", err)
 		}
 	}
@@ -278,24 +282,32 @@ func (s *Store) note(r reading) {
 }
 
 // readingMaxAge is how old a reading of the leader's clock may be before a
-// claim takes a new one (the local clock's rate drifts by parts per
-// million; the offset is not assumed).
-const readingMaxAge = 5 * time.Second
+// claim takes a new one: the local clock's rate drifts by parts per
+// million (a millisecond in 30s at 30 ppm); its offset is never used. Every
+// won claim is a new reading, and is checked against its own mtime anyway.
+const readingMaxAge = 30 * time.Second
 
 // now bounds the leader's clock: at least lo, at most hi, by the latest
 // reading (taken anew if older than readingMaxAge) and the monotonic time
 // elapsed since.
 func (s *Store) now(ctx context.Context) (lo, hi time.Time, err error) {
-	s.clock.Lock()
-	r := s.seen
-	s.clock.Unlock()
-	if r.recv.IsZero() || time.Since(r.recv) > readingMaxAge {
-		if _, err := s.Time(ctx); err != nil {
-			return time.Time{}, time.Time{}, err
-		}
+	last := func() reading {
 		s.clock.Lock()
-		r = s.seen
-		s.clock.Unlock()
+		defer s.clock.Unlock()
+		return s.seen
+	}
+	r := last()
+	if r.recv.IsZero() || time.Since(r.recv) > readingMaxAge {
+		// The claims of a burst share one new reading.
+		s.reading.Lock()
+		if r = last(); r.recv.IsZero() || time.Since(r.recv) > readingMaxAge {
+			if _, err := s.Time(ctx); err != nil {
+				s.reading.Unlock()
+				return time.Time{}, time.Time{}, err
+			}
+			r = last()
+		}
+		s.reading.Unlock()
 	}
 	return r.mtime.Add(time.Since(r.recv)), r.mtime.Add(time.Since(r.sent)), nil
 }

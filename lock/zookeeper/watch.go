@@ -28,7 +28,7 @@ type watcher struct {
 }
 
 // workers is how many slots the watcher reads again at once.
-const workers = 16
+const workers = 64
 
 func (w *watcher) init(s *Store) {
 	w.s = s
@@ -57,19 +57,16 @@ func (w *watcher) close() {
 	w.wg.Wait()
 }
 
-// Watch implements lock.Store. The slot's watches are armed by its next
-// read (Claim's, or the watcher's at once).
+// Watch implements lock.Store. The slot's ZooKeeper watches are armed by
+// its next read, Claim's: the engine watches a slot before it claims it,
+// so no release after that claim's read goes unseen.
 func (s *Store) Watch(slot lock.Slot) *lock.Watch {
 	key := s.SlotPath(slot)
 	var lw *lock.Watch
 	lw = lock.NewWatch(func() { s.watch.remove(key, lw) })
 	s.watch.mu.Lock()
 	s.watch.m[key] = append(s.watch.m[key], lw)
-	first := len(s.watch.m[key]) == 1
 	s.watch.mu.Unlock()
-	if first {
-		s.watch.enqueue(key, false)
-	}
 	return lw
 }
 
@@ -169,13 +166,13 @@ func (w *watcher) look(key string, notify bool) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	var sn node
+	var serr error
+	got := make(chan struct{})
+	go func() { defer close(got); sn, serr = w.s.get(ctx, key, true) }()
 	run, err := w.s.get(ctx, key+"/run", true)
-	if err != nil {
-		w.retry(key, notify)
-		return
-	}
-	sn, err := w.s.get(ctx, key, true)
-	if err != nil {
+	<-got
+	if err != nil || serr != nil {
 		w.retry(key, notify)
 		return
 	}
