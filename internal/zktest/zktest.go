@@ -171,7 +171,7 @@ func (m *Member) Start() {
 	if m.cmd != nil {
 		return
 	}
-	cmd := exec.Command(m.java, "-Xmx192m", "-XX:+UseSerialGC",
+	cmd := exec.Command(m.java, "-Xmx192m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
 		"-Dzookeeper.extendedTypesEnabled=true",
 		"-Dznode.container.checkIntervalMs=100",
 		"-Dzookeeper.admin.enableServer=false",

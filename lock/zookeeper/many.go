@@ -9,7 +9,7 @@ import (
 // claimsInFlight bounds the claims ClaimMany keeps in flight: the client
 // pipelines every request on the session's one connection, and the leader
 // commits the writes that arrive together as one group.
-const claimsInFlight = 1024
+const claimsInFlight = 128
 
 // ClaimMany claims every request and calls f with each request's index and
 // reply, one call at a time, on the caller's goroutine, as the replies

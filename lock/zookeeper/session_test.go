@@ -146,6 +146,11 @@ func TestLeaseOverSessionRefused(t *testing.T) {
 	if !errors.Is(err, zklock.ErrLeaseOverSession) {
 		t.Fatalf("claim with a lease over the session timeout: %v, want ErrLeaseOverSession", err)
 	}
+	// The servers cap the timeout (maxSessionTimeout, 60s in the tests):
+	// what counts is the timeout they granted, not the one asked for.
+	if got := dial(t, e, 5*time.Minute, "/slotd").SessionTimeout(); got != 600*zktest.Tick {
+		t.Fatalf("granted session timeout = %v, want the servers' maximum %v", got, 600*zktest.Tick)
+	}
 }
 
 // Slot nodes and their containers really expire: a done marker with a
