@@ -204,7 +204,7 @@ func TestZooKeeperQuorumLost(t *testing.T) {
 	e := zktest.Start(t, 3)
 	c := zkCluster(t, e)
 	task := c.execTask("tick", "@every 1s", `rec start; rec end`, "")
-	r := startReplica(t, "r1", zkConfig("r1", e.Servers(), `lease = "2s"
+	r := startReplica(t, "r1", zkConfig("r1", e.Servers(), `lease = "5s"
 catchup = "none"`, task))
 	c.reps = append(c.reps, r)
 	addr := r.httpAddr(15 * time.Second)
@@ -229,7 +229,7 @@ catchup = "none"`, task))
 	for _, e := range evs {
 		// An attempt already started may end once its lease is gone; none
 		// starts while no quorum can commit its claim.
-		if e.Kind == "start" && e.At.After(lostAt.Add(time.Second)) && e.At.Before(backAt) {
+		if e.Kind == "start" && e.At.After(lostAt.Add(2*time.Second)) && e.At.Before(backAt) {
 			t.Errorf("an attempt started while the ensemble had no quorum: %v", e)
 		}
 	}

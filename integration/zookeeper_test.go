@@ -96,7 +96,7 @@ func TestZooKeeperEverySlotOnce(t *testing.T) {
 	task := c.execTask("tick", "@every 1s", `rec start; sleep 0.2; rec end`, "")
 	for i := 1; i <= 3; i++ {
 		name := fmt.Sprintf("r%d", i)
-		c.reps = append(c.reps, startReplica(t, name, zkConfig(name, e.Servers(), `lease = "2s"
+		c.reps = append(c.reps, startReplica(t, name, zkConfig(name, e.Servers(), `lease = "5s"
 max_attempts = 3
 timeout = "1m"
 catchup = "none"`, task)))
@@ -123,7 +123,7 @@ func TestZooKeeperCommandLine(t *testing.T) {
 	e := zktest.Start(t, 3)
 	c := zkCluster(t, e)
 	task := c.execTask("tick", "@every 1s", `rec start; echo "rev=$SLOTD_STORE_REVISION" >> "$LEDGER.rev"; rec end`, "")
-	cfg := zkConfig("r1", e.Servers(), `lease = "2s"
+	cfg := zkConfig("r1", e.Servers(), `lease = "5s"
 catchup = "none"`, task)
 	c.reps = append(c.reps, startReplica(t, "r1", cfg))
 	c.ledger.await("2 completed slots", 30*time.Second, func(evs []event) bool { return slotsWith(evs, "end", 1) >= 2 })
