@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -82,8 +83,8 @@ func TestLostSessionCancelsBeforePeerWins(t *testing.T) {
 	}
 	cutAt := time.Now()
 	cut.set(true)
-	var cancelled time.Time
-	stop := context.AfterFunc(lease.Context(), func() { cancelled = time.Now() })
+	var cancelledAt atomic.Pointer[time.Time]
+	stop := context.AfterFunc(lease.Context(), func() { now := time.Now(); cancelledAt.Store(&now) })
 	defer stop()
 
 	var won lock.Claim
@@ -103,6 +104,10 @@ func TestLostSessionCancelsBeforePeerWins(t *testing.T) {
 		}
 	}
 	wonAt := time.Now()
+	var cancelled time.Time
+	if at := cancelledAt.Load(); at != nil {
+		cancelled = *at
+	}
 	if cancelled.IsZero() || !cancelled.Before(wonAt) {
 		t.Fatalf("a's task cancelled at %v, b won at %v (after the cut): the task must stop first", cancelled.Sub(cutAt), wonAt.Sub(cutAt))
 	}
