@@ -3,6 +3,7 @@ package zklock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -190,5 +191,64 @@ func TestNodesExpire(t *testing.T) {
 			t.Fatal("the task's node still exists 10s after its only slot's 1s done TTL")
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// The scenario that loses a done marker on Redis (a failover right after
+// the completion, before a replica had it) on ZooKeeper: the leader is
+// killed the moment Complete returns, and a peer, on another member, finds
+// the slot done — every acknowledged write is on a quorum.
+func TestDoneMarkerSurvivesLeaderKill(t *testing.T) {
+	e := zktest.Start(t, 3)
+	leader := e.WaitLeader(10 * time.Second)
+	var others []string
+	for _, m := range e.Members {
+		if m != leader {
+			others = append(others, m.Addr)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	a, err := zklock.Dial(ctx, zklock.Options{Servers: []string{leader.Addr}, SessionTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := zklock.Dial(ctx, zklock.Options{Servers: others, SessionTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	p := lock.Policy{Lease: 10 * time.Second, DoneTTL: time.Hour, MaxAttempts: 3}
+	now, err := a.Time(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		slot := lock.Slot{Task: "payroll", ID: fmt.Sprint(i), Time: now.Add(-time.Second), Deadline: now.Add(time.Hour)}
+		c, err := a.Claim(ctx, slot, "a", p)
+		if err != nil || c.Result != lock.Won {
+			t.Fatalf("claim %d = %+v, %v", i, c, err)
+		}
+		if err := a.Complete(ctx, slot, lock.Owner{Replica: "a", Attempt: c.Attempt}, p.DoneTTL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	leader.Stop() // right after the last acknowledged completion
+	for i := range 20 {
+		slot := lock.Slot{Task: "payroll", ID: fmt.Sprint(i), Time: now.Add(-time.Second), Deadline: now.Add(time.Hour)}
+		var c lock.Claim
+		for {
+			if c, err = b.Claim(ctx, slot, "b", p); err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("claim %d after the leader's death: %v", i, err)
+			}
+			time.Sleep(100 * time.Millisecond) // the election
+		}
+		if c.Result != lock.Done || c.Holder != "a" {
+			t.Fatalf("slot %d after the leader died: %+v, want done by a", i, c)
+		}
 	}
 }
