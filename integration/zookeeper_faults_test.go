@@ -123,6 +123,7 @@ func TestZooKeeperLeaderKilledInBurst(t *testing.T) {
 	killed := time.Now()
 	leader.Stop()
 	e.WaitLeader(30 * time.Second)
+	elected := time.Since(killed)
 	c.ledger.await("two bursts after the kill", 60*time.Second, func(evs []event) bool {
 		n := 0
 		for _, e := range evs {
@@ -133,11 +134,22 @@ func TestZooKeeperLeaderKilledInBurst(t *testing.T) {
 		return n >= 60
 	})
 	c.stopAll()
-	slots := onceEach(t, c.ledger.read(), 3*time.Second)
+	evs := c.ledger.read()
+	slots := onceEach(t, evs, 3*time.Second)
 	if len(slots) != 30 {
 		t.Fatalf("%d tasks ran, want 30", len(slots))
 	}
-	t.Logf("leader %d killed during a burst; slots per task: %d", leader.ID, len(slots["b00"]))
+	var firstAfter time.Time
+	for _, e := range evs {
+		if e.Kind == "start" && e.At.After(killed) && (firstAfter.IsZero() || e.At.Before(firstAfter)) {
+			firstAfter = e.At
+		}
+	}
+	t.Logf("leader %d killed during a burst, another elected %v later; the first attempt after the kill started %v after it; slots per task: %d",
+		leader.ID, elected, firstAfter.Sub(killed), len(slots["b00"]))
+	if took := firstAfter.Sub(killed); took > 5*time.Second+elected+2*time.Second {
+		t.Errorf("no attempt for %v after the kill; want within the lease (5s) and the election (%v)", took, elected)
+	}
 }
 
 // A replica cut off from the ensemble (every link blackholed by toxiproxy)
@@ -182,6 +194,11 @@ catchup = "latest"`
 	}
 	if second.Token <= first.Token {
 		t.Errorf("peer's token %d not above the holder's %d", second.Token, first.Token)
+	}
+	// The session (2s, the lease) expires at most its timeout after the
+	// ensemble last heard from the holder; the peer's watch fires then.
+	if took := second.At.Sub(cutAt); took > 2*time.Second+2*time.Second {
+		t.Errorf("takeover took %v after the cut, want within the session timeout and a lease (4s)", took)
 	}
 	awaitGroupGone(t, first.PGID, 5*time.Second)
 	for _, np := range proxies[holder.name] {
