@@ -35,6 +35,9 @@ type loop struct {
 	// stopping: ctx has ended; nothing fires, and the loop returns once
 	// every run has ended.
 	stopping bool
+	// paused: the tasks paused as this replica last heard (controller);
+	// their slots are skipped when they fire.
+	paused map[*Task]bool
 
 	workers sync.WaitGroup // claim batches and attempts in flight
 }
@@ -124,6 +127,10 @@ func (l *loop) handle(e event) {
 		l.onNotice(e.run, e.done)
 	case attempted:
 		l.onAttempted(e.run, e.reply.Claim, e.done)
+	case controlled:
+		l.onControlled(e.task, e.done)
+	case triggered:
+		l.onTriggered(e.task, e.at)
 	}
 }
 
@@ -136,7 +143,7 @@ func (l *loop) start() {
 	for i := range l.s.tasks {
 		t := &l.s.tasks[i]
 		if t.Catchup == "latest" {
-			if slot, ok := t.Schedule.Latest(now); ok && now.Before(t.SlotDeadline(slot)) && l.s.catchUp(t, slot, now) {
+			if slot, ok := t.Schedule.Latest(now); ok && now.Before(t.SlotDeadline(slot)) && l.s.catchUp(t, slot, now) && !l.skipPaused(t, slot) {
 				l.onFire(t, slot)
 			}
 		}
@@ -157,9 +164,11 @@ func (l *loop) fireDue() {
 	now := l.s.now()
 	for len(l.fires) > 0 && !l.fires[0].next.After(now) {
 		f := l.fires[0]
-		if now.Before(f.task.SlotDeadline(f.next)) {
+		switch {
+		case l.skipPaused(f.task, f.next):
+		case now.Before(f.task.SlotDeadline(f.next)):
 			l.onFire(f.task, f.next)
-		} else {
+		default:
 			l.s.stats.Task(f.task.Name).Missed.Inc()
 			l.s.log.Warn("slot missed: its window closed before this replica could fire it",
 				"task", f.task.Name, "slot", f.task.Schedule.SlotID(f.next))
@@ -251,9 +260,11 @@ func (l *loop) sendClaims() {
 type eventKind uint8
 
 const (
-	claimed   eventKind = iota + 1 // a claim's reply
-	noticed                        // the slot's watch: released or rerun, or with done, completed
-	attempted                      // an attempt ended; with done, the replica is finished with the slot
+	claimed    eventKind = iota + 1 // a claim's reply
+	noticed                         // the slot's watch: released or rerun, or with done, completed
+	attempted                       // an attempt ended; with done, the replica is finished with the slot
+	controlled                      // the task was paused (with done) or resumed, by the controller
+	triggered                       // an operator's trigger of the task at at, armed, by the controller
 )
 
 // event is a message to the loop about one run.
@@ -262,6 +273,8 @@ type event struct {
 	run   *run
 	reply lock.ClaimReply // claimed: the reply; attempted: the claim the attempt ran under
 	done  bool
+	task  *Task     // controlled, triggered
+	at    time.Time // triggered: the trigger's time
 }
 
 // mailbox is the loop's queue of events. It does not block a sender: a

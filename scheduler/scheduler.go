@@ -68,7 +68,11 @@ type Scheduler struct {
 	// with the same replica id can renew, complete or release them.
 	instance, owner string
 	fleet           lock.Fleet // nil: the store has no fleet (Memory)
-	announced       bool       // set by Run before the clock loop starts: the clock check renews the presence
+	// controls: the store's operator controls; nil if it has none
+	// (Redlock): then no task is paused, triggered or held to a
+	// concurrency policy.
+	controls  lock.Controls
+	announced bool // set by Run before the clock loop starts: the clock check renews the presence
 	// firstStart is the fleet's first start as the store recorded it, set
 	// by Run before the loop starts (zero if unknown); logged only.
 	firstStart time.Time
@@ -139,6 +143,7 @@ func New(tasks []Task, store lock.Store, opts ...Option) *Scheduler {
 	s.instance = newInstance()
 	s.owner = lock.OwnerID(s.replica, s.instance)
 	s.fleet, _ = store.(lock.Fleet)
+	s.controls, _ = store.(lock.Controls)
 	infos := make([]stats.TaskInfo, len(s.tasks))
 	for i := range s.tasks {
 		t := &s.tasks[i]
@@ -206,6 +211,22 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	s.log.Info("scheduler started", "tasks", len(s.tasks), "store_ok", s.storeOK.Load(),
 		"clock_skew", time.Duration(s.skew.Load()), "instance", s.instance, "fleet_first_start", s.firstStart)
 	l := newLoop(s, ctx, hard, cancelHard)
+	l.paused = map[*Task]bool{}
+	for i := range s.tasks {
+		// Without controls in the store, paused = true holds on each
+		// replica from its own config.
+		l.paused[&s.tasks[i]] = s.tasks[i].Paused
+		s.stats.Task(s.tasks[i].Name).Paused.Store(s.tasks[i].Paused)
+	}
+	if s.controls != nil && len(s.tasks) > 0 {
+		ctl := newController(s, &l.inbox)
+		l.paused = ctl.first(ctx)
+		bg.Add(1)
+		go func() {
+			defer bg.Done()
+			ctl.run(ctx)
+		}()
+	}
 	l.run()
 	l.workers.Wait()
 	bg.Wait()

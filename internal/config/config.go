@@ -13,6 +13,7 @@ import (
 	"github.com/BurntSushi/toml"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/scheduler"
+	"github.com/slotd/slotd/tasks"
 )
 
 // Defaults of the configuration. The daemon's own defaults,
@@ -32,6 +33,9 @@ const (
 	// this old: a window of up to a day (hourly, daily tasks) is caught up
 	// whole; a weekly, yearly or leap-day task's slot from long ago is not.
 	DefaultCatchupLimit = 24 * time.Hour
+	// DefaultOutputTail is how many bytes of each attempt's output (its
+	// tail) the history keeps.
+	DefaultOutputTail = tasks.DefaultOutputTail
 
 	// MinLease is the shortest lease: it is renewed every lease/3, and a
 	// renewal must fit a Redis round trip with room to spare.
@@ -56,21 +60,29 @@ type Config struct {
 	Redis         RedisOptions     // [redis] Sentinel or Cluster servers, credentials, min_replicas_ack
 	ZooKeeper     ZooKeeperOptions // [zookeeper] servers, session timeout, root, digest auth
 	Listen        string           // [http] listen; default "127.0.0.1:9464"; "off" disables the HTTP server
-	LogLevel      slog.Level       // [log] level: debug|info|warn|error; default info
-	LogFormat     string           // [log] format: auto|text|json; default auto
-	Tasks         []scheduler.Task // [[task]], in file order
+	// Token is the bearer token of the write endpoints, read from [http]
+	// token_file or token_env at load; "" disables them. Never logged.
+	Token     string           `json:"-"`
+	TokenFile string           // [http] token_file, the path
+	TokenEnv  string           // [http] token_env, the variable's name; exec tasks do not inherit it
+	LogLevel  slog.Level       // [log] level: debug|info|warn|error; default info
+	LogFormat string           // [log] format: auto|text|json; default auto
+	HTTPPool  tasks.HTTPPool   // [plugins.http]: the http plugin's connection pool, one per process
+	Tasks     []scheduler.Task // [[task]], in file order
 }
 
 // The keys of each table, for unknown-key errors.
 var (
-	topKeys     = []string{"daemon", "redis", "http", "log", "defaults", "task", "zookeeper"}
-	daemonKeys  = []string{"replica", "shutdown_grace", "max_clock_skew", "env_drop"}
-	redisKeys   = append([]string{"url", "prefix", "url_env"}, redisModeKeys...)
-	httpKeys    = []string{"listen"}
-	logKeys     = []string{"level", "format"}
-	policyKeys  = []string{"lease", "done_ttl", "max_attempts", "timeout", "catchup", "deadline", "catchup_limit"}
-	taskOwnKeys = []string{"name", "schedule", "timezone", "plugin", "params"}
-	taskKeys    = append(append([]string{}, taskOwnKeys...), policyKeys...)
+	topKeys      = []string{"daemon", "redis", "http", "log", "plugins", "defaults", "task", "zookeeper"}
+	daemonKeys   = []string{"replica", "shutdown_grace", "max_clock_skew", "env_drop"}
+	redisKeys    = append([]string{"url", "prefix", "url_env"}, redisModeKeys...)
+	httpKeys     = []string{"listen", "token_file", "token_env"}
+	logKeys      = []string{"level", "format"}
+	pluginsKeys  = []string{"http"}
+	httpPoolKeys = []string{"max_idle_per_host", "idle_timeout"}
+	policyKeys   = []string{"lease", "done_ttl", "max_attempts", "timeout", "catchup", "deadline", "catchup_limit", "output_tail", "concurrency"}
+	taskOwnKeys  = []string{"name", "schedule", "timezone", "plugin", "params", "paused"}
+	taskKeys     = append(append([]string{}, taskOwnKeys...), policyKeys...)
 )
 
 var logLevels = map[string]slog.Level{
@@ -132,11 +144,13 @@ func Parse(data []byte, source string, log *slog.Logger) (*Config, error) {
 		Listen:        DefaultListen,
 		LogLevel:      slog.LevelInfo,
 		LogFormat:     DefaultLogFormat,
+		HTTPPool:      tasks.DefaultHTTPPool,
 	}
 	cfg.readDaemon(top.sub("daemon", daemonKeys))
 	cfg.readRedis(top.sub("redis", redisKeys))
 	cfg.readHTTP(top.sub("http", httpKeys))
 	cfg.readLog(top.sub("log", logKeys))
+	cfg.readHTTPPool(top.sub("plugins", pluginsKeys).sub("http", httpPoolKeys))
 	defaults := readPolicy(top.sub("defaults", policyKeys))
 	cfg.readTasks(top, defaults, log)
 	cfg.readZooKeeper(top.sub("zookeeper", zookeeperKeys))
@@ -198,6 +212,7 @@ func (c *Config) readEnvDrop(t table) {
 func badNameRune(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }
 
 func (c *Config) readHTTP(t table) {
+	c.readToken(t)
 	v, ok := t.str("listen")
 	if !ok {
 		return
@@ -231,5 +246,17 @@ func (c *Config) readLog(t table) {
 		default:
 			t.errorf("format", "%q: want auto, text or json", v)
 		}
+	}
+}
+
+// readHTTPPool reads [plugins.http]: the pool of connections every http
+// task of the process shares.
+func (c *Config) readHTTPPool(t table) {
+	if o := t.integer("max_idle_per_host", 1, tasks.MaxHTTPMaxIdlePerHost,
+		"idle connections kept per host; each holds a file descriptor"); o.set && !o.bad {
+		c.HTTPPool.MaxIdlePerHost = o.v
+	}
+	if d, ok := t.positive("idle_timeout"); ok {
+		c.HTTPPool.IdleTimeout = d
 	}
 }

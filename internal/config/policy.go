@@ -2,10 +2,14 @@ package config
 
 import (
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/slotd/slotd/scheduler"
 	"github.com/slotd/slotd/scheduler/schedule"
+	"github.com/slotd/slotd/tasks"
 )
 
 // rawPolicy is a policy table as written: each key unset, valid, or invalid
@@ -14,8 +18,8 @@ import (
 type rawPolicy struct {
 	lease, doneTTL, timeout, deadline opt[time.Duration]
 	catchupLimit                      opt[time.Duration]
-	maxAttempts                       opt[int]
-	catchup                           opt[string]
+	maxAttempts, outputTail           opt[int]
+	catchup, concurrency              opt[string]
 }
 
 type opt[T any] struct {
@@ -53,6 +57,8 @@ func readPolicy(t table) rawPolicy {
 	rp.catchupLimit = t.duration("catchup_limit", positive)
 	rp.maxAttempts = t.integer("max_attempts", 1, MaxAttemptsLimit,
 		"the fencing token is slot_unix_seconds*1000 + attempt")
+	rp.outputTail = t.integer("output_tail", 0, tasks.MaxOutputTail,
+		"bytes of each attempt's output its history entry keeps; 0 keeps none")
 	if v, ok := t.str("catchup"); ok {
 		rp.catchup.set = true
 		if v != scheduler.CatchupLatest && v != scheduler.CatchupNone {
@@ -63,7 +69,37 @@ func readPolicy(t table) rawPolicy {
 	} else if t.has("catchup") {
 		rp.catchup.set, rp.catchup.bad = true, true
 	}
+	rp.concurrency = t.choice("concurrency", scheduler.ConcurrencyAllow, scheduler.ConcurrencyForbid, scheduler.ConcurrencyReplace)
 	return rp
+}
+
+// choice reads the string at key, which must be one of want.
+func (t table) choice(key string, want ...string) opt[string] {
+	var o opt[string]
+	v, ok := t.str(key)
+	switch {
+	case ok:
+		o.set, o.v = true, v
+		if !slices.Contains(want, v) {
+			o.bad = true
+			t.errorf(key, "%q: want %s", v, quoteList(want))
+		}
+	case t.has(key):
+		o.set, o.bad = true, true
+	}
+	return o
+}
+
+// quoteList is "a", "b" or "c".
+func quoteList(want []string) string {
+	q := make([]string, len(want))
+	for i, w := range want {
+		q[i] = strconv.Quote(w)
+	}
+	if len(q) < 2 {
+		return strings.Join(q, "")
+	}
+	return strings.Join(q[:len(q)-1], ", ") + " or " + q[len(q)-1]
 }
 
 func positive(d time.Duration) string {
@@ -84,6 +120,8 @@ func resolvePolicy(t table, own, defaults rawPolicy, sched *schedule.Schedule) t
 	catchup := own.catchup.or(defaults.catchup)
 	deadline := own.deadline.or(defaults.deadline)
 	catchupLimit := own.catchupLimit.or(defaults.catchupLimit)
+	outputTail := own.outputTail.or(defaults.outputTail)
+	concurrency := own.concurrency.or(defaults.concurrency)
 
 	pol := taskPolicy{
 		Lease:       pick(lease, DefaultLease),
@@ -93,6 +131,8 @@ func resolvePolicy(t table, own, defaults rawPolicy, sched *schedule.Schedule) t
 		Deadline:    pick(deadline, 0),
 
 		CatchupLimit: pick(catchupLimit, DefaultCatchupLimit),
+		OutputTail:   pick(outputTail, DefaultOutputTail),
+		Concurrency:  pick(concurrency, scheduler.ConcurrencyAllow),
 	}
 	// The window is unknown when the deadline is invalid, or unset with an
 	// invalid schedule: then there is nothing to compare done_ttl with.
@@ -129,8 +169,8 @@ func resolvePolicy(t table, own, defaults rawPolicy, sched *schedule.Schedule) t
 type taskPolicy struct {
 	Lease, DoneTTL, Timeout, Deadline time.Duration
 	CatchupLimit                      time.Duration
-	MaxAttempts                       int
-	Catchup                           string
+	MaxAttempts, OutputTail           int
+	Catchup, Concurrency              string
 }
 
 func pick[T any](o opt[T], def T) T {

@@ -11,6 +11,13 @@
 // no claim before the slot time or at or after the deadline; releases and
 // reruns wake the slot's watchers; a value slotd did not write is left
 // alone; States and ReadState read back what was written.
+//
+// RunControls is the suite of the optional operator controls
+// (lock.Controls), for a store that offers them: a trigger is idempotent
+// by key and its tokens exceed a scheduled slot's of the same second; a
+// pause state is seeded, written and read; a task's running record is
+// taken, refused (forbid), replaced and expires with its lease; every key
+// has a TTL.
 package locktest
 
 import (

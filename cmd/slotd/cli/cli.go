@@ -1,5 +1,5 @@
 // Package cli is slotd's command line: run, validate, status, history,
-// rerun and version. It is a package rather than part of main so that a
+// rerun, trigger, pause, resume, reload, healthcheck and version. It is a package rather than part of main so that a
 // custom binary — slotd plus plugins of its own — is a three-line main that
 // imports its plugins and calls Main (see cmd/slotd-custom).
 package cli
@@ -59,9 +59,14 @@ commands:
   run       -config FILE                      run the daemon
   validate  -config FILE [-n 3]               check the config; print each task's next slots
   status    -config FILE [-json] [-n 10]      the fleet's recent slots per task, from Redis
-  history   -config FILE [-json] [-n 20] TASK the task's latest attempts, newest first
+  history   -config FILE [-json] [-output] [-n 20] TASK the task's latest attempts, newest first
   rerun     -config FILE [-force] TASK SLOT   clear a slot's done marker and attempts so it
                                               may run again within its window
+  trigger   -config FILE [-key KEY] TASK      run TASK now, once, on one replica (asks the daemon)
+  pause     -config FILE TASK                 fire no slot of TASK on any replica until resumed
+  resume    -config FILE TASK                 fire TASK's slots again from its next fire time
+  reload    -config FILE                      make the running daemon re-read its config
+  healthcheck [-url URL] [-timeout 3s]        exit 0 if the daemon's /healthz answers 2xx
   version                                     print the version
 
 exit status: 0 ok, 2 usage or configuration error, 1 otherwise
@@ -104,6 +109,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, opts ...
 		return cmdHistory(ctx, rest, stdout, stderr)
 	case "rerun":
 		return cmdRerun(ctx, rest, stdout, stderr)
+	case "trigger":
+		return cmdTrigger(ctx, rest, stdout, stderr)
+	case "pause", "resume":
+		return cmdPause(ctx, cmd, rest, stdout, stderr)
+	case "reload":
+		return cmdReload(ctx, rest, stdout, stderr)
 	case "healthcheck":
 		return cmdHealthcheck(ctx, rest, stdout, stderr)
 	case "version", "-version", "--version":
@@ -189,9 +200,14 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, o opti
 	log := base.With("replica", cfg.Replica)
 	late.set(log.Handler())
 	// What the daemon read for itself (the Redis URL with its password,
-	// and whatever the operator lists) is no exec task's business.
-	tasks.DropEnv(cfg.URLEnv)
+	// the API's bearer token, and whatever the operator lists) is no exec
+	// task's business.
+	tasks.DropEnv(cfg.URLEnv, cfg.TokenEnv)
 	tasks.DropEnv(cfg.EnvDrop...)
+	if err := tasks.SetHTTPPool(cfg.HTTPPool); err != nil { // validated at load; not expected
+		log.Error("slotd failed", "err", err)
+		return exitUsage
+	}
 	redis.SetLogger(redisLogger{log.With("component", "redis")})
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -247,7 +263,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, o options) e
 		}
 		srv := observe.NewServer(observe.Handler(observe.Daemon{
 			Scheduler: sched, Gatherer: reg, Store: b.Store, History: b.History,
-			Replica: cfg.Replica, MaxClockSkew: cfg.MaxClockSkew,
+			Replica: cfg.Replica, MaxClockSkew: cfg.MaxClockSkew, Token: cfg.Token,
 		}))
 		served := make(chan struct{})
 		go func() {
