@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/BurntSushi/toml v1.6.0
 	github.com/Shopify/toxiproxy/v2 v2.5.0
+	github.com/go-zookeeper/zk v1.0.4
 	github.com/lmittmann/tint v1.2.1
 	github.com/mattn/go-isatty v0.0.16
 	github.com/prometheus/client_golang v1.25.0

@@ -49,16 +49,17 @@ const (
 
 // Config is a validated slotd configuration. It is read-only after load.
 type Config struct {
-	Source        string        // where it was loaded from (the file path)
-	Replica       string        // [daemon] replica; default "<hostname>-<pid>"
-	ShutdownGrace time.Duration // [daemon] shutdown_grace; default 30s
-	MaxClockSkew  time.Duration // [daemon] max_clock_skew; default 1s: readiness fails and a warning is logged beyond it
-	EnvDrop       []string      // [daemon] env_drop: variables exec tasks must not inherit
-	RedisURL      string        // [redis] url; "" = embedded in-memory store (one replica)
-	URLEnv        string        // [redis] url_env: the variable the URL came from; exec tasks do not inherit it
-	Prefix        string        // [redis] prefix; default "slotd"
-	Redis         RedisOptions  // [redis] Sentinel or Cluster servers, credentials, min_replicas_ack
-	Listen        string        // [http] listen; default "127.0.0.1:9464"; "off" disables the HTTP server
+	Source        string           // where it was loaded from (the file path)
+	Replica       string           // [daemon] replica; default "<hostname>-<pid>"
+	ShutdownGrace time.Duration    // [daemon] shutdown_grace; default 30s
+	MaxClockSkew  time.Duration    // [daemon] max_clock_skew; default 1s: readiness fails and a warning is logged beyond it
+	EnvDrop       []string         // [daemon] env_drop: variables exec tasks must not inherit
+	RedisURL      string           // [redis] url; "" = embedded in-memory store (one replica)
+	URLEnv        string           // [redis] url_env: the variable the URL came from; exec tasks do not inherit it
+	Prefix        string           // [redis] prefix; default "slotd"
+	Redis         RedisOptions     // [redis] Sentinel or Cluster servers, credentials, min_replicas_ack
+	ZooKeeper     ZooKeeperOptions // [zookeeper] servers, session timeout, root, digest auth
+	Listen        string           // [http] listen; default "127.0.0.1:9464"; "off" disables the HTTP server
 	// Token is the bearer token of the write endpoints, read from [http]
 	// token_file or token_env at load; "" disables them. Never logged.
 	Token     string           `json:"-"`
@@ -72,7 +73,7 @@ type Config struct {
 
 // The keys of each table, for unknown-key errors.
 var (
-	topKeys      = []string{"daemon", "redis", "http", "log", "plugins", "defaults", "task"}
+	topKeys      = []string{"daemon", "redis", "http", "log", "plugins", "defaults", "task", "zookeeper"}
 	daemonKeys   = []string{"replica", "shutdown_grace", "max_clock_skew", "env_drop"}
 	redisKeys    = append([]string{"url", "prefix", "url_env"}, redisModeKeys...)
 	httpKeys     = []string{"listen", "token_file", "token_env"}
@@ -155,6 +156,7 @@ func Parse(data []byte, source string, log *slog.Logger) (*Config, error) {
 	defaults := readPolicy(defTable)
 	defaultHook := readHook(defTable, "defaults.on_failure", log.With("hook", "on_failure"))
 	cfg.readTasks(top, defaults, defaultHook, log)
+	cfg.readZooKeeper(top.sub("zookeeper", zookeeperKeys))
 
 	if err := p.err(); err != nil {
 		return nil, err

@@ -2,7 +2,8 @@
 // store (lock.Store) and the run history (scheduler.History) of the
 // configured backend — the embedded in-memory store, one Redis server,
 // Sentinel, Cluster or a Redlock quorum of independent masters, with TLS
-// and min_replicas_ack as configured — and closes them.
+// and min_replicas_ack as configured, or a ZooKeeper ensemble
+// (lock/zookeeper, with the history beside the slots) — and closes them.
 //
 // It is the only place slotd builds go-redis clients, so that the engine
 // (package scheduler) never imports go-redis. Guarantees:
@@ -28,6 +29,7 @@ import (
 
 	"github.com/slotd/slotd/internal/config"
 	"github.com/slotd/slotd/lock"
+	zklock "github.com/slotd/slotd/lock/zookeeper"
 	"github.com/slotd/slotd/scheduler"
 )
 
@@ -48,7 +50,8 @@ type Backend struct {
 	// every Redlock master (*MultiHistory).
 	History scheduler.History
 
-	redis   redisStore // nil when embedded
+	redis   redisStore    // nil when embedded
+	zk      *zklock.Store // set on [zookeeper]
 	clients []redis.UniversalClient
 	hists   []*RedisHistory // closed before the clients
 }
@@ -86,7 +89,8 @@ func WithRedisHook(h redis.Hook) Option { return func(o *options) { o.hooks = ap
 func WithSubscribe() Option { return func(o *options) { o.subscribe = true } }
 
 // Open builds the store and history of cfg's backend (cfg.RedisMode()),
-// logging which one on log. It does no I/O unless WithSubscribe is given.
+// logging which one on log. It does no I/O unless WithSubscribe is given,
+// but for [zookeeper], where it waits (at most 10s) for a session.
 func Open(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Option) (*Backend, error) {
 	o := options{maxRetries: -1}
 	for _, opt := range opts {
@@ -94,6 +98,9 @@ func Open(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Opt
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.UsesZooKeeper() {
+		return openZooKeeper(ctx, cfg, log)
 	}
 	if cfg.Embedded() {
 		log.Warn("no [redis] url, addrs or redlock: using the embedded in-memory store; slots are not shared with other replicas")
@@ -174,6 +181,9 @@ func (b *Backend) Close() error {
 	}
 	for _, c := range b.clients {
 		errs = append(errs, c.Close())
+	}
+	if b.zk != nil {
+		errs = append(errs, b.zk.Close())
 	}
 	return errors.Join(errs...)
 }

@@ -175,6 +175,9 @@ func cmdValidate(args []string, stdout, stderr io.Writer) int {
 	if !cfg.Embedded() {
 		store = "redis (" + cfg.RedisMode() + ")"
 	}
+	if cfg.UsesZooKeeper() {
+		store = fmt.Sprintf("zookeeper (%d servers)", len(cfg.ZooKeeper.Servers))
+	}
 	fmt.Fprintf(stdout, "config ok: %d tasks, %s, replica %s\n", len(cfg.Tasks), store, cfg.Replica)
 	return exitOK
 }

@@ -1,0 +1,93 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/slotd/slotd/internal/config"
+	"github.com/slotd/slotd/internal/store"
+	"github.com/slotd/slotd/internal/zktest"
+	"github.com/slotd/slotd/lock"
+	zklock "github.com/slotd/slotd/lock/zookeeper"
+	"github.com/slotd/slotd/scheduler"
+)
+
+// [zookeeper] opens the ZooKeeper store, and the history lives beside the
+// slots, newest first and bounded per task.
+func TestOpenZooKeeper(t *testing.T) {
+	e := zktest.Start(t, 1)
+	src := fmt.Sprintf("[zookeeper]\nservers = [%q]\nroot = \"/opened\"\n[[task]]\nname = \"report\"\nschedule = \"* * * * *\"\nplugin = \"exec\"\nlease = \"2s\"\nparams = { command = [\"true\"] }\n", e.Servers()[0])
+	cfg, err := config.Parse([]byte(src), "test.toml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	b, err := store.Open(ctx, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	zs, ok := b.Store.(*zklock.Store)
+	if !ok || zs.Root() != "/opened" || zs.SessionTimeout() != 2*time.Second {
+		t.Fatalf("store = %T %+v", b.Store, b.Store)
+	}
+	now, err := b.Store.Time(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := lock.Slot{Task: "report", ID: "1", Time: now.Add(-time.Second), Deadline: now.Add(time.Minute)}
+	c, err := b.Store.Claim(ctx, slot, "r", cfg.Tasks[0].Policy)
+	if err != nil || c.Result != lock.Won || c.Revision == 0 {
+		t.Fatalf("claim = %+v, %v; want won with a revision", c, err)
+	}
+
+	for i := range 3 {
+		if err := b.History.Append(ctx, "report", scheduler.HistoryEntry{Slot: fmt.Sprint(i), Attempt: 1, Outcome: "success", Duration: 1500 * time.Millisecond, Error: strings.Repeat("x", 3)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := b.History.Recent(ctx, "report", 2)
+	if err != nil || len(got) != 2 || got[0].Slot != "2" || got[1].Slot != "1" || got[0].Duration != 1500*time.Millisecond || got[0].ID == "" {
+		t.Fatalf("recent = %+v, %v", got, err)
+	}
+	if got, _ := b.History.Recent(ctx, "other", 5); len(got) != 0 {
+		t.Fatalf("another task's history = %+v", got)
+	}
+}
+
+// A task's history keeps about HistoryMaxLen entries.
+func TestZooKeeperHistoryBounded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("appends a thousand entries")
+	}
+	e := zktest.Start(t, 1)
+	ctx := context.Background()
+	s, err := zklock.Dial(ctx, zklock.Options{Servers: e.Servers(), SessionTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	h := store.NewZooKeeperHistory(s, time.Hour)
+	n := scheduler.HistoryMaxLen + 64 + 1
+	for i := range n {
+		if err := h.Append(ctx, "t", scheduler.HistoryEntry{Slot: fmt.Sprint(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kids, _, err := s.Conn().Children(s.Root() + "/.history/t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(kids) > scheduler.HistoryMaxLen+historySlack || len(kids) < scheduler.HistoryMaxLen {
+		t.Fatalf("%d entries after %d appends, want about %d", len(kids), n, scheduler.HistoryMaxLen)
+	}
+	got, err := h.Recent(ctx, "t", 1)
+	if err != nil || len(got) != 1 || got[0].Slot != fmt.Sprint(n-1) {
+		t.Fatalf("newest = %+v, %v", got, err)
+	}
+}
+
+const historySlack = 64

@@ -1,0 +1,84 @@
+// Package zklock is slotd's slot protocol (lock.Store) on a ZooKeeper
+// ensemble: the store for slots that must stay exactly-once through a
+// failover, because every write is committed by a quorum before it is
+// acknowledged, and a claim is held by a session, not by a clock.
+//
+// # Nodes
+//
+// Under the root (default /slotd; task names and slot ids are escaped so
+// that any name is one path element):
+//
+//	/slotd                          container
+//	/slotd/<task>                   container
+//	/slotd/<task>/<slot id>         the slot node: a TTL node (Policy.DoneTTL), data
+//	                                "<attempts>\n<base>\n<done value or empty>"
+//	/slotd/<task>/<slot id>/run     the running claim: an ephemeral node of the
+//	                                holder's session, data "run:<owner>:<attempt>"
+//	/slotd/.clock                   a TTL node every replica writes to read the
+//	                                leader's clock (its mtime)
+//	/slotd/.history/<task>          container of a task's history entries (history.go)
+//
+// Containers go when their last child goes, TTL nodes when they have no
+// children and their TTL has passed since their last write, ephemeral nodes
+// with their session: every node expires. TTL nodes need the servers to run
+// with zookeeper.extendedTypesEnabled=true (ZooKeeper 3.5.3 and later).
+//
+// # Claims and fencing
+//
+// A claim is one multi-op, committed or refused as a whole: set the slot
+// node's data to attempts+1 under a check of the version read, and create
+// the ephemeral run node (which fails if it exists). The attempt counted in
+// that same transaction gives the fencing token lock.Token(slot time,
+// attempt) every store uses; the transaction's zxid, which orders every
+// write of the ensemble, is handed to the task as Claim.Revision
+// (SLOTD_STORE_REVISION). Renew, Complete, Release and Rerun read, compare
+// the run node's value with the caller's, and write under version checks of
+// both nodes, so a slot released and claimed again in between is never
+// mistaken for the same attempt. Completing deletes the run node and writes
+// the done marker into the slot node's data in one multi-op.
+//
+// # Leases are sessions
+//
+// The run node lives as long as the session of the replica that claimed
+// it: it goes when the replica releases or completes the slot, or when the
+// ensemble expires the session — the session timeout after the ensemble
+// last heard from the replica. Policy.Lease is therefore not a TTL in the
+// store; it is how long the engine's Lease watchdog lets the task run
+// without a confirmed renewal. Renew is a write through the leader (a
+// version-checked set of the run node) that succeeds only while the
+// session lives, so each confirmed renewal proves the session was alive
+// when it was sent, and the ensemble cannot expire it before a session
+// timeout later. The watchdog cancels the task Lease (less a tenth) after
+// the last confirmed renewal was sent; Claim refuses a Policy.Lease longer
+// than the negotiated session timeout, so a replica cut off from the
+// ensemble has its task cancelled before the session can expire, and so
+// before a peer's claim can win. A replica that crashes frees its slots
+// one session timeout after it went silent (peers are woken by their
+// watches); one that shuts down cleanly closes its session and frees them
+// at once.
+//
+// # Clock
+//
+// No claim succeeds before the slot time (minus Policy.Tolerance) or at or
+// after the deadline, by the leader's clock, never the replica's: Time
+// writes /slotd/.clock and returns its mtime, which the leader stamps on
+// the transaction; Claim checks the slot window against the last such
+// reading plus the monotonic time elapsed since (a lower bound of the
+// leader's clock for the start, an upper bound for the deadline), and then
+// again against the mtime the claim's own transaction got: a claim that
+// landed outside the window after all (a new leader with another clock) is
+// undone before it is reported. A replica whose clock is off by minutes
+// neither starts early nor late. The leaders' clocks are assumed to be
+// close to each other (NTP): a failover to a leader whose clock is behind
+// moves the window by that much.
+//
+// # Wake-ups
+//
+// Watch registers the slot; the store keeps ZooKeeper watches on the slot
+// node and the run node of every watched slot (Claim reads them with a
+// watch, so no release after a claim's read is missed), and after each
+// watch event reads the slot again: a slot found done is reported with
+// done, a free one as a release. ZooKeeper delivers watch events in order
+// and re-arms them after a reconnection; after a session expiry the store
+// re-arms every watch on its new session.
+package zklock
