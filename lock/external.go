@@ -14,10 +14,10 @@ func NewWatch(stop func()) *Watch {
 	return &Watch{c: make(chan struct{}, 1), stop: sync.OnceFunc(stop)}
 }
 
-// Notify delivers a release or an operator's rerun of the watched slot
-// (done false), or its completion (done true, which only OnChange hears),
-// as this package's stores do.
-func (w *Watch) Notify(done bool) { w.notify(done) }
+// Notify delivers a change of the watched slot as this package's stores
+// do: Released (a release or an operator's rerun, which also wakes C),
+// Completed or Taken (which only OnChange hears).
+func (w *Watch) Notify(c Change) { w.notify(c) }
 
 // ParseValue reads a slot's state value, "run:<owner>:<attempt>" or
 // "done:<owner>:<attempt>:<unix ms>", as every store writes it. A value

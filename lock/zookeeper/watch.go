@@ -179,15 +179,15 @@ func (w *watcher) look(key string, notify bool) {
 	if !notify || run.exists {
 		return
 	}
-	done := false
+	change := lock.Released
 	if sn.exists {
 		if d, err := decodeSlot(sn.data); err == nil && d.done != "" {
-			done = true
+			change = lock.Completed
 		}
 	}
 	w.mu.Lock()
 	for _, lw := range w.m[key] {
-		lw.Notify(done)
+		lw.Notify(change)
 	}
 	w.mu.Unlock()
 }
