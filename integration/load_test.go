@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -133,5 +135,137 @@ func TestLoadToolSmall(t *testing.T) {
 	}
 	if len(r.Replicas) != 2 || killed != 1 || len(r.RSSSamples) == 0 {
 		t.Errorf("replicas %+v (want 2, one killed), %d RSS samples", r.Replicas, len(r.RSSSamples))
+	}
+}
+
+// sustainedReport is the part of the load tool's -rate -json report this
+// test reads.
+type sustainedReport struct {
+	Config struct {
+		Replicas int    `json:"replicas"`
+		Rate     int    `json:"rate"`
+		Plugin   string `json:"plugin"`
+	} `json:"config"`
+	Baseline struct {
+		Keys            int     `json:"keys"`
+		Won             int     `json:"won"`
+		PipelinedClaims float64 `json:"pipelined_claims_per_s"`
+	} `json:"baseline"`
+	Sustained struct {
+		WindowS            float64            `json:"window_s"`
+		SlotsPerS          float64            `json:"slots_per_s"`
+		Expected           int                `json:"slots_expected"`
+		Executed           int                `json:"slots_executed"`
+		Missed             int                `json:"slots_missed"`
+		Duplicates         int                `json:"duplicates"`
+		StartDelay         latency            `json:"start_delay"`
+		HistoryNotRecorded *int               `json:"history_not_recorded"`
+		RedisCPU           float64            `json:"redis_cpu_s"`
+		RedisCPUPerSlot    float64            `json:"redis_cpu_us_per_slot"`
+		RedisCmdsPerSlot   float64            `json:"redis_commands_per_slot"`
+		RedisCmds          map[string]float64 `json:"redis_commands_per_slot_by_name"`
+		LuaCounted         bool               `json:"lua_calls_counted_in_commandstats"`
+		ReplicaCPU         float64            `json:"replica_cpu_s"`
+		ReplicaCPUPerSlot  float64            `json:"replica_cpu_us_per_slot"`
+		ClientTripsPerSlot float64            `json:"client_round_trips_per_slot"`
+		PeakRSSMB          float64            `json:"peak_rss_mb"`
+		Sink               *struct {
+			Requests    int64 `json:"requests"`
+			Connections int64 `json:"connections"`
+			Malformed   int64 `json:"malformed"`
+		} `json:"sink"`
+	} `json:"sustained"`
+	Replicas []struct {
+		ID        string  `json:"id"`
+		PeakRSSMB float64 `json:"peak_mb"`
+		WindowCPU float64 `json:"window_cpu_s"`
+	} `json:"replicas"`
+	Checks     map[string]int `json:"checks"`
+	Violations []string       `json:"violations"`
+}
+
+// The load tool's sustained mode (-rate) runs small with each plugin so
+// that it cannot rot: three replicas, 150 tasks due every second, a
+// 3-second window. Correctness only, no timing: every slot of the window
+// ran exactly once, no history append was lost, and every figure of the
+// report was measured.
+func TestLoadToolSustained(t *testing.T) {
+	t.Parallel()
+	redisServer := redistest.Binary(t)
+	bin := filepath.Join(t.TempDir(), "load")
+	// Built with -race: the tool's sink and the replicas run concurrently.
+	build := exec.Command("go", "build", "-race", "-o", bin, "./cmd/slotd-load")
+	build.Dir = ".."
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/slotd-load: %v\n%s", err, out)
+	}
+	const rate, window = 150, 3
+	for _, plugin := range []string{"noop", "http"} {
+		t.Run(plugin, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			var stdout, stderr bytes.Buffer
+			cmd := exec.CommandContext(ctx, bin, "-rate", fmt.Sprint(rate), "-duration", fmt.Sprintf("%ds", window),
+				"-warmup", "1", "-plugin", plugin, "-redis-server", redisServer, "-json")
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("load tool: %v\nstderr:\n%s\nstdout:\n%s", err, stderr.String(), stdout.String())
+			}
+			var r sustainedReport
+			if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
+				t.Fatalf("report is not JSON: %v\n%s", err, stdout.String())
+			}
+			if !strings.Contains(stderr.String(), "sustained "+plugin) {
+				t.Errorf("no one-line summary on stderr:\n%s", stderr.String())
+			}
+			if len(r.Violations) > 0 {
+				t.Errorf("violations: %q", r.Violations)
+			}
+			if r.Config.Replicas != 3 || r.Config.Rate != rate || r.Config.Plugin != plugin {
+				t.Errorf("config %+v: want 3 replicas, rate %d, plugin %s", r.Config, rate, plugin)
+			}
+			if b := r.Baseline; b.Keys != rate || b.Won != rate || b.PipelinedClaims <= 0 {
+				t.Errorf("baseline did not run: %+v", b)
+			}
+			s := r.Sustained
+			want := rate * window
+			if s.WindowS != window || s.Expected != want || s.Executed != want || s.Missed != 0 || s.Duplicates != 0 {
+				t.Errorf("window %v s: %d expected, %d executed, %d missed, %d duplicates; want %d, %d, 0, 0",
+					s.WindowS, s.Expected, s.Executed, s.Missed, s.Duplicates, want, want)
+			}
+			if s.SlotsPerS != rate || s.StartDelay.N != want || s.StartDelay.P50 <= 0 || s.StartDelay.Max < s.StartDelay.P50 {
+				t.Errorf("slots/s %v, start delay %+v: want %d/s and %d starts measured", s.SlotsPerS, s.StartDelay, rate, want)
+			}
+			if r.Checks["window"] != want || r.Checks["tick"] <= want {
+				t.Errorf("checked slots %v: want the window's %d and the warm-up's", r.Checks, want)
+			}
+			if s.HistoryNotRecorded == nil || *s.HistoryNotRecorded != 0 {
+				t.Errorf("history not recorded: %v, want a count of 0", s.HistoryNotRecorded)
+			}
+			// Per slot, Redis runs at least one claim script and the
+			// commands it calls (counted: the tool checked that this
+			// server counts them); the replicas and Redis spent CPU.
+			if !s.LuaCounted || s.RedisCmdsPerSlot < 2 || s.RedisCmds["evalsha"] <= 0 || s.RedisCPU <= 0 || s.RedisCPUPerSlot <= 0 {
+				t.Errorf("Redis per slot: %.2f commands (%v), CPU %.3f s, %.1f µs, Lua counted %v",
+					s.RedisCmdsPerSlot, s.RedisCmds, s.RedisCPU, s.RedisCPUPerSlot, s.LuaCounted)
+			}
+			if s.ReplicaCPU <= 0 || s.ReplicaCPUPerSlot <= 0 || s.ClientTripsPerSlot <= 0 {
+				t.Errorf("replicas: CPU %.2f s, %.1f µs per slot, %.2f round trips per slot", s.ReplicaCPU, s.ReplicaCPUPerSlot, s.ClientTripsPerSlot)
+			}
+			if len(r.Replicas) != 3 || s.PeakRSSMB <= 0 {
+				t.Errorf("replicas %+v, peak RSS %.1f MB: want 3 with a peak", r.Replicas, s.PeakRSSMB)
+			}
+			for _, rep := range r.Replicas {
+				if rep.PeakRSSMB <= 0 {
+					t.Errorf("replica %s: no peak RSS", rep.ID)
+				}
+			}
+			switch sk := s.Sink; {
+			case plugin == "noop" && sk != nil:
+				t.Errorf("noop run reports a sink: %+v", sk)
+			case plugin == "http" && (sk == nil || sk.Requests < int64(want) || sk.Connections < 1 || sk.Malformed != 0):
+				t.Errorf("sink %+v: want at least the window's %d requests, a connection, none malformed", sk, want)
+			}
+		})
 	}
 }

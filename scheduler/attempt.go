@@ -80,11 +80,17 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 	if s.log.Enabled(ctx, slog.LevelInfo) {
 		log().Info("attempt started", "delay", start.Sub(slot.Time))
 	}
+	rctx := tasks.WithRun(tctx, run)
+	var out *tasks.Output // nil keeps none
+	if t.OutputTail > 0 {
+		out = tasks.NewOutput(min(t.OutputTail, MaxHistoryOutput))
+		rctx = tasks.WithOutput(rctx, out)
+	}
 	var err error
 	if oerr != nil {
 		err = fmt.Errorf("task not started: recording its running attempt (concurrency = %q) failed: %w", t.Concurrency, oerr)
 	} else {
-		err = runTask(tasks.WithRun(tctx, run), t.Job)
+		err = runTask(rctx, t.Job)
 		stopOccupying()
 	}
 	// Completing or releasing the lease ends its context too: stop
@@ -99,6 +105,7 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 	entry := HistoryEntry{
 		Slot: slot.ID, SlotTime: slot.Time, Attempt: c.Attempt, Token: lease.Token(),
 		Replica: s.replica, Started: start, Duration: took,
+		Output: out.String(),
 	}
 
 	// Finishing must outlive shutdown; the lease bounds a release.

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/slotd/slotd/tasks"
 )
 
 // Run history: one entry per finished attempt, kept per task, newest last.
@@ -22,6 +24,9 @@ const (
 	HistoryMaxLen = 1000
 	// MaxHistoryError bounds the error text of an entry, in bytes.
 	MaxHistoryError = 1024
+	// MaxHistoryOutput bounds the output of an entry, in bytes (its
+	// tail is kept), whatever a task's OutputTail.
+	MaxHistoryOutput = tasks.MaxOutputTail
 
 	// historyTimeout bounds one append: history must never hold a slot up.
 	historyTimeout = 2 * time.Second
@@ -39,6 +44,11 @@ type HistoryEntry struct {
 	Started  time.Time     `json:"started"`
 	Duration time.Duration `json:"-"`               // written as duration_ms
 	Error    string        `json:"error,omitempty"` // at most MaxHistoryError bytes of valid UTF-8
+	// Output is the tail of what the attempt printed or returned (see
+	// tasks.Output): at most the task's OutputTail bytes, never more than
+	// MaxHistoryOutput, of valid UTF-8. It is the task's own, so it is
+	// attacker-controlled text: escape it wherever it is shown.
+	Output string `json:"output,omitempty"`
 }
 
 // historyJSON is HistoryEntry as JSON: the duration in milliseconds.
@@ -90,6 +100,22 @@ func TruncateHistoryError(s string) string {
 	return s[:cut] + mark
 }
 
+// TruncateHistoryOutput makes s valid UTF-8 of at most MaxHistoryOutput
+// bytes, keeping its tail and marking a cut with "…": how every History
+// stores an entry's Output.
+func TruncateHistoryOutput(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= MaxHistoryOutput {
+		return s
+	}
+	const mark = "…"
+	cut := len(s) - (MaxHistoryOutput - len(mark))
+	for cut < len(s) && !utf8.RuneStart(s[cut]) {
+		cut++
+	}
+	return mark + s[cut:]
+}
+
 // MemoryHistory keeps each task's latest entries in this process: the
 // history of the embedded store, and of tests.
 type MemoryHistory struct {
@@ -125,6 +151,7 @@ func (h *MemoryHistory) Append(ctx context.Context, task string, e HistoryEntry)
 	}
 	e.ID = strconv.FormatInt(h.last, 10) + "-" + strconv.FormatInt(h.seq, 10)
 	e.Error = TruncateHistoryError(e.Error)
+	e.Output = TruncateHistoryOutput(e.Output)
 	list := append(h.m[task], e)
 	if len(list) >= 2*h.max { // trim in batches, as Redis does, not on every append
 		list = append(list[:0:0], list[len(list)-h.max:]...)

@@ -27,6 +27,9 @@ type Task struct {
 	// not caught up (0: no bound but the window).
 	CatchupLimit time.Duration
 	Deadline     time.Duration // 0: a slot's window ends at the next fire time; else slot time + Deadline
+	// OutputTail is how many bytes of each attempt's output (its tail)
+	// the history keeps, at most MaxHistoryOutput; 0 keeps none.
+	OutputTail int
 	// Paused: the task starts paused unless the store records a pause
 	// state for it (an operator's pause or resume); see lock.Controls.
 	Paused bool

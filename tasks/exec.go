@@ -221,7 +221,8 @@ func outputTail(s string, n int) string {
 // When ctx is done the group gets SIGTERM, and after the grace everything
 // is killed. Whatever is left when the command exits is killed too: it
 // would otherwise outlive the attempt and its lease, and could overlap the
-// next attempt.
+// next attempt. The tail of the captured output goes to the attempt's
+// Output.
 func (t *execTask) Run(ctx context.Context) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("tasks: exec: %s: not started: %w", t.argv[0], context.Cause(ctx))
@@ -286,6 +287,8 @@ func (t *execTask) Run(ctx context.Context) error {
 	}
 
 	xe := &ExitError{ExitCode: -1, Output: out.String()}
+	// The history keeps the tail of the same capture the log gets.
+	OutputFrom(ctx).WriteString(xe.Output)
 	switch {
 	case ws.Exited():
 		xe.ExitCode = ws.ExitStatus()
@@ -345,44 +348,31 @@ func (t *execTask) environ(ctx context.Context, base []string) []string {
 // total, so that a command writing gigabytes costs a bounded amount of memory.
 // It grows as output arrives: most commands write little.
 type capture struct {
-	head, tail       []byte // the first bytes; a ring of the last bytes
-	headMax, tailMax int
-	pos              int   // the oldest byte in tail; 0 until the ring wraps
-	total            int64 // bytes written
+	head    []byte // the first bytes
+	headMax int
+	tail    ring  // the last bytes
+	total   int64 // bytes written
 }
 
 func newCapture(max int) *capture {
-	return &capture{headMax: max / 2, tailMax: max - max/2}
+	return &capture{headMax: max / 2, tail: ring{max: max - max/2}}
 }
 
 func (c *capture) Write(p []byte) (int, error) {
 	n := len(p)
 	c.total += int64(n)
 	k := min(c.headMax-len(c.head), len(p))
-	c.head, p = append(c.head, p[:k]...), p[k:]
-
-	if len(p) >= c.tailMax {
-		c.tail, c.pos = append(c.tail[:0], p[len(p)-c.tailMax:]...), 0
-		return n, nil
-	}
-	k = min(c.tailMax-len(c.tail), len(p))
-	c.tail, p = append(c.tail, p[:k]...), p[k:]
-	for len(p) > 0 { // the ring is full: overwrite the oldest bytes
-		k = copy(c.tail[c.pos:], p)
-		c.pos, p = (c.pos+k)%c.tailMax, p[k:]
-	}
+	c.head = append(c.head, p[:k]...)
+	c.tail.write(p[k:])
 	return n, nil
 }
 
 // String returns the kept bytes, with a marker where bytes were dropped, as
 // valid UTF-8: the output goes into logs, JSON and Redis.
 func (c *capture) String() string {
-	var b strings.Builder
-	b.Write(c.head)
-	if omitted := c.total - int64(len(c.head)+len(c.tail)); omitted > 0 {
-		fmt.Fprintf(&b, "...[%d bytes omitted]...", omitted)
+	b := append([]byte(nil), c.head...)
+	if omitted := c.total - int64(len(c.head)+len(c.tail.buf)); omitted > 0 {
+		b = fmt.Appendf(b, "...[%d bytes omitted]...", omitted)
 	}
-	b.Write(c.tail[c.pos:])
-	b.Write(c.tail[:c.pos])
-	return strings.ToValidUTF8(b.String(), "\uFFFD")
+	return strings.ToValidUTF8(string(c.tail.appendTo(b)), "\uFFFD")
 }

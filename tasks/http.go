@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 func init() { Register("http", newHTTP) }
@@ -21,8 +22,10 @@ const DefaultHTTPTimeout = 30 * time.Second
 const (
 	// bodyQuoteMax bounds the response body kept for errors and logs.
 	bodyQuoteMax = 1 << 10
-	// bodyDrainMax bounds what is read past that, to let the connection be
-	// reused; a larger body costs a new connection, not memory or time.
+	// bodyDrainMax bounds what is read past that, so that the connection
+	// returns to the pool (net/http reuses a connection only once its
+	// response body was read to the end and closed); a larger body costs a
+	// new connection, not memory or time.
 	bodyDrainMax = 64 << 10
 )
 
@@ -49,8 +52,8 @@ type httpTask struct {
 	host    string // a Host header, which net/http takes from Request.Host
 	body    string
 	timeout time.Duration
-	expect  []int // nil: any 2xx
-	client  *http.Client
+	expect  []int        // nil: any 2xx
+	client  *http.Client // nil: the process's shared pool (httpClient); tests set their own
 	log     *slog.Logger
 }
 
@@ -98,7 +101,6 @@ func newHTTP(params map[string]any, log *slog.Logger) (Task, error) {
 		body:    p.Body,
 		timeout: p.Timeout.Duration,
 		expect:  p.Expect,
-		client:  &http.Client{},
 		log:     log,
 	}
 	for k, v := range p.Headers {
@@ -171,7 +173,8 @@ func (t *httpTask) accepts(code int) bool {
 }
 
 // Run sends the request; the response's status decides success. The
-// request, body included, must complete within the timeout.
+// request, body included, must complete within the timeout. The status
+// line and the head of the body go to the attempt's Output.
 func (t *httpTask) Run(ctx context.Context) error {
 	start := time.Now()
 	target := t.method + " " + RedactURL(t.url)
@@ -197,10 +200,15 @@ func (t *httpTask) Run(ctx context.Context) error {
 		}
 	}
 
-	resp, err := t.client.Do(req)
+	client := t.client
+	if client == nil {
+		client = httpClient()
+	}
+	resp, err := client.Do(req)
+	out := OutputFrom(parent)
 	var body []byte
 	if err == nil {
-		body, err = io.ReadAll(io.LimitReader(resp.Body, bodyQuoteMax))
+		body, err = io.ReadAll(io.LimitReader(resp.Body, int64(max(bodyQuoteMax, out.Limit()))))
 		if err == nil {
 			_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, bodyDrainMax))
 		}
@@ -224,10 +232,11 @@ func (t *httpTask) Run(ctx context.Context) error {
 		return err
 	}
 
+	writeResponse(out, resp, body)
 	se := &StatusError{
 		StatusCode: resp.StatusCode,
 		Status:     resp.Status,
-		Body:       strings.ToValidUTF8(string(body), "\uFFFD"),
+		Body:       strings.ToValidUTF8(string(body[:min(len(body), bodyQuoteMax)]), "\uFFFD"),
 	}
 	attrs := []slog.Attr{
 		slog.Int("status_code", resp.StatusCode),
@@ -241,4 +250,25 @@ func (t *httpTask) Run(ctx context.Context) error {
 	err = fmt.Errorf("tasks: http: %s: %w", target, se)
 	t.log.LogAttrs(parent, slog.LevelWarn, "request failed", append(attrs, slog.Any("err", err))...)
 	return err
+}
+
+// writeResponse reports the response's status line and the head of its
+// body, as much as out keeps, to the attempt's output; never a header.
+// The body is made valid UTF-8 before it is fitted, so that the status
+// line stays in; a cut body ends with "…".
+func writeResponse(out *Output, resp *http.Response, body []byte) {
+	if out.Limit() == 0 {
+		return
+	}
+	status := resp.Proto + " " + resp.Status + "\n"
+	text := strings.ToValidUTF8(string(body), "\uFFFD")
+	if room := out.Limit() - len(status); len(text) > room {
+		const cut = "…"
+		n := max(room-len(cut), 0)
+		for n > 0 && !utf8.RuneStart(text[n]) { // not in the middle of a character
+			n--
+		}
+		text = text[:n] + cut
+	}
+	out.WriteString(status + text)
 }

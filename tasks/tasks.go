@@ -12,7 +12,10 @@
 //
 // A Task learns which slot it runs from its context (RunFrom), never from the
 // wall clock: the slot time is the schedule's fire time, whatever the time is
-// when the task actually starts.
+// when the task actually starts. It reports what it printed or returned,
+// for the run history, to OutputFrom(ctx): a bounded tail that never fails.
+//
+// The http plugin shares one connection pool per process (SetHTTPPool).
 //
 // The exec plugin guarantees, on Linux, that no process an attempt started
 // outlives the attempt: each runs under a supervisor, the program's own

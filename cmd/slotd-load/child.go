@@ -30,6 +30,7 @@ import (
 //
 //	S <task> <slot unix ns> <attempt> <start unix ns>          probe started
 //	E <task> <slot unix ns> <attempt> <end unix ns> ok|fail    probe returned
+//	X <task> <slot unix ns> <attempt> <start unix ns>          noop ran (and succeeded)
 //	C <state key> <answer unix ns>                              claim answered
 //	R <unix ns> <round trips> <commands>                        hook counters
 //	M <heap in use> <stacks in use> <goroutines>                Go runtime, peak of each since the last M line
@@ -63,7 +64,28 @@ func (r *recorder) flush() {
 	r.mu.Unlock()
 }
 
-func init() { tasks.Register("probe", newProbe) }
+func init() {
+	tasks.Register("probe", newProbe)
+	tasks.Register("noop", newNoop)
+}
+
+// newNoop builds the sustained mode's no-op task: it only records that it
+// ran, one buffered line (about a microsecond), so that a replica's CPU
+// per slot is the daemon's.
+func newNoop(params map[string]any, _ *slog.Logger) (tasks.Task, error) {
+	if len(params) > 0 {
+		return nil, errors.New("noop: takes no parameters")
+	}
+	return tasks.TaskFunc(func(ctx context.Context) error {
+		start := time.Now().UnixNano()
+		run, ok := tasks.RunFrom(ctx)
+		if !ok || rec == nil {
+			return errors.New("noop: no slot in the context or no records file")
+		}
+		rec.printf("X %s %d %d %d\n", run.Task, run.SlotTime.UnixNano(), run.Attempt, start)
+		return nil
+	}), nil
+}
 
 // newProbe builds the probe task: it records its start and end, and on its
 // first attempt can fail or sleep (until done or for sleep_first).
@@ -122,6 +144,7 @@ func newProbe(params map[string]any, _ *slog.Logger) (tasks.Task, error) {
 // recorded.
 type counter struct {
 	trips, cmds atomic.Int64
+	claims      bool // record when each claim was answered (C lines)
 }
 
 func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -131,7 +154,9 @@ func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		err := next(ctx, cmd)
 		c.trips.Add(1)
 		c.cmds.Add(1)
-		noteClaim(cmd)
+		if c.claims {
+			noteClaim(cmd)
+		}
 		return err
 	}
 }
@@ -141,8 +166,10 @@ func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 		err := next(ctx, cmds)
 		c.trips.Add(1)
 		c.cmds.Add(int64(len(cmds)))
-		for _, cmd := range cmds {
-			noteClaim(cmd)
+		if c.claims {
+			for _, cmd := range cmds {
+				noteClaim(cmd)
+			}
 		}
 		return err
 	}
@@ -175,7 +202,9 @@ func noteClaim(cmd redis.Cmder) {
 }
 
 // runChild runs one replica until SIGTERM; it returns the exit code.
-func runChild(config, records string, profile bool, stderr io.Writer) int {
+// Without noteClaims it writes no C lines (the sustained mode, whose CPU
+// per slot they would inflate, reads none).
+func runChild(config, records string, profile, noteClaims bool, stderr io.Writer) int {
 	f, err := os.OpenFile(records, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		fmt.Fprintf(stderr, "load child: %v\n", err)
@@ -183,7 +212,7 @@ func runChild(config, records string, profile bool, stderr io.Writer) int {
 	}
 	defer f.Close()
 	rec = &recorder{w: bufio.NewWriterSize(f, 1<<16)}
-	hook := &counter{}
+	hook := &counter{claims: noteClaims}
 	peaks := &runtimePeaks{}
 	stopPeaks := peaks.sample(10 * time.Millisecond)
 	defer stopPeaks()

@@ -11,6 +11,14 @@
 //	go run ./cmd/slotd-load -replicas 3 -tasks 10000 -duration 10m -period 30s -crash 0   # memory over time
 //	go run ./cmd/slotd-load -replicas 3 -tasks 10000 -profile -dir /tmp/load   # CPU and heap profiles
 //
+// With -rate N it measures sustained load instead (issue #18): N tasks
+// due every second for -duration, with a no-op task or the built-in http
+// plugin POSTing to a keep-alive sink in this process; it reports slots/s,
+// missed and duplicate slots, start delay, and Redis and replica CPU per
+// executed slot.
+//
+//	go run ./cmd/slotd-load -rate 2000 -duration 60s -plugin http
+//
 // It asserts no timing. It exits 1 when a correctness check fails (a slot
 // run twice or not retried as configured, a claim not answered) and 2 on
 // bad flags. README.md beside this file explains every flag and every line
@@ -35,6 +43,7 @@ const (
 	burstPrefix = "burst-"
 	failPrefix  = "fail-"
 	crashPrefix = "crash-"
+	tickPrefix  = "tick-" // sustained mode: due every second
 )
 
 type options struct {
@@ -44,6 +53,12 @@ type options struct {
 	duration, sample, scrape            time.Duration
 	redisServer, dir                    string
 	json, profile                       bool
+	// Sustained mode (rate > 0): rate tasks due every second, run by
+	// plugin ("noop" or "http"), measured over duration after warmup
+	// seconds.
+	rate   int
+	plugin string
+	set    map[string]bool // the flags given on the command line
 }
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -55,17 +70,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 	child := fs.Bool("child", false, "internal: run as one replica")
 	config := fs.String("config", "", "internal: the replica's config")
 	recordsPath := fs.String("records", "", "internal: the replica's records file")
+	noteClaims := fs.Bool("note-claims", true, "internal: record when each claim was answered")
 	fs.BoolVar(&o.profile, "profile", false, "each replica writes <id>.cpu.pprof (its whole life) and <id>.heap.pprof (at exit) into -dir")
 	fs.IntVar(&o.replicas, "replicas", 3, "replicas (child processes)")
 	fs.IntVar(&o.tasks, "tasks", 100, "tasks due in the same second at every burst")
 	fs.IntVar(&o.fail, "fail", 10, "tasks whose first attempt fails (failure handoff)")
 	fs.IntVar(&o.crash, "crash", 3, "tasks whose first attempt runs until cancelled; the replica holding most of them is killed -9 (crash takeover); 0: no crash")
-	fs.IntVar(&o.warmup, "warmup", 1, "bursts to let pass before the measured one (connection pools grow in the first)")
+	fs.IntVar(&o.warmup, "warmup", 1, "bursts to let pass before the measured one (connection pools grow in the first); with -rate, seconds (default 5)")
 	fs.IntVar(&o.batch, "batch", 256, "pipeline batch size of the raw baseline (the lock package's)")
 	fs.DurationVar(&o.period, "period", 10*time.Second, "every task fires every period (whole seconds dividing a minute, at least 4s): the burst at its start, failures half a period later, crashes a second after them")
 	fs.DurationVar(&o.lease, "lease", 2*time.Second, "lease of the crash tasks (a takeover waits for it)")
 	fs.DurationVar(&o.burstLease, "burst-lease", 15*time.Second, "lease of the burst and failing tasks (slotd's default; a claim's time limit is lease/3)")
-	fs.DurationVar(&o.duration, "duration", 0, "keep the replicas running at least this long (memory growth: -duration 10m)")
+	fs.DurationVar(&o.duration, "duration", 0, "keep the replicas running at least this long (memory growth: -duration 10m); with -rate, the measured window (default 60s)")
+	fs.IntVar(&o.rate, "rate", 0, "sustained mode: this many tasks, each due every second; 0: the burst measurement")
+	fs.StringVar(&o.plugin, "plugin", "noop", "sustained mode: the tasks' plugin, noop or http (POSTs to a keep-alive sink in this process)")
 	fs.DurationVar(&o.sample, "sample", 30*time.Second, "RSS sampling interval")
 	fs.DurationVar(&o.scrape, "scrape", 0, "fetch every replica's /metrics (gzipped) this often, as Prometheus would; 0: never")
 	fs.StringVar(&o.redisServer, "redis-server", "redis-server", "redis-server binary")
@@ -75,14 +93,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if *child {
-		return runChild(*config, *recordsPath, o.profile, stderr)
+		return runChild(*config, *recordsPath, o.profile, *noteClaims, stderr)
 	}
+	o.set = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
 	if err := o.validate(); err != nil {
 		fmt.Fprintf(stderr, "load: %v\n", err)
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if o.rate > 0 {
+		return runSustained(ctx, o, stdout, stderr)
+	}
 	rep, err := measure(ctx, o, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "load: %v\n", err)
@@ -105,6 +128,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 func (o *options) validate() error {
+	if o.rate != 0 || o.set["plugin"] {
+		return o.validateSustained()
+	}
 	switch {
 	case o.replicas < 1 || o.replicas > 64:
 		return fmt.Errorf("-replicas %d: want 1..64", o.replicas)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -17,20 +18,12 @@ const pollEvery = 50 * time.Millisecond
 
 // measure runs the whole measurement and returns its report.
 func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) {
-	dir := o.dir
-	if dir == "" {
-		d, err := os.MkdirTemp("", "slotd-load-")
-		if err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(d)
-		dir = d
-	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+	dir, cleanup, err := workDir(o.dir)
+	if err != nil {
 		return nil, err
 	}
-	progress := func(format string, args ...any) {
-		fmt.Fprintf(stderr, "%s load: %s\n", time.Now().UTC().Format("15:04:05.000"), fmt.Sprintf(format, args...))
-	}
+	defer cleanup()
+	progress := progressTo(stderr)
 	rep := &report{Config: reportConfig{Replicas: o.replicas, Tasks: o.tasks, Fail: o.fail, Crash: o.crash,
 		Warmup: o.warmup, Period: o.period.String(), Lease: o.lease.String(), BurstLease: o.burstLease.String(), Duration: o.duration.String()}}
 
@@ -71,7 +64,7 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 		}
 	}()
 	for i, id := range ids {
-		r, err := startReplica(id, dir, configs[i], listens[i], o.profile)
+		r, err := startReplica(id, dir, configs[i], listens[i], o.profile, true)
 		if err != nil {
 			return nil, err
 		}
@@ -88,40 +81,8 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 	if o.scrape > 0 {
 		sc = startScraper(reps, o.scrape)
 	}
-	wait := func(until time.Time) error {
-		for time.Now().Before(until) {
-			sampler.tick()
-			if err := recs.poll(); err != nil {
-				return err
-			}
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(min(pollEvery, time.Until(until))):
-			}
-		}
-		return recs.poll()
-	}
-	// awaitCond polls until cond holds or until passes; it says which.
-	awaitCond := func(until time.Time, cond func() bool) (bool, error) {
-		for {
-			if err := recs.poll(); err != nil {
-				return false, err
-			}
-			if cond() {
-				return true, nil
-			}
-			if time.Now().After(until) {
-				return false, nil
-			}
-			sampler.tick()
-			select {
-			case <-ctx.Done():
-				return false, ctx.Err()
-			case <-time.After(pollEvery):
-			}
-		}
-	}
+	w := waiter{ctx: ctx, recs: recs, smp: sampler}
+	wait, awaitCond := w.until, w.cond
 
 	// The measured burst: the first one at least a second after every
 	// replica is ready, after o.warmup more; failures half a period later,
@@ -212,6 +173,71 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 	rep.analyzeReplicas(reps, sampler, recs)
 	rep.check(recs, o, failAt, crashAt)
 	return rep, nil
+}
+
+// workDir returns dir, created if need be, or a temporary directory that
+// cleanup removes.
+func workDir(dir string) (_ string, cleanup func(), _ error) {
+	if dir == "" {
+		d, err := os.MkdirTemp("", "slotd-load-")
+		if err != nil {
+			return "", nil, err
+		}
+		return d, func() { os.RemoveAll(d) }, nil
+	}
+	return dir, func() {}, os.MkdirAll(dir, 0o755)
+}
+
+// progressTo returns the printf of the progress lines on stderr.
+func progressTo(stderr io.Writer) func(format string, args ...any) {
+	return func(format string, args ...any) {
+		fmt.Fprintf(stderr, "%s load: %s\n", time.Now().UTC().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+	}
+}
+
+// waiter waits for a time or an event while it reads the replicas'
+// records and samples their RSS.
+type waiter struct {
+	ctx  context.Context
+	recs *records
+	smp  *sampler
+}
+
+// until waits until the time given.
+func (w waiter) until(until time.Time) error {
+	for time.Now().Before(until) {
+		w.smp.tick()
+		if err := w.recs.poll(); err != nil {
+			return err
+		}
+		select {
+		case <-w.ctx.Done():
+			return w.ctx.Err()
+		case <-time.After(min(pollEvery, time.Until(until))):
+		}
+	}
+	return w.recs.poll()
+}
+
+// cond polls until cond holds or until passes; it says which.
+func (w waiter) cond(until time.Time, cond func() bool) (bool, error) {
+	for {
+		if err := w.recs.poll(); err != nil {
+			return false, err
+		}
+		if cond() {
+			return true, nil
+		}
+		if time.Now().After(until) {
+			return false, nil
+		}
+		w.smp.tick()
+		select {
+		case <-w.ctx.Done():
+			return false, w.ctx.Err()
+		case <-time.After(pollEvery):
+		}
+	}
 }
 
 // burstDone says whether every burst task's slot at t ran to its end.
@@ -334,10 +360,18 @@ type snapshot struct {
 	commands   map[string]int64   // INFO commandstats
 	redisCPU   float64            // INFO cpu, user + system seconds
 	replicaCPU map[string]float64 // /proc, by replica id
+	toolCPU    float64            // /proc of this process
+	loadAvg    string             // /proc/loadavg: the machine's 1, 5 and 15 minute load averages
 }
 
 func takeSnapshot(ctx context.Context, rdb *redis.Client, reps []*replica) (snapshot, error) {
 	s := snapshot{at: time.Now(), replicaCPU: map[string]float64{}}
+	if p, err := readProc(os.Getpid()); err == nil {
+		s.toolCPU = p.CPUSeconds
+	}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		s.loadAvg = strings.Join(strings.Fields(string(b))[:3], " ")
+	}
 	for _, r := range reps {
 		s.replicaCPU[r.id] = r.cpu()
 	}

@@ -37,6 +37,11 @@ type records struct {
 	counters map[string][]counterSample
 	peaks    map[string]goPeaks // replica → peaks of the Go runtime over its life
 	tails    []*tail
+	sink     *sink // sustained mode with the http plugin: its requests are the attempts
+	// window is the sustained mode's slots [from, to) (unix ns);
+	// inWindow counts the tick slots in it that ran.
+	window   [2]int64
+	inWindow int
 }
 
 // goPeaks is what a replica's RSS is made of, at the peak of each.
@@ -61,8 +66,15 @@ func newRecords(reps []*replica) *records {
 	return r
 }
 
-// poll reads what the replicas wrote since the last poll.
+// poll reads what the replicas wrote, and the sink received, since the
+// last poll.
 func (r *records) poll() error {
+	if r.sink != nil {
+		for _, h := range r.sink.take() {
+			s := r.slot(h.task, h.slot)
+			s.attempts = append(s.attempts, &attempt{replica: h.replica, n: h.attempt, start: h.at, end: h.at, ok: true})
+		}
+	}
 	for _, t := range r.tails {
 		f, err := os.Open(t.path)
 		if os.IsNotExist(err) {
@@ -113,6 +125,9 @@ func (r *records) parse(replica, line string) error {
 	case f[0] == "S" && len(f) == 5:
 		s := r.slot(f[1], num(2))
 		s.attempts = append(s.attempts, &attempt{replica: replica, n: int(num(3)), start: num(4)})
+	case f[0] == "X" && len(f) == 5:
+		s := r.slot(f[1], num(2))
+		s.attempts = append(s.attempts, &attempt{replica: replica, n: int(num(3)), start: num(4), end: num(4), ok: true})
 	case f[0] == "E" && len(f) == 6:
 		s := r.slot(f[1], num(2))
 		for _, a := range s.attempts {
@@ -149,6 +164,9 @@ func (r *records) slot(task string, slot int64) *slotRuns {
 	if s == nil {
 		s = &slotRuns{task: task, slot: slot}
 		r.slots[k] = s
+		if slot >= r.window[0] && slot < r.window[1] && strings.HasPrefix(task, tickPrefix) {
+			r.inWindow++
+		}
 	}
 	return s
 }

@@ -284,3 +284,26 @@ func median(xs []float64) float64 {
 	slices.Sort(s)
 	return s[len(s)/2]
 }
+
+// luaCallsCounted says whether this redis-server counts the commands a Lua
+// script calls in INFO commandstats (Redis 7 does: a script's inner calls
+// appear under their own names beside its eval/evalsha), so that a reader
+// knows what "commands per slot" counts. It runs one script calling
+// EXISTS three times and reads the difference.
+func luaCallsCounted(ctx context.Context, c *redis.Client) (bool, error) {
+	before, err := commandStats(ctx, c)
+	if err != nil {
+		return false, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	script := `for i = 1, 3 do redis.call("exists", KEYS[1]) end return 0`
+	if err := c.Eval(cctx, script, []string{"slotd-load:lua-count"}).Err(); err != nil {
+		return false, fmt.Errorf("lua count check: %w", err)
+	}
+	after, err := commandStats(ctx, c)
+	if err != nil {
+		return false, err
+	}
+	return after["exists"]-before["exists"] >= 3, nil
+}

@@ -25,7 +25,8 @@ type replica struct {
 	final   procStats // read just before the child was stopped or killed
 }
 
-// cpu is the replica's CPU seconds so far (0 if /proc cannot say).
+// cpu is the replica's CPU seconds so far (0 if /proc cannot say): utime +
+// stime of every thread, at USER_HZ resolution (10 ms).
 func (r *replica) cpu() float64 {
 	s, _ := readProc(r.cmd.Process.Pid)
 	return s.CPUSeconds
@@ -79,7 +80,7 @@ func readProc(pid int) (procStats, error) {
 
 // startReplica re-executes this binary as a child running the daemon on
 // config, writing its records under dir.
-func startReplica(id, dir, config, listen string, profile bool) (*replica, error) {
+func startReplica(id, dir, config, listen string, profile, noteClaims bool) (*replica, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -90,7 +91,8 @@ func startReplica(id, dir, config, listen string, profile bool) (*replica, error
 		return nil, err
 	}
 	defer logf.Close()
-	r.cmd = exec.Command(self, "-child", "-config", config, "-records", r.records, "-profile="+strconv.FormatBool(profile))
+	r.cmd = exec.Command(self, "-child", "-config", config, "-records", r.records, "-profile="+strconv.FormatBool(profile),
+		"-note-claims="+strconv.FormatBool(noteClaims))
 	r.cmd.Stdout, r.cmd.Stderr = logf, logf
 	// A replica must not outlive the tool.
 	r.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

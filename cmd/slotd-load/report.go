@@ -262,19 +262,7 @@ func (rep *report) check(recs *records, o options, failAt, crashAt time.Time) {
 		s := recs.slots[k]
 		at := time.Unix(0, s.slot).UTC()
 		name := fmt.Sprintf("%s slot %s", s.task, at.Format(time.TimeOnly))
-		oks, seen := 0, map[int]bool{}
-		for _, a := range s.attempts {
-			if a.ok {
-				oks++
-			}
-			if seen[a.n] {
-				rep.Violations = append(rep.Violations, name+fmt.Sprintf(": attempt %d ran twice", a.n))
-			}
-			seen[a.n] = true
-		}
-		if oks > 1 || len(s.attempts) > 3 {
-			rep.Violations = append(rep.Violations, name+fmt.Sprintf(": %d successes in %d attempts", oks, len(s.attempts)))
-		}
+		rep.Violations = append(rep.Violations, slotViolations(name, s)...)
 		kind := strings.TrimSuffix(s.task[:strings.IndexByte(s.task, '-')+1], "-")
 		rep.Checks[kind]++
 		a1, a2 := attemptN(s, 1), attemptN(s, 2)
@@ -305,6 +293,26 @@ func (rep *report) check(recs *records, o options, failAt, crashAt time.Time) {
 	if o.crash > 0 && len(rep.Crash.tasks) == 0 {
 		rep.Violations = append(rep.Violations, "crash: no slot held by the killed replica")
 	}
+}
+
+// slotViolations checks what holds for every slot: no attempt number runs
+// twice, no slot succeeds twice or runs more than three attempts.
+func slotViolations(name string, s *slotRuns) []string {
+	var v []string
+	oks, seen := 0, map[int]bool{}
+	for _, a := range s.attempts {
+		if a.ok {
+			oks++
+		}
+		if seen[a.n] {
+			v = append(v, name+fmt.Sprintf(": attempt %d ran twice", a.n))
+		}
+		seen[a.n] = true
+	}
+	if oks > 1 || len(s.attempts) > 3 {
+		v = append(v, name+fmt.Sprintf(": %d successes in %d attempts", oks, len(s.attempts)))
+	}
+	return v
 }
 
 // okOrRunning: a success, or an attempt cut short by the tool's own stop.

@@ -13,6 +13,7 @@ import (
 	"github.com/BurntSushi/toml"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/scheduler"
+	"github.com/slotd/slotd/tasks"
 )
 
 // Defaults of the configuration. The daemon's own defaults,
@@ -32,6 +33,9 @@ const (
 	// this old: a window of up to a day (hourly, daily tasks) is caught up
 	// whole; a weekly, yearly or leap-day task's slot from long ago is not.
 	DefaultCatchupLimit = 24 * time.Hour
+	// DefaultOutputTail is how many bytes of each attempt's output (its
+	// tail) the history keeps.
+	DefaultOutputTail = tasks.DefaultOutputTail
 
 	// MinLease is the shortest lease: it is renewed every lease/3, and a
 	// renewal must fit a Redis round trip with room to spare.
@@ -62,19 +66,22 @@ type Config struct {
 	TokenEnv  string           // [http] token_env, the variable's name; exec tasks do not inherit it
 	LogLevel  slog.Level       // [log] level: debug|info|warn|error; default info
 	LogFormat string           // [log] format: auto|text|json; default auto
+	HTTPPool  tasks.HTTPPool   // [plugins.http]: the http plugin's connection pool, one per process
 	Tasks     []scheduler.Task // [[task]], in file order
 }
 
 // The keys of each table, for unknown-key errors.
 var (
-	topKeys     = []string{"daemon", "redis", "http", "log", "defaults", "task"}
-	daemonKeys  = []string{"replica", "shutdown_grace", "max_clock_skew", "env_drop"}
-	redisKeys   = append([]string{"url", "prefix", "url_env"}, redisModeKeys...)
-	httpKeys    = []string{"listen", "token_file", "token_env"}
-	logKeys     = []string{"level", "format"}
-	policyKeys  = []string{"lease", "done_ttl", "max_attempts", "timeout", "catchup", "deadline", "catchup_limit", "concurrency"}
-	taskOwnKeys = []string{"name", "schedule", "timezone", "plugin", "params", "paused"}
-	taskKeys    = append(append([]string{}, taskOwnKeys...), policyKeys...)
+	topKeys      = []string{"daemon", "redis", "http", "log", "plugins", "defaults", "task"}
+	daemonKeys   = []string{"replica", "shutdown_grace", "max_clock_skew", "env_drop"}
+	redisKeys    = append([]string{"url", "prefix", "url_env"}, redisModeKeys...)
+	httpKeys     = []string{"listen", "token_file", "token_env"}
+	logKeys      = []string{"level", "format"}
+	pluginsKeys  = []string{"http"}
+	httpPoolKeys = []string{"max_idle_per_host", "idle_timeout"}
+	policyKeys   = []string{"lease", "done_ttl", "max_attempts", "timeout", "catchup", "deadline", "catchup_limit", "output_tail", "concurrency"}
+	taskOwnKeys  = []string{"name", "schedule", "timezone", "plugin", "params", "paused"}
+	taskKeys     = append(append([]string{}, taskOwnKeys...), policyKeys...)
 )
 
 var logLevels = map[string]slog.Level{
@@ -136,11 +143,13 @@ func Parse(data []byte, source string, log *slog.Logger) (*Config, error) {
 		Listen:        DefaultListen,
 		LogLevel:      slog.LevelInfo,
 		LogFormat:     DefaultLogFormat,
+		HTTPPool:      tasks.DefaultHTTPPool,
 	}
 	cfg.readDaemon(top.sub("daemon", daemonKeys))
 	cfg.readRedis(top.sub("redis", redisKeys))
 	cfg.readHTTP(top.sub("http", httpKeys))
 	cfg.readLog(top.sub("log", logKeys))
+	cfg.readHTTPPool(top.sub("plugins", pluginsKeys).sub("http", httpPoolKeys))
 	defaults := readPolicy(top.sub("defaults", policyKeys))
 	cfg.readTasks(top, defaults, log)
 
@@ -235,5 +244,17 @@ func (c *Config) readLog(t table) {
 		default:
 			t.errorf("format", "%q: want auto, text or json", v)
 		}
+	}
+}
+
+// readHTTPPool reads [plugins.http]: the pool of connections every http
+// task of the process shares.
+func (c *Config) readHTTPPool(t table) {
+	if o := t.integer("max_idle_per_host", 1, tasks.MaxHTTPMaxIdlePerHost,
+		"idle connections kept per host; each holds a file descriptor"); o.set && !o.bad {
+		c.HTTPPool.MaxIdlePerHost = o.v
+	}
+	if d, ok := t.positive("idle_timeout"); ok {
+		c.HTTPPool.IdleTimeout = d
 	}
 }

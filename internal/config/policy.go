@@ -9,6 +9,7 @@ import (
 
 	"github.com/slotd/slotd/scheduler"
 	"github.com/slotd/slotd/scheduler/schedule"
+	"github.com/slotd/slotd/tasks"
 )
 
 // rawPolicy is a policy table as written: each key unset, valid, or invalid
@@ -17,7 +18,7 @@ import (
 type rawPolicy struct {
 	lease, doneTTL, timeout, deadline opt[time.Duration]
 	catchupLimit                      opt[time.Duration]
-	maxAttempts                       opt[int]
+	maxAttempts, outputTail           opt[int]
 	catchup, concurrency              opt[string]
 }
 
@@ -56,6 +57,8 @@ func readPolicy(t table) rawPolicy {
 	rp.catchupLimit = t.duration("catchup_limit", positive)
 	rp.maxAttempts = t.integer("max_attempts", 1, MaxAttemptsLimit,
 		"the fencing token is slot_unix_seconds*1000 + attempt")
+	rp.outputTail = t.integer("output_tail", 0, tasks.MaxOutputTail,
+		"bytes of each attempt's output its history entry keeps; 0 keeps none")
 	if v, ok := t.str("catchup"); ok {
 		rp.catchup.set = true
 		if v != scheduler.CatchupLatest && v != scheduler.CatchupNone {
@@ -117,6 +120,7 @@ func resolvePolicy(t table, own, defaults rawPolicy, sched *schedule.Schedule) t
 	catchup := own.catchup.or(defaults.catchup)
 	deadline := own.deadline.or(defaults.deadline)
 	catchupLimit := own.catchupLimit.or(defaults.catchupLimit)
+	outputTail := own.outputTail.or(defaults.outputTail)
 	concurrency := own.concurrency.or(defaults.concurrency)
 
 	pol := taskPolicy{
@@ -127,6 +131,7 @@ func resolvePolicy(t table, own, defaults rawPolicy, sched *schedule.Schedule) t
 		Deadline:    pick(deadline, 0),
 
 		CatchupLimit: pick(catchupLimit, DefaultCatchupLimit),
+		OutputTail:   pick(outputTail, DefaultOutputTail),
 		Concurrency:  pick(concurrency, scheduler.ConcurrencyAllow),
 	}
 	// The window is unknown when the deadline is invalid, or unset with an
@@ -164,7 +169,7 @@ func resolvePolicy(t table, own, defaults rawPolicy, sched *schedule.Schedule) t
 type taskPolicy struct {
 	Lease, DoneTTL, Timeout, Deadline time.Duration
 	CatchupLimit                      time.Duration
-	MaxAttempts                       int
+	MaxAttempts, OutputTail           int
 	Catchup, Concurrency              string
 }
 

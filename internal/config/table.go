@@ -28,7 +28,7 @@ func (p *problems) err() error { return errors.Join(p.errs...) }
 // table is one TOML table being read: a section, or one [[task]].
 type table struct {
 	m     map[string]any // nil when the table is absent
-	path  string         // its key path, "" at the top
+	path  string         // its key path, dotted ("plugins.http"), "" at the top
 	scope string         // for a task, `task "name" (task #2)`
 	p     *problems
 }
@@ -36,13 +36,18 @@ type table struct {
 // key returns how errors name key: its full path in a section ("daemon.replica"),
 // its own name within a task's scope ("lease").
 func (t table) key(key string) string {
-	switch {
-	case t.scope != "":
+	if t.scope != "" {
 		return toml.Key{key}.String()
-	case t.path != "":
-		return toml.Key{t.path, key}.String()
 	}
-	return toml.Key{key}.String()
+	return t.full(key).String()
+}
+
+// full returns the full path of key in t.
+func (t table) full(key string) toml.Key {
+	if t.path == "" {
+		return toml.Key{key}
+	}
+	return append(strings.Split(t.path, "."), key)
 }
 
 func (t table) prefix() string {
@@ -65,16 +70,20 @@ func (t table) has(key string) bool {
 	return ok
 }
 
-// sub returns the section key of the top-level table, checking its keys.
+// sub returns the section key of t, a section or the top-level table,
+// checking its keys.
 func (t table) sub(key string, allowed []string) table {
 	s := table{path: key, p: t.p}
+	if t.path != "" {
+		s.path = t.path + "." + key
+	}
 	v, ok := t.m[key]
 	if !ok {
 		return s
 	}
 	m, isTable := v.(map[string]any)
 	if !isTable {
-		t.errorf(key, "must be a table ([%s]), not %s", key, tomlType(v))
+		t.errorf(key, "must be a table ([%s]), not %s", s.path, tomlType(v))
 		return s
 	}
 	s.m = m
@@ -94,11 +103,7 @@ func (t table) checkKeys(allowed []string) {
 	}
 	slices.Sort(unknown)
 	for _, k := range unknown {
-		full := toml.Key{k}
-		if t.path != "" {
-			full = toml.Key{t.path, k}
-		}
-		t.p.add(fmt.Errorf("%sunknown key %q (known keys here: %s)", t.prefix(), full.String(), strings.Join(allowed, ", ")))
+		t.p.add(fmt.Errorf("%sunknown key %q (known keys here: %s)", t.prefix(), t.full(k).String(), strings.Join(allowed, ", ")))
 	}
 }
 

@@ -147,6 +147,7 @@ func readTask(m map[string]any, n int, seen map[string]int, defaults rawPolicy, 
 	task.Policy = lock.Policy{Lease: pol.Lease, DoneTTL: pol.DoneTTL, MaxAttempts: pol.MaxAttempts}
 	task.Timeout, task.Catchup, task.Deadline = pol.Timeout, pol.Catchup, pol.Deadline
 	task.CatchupLimit = pol.CatchupLimit
+	task.OutputTail = pol.OutputTail
 	task.Concurrency = pol.Concurrency
 	if v, ok := m["paused"]; ok {
 		if b, isBool := v.(bool); isBool {

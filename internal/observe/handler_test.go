@@ -143,8 +143,9 @@ func TestTasksAPI(t *testing.T) {
 	}
 }
 
-// / is the status page: the tasks and their slots with their phases, every
-// value escaped, refreshing itself.
+// / is the overview: the tasks counted by state, the failing one first,
+// linking to its page, every value escaped, refreshing itself; a task's
+// page shows its slots with their phases.
 func TestStatusPage(t *testing.T) {
 	s := newServed(t, lock.NewMemory(nil))
 	done, failed := s.seed()
@@ -154,18 +155,43 @@ func TestStatusPage(t *testing.T) {
 	}
 	for _, want := range []string{
 		`<meta http-equiv="refresh" content="5">`,
-		`data-task="report"`, `<h2>report</h2>`, `<h2>backup</h2>`,
-		`data-slot="` + done.ID + `" data-phase="done"`,
-		`data-slot="` + failed.ID + `" data-phase="retrying"`,
+		`data-task="report" data-state="done"`, `data-task="backup" data-state="retrying"`,
+		`<a href="tasks/report">report</a>`, `<a href="tasks/backup">backup</a>`,
+		`data-state="done" data-count="1"`, `data-state="retrying" data-count="1"`, `data-state="failed" data-count="0"`,
 		`&lt;script&gt;alert(&#34;pwned&#34;)&lt;/script&gt; &amp; more`,
 		`served by <span class="mono">r1</span>`,
 	} {
 		if !strings.Contains(body, want) {
-			t.Errorf("page lacks %s", want)
+			t.Errorf("overview lacks %s", want)
 		}
 	}
+	if strings.Index(body, `data-task="backup"`) > strings.Index(body, `data-task="report"`) {
+		t.Errorf("the retrying task is not listed before the done one")
+	}
 	if strings.Contains(body, "<script") {
-		t.Errorf("page holds a <script> element: the task's error is not escaped")
+		t.Errorf("overview holds a <script> element: the task's error is not escaped")
+	}
+	for task, slot := range map[string]lock.Slot{"report": done, "backup": failed} {
+		res, body := s.get("/tasks/" + task)
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("GET /tasks/%s: %s", task, res.Status)
+		}
+		phase := map[string]string{"report": "done", "backup": "retrying"}[task]
+		for _, want := range []string{
+			`<h1 data-task="` + task + `">` + task + `</h1>`,
+			`data-slot="` + slot.ID + `" data-phase="` + phase + `"`,
+			`<button type="button" data-action="trigger">Run now</button>`,
+		} {
+			if !strings.Contains(body, want) {
+				t.Errorf("GET /tasks/%s lacks %s", task, want)
+			}
+		}
+		if task == "backup" && !strings.Contains(body, `&lt;script&gt;alert(&#34;pwned&#34;)&lt;/script&gt; &amp; more`) {
+			t.Errorf("GET /tasks/backup does not show the error escaped")
+		}
+		if strings.Count(body, "<script") != 1 {
+			t.Errorf("GET /tasks/%s holds %d <script> elements, want its own one", task, strings.Count(body, "<script"))
+		}
 	}
 	if res, _ := s.get("/nosuchpage"); res.StatusCode != http.StatusNotFound {
 		t.Errorf("GET /nosuchpage: %s, want 404", res.Status)
@@ -181,9 +207,15 @@ func TestStatusStoreDown(t *testing.T) {
 	if res.StatusCode != http.StatusServiceUnavailable || json.Unmarshal([]byte(body), &e) != nil || !strings.Contains(e.Error, "<down>") {
 		t.Errorf("GET /api/v1/tasks with the store down: %s\n%s", res.Status, body)
 	}
-	res, body = s.get("/")
-	if res.StatusCode != http.StatusServiceUnavailable || !strings.Contains(body, "&lt;down&gt;") || strings.Contains(body, "<down>") {
-		t.Errorf("GET / with the store down: %s\n%s", res.Status, body)
+	for _, path := range []string{"/", "/tasks/report"} {
+		res, body = s.get(path)
+		if res.StatusCode != http.StatusServiceUnavailable || !strings.Contains(body, "&lt;down&gt;") || strings.Contains(body, "<down>") {
+			t.Errorf("GET %s with the store down: %s\n%s", path, res.Status, body)
+		}
+	}
+	res, body = s.get("/api/v1/tasks/report")
+	if res.StatusCode != http.StatusServiceUnavailable || !strings.Contains(body, "down") {
+		t.Errorf("GET /api/v1/tasks/report with the store down: %s\n%s", res.Status, body)
 	}
 }
 

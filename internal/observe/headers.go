@@ -4,24 +4,25 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"net/http"
-	"strings"
 )
 
-// contentSecurityPolicy allows the page nothing but its own inline style
-// block, named by its hash: no script, no other resource, no framing, no
-// form, no base URL. A value from the store that slipped past the
-// template's escaping could run nothing.
-var contentSecurityPolicy = "default-src 'none'; style-src '" + styleHash(pageHTML) +
-	"'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+// contentSecurityPolicy allows a response nothing but the pages' style
+// sheet, named by its hash, and forms that submit to this server (the
+// overview's filter, a GET): no script, no other resource, no framing, no
+// base URL. A value from the store that slipped past the template's
+// escaping could run nothing.
+var contentSecurityPolicy = "default-src 'none'; style-src '" + sourceHash(pageCSS) +
+	"'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 
-// styleHash is the CSP source of the first <style> element of html.
-func styleHash(html string) string {
-	_, css, ok := strings.Cut(html, "<style>")
-	css, _, ok2 := strings.Cut(css, "</style>")
-	if !ok || !ok2 {
-		panic("observe: the page has no <style> element")
-	}
-	sum := sha256.Sum256([]byte(css))
+// taskPagePolicy is contentSecurityPolicy for a task's page, which adds
+// its one script, named by its hash, and lets that script call this
+// server's API (its action buttons) and nothing else.
+var taskPagePolicy = contentSecurityPolicy + "; script-src '" + sourceHash(taskJS) + "'; connect-src 'self'"
+
+// sourceHash is the CSP source that allows an inline element whose text
+// is src.
+func sourceHash(src string) string {
+	sum := sha256.Sum256([]byte(src))
 	return "sha256-" + base64.StdEncoding.EncodeToString(sum[:])
 }
 

@@ -1,29 +1,33 @@
 // Package observe is how a running slotd is watched: its HTTP endpoints —
 // /metrics, /healthz, /readyz, the fleet's status as JSON
-// (/api/v1/tasks) and as a page (/) — the one writer of the engine's
-// metrics, and the fleet view that `slotd status` prints.
+// (/api/v1/tasks, /api/v1/tasks/{name}, /api/v1/tasks/{name}/history) and
+// as pages (the overview at /, a task's page at /tasks/{name}) — the one
+// writer of the engine's metrics, and the fleet view that `slotd status`
+// prints.
 //
 // Guarantees: /metrics is the only exposition of slotd's series, in the
 // Prometheus text format (0.0.4), with the names and labels of SPEC §7;
 // labels are bounded (task, result, outcome), never a slot id. A scrape
 // reads the engine's atomic counters and allocates about one buffer,
-// whatever the number of tasks. The status view only reads the store and
-// the history: it needs no running daemon, and a value from the store or
-// a task's output is escaped on the page. The page and the API read the
-// fleet at most once per ViewTTL, whoever asks, and carry a strict
-// Content-Security-Policy and the other security headers. The server
-// (NewServer, Serve) closes idle and slow connections and keeps at most
-// MaxConns open, so that clients cannot take the descriptors tasks need.
+// whatever the number of tasks. The status views only read the store and
+// the history: they need no running daemon, and a value from the store,
+// the configuration or a task's output is escaped on the pages. Every
+// view is read at most once per ViewTTL, whoever asks; the overview reads
+// OverviewSlots slots per task and shows at most MaxPerPage tasks, so its
+// size does not grow with the fleet, and a page of history reads at most
+// MaxAttempts+1 entries from Redis. Every response carries a strict
+// Content-Security-Policy (a task's page runs its one script, by hash)
+// and the other security headers. The server (NewServer, Serve) closes
+// idle and slow connections and keeps at most MaxConns open, so that
+// clients cannot take the descriptors tasks need.
 package observe
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -111,50 +115,4 @@ func WriteJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
-}
-
-// statusRoutes serves the fleet view: /api/v1/tasks (the JSON of `slotd
-// status -json`) and / (the status page). ?n= sets the slots per task, up
-// to MaxSlots. Both share one view, read at most once per ViewTTL.
-func statusRoutes(mux *http.ServeMux, d Daemon) {
-	v := &view{tasks: d.Scheduler.Tasks(), store: d.Store, hist: d.History, ttl: ViewTTL}
-	slots := func(r *http.Request) int {
-		n, err := strconv.Atoi(r.URL.Query().Get("n"))
-		if err != nil || n < 1 {
-			return DefaultSlots
-		}
-		return min(n, MaxSlots)
-	}
-	mux.HandleFunc("GET /api/v1/tasks", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), pageTimeout)
-		defer cancel()
-		rep, err := v.get(ctx, slots(r))
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		if err != nil {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_ = WriteJSON(w, map[string]string{"error": err.Error()})
-			return
-		}
-		_ = WriteJSON(w, rep)
-	})
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), pageTimeout)
-		defer cancel()
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		w.Header().Set("Cache-Control", "no-store")
-		b, failed, err := v.page(ctx, slots(r), d.Replica)
-		if err != nil {
-			// The request ended, or the page failed to render.
-			b, failed = nil, true
-			var buf bytes.Buffer
-			if WritePage(&buf, Page{StatusReport: StatusReport{Now: time.Now()}, Replica: d.Replica, Error: err.Error()}) == nil {
-				b = buf.Bytes()
-			}
-		}
-		if failed {
-			w.WriteHeader(http.StatusServiceUnavailable)
-		}
-		_, _ = w.Write(b)
-	})
 }

@@ -69,83 +69,128 @@ type StatusReport struct {
 	Tasks []TaskStatus `json:"tasks"`
 }
 
-// historyReaders bounds the history reads of one view in flight at once:
-// one per task, concurrent so that many tasks cost a few round trips, not
-// one each, without a burst of connections.
+// historyReaders bounds the history reads of one view in flight at once
+// on a history that cannot read many tasks at once (historyBatch): one
+// per task, concurrent so that many tasks cost a few round trips, not one
+// each, without a burst of connections.
 const historyReaders = 8
 
 // Status computes the fleet's view of tasks at now (the store's time,
 // ideally): for each task its next fire time and its latest n slots, with
 // their state in store and their latest attempt in hist (nil: no history).
 // It only reads, and needs no running daemon. Every slot's state is read
-// in one call of store.States (one pipeline on Redis), and each task's
-// history by at most historyReaders reads at a time.
+// in one call of store.States (one pipeline on Redis), and the tasks'
+// history in one batch (a few pipelines on Redis).
 func Status(ctx context.Context, tasks []scheduler.Task, store lock.Store, hist scheduler.History, now time.Time, n int) ([]TaskStatus, error) {
-	lasts, err := latestAttempts(ctx, tasks, hist, n)
+	lasts, err := latestAttempts(ctx, tasks, nil, hist, n)
 	if err != nil {
 		return nil, err
 	}
-	var slots []lock.Slot
+	r, err := readSlots(ctx, tasks, store, now, n)
+	if err != nil {
+		return nil, err
+	}
+	return r.statuses(lasts), nil
+}
+
+// slotsRead is the store's state of the latest slots of tasks at now.
+type slotsRead struct {
+	tasks      []scheduler.Task
+	now        time.Time
+	firstStart time.Time   // the fleet's first start; zero: unknown
+	slots      []lock.Slot // tasks[i]'s are slots[first[i]:first[i+1]], newest first
+	first      []int
+	states     []lock.State // of slots
+	paused     []bool       // of tasks, as the store's controls say (none: all false)
+}
+
+// readSlots reads the state of the latest n slots of every task in one
+// call of store.States.
+func readSlots(ctx context.Context, tasks []scheduler.Task, store lock.Store, now time.Time, n int) (*slotsRead, error) {
+	r := &slotsRead{tasks: tasks, now: now, first: make([]int, len(tasks)+1)}
 	// Slots before the fleet's first start were never scheduled. A store
 	// without a fleet record (Memory), or one that cannot say, leaves
 	// every slot eligible to be missed.
-	var firstStart time.Time
 	if f, ok := store.(lock.Fleet); ok {
-		firstStart, _ = f.FirstStart(ctx)
+		r.firstStart, _ = f.FirstStart(ctx)
 	}
-	first := make([]int, len(tasks)+1) // tasks[i]'s slots are slots[first[i]:first[i+1]]
 	for i := range tasks {
 		t := &tasks[i]
-		first[i] = len(slots)
-		for at, ok := t.Schedule.Latest(now); ok && len(slots)-first[i] < n; at, ok = t.Schedule.Latest(at.Add(-time.Second)) {
-			slots = append(slots, t.Slot(at))
+		r.first[i] = len(r.slots)
+		for at, ok := t.Schedule.Latest(now); ok && len(r.slots)-r.first[i] < n; at, ok = t.Schedule.Latest(at.Add(-time.Second)) {
+			r.slots = append(r.slots, t.Slot(at))
 		}
 	}
-	first[len(tasks)] = len(slots)
-	paused := make([]bool, len(tasks))
+	r.first[len(tasks)] = len(r.slots)
+	r.paused = make([]bool, len(tasks))
 	if c, ok := store.(lock.Controls); ok && len(tasks) > 0 {
 		names := make([]string, len(tasks))
 		for i := range tasks {
 			names[i] = tasks[i].Name
 		}
 		if p, err := c.Paused(ctx, names, false); err == nil {
-			paused = p
+			r.paused = p
 		}
 	}
 	// A foreign value reads as "foreign", with an error beside the states.
-	sts, err := store.States(ctx, slots)
+	sts, err := store.States(ctx, r.slots)
 	if sts == nil && err != nil {
 		return nil, fmt.Errorf("status: %s: %w", taskNames(tasks), err)
 	}
-	out := make([]TaskStatus, 0, len(tasks))
-	for i := range tasks {
-		t := &tasks[i]
+	r.states = sts
+	return r, nil
+}
+
+// settled reports whether task i's slots say all there is to say without
+// the history: each is running, done, or open and plainly pending. A task
+// for which it is false may have a slot whose phase or error only the
+// history knows.
+func (r *slotsRead) settled(i int) bool {
+	t := &r.tasks[i]
+	for j := r.first[i]; j < r.first[i+1]; j++ {
+		slot, st := r.slots[j], r.states[j]
+		switch {
+		case st.Status == "running" || st.Status == "done":
+		case st.Status == "free" && st.Attempts == 0 && r.now.Before(slot.Deadline) && !unscheduled(t, slot, r.firstStart):
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// statuses builds each task's status from r and lasts, the latest attempt
+// per slot of each task (a nil map: none known).
+func (r *slotsRead) statuses(lasts []map[string]*scheduler.HistoryEntry) []TaskStatus {
+	out := make([]TaskStatus, 0, len(r.tasks))
+	for i := range r.tasks {
+		t := &r.tasks[i]
 		tz := t.Timezone
 		if tz == "" {
 			tz = "UTC"
 		}
 		ts := TaskStatus{
 			Name: t.Name, Schedule: t.Spec, Timezone: tz, Plugin: t.Plugin,
-			MaxAttempts: t.MaxAttempts, Next: t.Schedule.Next(now), Paused: paused[i],
-			Slots: make([]SlotStatus, 0, first[i+1]-first[i]),
+			MaxAttempts: t.MaxAttempts, Next: t.Schedule.Next(r.now), Paused: r.paused[i],
+			Slots: make([]SlotStatus, 0, r.first[i+1]-r.first[i]),
 		}
-		for j := first[i]; j < first[i+1]; j++ {
-			slot, st := slots[j], sts[j]
+		for j := r.first[i]; j < r.first[i+1]; j++ {
+			slot, st := r.slots[j], r.states[j]
 			ss := SlotStatus{
 				ID: slot.ID, Time: slot.Time, Deadline: slot.Deadline,
 				State: st.Status, Attempts: st.Attempts,
 				Replica: st.Holder, Attempt: st.Attempt, Finished: st.Finished,
 				Last: lasts[i][slot.ID],
 			}
-			ss.Phase = phase(t, slot, st, ss.Last, now, firstStart)
-			if ss.Phase == PhaseMissed && paused[i] {
+			ss.Phase = phase(t, slot, st, ss.Last, r.now, r.firstStart)
+			if ss.Phase == PhaseMissed && r.paused[i] {
 				ss.Phase = PhasePaused
 			}
 			ts.Slots = append(ts.Slots, ss)
 		}
 		out = append(out, ts)
 	}
-	return out, nil
+	return out
 }
 
 // taskNames names tasks in an error: the first few, and how many more.
@@ -168,11 +213,39 @@ func taskNames(tasks []scheduler.Task) string {
 	return b.String()
 }
 
-// latestAttempts returns, for each task, the latest attempt of each slot
-// in hist among enough entries for n slots that each used every attempt.
-func latestAttempts(ctx context.Context, tasks []scheduler.Task, hist scheduler.History, n int) ([]map[string]*scheduler.HistoryEntry, error) {
+// historyBatch is a History that reads many tasks' entries in few round
+// trips; store.RedisHistory is one.
+type historyBatch interface {
+	// RecentEach returns up to ns[i] of tasks[i]'s entries, newest first.
+	RecentEach(ctx context.Context, tasks []string, ns []int) ([][]scheduler.HistoryEntry, error)
+}
+
+// latestAttempts returns, for each task (each i with want[i] if want is
+// not nil), the latest attempt of each slot in hist among enough entries
+// for n slots that each used every attempt: in one batch if hist can
+// (historyBatch), else one read per task, historyReaders at a time.
+func latestAttempts(ctx context.Context, tasks []scheduler.Task, want []bool, hist scheduler.History, n int) ([]map[string]*scheduler.HistoryEntry, error) {
 	lasts := make([]map[string]*scheduler.HistoryEntry, len(tasks))
 	if hist == nil || n <= 0 {
+		return lasts, nil
+	}
+	count := func(t *scheduler.Task) int { return min(scheduler.HistoryMaxLen, n*(t.MaxAttempts+1)) }
+	if b, ok := hist.(historyBatch); ok {
+		names, counts := make([]string, len(tasks)), make([]int, len(tasks))
+		for i := range tasks {
+			if want == nil || want[i] {
+				names[i], counts[i] = tasks[i].Name, count(&tasks[i])
+			}
+		}
+		got, err := b.RecentEach(ctx, names, counts)
+		if err != nil {
+			return nil, fmt.Errorf("status: %w", err)
+		}
+		for i, es := range got {
+			if counts[i] > 0 {
+				lasts[i] = latestPerSlot(es, n)
+			}
+		}
 		return lasts, nil
 	}
 	errs := make([]error, len(tasks))
@@ -184,25 +257,21 @@ func latestAttempts(ctx context.Context, tasks []scheduler.Task, hist scheduler.
 			defer wg.Done()
 			for i := range next {
 				t := &tasks[i]
-				es, err := hist.Recent(ctx, t.Name, min(scheduler.HistoryMaxLen, n*(t.MaxAttempts+1)))
+				es, err := hist.Recent(ctx, t.Name, count(t))
 				if err != nil {
 					errs[i] = fmt.Errorf("status: task %s: %w", t.Name, err)
 					continue
 				}
-				last := make(map[string]*scheduler.HistoryEntry, n)
-				for k := range es {
-					e := &es[k]
-					if l, ok := last[e.Slot]; !ok || e.Started.After(l.Started) {
-						last[e.Slot] = e
-					}
-				}
-				lasts[i] = last
+				lasts[i] = latestPerSlot(es, n)
 			}
 		}()
 	}
 	for i := range tasks {
 		if ctx.Err() != nil {
 			break
+		}
+		if want != nil && !want[i] {
+			continue
 		}
 		next <- i
 	}
@@ -212,6 +281,18 @@ func latestAttempts(ctx context.Context, tasks []scheduler.Task, hist scheduler.
 		return nil, err
 	}
 	return lasts, ctx.Err()
+}
+
+// latestPerSlot maps each slot of es to its latest attempt.
+func latestPerSlot(es []scheduler.HistoryEntry, n int) map[string]*scheduler.HistoryEntry {
+	last := make(map[string]*scheduler.HistoryEntry, n)
+	for k := range es {
+		e := &es[k]
+		if l, ok := last[e.Slot]; !ok || e.Started.After(l.Started) {
+			last[e.Slot] = e
+		}
+	}
+	return last
 }
 
 // phase says what became of slot, from its state in the store, its latest

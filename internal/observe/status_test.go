@@ -172,9 +172,10 @@ func TestStatus(t *testing.T) {
 		t.Errorf("JSON writes a zero finished time:\n%s", b)
 	}
 
-	// The page shows every slot with its phase, and escapes what it shows.
+	// The task's page shows every slot with its phase, and escapes what it
+	// shows; the overview puts the task whose latest slot failed first.
 	var page bytes.Buffer
-	if err := observe.WritePage(&page, observe.Page{StatusReport: observe.StatusReport{Now: now, Tasks: got}}); err != nil {
+	if err := observe.WriteTaskPage(&page, observe.TaskPage{TaskDetail: observe.TaskDetail{Now: now, Task: m}}); err != nil {
 		t.Fatal(err)
 	}
 	html := page.String()
@@ -186,8 +187,12 @@ func TestStatus(t *testing.T) {
 	if strings.Contains(html, "<b>boom") || !strings.Contains(html, "&lt;b&gt;boom&lt;/b&gt;") {
 		t.Errorf("page does not escape an error")
 	}
-	if !strings.Contains(html, `http-equiv="refresh" content="5"`) {
-		t.Errorf("page does not refresh itself")
+	page.Reset()
+	if err := observe.WritePage(&page, observe.Page{Overview: observe.NewOverview(now, got, observe.Filter{})}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(page.String(), `http-equiv="refresh" content="5"`) {
+		t.Errorf("the overview does not refresh itself")
 	}
 }
 

@@ -61,7 +61,7 @@ func TestStatusSlotsBeforeFirstStartUnscheduled(t *testing.T) {
 				}
 			}
 			var page bytes.Buffer
-			if err := observe.WritePage(&page, observe.Page{StatusReport: observe.StatusReport{Now: tc.now, Tasks: ts}}); err != nil {
+			if err := observe.WritePage(&page, observe.Page{Overview: observe.NewOverview(tc.now, ts, observe.Filter{})}); err != nil {
 				t.Fatal(err)
 			}
 			failing := strings.Contains(page.String(), "(1 failing)")

@@ -1,8 +1,8 @@
 package observe
 
 import (
-	"bytes"
 	"context"
+	"strconv"
 	"sync"
 	"time"
 
@@ -15,111 +15,33 @@ import (
 // per second, however many ask.
 const ViewTTL = time.Second
 
-// view is the status endpoints' fleet view, read at most once per ViewTTL:
-// requests that arrive while it is being read wait for that read instead
-// of starting their own. A view read for n slots per task serves every
-// request for n or fewer.
+// view is the fleet view of /api/v1/tasks, read at most once per ViewTTL
+// (see shared). A view read for n slots per task serves every request for
+// n or fewer.
 type view struct {
-	tasks []scheduler.Task
+	tasks func() []scheduler.Task
 	store lock.Store
 	hist  scheduler.History
-	ttl   time.Duration
-
-	mu  sync.Mutex
-	cur *viewRead // the latest read, in flight or done; nil: none yet
+	reads shared[StatusReport] // keyed by slots per task
 }
 
-// viewRead is one read of the fleet's view. rep and err are written before
-// done is closed, and only read after.
-type viewRead struct {
-	n    int
-	done chan struct{}
-	at   time.Time // when it ended
-	rep  StatusReport
-	err  error
-
-	mu    sync.Mutex
-	pages map[int][]byte // the page of rep for n slots per task, once rendered
-}
-
-// get returns the view with n slots per task, at most ttl old.
+// get returns the view with n slots per task, at most ViewTTL old.
 func (v *view) get(ctx context.Context, n int) (StatusReport, error) {
-	r, err := v.read(ctx, n)
-	if err != nil {
-		return StatusReport{}, err
-	}
-	return r.rep.first(n), r.err
-}
-
-// page returns the status page with n slots per task, at most ttl old,
-// rendered once per view and n, and whether it reports an error.
-func (v *view) page(ctx context.Context, n int, replica string) ([]byte, bool, error) {
-	r, err := v.read(ctx, n)
-	if err != nil {
-		return nil, false, err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if b, ok := r.pages[n]; ok {
-		return b, r.err != nil, nil
-	}
-	p := Page{StatusReport: r.rep.first(n), Replica: replica}
-	if r.err != nil {
-		p.Error = r.err.Error()
-		if p.Now.IsZero() {
-			p.Now = r.at
+	// Reads are made for a multiple of DefaultSlots, so that requests
+	// cycling through n cost a few reads a second, not one each; a fresh
+	// read for more slots serves too.
+	roundUp := func(n int) int { return (n + DefaultSlots - 1) / DefaultSlots * DefaultSlots }
+	read := roundUp(n)
+	for more := roundUp(MaxSlots); more > read; more -= DefaultSlots {
+		if v.reads.has(strconv.Itoa(more)) {
+			read = more
+			break
 		}
 	}
-	var b bytes.Buffer
-	if err := WritePage(&b, p); err != nil {
-		return nil, false, err
-	}
-	if r.pages == nil {
-		r.pages = map[int][]byte{}
-	}
-	r.pages[n] = b.Bytes()
-	return b.Bytes(), r.err != nil, nil
-}
-
-// read returns the latest read of the view if it has at least n slots per
-// task and is at most ttl old, or makes one; it returns ctx's error if ctx
-// ends first.
-func (v *view) read(ctx context.Context, n int) (*viewRead, error) {
-	// Reads are made for a multiple of DefaultSlots, so that requests
-	// cycling through n cost a few reads a second, not one each.
-	want := (n + DefaultSlots - 1) / DefaultSlots * DefaultSlots
-	v.mu.Lock()
-	r := v.cur
-	if r == nil || r.n < want || r.stale(v.ttl) {
-		r = &viewRead{n: want, done: make(chan struct{})}
-		v.cur = r
-		v.mu.Unlock()
-		// The read does not end with the request that started it: others
-		// wait for it.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pageTimeout)
-		r.rep, r.err = Report(rctx, v.tasks, v.store, v.hist, want)
-		cancel()
-		r.at = time.Now()
-		close(r.done)
-	} else {
-		v.mu.Unlock()
-	}
-	select {
-	case <-r.done:
-		return r, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-
-// stale reports whether r ended more than ttl ago.
-func (r *viewRead) stale(ttl time.Duration) bool {
-	select {
-	case <-r.done:
-		return time.Since(r.at) > ttl
-	default:
-		return false // in flight: join it
-	}
+	rep, err := v.reads.get(ctx, strconv.Itoa(read), func(ctx context.Context) (StatusReport, error) {
+		return Report(ctx, v.tasks(), v.store, v.hist, read)
+	})
+	return rep.first(n), err
 }
 
 // first returns rep with at most n slots per task, sharing rep's slots.
@@ -130,4 +52,79 @@ func (rep StatusReport) first(n int) StatusReport {
 		out.Tasks[i] = t
 	}
 	return out
+}
+
+// shared holds reads of one kind (the overview, a task's detail), one per
+// key, each made at most once per ttl whoever asks: requests that arrive
+// while a key is being read wait for that read instead of starting their
+// own. Keys come from the configuration (a task's name, a bounded n), so
+// the map is as small as the fleet; reads past ttl are dropped as new ones
+// are made.
+type shared[T any] struct {
+	ttl time.Duration
+
+	mu    sync.Mutex
+	reads map[string]*sharedRead[T]
+}
+
+// sharedRead is one read; val and err are written before done is closed,
+// and only read after.
+type sharedRead[T any] struct {
+	done chan struct{}
+	at   time.Time // when it ended
+	val  T
+	err  error
+}
+
+// get returns the read of key at most s.ttl old, making it with load if
+// there is none; it returns ctx's error if ctx ends first. load runs
+// under pageTimeout, not ctx: others may wait for it.
+func (s *shared[T]) get(ctx context.Context, key string, load func(context.Context) (T, error)) (T, error) {
+	s.mu.Lock()
+	r := s.reads[key]
+	if r == nil || r.stale(s.ttl) {
+		if s.reads == nil {
+			s.reads = map[string]*sharedRead[T]{}
+		}
+		for k, old := range s.reads {
+			if old.stale(s.ttl) {
+				delete(s.reads, k)
+			}
+		}
+		r = &sharedRead[T]{done: make(chan struct{})}
+		s.reads[key] = r
+		s.mu.Unlock()
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pageTimeout)
+		r.val, r.err = load(rctx)
+		cancel()
+		r.at = time.Now()
+		close(r.done)
+	} else {
+		s.mu.Unlock()
+	}
+	select {
+	case <-r.done:
+		return r.val, r.err
+	case <-ctx.Done():
+		var zero T
+		return zero, ctx.Err()
+	}
+}
+
+// has reports whether key has a read in flight or at most s.ttl old.
+func (s *shared[T]) has(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.reads[key]
+	return r != nil && !r.stale(s.ttl)
+}
+
+// stale reports whether r ended more than ttl ago.
+func (r *sharedRead[T]) stale(ttl time.Duration) bool {
+	select {
+	case <-r.done:
+		return time.Since(r.at) > ttl
+	default:
+		return false // in flight: join it
+	}
 }

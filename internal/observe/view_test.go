@@ -30,42 +30,46 @@ func (c *countingStore) States(ctx context.Context, slots []lock.Slot) ([]lock.S
 	return c.Store.States(ctx, slots)
 }
 
-// Concurrent requests of the page and the API share one read of the
-// fleet; a read serves for ViewTTL, and ?n= is capped at MaxSlots.
+// Concurrent requests of the API share one read of the fleet, and so do
+// concurrent requests of the overview's pages, whatever their filter; a
+// read serves for ViewTTL, and ?n= is capped at MaxSlots.
 func TestStatusViewShared(t *testing.T) {
 	st := &countingStore{Store: lock.NewMemory(nil)}
 	s := newServed(t, st)
-	var wg sync.WaitGroup
-	codes := make([]int, 20)
-	for i := range codes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			path := "/"
-			if i%2 == 1 {
-				path = "/api/v1/tasks?n=3"
+	for _, paths := range [][]string{
+		{"/api/v1/tasks", "/api/v1/tasks?n=3"},
+		{"/", "/?state=failing&q=rep", "/?page=2&per=1"},
+	} {
+		before := st.reads.Load()
+		var wg sync.WaitGroup
+		codes := make([]int, 20)
+		for i := range codes {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res, _ := s.getQuiet(paths[i%len(paths)])
+				codes[i] = res.StatusCode
+			}()
+		}
+		wg.Wait()
+		for i, c := range codes {
+			if c != http.StatusOK {
+				t.Errorf("request %d of %v: %d", i, paths, c)
 			}
-			res, _ := s.getQuiet(path)
-			codes[i] = res.StatusCode
-		}()
-	}
-	wg.Wait()
-	for i, c := range codes {
-		if c != http.StatusOK {
-			t.Errorf("request %d: %d", i, c)
+		}
+		if n := st.reads.Load() - before; n != 1 {
+			t.Errorf("20 concurrent requests of %v read the fleet %d times, want 1", paths, n)
 		}
 	}
-	if n := st.reads.Load(); n != 1 {
-		t.Errorf("20 concurrent requests read the fleet %d times, want 1", n)
-	}
-	s.get("/")
-	if n := st.reads.Load(); n != 1 {
-		t.Errorf("a request within ViewTTL read the fleet again (%d reads)", n)
+	reads := st.reads.Load()
+	s.get("/api/v1/tasks")
+	if n := st.reads.Load(); n != reads {
+		t.Errorf("a request within ViewTTL read the fleet again (%d reads, want %d)", n, reads)
 	}
 	time.Sleep(observe.ViewTTL + 50*time.Millisecond)
 	_, body := s.get("/api/v1/tasks?n=100000")
-	if n := st.reads.Load(); n != 2 {
-		t.Errorf("after ViewTTL: %d reads, want 2", n)
+	if n := st.reads.Load(); n != reads+1 {
+		t.Errorf("after ViewTTL: %d reads, want %d", n, reads+1)
 	}
 	var rep observe.StatusReport
 	if err := json.Unmarshal([]byte(body), &rep); err != nil {
@@ -77,17 +81,18 @@ func TestStatusViewShared(t *testing.T) {
 	// A read for many slots serves a request for fewer.
 	_, body = s.get("/api/v1/tasks?n=4")
 	rep = observe.StatusReport{}
-	if err := json.Unmarshal([]byte(body), &rep); err != nil || len(rep.Tasks[0].Slots) != 4 || st.reads.Load() != 2 {
+	if err := json.Unmarshal([]byte(body), &rep); err != nil || len(rep.Tasks[0].Slots) != 4 || st.reads.Load() != reads+1 {
 		t.Errorf("?n=4 after ?n=100000: %d slots, %d reads, %v", len(rep.Tasks[0].Slots), st.reads.Load(), err)
 	}
 }
 
-// The page and the API set the security headers; the page's policy
-// allows no script and only its own style block, by hash.
+// Every response carries the security headers; the policy allows only
+// the pages' style sheet, by hash, and forms to this server; a task's page
+// adds its one script, by hash, and calls to this server.
 func TestSecurityHeaders(t *testing.T) {
 	s := newServed(t, lock.NewMemory(nil))
 	s.seed()
-	for _, path := range []string{"/", "/api/v1/tasks", "/healthz", "/metrics", "/nosuchpage"} {
+	for _, path := range []string{"/", "/tasks/report", "/tasks/nosuchtask", "/api/v1/tasks", "/api/v1/tasks/report", "/healthz", "/metrics", "/nosuchpage"} {
 		res, body := s.get(path)
 		for h, want := range map[string]string{
 			"X-Content-Type-Options": "nosniff",
@@ -99,27 +104,44 @@ func TestSecurityHeaders(t *testing.T) {
 			}
 		}
 		csp := res.Header.Get("Content-Security-Policy")
-		for _, want := range []string{"default-src 'none'", "frame-ancestors 'none'", "base-uri 'none'", "form-action 'none'"} {
+		for _, want := range []string{"default-src 'none'", "frame-ancestors 'none'", "base-uri 'none'", "form-action 'self'"} {
 			if !strings.Contains(csp, want) {
 				t.Errorf("GET %s: Content-Security-Policy %q lacks %s", path, csp, want)
 			}
 		}
-		if strings.Contains(csp, "unsafe") || strings.Contains(csp, "script-src") {
+		task := path == "/tasks/report"
+		if strings.Contains(csp, "unsafe") || strings.Contains(csp, "*") || !task && (strings.Contains(csp, "script-src") || strings.Contains(csp, "connect-src")) {
 			t.Errorf("GET %s: Content-Security-Policy %q allows more than it must", path, csp)
 		}
-		if path != "/" {
+		if !strings.HasPrefix(res.Header.Get("Content-Type"), "text/html") {
 			continue
 		}
-		if strings.Contains(body, "<script") || strings.Contains(body, " style=") || strings.Contains(body, " on") && regexp.MustCompile(`\son[a-z]+=`).MatchString(body) {
-			t.Errorf("the page holds a script, a style attribute or an event handler, which its policy blocks")
+		if strings.Contains(body, " style=") || regexp.MustCompile(`\son[a-z]+=`).MatchString(body) {
+			t.Errorf("GET %s holds a style attribute or an event handler, which its policy blocks", path)
 		}
 		styles := regexp.MustCompile(`(?s)<style>(.*?)</style>`).FindAllStringSubmatch(body, -1)
 		if len(styles) != 1 {
-			t.Fatalf("the page has %d <style> elements, want 1", len(styles))
+			t.Fatalf("GET %s has %d <style> elements, want 1", path, len(styles))
 		}
-		sum := sha256.Sum256([]byte(styles[0][1]))
-		if hash := "'sha256-" + base64.StdEncoding.EncodeToString(sum[:]) + "'"; !strings.Contains(csp, "style-src "+hash) {
-			t.Errorf("Content-Security-Policy %q does not allow the page's style block (%s)", csp, hash)
+		if hash := hashSource(styles[0][1]); !strings.Contains(csp, "style-src "+hash) {
+			t.Errorf("Content-Security-Policy %q does not allow the style block of %s (%s)", csp, path, hash)
+		}
+		scripts := regexp.MustCompile(`(?s)<script>(.*?)</script>`).FindAllStringSubmatch(body, -1)
+		switch {
+		case !task && strings.Contains(body, "<script"):
+			t.Errorf("GET %s holds a script", path)
+		case task && len(scripts) != 1:
+			t.Errorf("GET %s has %d scripts, want 1", path, len(scripts))
+		case task:
+			if hash := hashSource(scripts[0][1]); !strings.Contains(csp, "script-src "+hash+"; connect-src 'self'") {
+				t.Errorf("Content-Security-Policy %q does not allow the script of %s (%s), or more", csp, path, hash)
+			}
 		}
 	}
+}
+
+// hashSource is the CSP source of an inline element whose text is src.
+func hashSource(src string) string {
+	sum := sha256.Sum256([]byte(src))
+	return "'sha256-" + base64.StdEncoding.EncodeToString(sum[:]) + "'"
 }

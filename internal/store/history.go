@@ -3,8 +3,11 @@ package store
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -42,6 +45,7 @@ func HistoryTTL(cfg *config.Config) time.Duration {
 // *redis.Client or *redis.ClusterClient satisfies it.
 type HistoryClient interface {
 	TxPipeline() redis.Pipeliner
+	Pipeline() redis.Pipeliner
 	XRevRangeN(ctx context.Context, stream, start, stop string, count int64) *redis.XMessageSliceCmd
 }
 
@@ -106,21 +110,25 @@ func (h *RedisHistory) send(ctx context.Context, batch []*coalesce.Call[histAppe
 	for _, c := range batch {
 		key := HistoryKey(h.prefix, c.Req.task)
 		e := c.Req.e
+		values := []any{
+			"slot", e.Slot,
+			"slot_time", e.SlotTime.UTC().Format(time.RFC3339),
+			"attempt", strconv.Itoa(e.Attempt),
+			"token", strconv.FormatInt(e.Token, 10),
+			"replica", e.Replica,
+			"outcome", e.Outcome,
+			"started", e.Started.UTC().Format(time.RFC3339Nano),
+			"duration_ms", strconv.FormatInt(e.Duration.Milliseconds(), 10),
+			"error", scheduler.TruncateHistoryError(e.Error),
+		}
+		if e.Output != "" { // most attempts print nothing: no field
+			values = append(values, "output", scheduler.TruncateHistoryOutput(e.Output))
+		}
 		x := p.XAdd(ctx, &redis.XAddArgs{
 			Stream: key,
 			MaxLen: scheduler.HistoryMaxLen,
 			Approx: true,
-			Values: []any{
-				"slot", e.Slot,
-				"slot_time", e.SlotTime.UTC().Format(time.RFC3339),
-				"attempt", strconv.Itoa(e.Attempt),
-				"token", strconv.FormatInt(e.Token, 10),
-				"replica", e.Replica,
-				"outcome", e.Outcome,
-				"started", e.Started.UTC().Format(time.RFC3339Nano),
-				"duration_ms", strconv.FormatInt(e.Duration.Milliseconds(), 10),
-				"error", scheduler.TruncateHistoryError(e.Error),
-			},
+			Values: values,
 		})
 		sent = append(sent, pending{c, x, p.PExpire(ctx, key, h.ttl)})
 	}
@@ -162,6 +170,126 @@ func (h *RedisHistory) Recent(ctx context.Context, task string, n int) ([]schedu
 	return out, nil
 }
 
+// Bounds of RecentEach: the entries asked for in one round trip, and the
+// round trips in flight at once (their replies are decoded in parallel).
+const (
+	readBatchEntries = 4096
+	readParallel     = 4
+)
+
+// RecentEach returns up to ns[i] of tasks[i]'s entries, newest first, for
+// every i (none where ns[i] ≤ 0): one XREVRANGE with COUNT per task,
+// pipelined about readBatchEntries entries to a round trip, readParallel
+// round trips at a time, so that the status of many tasks costs a few
+// round trips, not one per task. An error names the first task whose read
+// failed.
+func (h *RedisHistory) RecentEach(ctx context.Context, tasks []string, ns []int) ([][]scheduler.HistoryEntry, error) {
+	out := make([][]scheduler.HistoryEntry, len(tasks))
+	type span struct{ from, to int }
+	var spans []span
+	from, sum := 0, 0
+	for i := range tasks {
+		if n := max(ns[i], 0); sum+n > readBatchEntries && sum > 0 {
+			spans = append(spans, span{from, i})
+			from, sum = i, 0
+		}
+		sum += max(ns[i], 0)
+	}
+	spans = append(spans, span{from, len(tasks)})
+	errs := make([]error, len(spans))
+	sem := make(chan struct{}, readParallel)
+	var wg sync.WaitGroup
+	for k, sp := range spans {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			errs[k] = h.readEach(ctx, tasks[sp.from:sp.to], ns[sp.from:sp.to], out[sp.from:sp.to])
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// readEach is one round trip of RecentEach, into out.
+func (h *RedisHistory) readEach(ctx context.Context, tasks []string, ns []int, out [][]scheduler.HistoryEntry) error {
+	cmds := make([]*redis.XMessageSliceCmd, len(tasks))
+	p := h.rdb.Pipeline()
+	for i, task := range tasks {
+		if ns[i] > 0 {
+			cmds[i] = p.XRevRangeN(ctx, HistoryKey(h.prefix, task), "+", "-", int64(ns[i]))
+		}
+	}
+	if p.Len() == 0 {
+		return nil
+	}
+	_, _ = p.Exec(ctx) // each command carries its own error
+	for i, c := range cmds {
+		if c == nil {
+			continue
+		}
+		msgs, err := c.Result()
+		if err != nil {
+			return fmt.Errorf("history: read %s: %w", tasks[i], err)
+		}
+		es := make([]scheduler.HistoryEntry, 0, len(msgs))
+		for _, m := range msgs {
+			es = append(es, decodeEntry(m))
+		}
+		out[i] = es
+	}
+	return nil
+}
+
+// RecentBefore returns up to n of task's entries older than the entry
+// whose id is before ("": the newest), newest first: one XREVRANGE with
+// COUNT, so a page costs n entries however deep it is (it implements
+// observe.HistoryPager).
+func (h *RedisHistory) RecentBefore(ctx context.Context, task, before string, n int) ([]scheduler.HistoryEntry, error) {
+	end := "+"
+	if before != "" {
+		var ok bool
+		if end, ok = previousID(before); !ok {
+			return nil, nil // nothing is older than 0-0
+		}
+	}
+	if n <= 0 {
+		return nil, nil
+	}
+	msgs, err := h.rdb.XRevRangeN(ctx, HistoryKey(h.prefix, task), end, "-", int64(n)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("history: read %s before %s: %w", task, before, err)
+	}
+	out := make([]scheduler.HistoryEntry, 0, len(msgs))
+	for _, m := range msgs {
+		out = append(out, decodeEntry(m))
+	}
+	return out, nil
+}
+
+// previousID is the greatest stream id below id ("<ms>-<seq>"), as an
+// inclusive XREVRANGE end (the exclusive "(" form needs Redis 6.2); false
+// if id is 0-0 or does not parse.
+func previousID(id string) (string, bool) {
+	a, b, ok := strings.Cut(id, "-")
+	ms, err1 := strconv.ParseUint(a, 10, 64)
+	seq, err2 := strconv.ParseUint(b, 10, 64)
+	switch {
+	case !ok || err1 != nil || err2 != nil:
+		return "", false
+	case seq > 0:
+		return a + "-" + strconv.FormatUint(seq-1, 10), true
+	case ms > 0:
+		return strconv.FormatUint(ms-1, 10) + "-" + strconv.FormatUint(math.MaxUint64, 10), true
+	}
+	return "", false
+}
+
 func decodeEntry(m redis.XMessage) scheduler.HistoryEntry {
 	str := func(k string) string { s, _ := m.Values[k].(string); return s }
 	e := scheduler.HistoryEntry{
@@ -170,6 +298,7 @@ func decodeEntry(m redis.XMessage) scheduler.HistoryEntry {
 		Replica: str("replica"),
 		Outcome: str("outcome"),
 		Error:   str("error"),
+		Output:  str("output"),
 	}
 	e.SlotTime, _ = time.Parse(time.RFC3339, str("slot_time"))
 	e.Started, _ = time.Parse(time.RFC3339Nano, str("started"))

@@ -207,3 +207,52 @@ func TestHistoryTTL(t *testing.T) {
 		t.Errorf("HistoryTTL with done_ttl 720h = %v, want 720h", got)
 	}
 }
+
+// RecentEach reads many tasks' latest entries at once, newest first, up to
+// each one's count (none for a count of 0), and names the task whose
+// stream is not one.
+func TestRedisHistoryRecentEach(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	h := store.NewRedisHistory(srv.Client(), "slotd", time.Hour)
+	defer h.Close()
+	for k := 1; k <= 3; k++ {
+		for _, task := range []string{"a", "b"} {
+			if err := h.Append(ctx, task, entry(task, k, "success", "")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	got, err := h.RecentEach(ctx, []string{"a", "b", "none", "a"}, []int{2, 5, 3, 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sizes []int
+	for _, es := range got {
+		sizes = append(sizes, len(es))
+	}
+	if fmt.Sprint(sizes) != "[2 3 0 0]" || got[0][0].Attempt != 3 || got[1][2].Attempt != 1 {
+		t.Errorf("RecentEach: sizes %v, %+v", sizes, got)
+	}
+	// Counts beyond one round trip's share split the reads, in order.
+	var many []string
+	var counts []int
+	for i := range 12 {
+		many, counts = append(many, []string{"a", "b", "none"}[i%3]), append(counts, 1000)
+	}
+	got, err = h.RecentEach(ctx, many, counts)
+	if err != nil || len(got) != 12 {
+		t.Fatalf("RecentEach of 12 × 1000: %d, %v", len(got), err)
+	}
+	for i, es := range got {
+		if want := []int{3, 3, 0}[i%3]; len(es) != want {
+			t.Errorf("RecentEach of 12 × 1000: task %d (%s) has %d entries, want %d", i, many[i], len(es), want)
+		}
+	}
+	if err := srv.Client().Set(ctx, store.HistoryKey("slotd", "odd"), "x", time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.RecentEach(ctx, []string{"a", "odd"}, []int{1, 1}); err == nil || !strings.Contains(err.Error(), "odd") {
+		t.Errorf("RecentEach over a key that is not a stream: %v", err)
+	}
+}

@@ -59,7 +59,7 @@ commands:
   run       -config FILE                      run the daemon
   validate  -config FILE [-n 3]               check the config; print each task's next slots
   status    -config FILE [-json] [-n 10]      the fleet's recent slots per task, from Redis
-  history   -config FILE [-json] [-n 20] TASK the task's latest attempts, newest first
+  history   -config FILE [-json] [-output] [-n 20] TASK the task's latest attempts, newest first
   rerun     -config FILE [-force] TASK SLOT   clear a slot's done marker and attempts so it
                                               may run again within its window
   trigger   -config FILE [-key KEY] TASK      run TASK now, once, on one replica (asks the daemon)
@@ -201,6 +201,10 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, o opti
 	// task's business.
 	tasks.DropEnv(cfg.URLEnv, cfg.TokenEnv)
 	tasks.DropEnv(cfg.EnvDrop...)
+	if err := tasks.SetHTTPPool(cfg.HTTPPool); err != nil { // validated at load; not expected
+		log.Error("slotd failed", "err", err)
+		return exitUsage
+	}
 	redis.SetLogger(redisLogger{log.With("component", "redis")})
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

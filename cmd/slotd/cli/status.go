@@ -179,10 +179,11 @@ func writeStatus(w io.Writer, rep observe.StatusReport) error {
 
 // cmdHistory is `slotd history TASK`: the task's latest attempts.
 func cmdHistory(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	var asJSON bool
+	var asJSON, output bool
 	n := defaultHistoryLength
 	path, pos, ok := parseCommand("history", args, stderr, []string{"TASK"}, func(fs *flag.FlagSet) {
-		fs.BoolVar(&asJSON, "json", false, "write JSON")
+		fs.BoolVar(&asJSON, "json", false, "write JSON (with each attempt's output)")
+		fs.BoolVar(&output, "output", false, "write each attempt's output (its kept tail) below the table")
 		fs.IntVar(&n, "n", n, "how many attempts, newest first")
 	})
 	if !ok || n < 1 {
@@ -214,7 +215,7 @@ func cmdHistory(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			Entries []scheduler.HistoryEntry `json:"entries"`
 		}{task.Name, entries})
 	} else {
-		err = writeHistory(stdout, task.Name, entries)
+		err = writeHistory(stdout, task.Name, entries, output)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "slotd history: %v\n", err)
@@ -223,19 +224,49 @@ func cmdHistory(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	return exitOK
 }
 
-func writeHistory(w io.Writer, task string, entries []scheduler.HistoryEntry) error {
+// writeHistory writes entries as a table, with the last line of each
+// attempt's output; output adds each attempt's whole kept output below it.
+// Output is the task's own text: control characters are escaped (newlines
+// and tabs kept), so that it cannot drive the terminal.
+func writeHistory(w io.Writer, task string, entries []scheduler.HistoryEntry, output bool) error {
 	if len(entries) == 0 {
 		_, err := fmt.Fprintf(w, "%s: no attempts recorded\n", task)
 		return err
 	}
 	fmt.Fprintf(w, "%s: latest %d attempts, newest first\n", task, len(entries))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "STARTED (UTC)\tSLOT\tATTEMPT\tREPLICA\tOUTCOME\tDURATION\tTOKEN\tERROR")
+	fmt.Fprintln(tw, "STARTED (UTC)\tSLOT\tATTEMPT\tREPLICA\tOUTCOME\tDURATION\tTOKEN\tERROR\tOUTPUT (LAST LINE)")
 	for _, e := range entries {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\n", stamp(e.Started), clean(e.Slot), e.Attempt,
-			clean(e.Replica), clean(e.Outcome), e.Duration.Round(time.Millisecond), e.Token, shorten(clean(e.Error), 100))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s\n", stamp(e.Started), clean(e.Slot), e.Attempt,
+			clean(e.Replica), clean(e.Outcome), e.Duration.Round(time.Millisecond), e.Token, shorten(clean(e.Error), 100),
+			shorten(clean(lastLine(e.Output)), 60))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if !output {
+		return nil
+	}
+	for _, e := range entries {
+		if e.Output == "" {
+			continue
+		}
+		text := escapeControls(e.Output, true)
+		if !strings.HasSuffix(text, "\n") {
+			text += "\n"
+		}
+		if _, err := fmt.Fprintf(w, "\n--- output of slot %s attempt %d (%s, %s, started %s UTC):\n%s", clean(e.Slot), e.Attempt,
+			clean(e.Replica), clean(e.Outcome), stamp(e.Started), text); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// lastLine is the last line of s that is not blank.
+func lastLine(s string) string {
+	s = strings.TrimRight(s, " \t\r\n")
+	return s[strings.LastIndexByte(s, '\n')+1:]
 }
 
 // cmdRerun is `slotd rerun TASK SLOT`: clear a slot's done marker and

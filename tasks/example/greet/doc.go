@@ -62,6 +62,19 @@
 // error marks the slot done; any error lets a peer retry it, up to the
 // task's max_attempts.
 //
+// # Output
+//
+// What an attempt printed or returned is kept with it in the run history
+// and shown by slotd history, the status API and page. Write it to
+// tasks.OutputFrom(ctx), a writer that keeps a bounded tail (the task's
+// output_tail, 4 KiB by default), never fails, and discards everything
+// when no output is kept:
+//
+//	fmt.Fprintf(tasks.OutputFrom(ctx), "%s (slot %s)\n", greeting, r.Slot)
+//
+// Write only what the task produced: the output is shown to whoever reads
+// the status page, so never a credential or the daemon's environment.
+//
 // # This plugin
 //
 // greet logs its greeting with the slot id and fencing token. Its

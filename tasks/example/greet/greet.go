@@ -47,6 +47,9 @@ func (g *greet) Run(ctx context.Context) error {
 	if r.Attempt <= g.FailAttempts {
 		return fmt.Errorf("greet: slot %s: failing attempt %d of %d on purpose", r.Slot, r.Attempt, g.FailAttempts)
 	}
+	// What the attempt reports for its run history: `slotd history`, the
+	// status page. Only what the task itself produced, never a secret.
+	fmt.Fprintf(tasks.OutputFrom(ctx), "%s (slot %s, attempt %d)\n", g.Greeting, r.Slot, r.Attempt)
 	g.log.LogAttrs(ctx, slog.LevelInfo, g.Greeting,
 		slog.String("slot", r.Slot),
 		slog.Int("attempt", r.Attempt),

@@ -36,8 +36,12 @@ func TestGreet(t *testing.T) {
 	var out strings.Builder
 	log := slog.New(slog.NewTextHandler(&out, nil))
 	task := newGreet(t, map[string]any{"greeting": "good morning"}, log)
-	if err := task.Run(attempt(1)); err != nil {
+	kept := tasks.NewOutput(tasks.DefaultOutputTail)
+	if err := task.Run(tasks.WithOutput(attempt(1), kept)); err != nil {
 		t.Fatal(err)
+	}
+	if got, want := kept.String(), "good morning (slot 202401151430, attempt 1)\n"; got != want {
+		t.Errorf("output %q, want %q", got, want)
 	}
 	for _, s := range []string{`msg="good morning"`, "slot=202401151430", "fencing_token=1705329000001"} {
 		if !strings.Contains(out.String(), s) {

@@ -1,0 +1,249 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Sustained mode (-rate N): N tasks, each due every second, run by every
+// replica's engine for -duration after -warmup seconds. Each second is a
+// burst of N slots; the figures are taken over the window of whole seconds
+// between the warm-up and the end, by the counters of Redis, of each
+// replica process and of the tool.
+
+// Plugins of the sustained mode.
+const (
+	pluginNoop = "noop" // the child's no-op task: one buffered records line per run
+	pluginHTTP = "http" // the built-in http plugin, POSTing to the sink
+)
+
+// settleAfter is how long after the window's last slot is due the tool
+// waits at most for every slot of the window to have run before it stops
+// the replicas: every slot's window has closed by then (the deadline is
+// the next second), so no attempt of a measured slot can start later;
+// those running finish during the replicas' shutdown.
+const settleAfter = 2 * time.Second
+
+func (o *options) validateSustained() error {
+	for _, name := range []string{"tasks", "fail", "crash", "period", "lease"} {
+		if o.set[name] {
+			return fmt.Errorf("-%s does not apply with -rate (sustained mode)", name)
+		}
+	}
+	if !o.set["warmup"] {
+		o.warmup = 5
+	}
+	if !o.set["duration"] {
+		o.duration = time.Minute
+	}
+	switch {
+	case o.rate < 1:
+		return fmt.Errorf("-rate %d: want at least 1 task due every second", o.rate)
+	case o.plugin != pluginNoop && o.plugin != pluginHTTP:
+		return fmt.Errorf("-plugin %q: want %s or %s", o.plugin, pluginNoop, pluginHTTP)
+	case o.replicas < 1 || o.replicas > 64:
+		return fmt.Errorf("-replicas %d: want 1..64", o.replicas)
+	case o.warmup < 1:
+		return fmt.Errorf("-warmup %d: want at least 1 second with -rate", o.warmup)
+	case o.duration < time.Second || o.duration%time.Second != 0:
+		return fmt.Errorf("-duration %v: want whole seconds, at least 1s, with -rate", o.duration)
+	case o.batch < 1:
+		return fmt.Errorf("-batch %d: want at least 1", o.batch)
+	case o.burstLease < time.Second:
+		return fmt.Errorf("-burst-lease %v: slotd wants at least 1s", o.burstLease)
+	case o.profile && o.dir == "":
+		return fmt.Errorf("-profile needs -dir to keep the profiles in")
+	case o.sample <= 0:
+		return fmt.Errorf("-sample %v: want > 0", o.sample)
+	}
+	return nil
+}
+
+// runSustained measures, prints the one-line summary on stderr and the
+// report on stdout, and returns the exit code.
+func runSustained(ctx context.Context, o options, stdout, stderr io.Writer) int {
+	rep, err := measureSustained(ctx, o, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "load: %v\n", err)
+		return 1
+	}
+	fmt.Fprintln(stderr, rep.summary())
+	if o.json {
+		err = rep.writeJSON(stdout)
+	} else {
+		rep.writeTable(stdout)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "load: %v\n", err)
+		return 1
+	}
+	if len(rep.Violations) > 0 {
+		fmt.Fprintf(stderr, "load: %d correctness checks failed:\n  %s\n", len(rep.Violations), strings.Join(rep.Violations, "\n  "))
+		return 1
+	}
+	return 0
+}
+
+// writeSustainedConfigs writes each replica's config: o.rate tasks due
+// every second on the plugin, url the sink's (http only).
+func writeSustainedConfigs(o options, dir, redisAddr, url string, ids, listens []string) ([]string, error) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "[redis]\nurl = \"redis://%s/0\"\n[log]\nlevel = \"warn\"\nformat = \"json\"\n", redisAddr)
+	fmt.Fprintf(&b, "[defaults]\nlease = %q\ndone_ttl = \"1m\"\nmax_attempts = 3\ntimeout = \"1m\"\ncatchup = \"none\"\n", o.burstLease)
+	for i := range o.rate {
+		fmt.Fprintf(&b, "[[task]]\nname = \"%s%05d\"\nschedule = \"* * * * * *\"\nplugin = %q\n", tickPrefix, i, o.plugin)
+		if o.plugin == pluginHTTP {
+			fmt.Fprintf(&b, "  [task.params]\n  url = %q\n  method = \"POST\"\n  body = \"{}\"\n  timeout = \"5s\"\n", url)
+		}
+	}
+	schedule := b.String()
+	paths := make([]string, len(ids))
+	for i, id := range ids {
+		head := fmt.Sprintf("[daemon]\nreplica = %q\nshutdown_grace = \"10s\"\n[http]\nlisten = %q\n", id, listens[i])
+		paths[i] = filepath.Join(dir, id+".toml")
+		if err := os.WriteFile(paths[i], []byte(head+schedule), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	return paths, nil
+}
+
+// measureSustained runs the sustained measurement and returns its report.
+func measureSustained(ctx context.Context, o options, stderr io.Writer) (*sustainedRun, error) {
+	dir, cleanup, err := workDir(o.dir)
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+	progress := progressTo(stderr)
+	rep := &sustainedRun{Config: sustainedConfig{Replicas: o.replicas, Rate: o.rate, Plugin: o.plugin,
+		Duration: o.duration.String(), WarmupS: o.warmup, Lease: o.burstLease.String()}}
+
+	srv, err := startRedis(o.redisServer, dir)
+	if err != nil {
+		return nil, err
+	}
+	defer srv.stop()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.addr, ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	if rep.Sustained.LuaCounted, err = luaCallsCounted(ctx, rdb); err != nil {
+		return nil, err
+	}
+	progress("redis-server on %s; raw baseline on %d keys", srv.addr, o.rate)
+	if rep.Baseline, err = runBaseline(ctx, srv.addr, o.rate, o.replicas, o.batch); err != nil {
+		return nil, err
+	}
+
+	var sk *sink
+	url := ""
+	if o.plugin == pluginHTTP {
+		if sk, err = startSink(); err != nil {
+			return nil, err
+		}
+		url = sk.url
+	}
+	ids := make([]string, o.replicas)
+	listens := make([]string, o.replicas)
+	for i := range ids {
+		ids[i] = "r" + strconv.Itoa(i+1)
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		listens[i] = "127.0.0.1:" + strconv.Itoa(port)
+	}
+	configs, err := writeSustainedConfigs(o, dir, srv.addr, url, ids, listens)
+	if err != nil {
+		return nil, err
+	}
+	started := time.Now()
+	var reps []*replica
+	stopAll := func() {
+		for _, r := range reps {
+			if err := r.stop(30 * time.Second); err != nil {
+				rep.Violations = append(rep.Violations, err.Error())
+			}
+		}
+	}
+	defer stopAll() // on an early return; a no-op once stopped
+	for i, id := range ids {
+		r, err := startReplica(id, dir, configs[i], listens[i], o.profile, false)
+		if err != nil {
+			return nil, err
+		}
+		reps = append(reps, r)
+	}
+	for _, r := range reps {
+		if err := r.awaitReady(ctx, 60*time.Second+time.Duration(o.rate)*time.Millisecond); err != nil {
+			return nil, err
+		}
+	}
+	recs := newRecords(reps)
+	recs.sink = sk
+	smp := newSampler(reps, o.sample, started)
+	var sc *scraper
+	if o.scrape > 0 {
+		sc = startScraper(reps, o.scrape)
+	}
+	w := waiter{ctx: ctx, recs: recs, smp: smp}
+
+	// The window: the slots due from w0 to w1 (excluded). Its counters are
+	// read a quarter second before w0 and before w1: in a steady state
+	// the work of any stretch of that length is the same, and these two
+	// reads leave the claims of w0's slots inside, w1's outside.
+	w0 := time.Now().Add(time.Second).Truncate(time.Second).Add(time.Duration(o.warmup) * time.Second)
+	w1 := w0.Add(o.duration)
+	recs.window = [2]int64{w0.UnixNano(), w1.UnixNano()}
+	progress("%d replicas ready in %v; %d tasks every second (%s); window %s to %s", o.replicas,
+		time.Since(started).Round(time.Millisecond), o.rate, o.plugin, w0.UTC().Format(time.TimeOnly), w1.UTC().Format(time.TimeOnly))
+	const lead = 250 * time.Millisecond
+	if err := w.until(w0.Add(-lead)); err != nil {
+		return nil, err
+	}
+	before, err := takeSnapshot(ctx, rdb, reps)
+	if err != nil {
+		return nil, err
+	}
+	if err := w.until(w1.Add(-lead)); err != nil {
+		return nil, err
+	}
+	after, err := takeSnapshot(ctx, rdb, reps)
+	if err != nil {
+		return nil, err
+	}
+	all := o.rate * int(o.duration/time.Second)
+	if _, err := w.cond(w1.Add(settleAfter), func() bool { return recs.inWindow >= all }); err != nil {
+		return nil, err
+	}
+	progress("window over; stopping the replicas")
+	smp.sample()
+	if sc != nil {
+		rep.Scrapes = sc.finish(o.scrape)
+	}
+	stopAll()
+	if err := recs.poll(); err != nil {
+		return nil, err
+	}
+	if sk != nil {
+		sr := sk.close()
+		rep.Sustained.Sink = &sr
+		if sr.Malformed > 0 {
+			rep.Violations = append(rep.Violations, fmt.Sprintf("sink: %d requests without the Slotd-* headers", sr.Malformed))
+		}
+	}
+	rep.analyze(recs, o, w0, w1, before, after)
+	rep.analyzeReplicas(reps, smp, recs, before, after)
+	if err := rep.readLogs(dir, ids); err != nil {
+		return nil, err
+	}
+	rep.check(recs, w0, w1)
+	return rep, nil
+}

@@ -1,0 +1,35 @@
+package main
+
+import (
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The sustained mode's flags: its defaults, and the burst mode's flags it
+// refuses.
+func TestSustainedFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string // in the error
+	}{
+		{[]string{"-plugin", "http"}, "-rate 0"},
+		{[]string{"-rate", "100", "-plugin", "exec"}, `-plugin "exec"`},
+		{[]string{"-rate", "100", "-tasks", "10"}, "-tasks does not apply"},
+		{[]string{"-rate", "100", "-crash", "0"}, "-crash does not apply"},
+		{[]string{"-rate", "100", "-duration", "1500ms"}, "whole seconds"},
+		{[]string{"-rate", "100", "-warmup", "0"}, "-warmup 0"},
+	} {
+		// run validates the flags before it starts anything.
+		var stderr strings.Builder
+		if code := run(tc.args, io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("%q: exit %d, stderr %q; want 2 and %q", tc.args, code, stderr.String(), tc.want)
+		}
+	}
+	o := options{rate: 10, replicas: 3, batch: 256, burstLease: 15 * time.Second, sample: time.Second, plugin: pluginNoop,
+		set: map[string]bool{"rate": true}}
+	if err := o.validate(); err != nil || o.warmup != 5 || o.duration != time.Minute {
+		t.Errorf("defaults: warm-up %d s, duration %v, err %v; want 5 s and 1m", o.warmup, o.duration, err)
+	}
+}
