@@ -116,8 +116,12 @@ func TestStatusPageInBrowser(t *testing.T) {
 	c.stopAll()
 }
 
-// xssName is a task name that is markup: every page must show it as text.
-const xssName = `<img src=x onerror=alert(1)>`
+// xssName is a task name that is markup: every page must show it as text;
+// xssOutput is an attempt's output that is markup.
+const (
+	xssName   = `<img src=x onerror=alert(1)>`
+	xssOutput = "starting\n<iframe src=\"javascript:alert(3)\"></iframe>\n<i>done</i>\n"
+)
 
 // pageFleet is a daemon's HTTP handler in this process over the embedded
 // store, its clock set back while the slots are seeded: hourly tasks in
@@ -147,7 +151,7 @@ func pageFleet(t *testing.T, extra int) http.Handler {
 	var tasks []scheduler.Task
 	// attempt runs one attempt of tasks[i]'s slot at at, by the clock
 	// then, ending in outcome ("" leaves it running).
-	attempt := func(i int, at time.Time, outcome, errText string) {
+	attempt := func(i int, at time.Time, outcome, errText string, output ...string) {
 		t.Helper()
 		tk := &tasks[i]
 		slot := tk.Slot(at)
@@ -160,7 +164,8 @@ func pageFleet(t *testing.T, extra int) http.Handler {
 		}
 		owner := lock.Owner{Replica: "r1", Attempt: c.Attempt}
 		e := scheduler.HistoryEntry{Slot: slot.ID, SlotTime: slot.Time, Attempt: c.Attempt, Token: lock.Token(slot.Time, c.Attempt),
-			Replica: "r1", Outcome: outcome, Started: clock(), Duration: 1500 * time.Millisecond, Error: errText}
+			Replica: "r1", Outcome: outcome, Started: clock(), Duration: 1500 * time.Millisecond, Error: errText,
+			Output: strings.Join(output, "")}
 		switch outcome {
 		case "":
 			return
@@ -186,7 +191,7 @@ func pageFleet(t *testing.T, extra int) http.Handler {
 	for k := range 3 {
 		attempt(0, prev, "failure", fmt.Sprintf("exit status 1: pg_dump: connection refused (attempt %d)", k+1))
 	}
-	attempt(1, prev, "failure", `<script>alert("pwned")</script> & <b>bold</b>`)
+	attempt(1, prev, "failure", `<script>alert("pwned")</script> & <b>bold</b>`, xssOutput)
 	attempt(2, prev, "success", "")
 	attempt(2, cur, "failure", "HTTP 503 from https://api.example.com/users?token=xxxxx")
 	attempt(3, prev, "success", "")
@@ -284,12 +289,16 @@ func TestPagesInBrowser(t *testing.T) {
 	if got := b.text(`document.querySelector("tr.slot[data-phase=failed] td.err").textContent`); got != `<script>alert("pwned")</script> & <b>bold</b>` {
 		t.Errorf("the failed slot's error reads %q", got)
 	}
-	if n := b.text(`String(document.images.length) + " " + document.querySelectorAll("b, script:not(:last-of-type)").length`); n != "0 0" {
+	if got := b.text(`document.querySelector("tr.attempt td.out pre").textContent`); got != xssOutput {
+		t.Errorf("the attempt's output reads %q, want %q", got, xssOutput)
+	}
+	if n := b.text(`String(document.images.length) + " " + document.querySelectorAll("b, i, iframe, script:not(:last-of-type)").length`); n != "0 0" {
 		t.Errorf("the task's page made elements of the name or the error: %s", n)
 	}
 	if v := b.cspViolations(); len(v) > 0 {
 		t.Errorf("the task's page's policy blocked %v", v)
 	}
+	b.eval(`document.querySelectorAll("details").forEach(function (d) { d.open = true; })`, nil)
 	savePNG(t, "task.png", b.screenshot(), 1000)
 	b.navigate(srv.URL + "/tasks/nightly-backup")
 	savePNG(t, "task-exhausted.png", b.screenshot(), 1000)

@@ -126,50 +126,97 @@ catchup = "latest"`,
 	c.stopAll()
 }
 
-// SIGHUP does not stop the daemon (it used to exit with 129, without its
-// shutdown, leaving its running slot held until the lease ran out): it
-// logs that reload is not supported yet and keeps running and running
-// tasks; SIGTERM then stops it as usual, exit status 0.
-func TestSighupIgnored(t *testing.T) {
+// SIGHUP reloads the daemon's configuration instead of stopping it (it
+// used to exit with 129, without its shutdown, leaving its running slot
+// held until the lease ran out): a valid file's added task starts; an
+// invalid file is refused, logged and counted, and the daemon goes on with
+// the running configuration; the unchanged task loses and doubles no slot
+// across the reloads; SIGTERM then stops it as usual, exit status 0.
+func TestSighupReloads(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
-	c.start(1, "1s", `lease = "3s"
+	defaults := `lease = "3s"
 timeout = "1m"
-catchup = "none"`,
-		c.execTask("hup", "@every 1s", `rec start; sleep 0.2; rec end`, ""))
+catchup = "none"`
+	hup := c.execTask("hup", "@every 1s", `rec start; sleep 0.2; rec end`, `deadline = "10s"`)
+	c.start(1, "1s", defaults, hup)
 	c.awaitStarted(10 * time.Second)
 	r := c.reps[0]
+	path := r.cmd.Args[len(r.cmd.Args)-1]
+	rewrite := func(tasks ...string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(config(r.name, c.srv.URL(), "1s", defaults, tasks...)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	c.ledger.await("a first run", 10*time.Second, func(evs []event) bool { return len(find(evs, "end", 0)) > 0 })
 
-	hupAt := time.Now()
+	addedAt := time.Now()
+	rewrite(hup, c.execTask("added", "@every 1s", `rec start; rec end`, ""))
 	r.Signal(syscall.SIGHUP)
-	r.awaitLog("the SIGHUP", 5*time.Second, func(rec logRec) bool {
-		return rec.msg() == "SIGHUP ignored: reload is not supported yet; restart to apply a new configuration, SIGTERM to stop" &&
-			rec.str("level") == "WARN"
+	r.awaitLog("the reload", 10*time.Second, func(rec logRec) bool {
+		added, _ := rec["added"].([]any)
+		return rec.msg() == "configuration reloaded" && len(added) == 1 && added[0] == "added"
 	})
-	r.Signal(syscall.SIGHUP)
-	c.ledger.await("two runs started and ended after the SIGHUP", 10*time.Second, func(evs []event) bool {
-		n := 0
-		for _, e := range find(evs, "start", 0) {
-			if e.At.After(hupAt) && len(find(bySlot(evs)[e.Slot], "end", 0)) > 0 {
-				n++
+	c.ledger.await("the added task's first run", 10*time.Second, func(evs []event) bool {
+		for _, e := range find(evs, "end", 0) {
+			if e.Task == "added" {
+				return true
 			}
 		}
-		return n >= 2
+		return false
+	})
+	for _, e := range c.ledger.read() {
+		if e.Task == "added" && !slotTime(t, e.Slot).After(addedAt.Add(-time.Second)) {
+			t.Errorf("the added task ran slot %s, from before the reload", e.Slot)
+		}
+	}
+
+	rewrite(hup, c.execTask("broken", "every second", `rec start`, ""))
+	badAt := time.Now()
+	r.Signal(syscall.SIGHUP)
+	r.awaitLog("the refused reload", 10*time.Second, func(rec logRec) bool {
+		return rec.msg() == "configuration reload failed: the running configuration stays" &&
+			rec.str("level") == "ERROR" && strings.Contains(rec.str("err"), `task "broken"`)
+	})
+	c.ledger.await("two runs of each task started and ended after the invalid file", 10*time.Second, func(evs []event) bool {
+		n := map[string]int{}
+		for _, e := range find(evs, "end", 0) {
+			if e.At.After(badAt) {
+				n[e.Task]++
+			}
+		}
+		return n["hup"] >= 2 && n["added"] >= 2
 	})
 	if !r.running() {
 		t.Fatalf("replica exited after SIGHUP: %v", r.cmd.ProcessState)
 	}
-	n := 0
-	for _, rec := range r.records() {
-		if strings.HasPrefix(rec.msg(), "SIGHUP ignored") {
-			n++
+	for name, want := range map[string]float64{"slotd_config_reload_failures_total": 1, "slotd_config_reloads_total": 1} {
+		if got := r.metric(t, name); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
 		}
 	}
-	if n != 2 {
-		t.Errorf("%d SIGHUP log lines, want 2", n)
-	}
 	c.stopAll()
+	slots := map[string]int{}
+	var first, last time.Time
+	for _, e := range find(c.ledger.read(), "start", 0) {
+		if e.Task != "hup" {
+			continue
+		}
+		slots[e.Slot]++
+		at := slotTime(t, e.Slot)
+		if first.IsZero() || at.Before(first) {
+			first = at
+		}
+		if at.After(last) {
+			last = at
+		}
+	}
+	for at := first; !at.After(last); at = at.Add(time.Second) {
+		if n := slots[at.UTC().Format("20060102150405")]; n != 1 {
+			t.Errorf("slot %s of the unchanged task started %d times, want once", at.Format(time.TimeOnly), n)
+		}
+	}
 }
 
 // Both binaries answer the supervisor's hidden argument from package
@@ -190,5 +237,97 @@ func TestSuperviseDispatchInBinaries(t *testing.T) {
 		if code := exitCode(err); code != 125 || !strings.Contains(string(out), "internal supervisor of exec tasks") {
 			t.Errorf("%s __supervise: exit %d, output %q; want 125 and the supervisor's refusal", filepath.Base(bin), code, out)
 		}
+	}
+}
+
+// Three `slotd run` processes are sent SIGHUP every half second for 8 s,
+// each time with a file that adds, changes or removes a second task: the
+// unchanged every-second task starts each of its slots exactly once over
+// the whole run, and the churned one at most once.
+func TestSighupChurnKeepsEverySlotOnce(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	defaults := `lease = "3s"
+timeout = "1m"
+catchup = "none"
+deadline = "10s"`
+	tick := c.execTask("tick", "@every 1s", `rec start; rec end`, "")
+	c.start(3, "1s", defaults, tick)
+	c.awaitStarted(10 * time.Second)
+	c.ledger.await("a first tick", 10*time.Second, func(evs []event) bool { return len(find(evs, "end", 0)) > 0 })
+	churn := func(n int) []string {
+		switch n % 3 {
+		case 0:
+			return []string{tick, c.execTask("churn", "@every 1s", `rec start; rec end`, "")}
+		case 1:
+			return []string{tick, c.execTask("churn", "@every 1s", `rec start; rec end # changed`, "")}
+		}
+		return []string{tick}
+	}
+	start := time.Now()
+	for n := 0; time.Since(start) < 8*time.Second; n++ {
+		for _, r := range c.reps {
+			path := r.cmd.Args[len(r.cmd.Args)-1]
+			if err := os.WriteFile(path, []byte(config(r.name, c.srv.URL(), "1s", defaults, churn(n)...)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			r.Signal(syscall.SIGHUP)
+		}
+		time.Sleep(500 * time.Millisecond) // the pace of the reloads, not a wait for an event
+	}
+	end := time.Now()
+	c.ledger.await("a tick after the reloads", 10*time.Second, func(evs []event) bool {
+		for _, e := range find(evs, "end", 0) {
+			if e.Task == "tick" && slotTime(t, e.Slot).After(end) {
+				return true
+			}
+		}
+		return false
+	})
+	for _, r := range c.reps {
+		if !r.running() {
+			t.Fatalf("replica %s exited during the reloads: %v", r.name, r.cmd.ProcessState)
+		}
+	}
+	c.stopAll()
+	starts := map[string]map[string]int{"tick": {}, "churn": {}}
+	var first, last time.Time
+	for _, e := range find(c.ledger.read(), "start", 0) {
+		starts[e.Task][e.Slot]++
+		if e.Task != "tick" {
+			continue
+		}
+		at := slotTime(t, e.Slot)
+		if first.IsZero() || at.Before(first) {
+			first = at
+		}
+		if at.After(last) {
+			last = at
+		}
+	}
+	for at := first; !at.After(last); at = at.Add(time.Second) {
+		if n := starts["tick"][at.UTC().Format("20060102150405")]; n != 1 {
+			t.Errorf("tick slot %s started %d times, want once", at.Format(time.TimeOnly), n)
+		}
+	}
+	for slot, n := range starts["churn"] {
+		if n != 1 {
+			t.Errorf("churn slot %s started %d times, want at most once", slot, n)
+		}
+	}
+	if len(starts["churn"]) == 0 {
+		t.Error("the churned task never ran")
+	}
+	reloaded := 0
+	for _, r := range c.reps {
+		for _, rec := range r.records() {
+			if rec.msg() == "configuration reloaded" {
+				reloaded++
+			}
+		}
+	}
+	t.Logf("%d reloads applied across 3 replicas; %d tick slots, %d churn slots", reloaded, len(starts["tick"]), len(starts["churn"]))
+	if reloaded < 3*8 {
+		t.Errorf("%d reloads applied, want at least 24 (16 SIGHUPs to each of 3 replicas; two close together may count once)", reloaded)
 	}
 }

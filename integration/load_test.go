@@ -100,11 +100,13 @@ func TestLoadToolSmall(t *testing.T) {
 		t.Errorf("baseline did not run: %+v", b)
 	}
 	bu := r.Burst
-	if bu.SlotTime == "" || bu.StartDelay.N != 50 || bu.ClaimAnswer.N != 100 || bu.ClaimsPerS <= 0 || bu.Ratio <= 0 {
-		t.Errorf("burst: want 50 starts and 100 first claims measured: %+v", bu)
+	// Each slot is claimed by its preferred claimant, and by the other
+	// replica only if it was not told in time that the slot was taken.
+	if bu.SlotTime == "" || bu.StartDelay.N != 50 || bu.ClaimAnswer.N < 50 || bu.ClaimAnswer.N > 100 || bu.ClaimsPerS <= 0 || bu.Ratio <= 0 {
+		t.Errorf("burst: want 50 starts and 50 to 100 first claims measured: %+v", bu)
 	}
-	// On the server each slot costs at least a claim per replica and a
-	// complete (their inner calls count); on the client, fused script
+	// On the server each slot costs at least a claim and a complete
+	// (their inner calls count); on the client, fused script
 	// calls carry many slots each, and pipelines many commands, so the
 	// client's commands are only bounded by the server's, and its round
 	// trips by its commands.

@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -47,6 +48,13 @@ type batcher struct {
 	rdb  Client
 	fuse bool // send the calls of one fusable script as one EVALSHA (not on a Cluster)
 	co   *coalesce.Coalescer[scriptReq, *redis.Cmd]
+	// takenCh: the channel announce publishes won claims on (the done
+	// channel); "" for none (a Redlock node, WithMinReplicasAck). Set
+	// before the first call.
+	takenCh string
+	// announcing: publish on takenCh. Off until the store announces a
+	// replica (Fleet.Announce): only a fleet's replicas defer to each other.
+	announcing atomic.Bool
 }
 
 // scriptReq is one script invocation.
@@ -124,6 +132,7 @@ func errCmd(ctx context.Context, err error) *redis.Cmd {
 // exec sets the reply of every other.
 func (b *batcher) exec(ctx context.Context, batch []*scriptCall) {
 	sends := b.group(batch)
+	defer b.announce(sends)
 	switch len(sends) {
 	case 0:
 		return
@@ -154,6 +163,53 @@ func (b *batcher) exec(ctx context.Context, batch []*scriptCall) {
 	for i, s := range sends {
 		s.answer(cmds[i])
 	}
+}
+
+// takenLine starts a message on the done channel that names won claims,
+// not completions: the notices share the done channel so that an ACL
+// allowing slotd's two channels (docs/stores.md) still allows them. No
+// state key is "taken": keys hold the prefix, a colon and braces.
+const takenLine = "taken\n"
+
+// announce queues one taken notice naming the state key of every claim
+// of sends that was won, for the replicas that defer their claims to a
+// slot's preferred claimant (see Taken). The notice is a call of its own,
+// sent at once if a round trip is free and otherwise with the next one:
+// sent here, it would hold the claims' replies back for a round trip.
+// Nobody waits for it; a notice lost costs only an extra claim.
+func (b *batcher) announce(sends []*send) {
+	if b.takenCh == "" || !b.announcing.Load() {
+		return
+	}
+	msg := []byte(takenLine)
+	for _, s := range sends {
+		if s.script != claimScript {
+			continue
+		}
+		for _, c := range s.calls {
+			if won(c.Resp) {
+				msg = append(msg, c.Req.keys[0]...)
+				msg = append(msg, '\n')
+			}
+		}
+	}
+	if len(msg) == len(takenLine) {
+		return
+	}
+	b.co.Queue(context.Background(), scriptReq{script: takenScript, args: []any{b.takenCh, msg[:len(msg)-1]}})
+}
+
+// won reports whether cmd is claim.lua's reply for a won slot.
+func won(cmd *redis.Cmd) bool {
+	if cmd == nil {
+		return false
+	}
+	res, err := cmd.Slice()
+	if err != nil || len(res) == 0 {
+		return false
+	}
+	kind, _ := res[0].(string)
+	return kind == "won"
 }
 
 // pipeline sends each of sends as one EVALSHA, all in one pipeline, and

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -650,9 +651,12 @@ func claimAll(ctx context.Context, s Store, reqs []ClaimRequest) []ClaimReply {
 	return out
 }
 
-// A watch with OnChange calls its function with false on a release and
-// true when the holder marks the slot done, instead of signalling C; a
-// stopped watch calls nothing.
+// A watch with OnChange calls its function with Released on a release and
+// Completed when the holder marks the slot done, instead of signalling C,
+// and on Redis, once it has announced a replica, also with Taken when a
+// claim of the slot is won (the notice is sent after the claim's reply, so
+// it may come after the release);
+// a stopped watch calls nothing.
 func TestWatchOnChange(t *testing.T) {
 	r, _ := gatedStore(t, newGate(0))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -660,12 +664,16 @@ func TestWatchOnChange(t *testing.T) {
 	if err := r.Subscribe(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// Taken notices start with the store's first announce.
+	if _, err := r.Announce(ctx, "r", "i1", time.Minute); err != nil {
+		t.Fatal(err)
+	}
 	p := Policy{Lease: time.Minute, DoneTTL: time.Hour, MaxAttempts: 5}
 	for _, s := range []Store{r, NewMemory(time.Now)} {
 		slot := batchSlot(1, time.Now())
 		w := s.Watch(slot)
-		notices := make(chan bool, 4)
-		w.OnChange(func(done bool) { notices <- done })
+		notices := make(chan Change, 8)
+		w.OnChange(func(c Change) { notices <- c })
 		// finish claims the slot and releases it, or completes it if done.
 		finish := func(done bool) {
 			c, err := s.Claim(ctx, slot, "r", p)
@@ -681,15 +689,29 @@ func TestWatchOnChange(t *testing.T) {
 				t.Fatalf("%T: %v", s, err)
 			}
 		}
+		_, redis := s.(*Redis)
 		for _, done := range []bool{false, true} {
 			finish(done)
-			select {
-			case got := <-notices:
-				if got != done {
-					t.Errorf("%T: notice done=%v, want %v", s, got, done)
+			want := Released
+			if done {
+				want = Completed
+			}
+			wantAll := []Change{want}
+			if redis {
+				wantAll = []Change{want, Taken}
+			}
+			var got []Change
+			for len(got) < len(wantAll) {
+				select {
+				case c := <-notices:
+					got = append(got, c)
+				case <-ctx.Done():
+					t.Fatalf("%T: OnChange not called; got %v", s, got)
 				}
-			case <-ctx.Done():
-				t.Fatalf("%T: OnChange not called", s)
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, wantAll) {
+				t.Errorf("%T: notices %v, want %v", s, got, wantAll)
 			}
 		}
 		if len(w.C()) != 0 {

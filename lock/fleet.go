@@ -15,6 +15,9 @@ var (
 	//go:embed announce.lua
 	announceLua    string
 	announceScript = redis.NewScript(announceLua)
+	//go:embed live.lua
+	liveLua    string
+	liveScript = redis.NewScript(liveLua)
 )
 
 // Fleet is what a shared store knows about the replicas that share it:
@@ -25,6 +28,7 @@ var (
 // Keys (prefix "slotd"):
 //
 //	slotd:replica:{<replica id>}  the instance nonce of the live process with that id (TTL: Announce's)
+//	slotd:fleet                   sorted set: the live replica ids → when each expires, unix ms
 //	slotd:first-start             the fleet's first start, unix ms (TTL FirstStartTTL, renewed by Started)
 type Fleet interface {
 	// Announce claims replica for the process instance (a nonce of its
@@ -46,6 +50,13 @@ type Fleet interface {
 type Presence struct {
 	Other string        // "": the caller holds the id; else the instance that does
 	TTL   time.Duration // how long the holder's claim lasts without renewal
+	// Live lists the replica ids announced and not expired or withdrawn,
+	// the caller's included, in no particular order — on a store that
+	// sends Taken notices (Redis, unless WithMinReplicasAck; it starts
+	// sending them with its first Announce), so that a replica may leave a
+	// slot to its preferred claimant among them. nil on any other store
+	// (Redlock).
+	Live []string
 }
 
 // FirstStartTTL is the first-start record's TTL. Every replica renews it
@@ -64,13 +75,38 @@ func (r *Redis) Announce(ctx context.Context, replica, instance string, ttl time
 	if ttl <= 0 {
 		return Presence{}, fmt.Errorf("lock: announce replica %q: TTL %v must be positive", replica, ttl)
 	}
-	return r.announce(ctx, replica, instance, ttl.Milliseconds())
+	p, err := r.announce(ctx, replica, instance, ttl.Milliseconds())
+	if err != nil || r.batch.takenCh == "" {
+		return p, err
+	}
+	r.batch.announcing.Store(true)
+	live, err := r.live(ctx, replica, ttl.Milliseconds())
+	if err != nil {
+		return p, err
+	}
+	p.Live = live
+	return p, nil
 }
 
 // Withdraw implements Fleet.
 func (r *Redis) Withdraw(ctx context.Context, replica, instance string) error {
-	_, err := r.announce(ctx, replica, instance, 0)
+	p, err := r.announce(ctx, replica, instance, 0)
+	if err != nil || p.Other != "" {
+		return err // another live process has the id: it stays live
+	}
+	_, err = r.live(ctx, replica, 0)
 	return err
+}
+
+// live adds replica to the fleet's live set for ttlMS (0: removes it) and
+// returns the set.
+func (r *Redis) live(ctx context.Context, replica string, ttlMS int64) ([]string, error) {
+	key := r.prefix + ":fleet"
+	live, err := liveScript.Run(ctx, r.rdb, []string{key}, replica, ttlMS).StringSlice()
+	if err != nil {
+		return nil, fmt.Errorf("lock: live replicas (key %s): %w", key, err)
+	}
+	return live, nil
 }
 
 func (r *Redis) announce(ctx context.Context, replica, instance string, ttlMS int64) (Presence, error) {

@@ -3,6 +3,7 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -126,5 +127,53 @@ func TestFleetRedlock(t *testing.T) {
 	}
 	if got, err := r.FirstStart(ctx); err != nil || !got.Equal(t0.Add(-time.Hour)) {
 		t.Fatalf("FirstStart: %v %v", got, err)
+	}
+}
+
+// Announce lists the live replica ids on Redis: those announced and not
+// withdrawn or expired, the caller's included; the set key expires with its
+// last member. Redlock lists none (it sends no Taken notices).
+func TestFleetLive(t *testing.T) {
+	srv := redistest.Start(t)
+	r := lock.NewRedis(srv.Client(), "slotd")
+	defer r.Close()
+	ctx := context.Background()
+	live := func(replica, instance string, ttl time.Duration) []string {
+		t.Helper()
+		p, err := r.Announce(ctx, replica, instance, ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(p.Live)
+		return p.Live
+	}
+	if got := live("r1", "a", time.Minute); !slices.Equal(got, []string{"r1"}) {
+		t.Errorf("first announce: live %v, want [r1]", got)
+	}
+	live("short", "s", 50*time.Millisecond)
+	if got := live("r2", "b", time.Minute); !slices.Equal(got, []string{"r1", "r2", "short"}) {
+		t.Errorf("three announced: live %v, want [r1 r2 short]", got)
+	}
+	time.Sleep(60 * time.Millisecond) // the short presence's TTL, on the server's clock
+	if got := live("r2", "b", time.Minute); !slices.Equal(got, []string{"r1", "r2"}) {
+		t.Errorf("after a TTL ran out: live %v, want [r1 r2]", got)
+	}
+	if err := r.Withdraw(ctx, "r1", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if got := live("r2", "b", time.Minute); !slices.Equal(got, []string{"r2"}) {
+		t.Errorf("after r1 withdrew: live %v, want [r2]", got)
+	}
+	if ttl := srv.Client().PTTL(ctx, "slotd:fleet").Val(); ttl <= 0 || ttl > time.Minute {
+		t.Errorf("fleet key TTL %v, want at most the last member's minute", ttl)
+	}
+
+	rl, err := lock.NewRedlock([]lock.Client{srv.Client()}, "rl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rl.Close()
+	if p, err := rl.Announce(ctx, "r1", "a", time.Minute); err != nil || p.Live != nil {
+		t.Errorf("redlock announce: live %v, %v; want nil", p.Live, err)
 	}
 }

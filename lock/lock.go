@@ -25,9 +25,12 @@
 //	                                   <owner> is "<replica>#<instance nonce>" (see Owner)
 //	slotd:{<task>:<slot id>}:attempts  INCR per claim (TTL >= done TTL)
 //	slotd:{<task>:<slot id>}:base      attempts before the last operator rerun, if any
+//	slotd:{<task>:<slot id>}:once:<event>  a one-time marker (see Oncer, once.go)
 //	slotd:probe:{<replica>}            the replica id, written by Prober.Probe with a TTL
 //	slotd:released                     pub/sub channel: a slot was released or rerun; message = state key
-//	slotd:done                         pub/sub channel: a slot was marked done; message = state key
+//	slotd:done                         pub/sub channel: slots were marked done; message = state keys, one a line;
+//	                                   or claims were won: "taken", then state keys, one a line
+//	slotd:fleet                        see Fleet
 //	slotd:replica:{<replica id>}       see Fleet (fleet.go)
 //	slotd:first-start                  see Fleet
 //

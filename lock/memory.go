@@ -127,7 +127,7 @@ func (m *Memory) Complete(ctx context.Context, slot Slot, owner Owner, doneTTL t
 	switch {
 	case ok && e.value == owner.value():
 		m.set(state, owner.donePrefix()+strconv.FormatInt(now.UnixMilli(), 10), doneTTL, now)
-		m.watch.notify(state, true)
+		m.watch.notify(state, Completed)
 		for _, k := range []string{attempts, baseKey(state)} {
 			if a, ok := m.get(k, now); ok {
 				m.set(k, a.value, doneTTL, now)
@@ -144,7 +144,7 @@ func (m *Memory) Complete(ctx context.Context, slot Slot, owner Owner, doneTTL t
 func (m *Memory) Release(ctx context.Context, slot Slot, owner Owner) error {
 	return m.compare(ctx, "release", slot, owner, func(state string, _ time.Time) {
 		delete(m.keys, state)
-		m.watch.notify(state, false)
+		m.watch.notify(state, Released)
 	})
 }
 
@@ -200,7 +200,7 @@ func (m *Memory) Rerun(ctx context.Context, slot Slot, force bool) (Rerun, error
 		delete(m.keys, baseKey(state))
 	}
 	out.Cleared, out.Woken = true, int64(len(m.watch.m[state]))
-	m.watch.notify(state, false)
+	m.watch.notify(state, Released)
 	return out, nil
 }
 

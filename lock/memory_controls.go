@@ -47,7 +47,7 @@ func (m *Memory) Trigger(ctx context.Context, task, key string, window time.Dura
 		m.set(idem, strconv.FormatInt(sec, 10), TriggerTTL, now)
 	}
 	if out.Result == Started {
-		m.watch.notify(notice, false)
+		m.watch.notify(notice, Released)
 		m.bump(now)
 	}
 	return out, nil
@@ -127,7 +127,7 @@ func (m *Memory) SetPaused(ctx context.Context, task string, op PauseOp) (bool, 
 	}
 	m.set(key, want, PauseTTL, now)
 	if !had || e.value != want {
-		m.watch.notify(notice, false)
+		m.watch.notify(notice, Released)
 		m.bump(now)
 	}
 	return want == "paused", nil
@@ -180,7 +180,7 @@ func (m *Memory) Occupy(ctx context.Context, slot Slot, owner Owner, lease time.
 			return out, nil
 		}
 		m.set(running, me, lease, now)
-		m.watch.notify(notice, false)
+		m.watch.notify(notice, Released)
 		out.Taken = true
 		return out, nil
 	}

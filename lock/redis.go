@@ -28,6 +28,9 @@ var (
 	//go:embed rerun.lua
 	rerunLua    string
 	rerunScript = redis.NewScript(rerunLua)
+	//go:embed taken.lua
+	takenLua    string
+	takenScript = redis.NewScript(takenLua)
 )
 
 // Client is the part of go-redis that Redis needs; a *redis.Client,
@@ -47,7 +50,7 @@ type Redis struct {
 	rdb     Client
 	prefix  string
 	channel string   // releases and reruns
-	doneCh  string   // completions
+	doneCh  string   // completions, and won claims (see batcher.announce)
 	batch   *batcher // claims, renewals, completions and releases
 
 	sub *subscription // releases, reruns and completions; started by the first Watch
@@ -67,6 +70,9 @@ func NewRedis(rdb Client, prefix string, opts ...RedisOption) *Redis {
 	r.sub = &subscription{clients: []Client{rdb}, channels: []string{r.channel, r.doneCh}, doneCh: r.doneCh, owner: "store"}
 	for _, o := range opts {
 		o(r)
+	}
+	if r.ack.n == 0 { // under WithMinReplicasAck claims bypass the batcher: no notices
+		r.batch.takenCh = r.doneCh
 	}
 	return r
 }

@@ -78,7 +78,9 @@ func NewRedlock(nodes []Client, prefix string, opts ...RedlockOption) (*Redlock,
 		if c == nil {
 			return nil, fmt.Errorf("lock: redlock store: node %d is nil", i)
 		}
-		r.nodes = append(r.nodes, NewRedis(c, prefix))
+		n := NewRedis(c, prefix)
+		n.batch.takenCh = "" // one node's won claim is not the quorum's: no Taken notices
+		r.nodes = append(r.nodes, n)
 	}
 	for _, o := range opts {
 		o(r)

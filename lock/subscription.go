@@ -21,7 +21,7 @@ import (
 type subscription struct {
 	clients  []Client
 	channels []string
-	doneCh   string        // messages on it report completions ("" if none)
+	doneCh   string        // messages on it report completions and won claims ("" if none)
 	timeout  time.Duration // bounds each connection's confirmation (0: ctx alone)
 	owner    string        // "store" or "locker", for errors
 
@@ -107,11 +107,30 @@ func (s *subscription) run(subs []*redis.PubSub) {
 		go func() {
 			defer s.wg.Done()
 			for msg := range ch {
-				s.mu.Lock()
-				s.watch.notify(msg.Payload, s.doneCh != "" && msg.Channel == s.doneCh)
-				s.mu.Unlock()
+				s.deliver(msg.Channel, msg.Payload)
 			}
 		}()
+	}
+}
+
+// deliver wakes the watchers of the key a message names, or, on the done
+// channel, of each of the keys it names, one a line (keys hold no newline:
+// task names cannot): completed, or, after a first line takenLine, taken.
+func (s *subscription) deliver(channel, payload string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.doneCh == "" || channel != s.doneCh {
+		s.watch.notify(payload, Released)
+		return
+	}
+	c := Completed
+	if rest, ok := strings.CutPrefix(payload, takenLine); ok {
+		c, payload = Taken, rest
+	}
+	for payload != "" {
+		key, rest, _ := strings.Cut(payload, "\n")
+		s.watch.notify(key, c)
+		payload = rest
 	}
 }
 

@@ -2,12 +2,28 @@ package lock
 
 import "sync/atomic"
 
+// Change is what a slot's watch reports.
+type Change uint8
+
+const (
+	// Released: the holder released the slot after a failure, or an
+	// operator reran it: it may be claimed again now.
+	Released Change = iota + 1
+	// Completed: the holder marked the slot done.
+	Completed
+	// Taken: a claim of the slot was won (by any replica, the watcher's own
+	// included). A hint, sent by a Redis store only, once it has announced
+	// a replica: one notice per round trip of claims, naming every slot it
+	// won (see batcher.announce).
+	Taken
+)
+
 // Watch delivers a signal on C each time a holder releases the watched slot.
 // Signals do not queue beyond one: a waiter that was busy sees one pending
 // signal, which is all it needs to claim again.
 type Watch struct {
 	c     chan struct{}
-	fn    atomic.Pointer[func(bool)] // set by OnChange: called instead of signalling c
+	fn    atomic.Pointer[func(Change)] // set by OnChange: called instead of signalling c
 	stop  func()
 	relay *Watch // set: signals go to relay instead (a Redlock node's watch)
 }
@@ -19,30 +35,30 @@ func (w *Watch) C() <-chan struct{} { return w.c }
 func (w *Watch) Stop() { w.stop() }
 
 // OnChange makes every later release (or operator's rerun) of the slot
-// call f(false) instead of signalling C, and its completion by the holder
-// call f(true), so that a replica watching ten thousand slots needs no
-// goroutine per slot to wait on them, and learns that a slot is done
-// without claiming it again; a signal already pending on C stays there.
-// f runs on the store's notification goroutine while it holds the store's
-// lock: it must return quickly and must not call the store (Stop
-// included). A completion is a hint: a Redlock store never reports one
-// (one node's done marker is not a quorum's).
-func (w *Watch) OnChange(f func(done bool)) { w.fn.Store(&f) }
+// call f(Released) instead of signalling C, its completion by the holder
+// f(Completed), and a won claim of it f(Taken), so that a replica watching
+// ten thousand slots needs no goroutine per slot to wait on them, and
+// learns that a slot is taken or done without claiming it; a signal
+// already pending on C stays there. f runs on the store's notification
+// goroutine while it holds the store's lock: it must return quickly and
+// must not call the store (Stop included). Completed and Taken are hints:
+// a Redlock store never reports either (one node's state is not a
+// quorum's), nor does Memory report Taken (it has one process).
+func (w *Watch) OnChange(f func(Change)) { w.fn.Store(&f) }
 
-// notify delivers a release, or with done a completion, which only OnChange
-// hears.
-func (w *Watch) notify(done bool) {
+// notify delivers a change; only OnChange hears a completion or a claim.
+func (w *Watch) notify(c Change) {
 	if w.relay != nil {
-		if !done {
-			w.relay.notify(false)
+		if c == Released {
+			w.relay.notify(Released)
 		}
 		return
 	}
 	if f := w.fn.Load(); f != nil {
-		(*f)(done)
+		(*f)(c)
 		return
 	}
-	if done {
+	if c != Released {
 		return
 	}
 	select {
@@ -83,8 +99,8 @@ func (ws *watchers) remove(key string, w *Watch) {
 	}
 }
 
-func (ws *watchers) notify(key string, done bool) {
+func (ws *watchers) notify(key string, c Change) {
 	for _, w := range ws.m[key] {
-		w.notify(done)
+		w.notify(c)
 	}
 }

@@ -249,7 +249,8 @@ inline release_lua(i, a) {
   fi
 }
 
-/* complete.lua lines 25-42: SET done if the value is the caller's; 1 also
+/* complete.lua lines 25-55: SET done if the value is the caller's, and its
+ * slot named in the call's one done message (lines 39-44, 52-54); 1 also
  * when already done by the caller. */
 inline complete_lua(i, a, ok) {
   if

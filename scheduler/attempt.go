@@ -21,16 +21,17 @@ func (l *loop) startAttempt(r *run, c lock.Claim) {
 	l.workers.Add(1)
 	go func() {
 		defer l.workers.Done()
-		finished := l.s.attempt(l.ctx, l.hard, t, slot, c)
-		l.inbox.post(event{kind: attempted, run: r, reply: lock.ClaimReply{Claim: c}, done: finished})
+		finished, failed := l.s.attempt(l.ctx, l.hard, t, slot, c)
+		l.inbox.post(event{kind: attempted, run: r, reply: lock.ClaimReply{Claim: c}, done: finished, entry: failed})
 	}()
 }
 
 // attempt runs a won claim and completes or releases the slot. It reports
 // whether this replica is finished with the slot: the task succeeded — even
 // if the slot could not then be marked done, since running it again here
-// would only add a duplicate (a peer may still, after the lease).
-func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, c lock.Claim) bool {
+// would only add a duplicate (a peer may still, after the lease) — and,
+// if the attempt failed, its history entry.
+func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, c lock.Claim) (bool, *HistoryEntry) {
 	// One With for the attempt's four attributes, made on first use: a JSON
 	// handler formats them at once, a burst makes ten thousand of these,
 	// and at level warn most attempts log nothing.
@@ -72,7 +73,7 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 	stopOccupying, busy, oerr := s.occupy(lease.Context(), t, slot, lease.Owner(), cancelBase, log)
 	if busy != nil {
 		stopFollowing()
-		return s.skipForbidden(ctx, t, slot, c, lease, busy, log)
+		return s.skipForbidden(ctx, t, slot, c, lease, busy, log), nil
 	}
 	start := s.now()
 	st.StartDelay.Observe(max(start.Sub(slot.Time), 0).Seconds())
@@ -123,7 +124,7 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 		log().Info("attempt superseded by a newer slot: slot marked done", "duration", took)
 		entry.Outcome, entry.Error = stats.OutcomeSuperseded, ErrSuperseded.Error()
 		s.record(ctx, t.Name, entry, log)
-		return true
+		return true, nil
 	}
 	if err == nil && tctx.Err() == nil {
 		// The completion is retried while the lease is held (the watchdog
@@ -150,7 +151,7 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 			log().Error("task succeeded but the slot could not be marked done: a peer may run it again", "err", ferr, "duration", took)
 			entry.Outcome, entry.Error = stats.OutcomeSuccessUnmarked, "task succeeded but the slot could not be marked done: "+ferr.Error()
 			s.record(ctx, t.Name, entry, log)
-			return true
+			return true, nil
 		}
 		st.Ran(stats.OutcomeSuccess)
 		st.Succeeded(slot.Time)
@@ -159,7 +160,7 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 		}
 		entry.Outcome = stats.OutcomeSuccess
 		s.record(ctx, t.Name, entry, log)
-		return true
+		return true, nil
 	}
 	outcome := stats.OutcomeFailure
 	switch cause := context.Cause(tctx); {
@@ -183,7 +184,7 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 	}
 	entry.Outcome, entry.Error = outcome, err.Error()
 	s.record(ctx, t.Name, entry, log)
-	return false
+	return false, &entry
 }
 
 // skipForbidden ends the won attempt of slot without running its task,

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -16,76 +17,113 @@ const controlsTimeout = 5 * time.Second
 // paused or resumed and when a trigger asks for a run now. It reads the
 // controls of a task when the task's notice comes (pub/sub, at once) and of
 // every task at each clock check (a notice lost while the subscription
-// reconnected, and the pause states' TTLs, which this read renews).
-// Its goroutine is owned by Run.
+// reconnected, and the pause states' TTLs, which this read renews). It
+// follows the scheduler's task list: after a reload (retask) it watches
+// the added tasks, seeds their configured pause, and forgets the removed
+// ones. Its goroutine is owned by Run.
 type controller struct {
 	s     *Scheduler
 	c     lock.Controls
 	inbox *mailbox
-	names []string
 
 	mu    sync.Mutex
-	dirty map[int]bool // tasks whose notice came since the last read
+	dirty map[string]bool // tasks whose notice came since the last read
 	poke  chan struct{}
+	moved chan struct{} // the task list changed (retask)
 
 	// Owned by run's goroutine (first's before it starts).
-	paused []bool
-	seen   map[string]time.Time // triggered slots passed to the loop, by task and slot id: their deadline
+	names   []string
+	paused  map[string]bool
+	watches map[string]*lock.Watch
+	seen    map[string]time.Time // triggered slots passed to the loop, by task and slot id: their deadline
 }
 
 func newController(s *Scheduler, inbox *mailbox) *controller {
-	c := &controller{s: s, c: s.controls, inbox: inbox, names: make([]string, len(s.tasks)),
-		dirty: map[int]bool{}, poke: make(chan struct{}, 1), paused: make([]bool, len(s.tasks)),
-		seen: map[string]time.Time{}}
-	for i := range s.tasks {
-		c.names[i] = s.tasks[i].Name
-	}
-	return c
+	return &controller{s: s, c: s.controls, inbox: inbox,
+		dirty: map[string]bool{}, poke: make(chan struct{}, 1), moved: make(chan struct{}, 1),
+		paused: map[string]bool{}, watches: map[string]*lock.Watch{}, seen: map[string]time.Time{}}
 }
 
 // first seeds the pause state of the tasks configured paused = true and
 // reads every task's, before the loop fires anything. A store that does
 // not answer leaves each task as its config says (the clock check's read
-// corrects it).
-func (c *controller) first(ctx context.Context) map[*Task]bool {
+// corrects it). It returns the pause states by task name.
+func (c *controller) first(ctx context.Context) map[string]bool {
+	added := c.follow(ctx)
 	cctx, cancel := context.WithTimeout(ctx, controlsTimeout)
 	defer cancel()
-	out := map[*Task]bool{}
-	for i := range c.s.tasks {
-		t := &c.s.tasks[i]
-		c.paused[i] = t.Paused
+	if paused, err := c.c.Paused(cctx, added, true); err != nil {
+		c.s.log.Warn("could not read the tasks' pause states; each task starts as its config says", "err", err)
+	} else {
+		for j, name := range added {
+			c.paused[name] = paused[j]
+		}
+	}
+	out := make(map[string]bool, len(c.paused))
+	for name, p := range c.paused {
+		out[name] = p
+		c.s.stats.Task(name).Paused.Store(p)
+	}
+	return out
+}
+
+// follow brings names, paused and the watches in line with the
+// scheduler's tasks, seeding the configured pause of each task it had not
+// seen (lock.Seed: an operator's recorded pause or resume wins), and
+// returns the added tasks' names.
+func (c *controller) follow(ctx context.Context) (added []string) {
+	cctx, cancel := context.WithTimeout(ctx, controlsTimeout)
+	defer cancel()
+	list := c.s.Tasks()
+	keep := make(map[string]bool, len(list))
+	c.names = c.names[:0]
+	for i := range list {
+		t := &list[i]
+		keep[t.Name] = true
+		c.names = append(c.names, t.Name)
+		if _, ok := c.watches[t.Name]; ok {
+			continue
+		}
+		added = append(added, t.Name)
+		c.paused[t.Name] = t.Paused
 		if t.Paused {
 			if _, err := c.c.SetPaused(cctx, t.Name, lock.Seed); err != nil {
 				c.s.log.Warn("could not record the configured pause in the store", "task", t.Name, "err", err)
 			}
 		}
+		w := c.c.WatchTask(t.Name)
+		w.OnChange(func(lock.Change) { c.mark(t.Name) })
+		c.watches[t.Name] = w
 	}
-	if paused, err := c.c.Paused(cctx, c.names, true); err != nil {
-		c.s.log.Warn("could not read the tasks' pause states; each task starts as its config says", "err", err)
-	} else {
-		copy(c.paused, paused)
+	for name, w := range c.watches {
+		if !keep[name] {
+			w.Stop()
+			delete(c.watches, name)
+			delete(c.paused, name)
+		}
 	}
-	for i := range c.s.tasks {
-		out[&c.s.tasks[i]] = c.paused[i]
-		c.s.stats.Task(c.names[i]).Paused.Store(c.paused[i])
+	return added
+}
+
+// retask tells the controller that the scheduler's task list changed (a
+// reload). It does not block: the loop calls it.
+func (c *controller) retask() {
+	select {
+	case c.moved <- struct{}{}:
+	default:
 	}
-	return out
 }
 
 // run listens for the tasks' notices and reads their controls until ctx
 // ends.
 func (c *controller) run(ctx context.Context) {
-	for i := range c.names {
-		w := c.c.WatchTask(c.names[i])
-		w.OnChange(func(bool) { c.mark(i) })
-		defer w.Stop()
-	}
-	all := make([]int, len(c.names))
-	for i := range all {
-		all[i] = i
-	}
+	defer func() {
+		for _, w := range c.watches {
+			w.Stop()
+		}
+	}()
 	epoch, _ := c.epoch(ctx)
-	c.read(ctx, all) // triggers from before this replica started
+	c.read(ctx, c.names) // triggers from before this replica started
 	swept := c.s.clock.Now()
 	every := c.s.checkEvery
 	t := c.s.clock.NewTimer(every)
@@ -96,6 +134,8 @@ func (c *controller) run(ctx context.Context) {
 			return
 		case <-c.poke:
 			c.read(ctx, c.takeDirty())
+		case <-c.moved:
+			c.read(ctx, c.follow(ctx))
 		case <-t.C():
 			t = c.s.clock.NewTimer(every)
 			e, err := c.epoch(ctx)
@@ -103,7 +143,7 @@ func (c *controller) run(ctx context.Context) {
 				continue
 			}
 			epoch, swept = e, c.s.clock.Now()
-			c.read(ctx, all)
+			c.read(ctx, c.names)
 		}
 	}
 }
@@ -117,9 +157,9 @@ func (c *controller) epoch(ctx context.Context) (int64, error) {
 
 // mark notes a notice of task i; it runs on the store's notification
 // goroutine, so it only records and signals.
-func (c *controller) mark(i int) {
+func (c *controller) mark(name string) {
 	c.mu.Lock()
-	c.dirty[i] = true
+	c.dirty[name] = true
 	c.mu.Unlock()
 	select {
 	case c.poke <- struct{}{}:
@@ -127,37 +167,40 @@ func (c *controller) mark(i int) {
 	}
 }
 
-func (c *controller) takeDirty() []int {
+func (c *controller) takeDirty() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make([]int, 0, len(c.dirty))
-	for i := range c.dirty {
-		out = append(out, i)
+	out := make([]string, 0, len(c.dirty))
+	for name := range c.dirty {
+		out = append(out, name)
 	}
 	clear(c.dirty)
 	return out
 }
 
-// read reads the pause states and pending triggers of the tasks at idx
+// read reads the pause states and pending triggers of the named tasks
 // and tells the loop what changed: a pause or resume, and each trigger it
-// has not yet passed on, armed (lock.Controls.ArmTrigger) first.
-func (c *controller) read(ctx context.Context, idx []int) {
-	if len(idx) == 0 {
+// has not yet passed on, armed (lock.Controls.ArmTrigger) first. A name
+// no longer configured is skipped.
+func (c *controller) read(ctx context.Context, names []string) {
+	tasks := map[string]*Task{}
+	list := c.s.Tasks()
+	for i := range list {
+		tasks[list[i].Name] = &list[i]
+	}
+	names = slices.DeleteFunc(slices.Clone(names), func(n string) bool { return tasks[n] == nil })
+	if len(names) == 0 {
 		return
 	}
 	cctx, cancel := context.WithTimeout(ctx, controlsTimeout)
 	defer cancel()
-	names := make([]string, len(idx))
-	for j, i := range idx {
-		names[j] = c.names[i]
-	}
 	if paused, err := c.c.Paused(cctx, names, true); err != nil {
 		c.s.log.Warn("could not read the tasks' pause states", "err", err)
 	} else {
-		for j, i := range idx {
-			if paused[j] != c.paused[i] {
-				c.paused[i] = paused[j]
-				c.inbox.post(event{kind: controlled, task: &c.s.tasks[i], done: paused[j]})
+		for j, name := range names {
+			if paused[j] != c.paused[name] {
+				c.paused[name] = paused[j]
+				c.inbox.post(event{kind: controlled, task: tasks[name], done: paused[j]})
 			}
 		}
 	}
@@ -172,8 +215,8 @@ func (c *controller) read(ctx context.Context, idx []int) {
 			delete(c.seen, k)
 		}
 	}
-	for j, i := range idx {
-		t := &c.s.tasks[i]
+	for j, name := range names {
+		t := tasks[name]
 		for _, at := range triggers[j] {
 			slot := t.TriggerSlot(at)
 			key := slot.String()

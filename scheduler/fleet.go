@@ -34,6 +34,7 @@ func (s *Scheduler) announce(ctx context.Context) error {
 			s.log.Warn("could not announce the replica id; announcing again at the next clock check", "err", err)
 			return nil
 		case p.Other == "":
+			s.setLive(p.Live)
 			return nil
 		case last >= 0 && p.TTL > last:
 			// Renewed since the last look: its process is alive. A Redlock
@@ -73,6 +74,8 @@ func (s *Scheduler) renewPresence(ctx context.Context) {
 	case p.Other != "":
 		s.log.Error("another live process runs with this replica id: give each daemon its own [daemon] replica",
 			"other_instance", p.Other)
+	default:
+		s.setLive(p.Live)
 	}
 	if _, err := s.fleet.Started(ctx, s.now()); err != nil {
 		s.log.Warn("could not renew the fleet's first-start record", "err", err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/tasks"
 )
 
 // loop is the one goroutine that owns every slot run on this replica: the
@@ -27,23 +28,37 @@ type loop struct {
 	ctx, hard  context.Context
 	cancelHard context.CancelCauseFunc
 
-	inbox  mailbox
-	fires  fireHeap // tasks by next fire time, on the store's clock
-	wakes  wakeHeap // waiting, handing-off and settled runs by wake time, on the local clock
-	claims []*run   // runs whose claim goes out at the end of this turn
-	live   int      // runs not ended
+	inbox   mailbox
+	current map[string]*Task // the configured tasks by name: a run whose task is not here ends
+	fires   fireHeap         // tasks by next fire time, on the store's clock
+	wakes   wakeHeap         // waiting, handing-off and settled runs by wake time, on the local clock
+	claims  []*run           // runs whose claim goes out at the end of this turn
+	live    int              // runs not ended
+	// pending: claims sent and not yet answered. deferred: deferring runs
+	// whose wait was extended because claims were pending; they look again
+	// soon after none are (releaseDeferred). lastTaken: when the last
+	// Taken notice came, for any slot. See prefer.go.
+	pending   int
+	deferred  []*run
+	lastTaken time.Time
 	// stopping: ctx has ended; nothing fires, and the loop returns once
 	// every run has ended.
 	stopping bool
-	// paused: the tasks paused as this replica last heard (controller);
-	// their slots are skipped when they fire.
-	paused map[*Task]bool
+	// paused: the tasks paused as this replica last heard (controller),
+	// by name; their slots are skipped when they fire.
+	paused map[string]bool
+	ctl    *controller // nil: the store has no operator controls
 
 	workers sync.WaitGroup // claim batches and attempts in flight
 }
 
 func newLoop(s *Scheduler, ctx, hard context.Context, cancelHard context.CancelCauseFunc) *loop {
-	return &loop{s: s, ctx: ctx, hard: hard, cancelHard: cancelHard, inbox: newMailbox()}
+	l := &loop{s: s, ctx: ctx, hard: hard, cancelHard: cancelHard, inbox: newMailbox(), current: map[string]*Task{}}
+	list := s.Tasks()
+	for i := range list {
+		l.current[list[i].Name] = &list[i]
+	}
+	return l
 }
 
 // run is the loop. It returns once ctx has ended and every run has ended
@@ -90,6 +105,7 @@ func (l *loop) run() {
 			l.handle(events[i])
 			events[i] = event{} // no run kept alive by a handled event
 		}
+		l.releaseDeferred()
 		l.wakeDue()
 		l.fireDue()
 	}
@@ -122,15 +138,18 @@ func (l *loop) nextWait() (time.Duration, bool) {
 func (l *loop) handle(e event) {
 	switch e.kind {
 	case claimed:
+		l.pending--
 		l.onClaimReply(e.run, e.reply)
 	case noticed:
-		l.onNotice(e.run, e.done)
+		l.onNotice(e.run, e.change)
 	case attempted:
-		l.onAttempted(e.run, e.reply.Claim, e.done)
+		l.onAttempted(e.run, e.reply.Claim, e.done, e.entry)
 	case controlled:
 		l.onControlled(e.task, e.done)
 	case triggered:
 		l.onTriggered(e.task, e.at)
+	case reloaded:
+		l.onReload(e.reload)
 	}
 }
 
@@ -139,9 +158,10 @@ func (l *loop) handle(e event) {
 // time.
 func (l *loop) start() {
 	now := l.s.now()
-	l.fires = make(fireHeap, 0, len(l.s.tasks))
-	for i := range l.s.tasks {
-		t := &l.s.tasks[i]
+	list := l.s.Tasks()
+	l.fires = make(fireHeap, 0, len(list))
+	for i := range list {
+		t := &list[i]
 		if t.Catchup == "latest" {
 			if slot, ok := t.Schedule.Latest(now); ok && now.Before(t.SlotDeadline(slot)) && l.s.catchUp(t, slot, now) && !l.skipPaused(t, slot) {
 				l.onFire(t, slot)
@@ -172,6 +192,7 @@ func (l *loop) fireDue() {
 			l.s.stats.Task(f.task.Name).Missed.Inc()
 			l.s.log.Warn("slot missed: its window closed before this replica could fire it",
 				"task", f.task.Name, "slot", f.task.Schedule.SlotID(f.next))
+			l.failed(slotEnd{t: f.task, slot: f.task.Slot(f.next), kind: tasks.FailureMissed})
 		}
 		if f.next = f.task.Schedule.Next(f.next); f.next.IsZero() {
 			heap.Pop(&l.fires)
@@ -239,6 +260,7 @@ func (l *loop) sendClaims() {
 		lease = min(lease, r.t.Lease)
 	}
 	store, inbox := l.s.store, &l.inbox
+	l.pending += len(runs)
 	l.workers.Add(1)
 	go func() {
 		defer l.workers.Done()
@@ -261,20 +283,26 @@ type eventKind uint8
 
 const (
 	claimed    eventKind = iota + 1 // a claim's reply
-	noticed                         // the slot's watch: released or rerun, or with done, completed
+	noticed                         // the slot's watch: change says what
 	attempted                       // an attempt ended; with done, the replica is finished with the slot
 	controlled                      // the task was paused (with done) or resumed, by the controller
 	triggered                       // an operator's trigger of the task at at, armed, by the controller
+	reloaded                        // Reload's new tasks
 )
 
 // event is a message to the loop about one run.
 type event struct {
-	kind  eventKind
-	run   *run
-	reply lock.ClaimReply // claimed: the reply; attempted: the claim the attempt ran under
-	done  bool
-	task  *Task     // controlled, triggered
-	at    time.Time // triggered: the trigger's time
+	kind   eventKind
+	run    *run
+	reply  lock.ClaimReply // claimed: the reply; attempted: the claim the attempt ran under
+	change lock.Change     // noticed: what the watch reported
+	done   bool            // attempted: the replica is finished with the slot; controlled: paused
+	task   *Task           // controlled, triggered: the task as the controller read it (the loop looks its name up)
+	at     time.Time       // triggered: the trigger's time
+	// reload: reloaded's tasks and answer; run is nil.
+	reload *reload
+	// entry: attempted, when the attempt failed: its history entry.
+	entry *HistoryEntry
 }
 
 // mailbox is the loop's queue of events. It does not block a sender: a

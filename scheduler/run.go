@@ -8,15 +8,21 @@ import (
 
 	"github.com/slotd/slotd/internal/stats"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/tasks"
 )
 
 // runState is the phase of a slot's life on this replica.
 type runState uint8
 
 const (
+	// deferring: fired on a replica that is not the slot's preferred
+	// claimant (prefer.go): waits preferWait for a notice that the slot
+	// was taken (then waits as if held), done (settled) or released, and
+	// claims if none came.
+	deferring runState = iota + 1
 	// claiming: a claim is queued for this turn's batch or in flight; its
 	// reply comes as a claimed event.
-	claiming runState = iota + 1
+	claiming
 	// running: this replica won the claim and its attempt runs; its end
 	// comes as an attempted event.
 	running
@@ -37,7 +43,7 @@ const (
 )
 
 func (s runState) String() string {
-	names := [...]string{"none", "claiming", "running", "handingOff", "waiting", "settled", "ended"}
+	names := [...]string{"none", "deferring", "claiming", "running", "handingOff", "waiting", "settled", "ended"}
 	if int(s) < len(names) {
 		return names[s]
 	}
@@ -78,25 +84,38 @@ type run struct {
 	news     notice      // while claiming or running
 	last     lock.Result // of the latest claim answered
 	failures int         // claims in a row that got no answer
-	wakeAt   time.Time   // in the wake heap: when onWake is due
-	index    int         // in the wake heap; -1 if not in it
-	log      *slog.Logger
+	reported bool        // its slot's end without a success went to failed (notify.go)
+	// deferUntil: while deferring, when the claim goes out whatever this
+	// replica is still waiting for (see loop.keepDeferring).
+	deferUntil time.Time
+	wakeAt     time.Time // in the wake heap: when onWake is due
+	index      int       // in the wake heap; -1 if not in it
+	log        *slog.Logger
 }
 
 // onFire starts the run of task t's slot that fires at at: it watches the
 // slot, so that a release that follows the first claim is seen, and
-// queues the claim.
+// queues the claim, or defers it if this replica is not the slot's
+// preferred claimant.
 func (l *loop) onFire(t *Task, at time.Time) {
 	r := l.newRun(t, at)
-	l.advance(r, false)
+	if l.s.preferred(r.slot) {
+		l.advance(r, false)
+		return
+	}
+	r.state = deferring
+	limit := deferLimit(r.slot)
+	r.deferUntil = l.s.clock.Now().Add(limit)
+	l.schedule(r, min(preferWait, limit))
 }
 
 // onTriggered starts the run of an operator's trigger of t at at: a slot
 // of its own (Task.TriggerSlot), claimed as a fired slot is, whether or
 // not the task is paused (a trigger is an operator's explicit ask). The
 // controller passes each trigger on once.
-func (l *loop) onTriggered(t *Task, at time.Time) {
-	if l.stopping {
+func (l *loop) onTriggered(read *Task, at time.Time) {
+	t := l.current[read.Name]
+	if l.stopping || t == nil { // removed by a reload since the controller read it
 		return
 	}
 	r := l.newSlotRun(t, t.TriggerSlot(at))
@@ -107,10 +126,10 @@ func (l *loop) onTriggered(t *Task, at time.Time) {
 // onControlled records that t was paused or resumed. Runs already under
 // way go on: a paused task only fires no new slot (skipPaused).
 func (l *loop) onControlled(t *Task, paused bool) {
-	if l.paused[t] == paused {
+	if l.current[t.Name] == nil || l.paused[t.Name] == paused {
 		return
 	}
-	l.paused[t] = paused
+	l.paused[t.Name] = paused
 	l.s.stats.Task(t.Name).Paused.Store(paused)
 	msg := "task resumed: its slots fire again from the next fire time"
 	if paused {
@@ -122,7 +141,7 @@ func (l *loop) onControlled(t *Task, paused bool) {
 // skipPaused reports whether t's slot at at is skipped because t is
 // paused, and counts and logs it if so: skipped, not missed.
 func (l *loop) skipPaused(t *Task, at time.Time) bool {
-	if !l.paused[t] {
+	if !l.paused[t.Name] {
 		return false
 	}
 	l.s.stats.Task(t.Name).Skip(stats.SkipPaused)
@@ -138,7 +157,7 @@ func (l *loop) newSlotRun(t *Task, slot lock.Slot) *run {
 	r := &run{t: t, slot: slot, index: -1}
 	r.w = l.s.store.Watch(r.slot)
 	inbox := &l.inbox
-	r.w.OnChange(func(done bool) { inbox.post(event{kind: noticed, run: r, done: done}) })
+	r.w.OnChange(func(c lock.Change) { inbox.post(event{kind: noticed, run: r, change: c}) })
 	l.live++
 	return r
 }
@@ -179,11 +198,15 @@ func (l *loop) onClaimReply(r *run, reply lock.ClaimReply) {
 		if s.log.Enabled(l.ctx, slog.LevelDebug) {
 			r.logger(s).Debug("slot settled", "result", c.Result, "holder", c.Holder, "attempt", c.Attempt)
 		}
+		if c.Result == lock.Exhausted {
+			l.runFailed(r, slotEnd{kind: tasks.FailureExhausted, attempt: c.Attempt, attempts: c.Attempt - c.Base})
+		}
 		l.park(r, settled, 0)
 	case lock.Late:
 		// The store's clock says the window closed; ours may lag a little.
 		st.Missed.Inc()
 		r.logger(s).Warn("slot window closed without a success", "deadline", r.slot.Deadline)
+		l.runFailed(r, slotEnd{kind: tasks.FailureMissed})
 		l.park(r, settled, 0)
 	case lock.Held:
 		// Woken early by a release; otherwise try when the lease would run
@@ -199,8 +222,8 @@ func (l *loop) onClaimReply(r *run, reply lock.ClaimReply) {
 // onAttempted acts on the end of r's attempt under claim c; finished: the
 // task succeeded, even if the slot could not then be marked done, since
 // running it again here would only add a duplicate (a peer may still,
-// after the lease).
-func (l *loop) onAttempted(r *run, c lock.Claim, finished bool) {
+// after the lease); entry: the failed attempt's history entry.
+func (l *loop) onAttempted(r *run, c lock.Claim, finished bool, entry *HistoryEntry) {
 	if finished {
 		l.park(r, settled, 0)
 		return
@@ -208,6 +231,7 @@ func (l *loop) onAttempted(r *run, c lock.Claim, finished bool) {
 	if c.Attempt-c.Base >= r.t.MaxAttempts {
 		l.s.stats.Task(r.t.Name).Exhausted.Inc()
 		r.logger(l.s).Error("slot exhausted: its last allowed attempt failed", "attempts", c.Attempt-c.Base)
+		l.runFailed(r, slotEnd{kind: tasks.FailureExhausted, attempt: c.Attempt, attempts: c.Attempt - c.Base, own: entry})
 		l.park(r, settled, 0)
 		return
 	}
@@ -218,9 +242,26 @@ func (l *loop) onAttempted(r *run, c lock.Claim, finished bool) {
 }
 
 // onNotice acts on the slot's watch: a release (or an operator's rerun),
-// or with isDone its completion by the holder.
-func (l *loop) onNotice(r *run, isDone bool) {
+// its completion by the holder, or a won claim of it.
+func (l *loop) onNotice(r *run, c lock.Change) {
+	if c == lock.Taken {
+		l.lastTaken = l.s.clock.Now()
+		// Only a run that has not claimed yet acts on it: the claim's reply
+		// tells the others more, and the notice may be stale.
+		if r.state == deferring {
+			// As a Held claim would: wait for the holder's lease, or for
+			// its release or completion.
+			r.last = lock.Held
+			l.unschedule(r)
+			l.park(r, waiting, takenWait(r.t.Lease))
+		}
+		return
+	}
+	isDone := c == lock.Completed
 	switch r.state {
+	case deferring:
+		l.unschedule(r)
+		l.advance(r, isDone)
 	case claiming, running:
 		r.news = released
 		if isDone {
@@ -253,6 +294,11 @@ func (l *loop) onNotice(r *run, isDone bool) {
 // pause (claim again), or a settled run's deadline (end).
 func (l *loop) onWake(r *run) {
 	switch r.state {
+	case deferring:
+		if l.keepDeferring(r) {
+			return
+		}
+		l.advance(r, false)
 	case waiting, handingOff:
 		l.advance(r, false)
 	case settled:
@@ -271,9 +317,15 @@ func (l *loop) onShutdown() {
 
 // advance moves r, which is not claiming or running, on from what it
 // knows now — isSettled, and the news kept while it was busy: it ends if
-// ctx has ended or the window has closed, settles, or queues a claim.
+// ctx has ended, the window has closed or a reload removed its task,
+// settles, or queues a claim.
 func (l *loop) advance(r *run, isSettled bool) {
 	if l.over(r, isSettled) {
+		return
+	}
+	if l.removed(r) {
+		// A reload removed the task: it claims nothing more.
+		l.end(r)
 		return
 	}
 	switch r.news {
@@ -316,6 +368,7 @@ func (l *loop) over(r *run, isSettled bool) bool {
 		if !isSettled && r.last != lock.Held {
 			l.s.stats.Task(r.t.Name).Missed.Inc()
 			r.logger(l.s).Warn("slot window closed without a success", "deadline", r.slot.Deadline)
+			l.runFailed(r, slotEnd{kind: tasks.FailureMissed})
 		}
 		l.end(r)
 		return true

@@ -43,7 +43,7 @@ func testLoop(t *testing.T, store lock.Store) *loop {
 // hands it reply as its first claim's, as the loop does with a ClaimMany's.
 func runAfter(t *testing.T, l *loop, reply lock.ClaimReply, want runState) *run {
 	t.Helper()
-	r := l.newRun(&l.s.tasks[0], time.Now().Truncate(time.Hour))
+	r := l.newRun(&l.s.Tasks()[0], time.Now().Truncate(time.Hour))
 	r.state = claiming
 	l.onClaimReply(r, reply)
 	if r.state != want {
@@ -61,7 +61,7 @@ func TestCompletionSettlesWaitingRun(t *testing.T) {
 	if r.index < 0 {
 		t.Fatal("a waiting run has no wake time")
 	}
-	l.onNotice(r, true)
+	l.onNotice(r, lock.Completed)
 	if r.state != settled || r.news != noNotice || len(l.claims) != 0 {
 		t.Errorf("after the completion: state %v, news %v, %d claims queued; want settled, no news, none",
 			r.state, r.news, len(l.claims))
@@ -77,12 +77,12 @@ func TestCompletionLeavesSettledRun(t *testing.T) {
 	l := testLoop(t, lock.NewMemory(time.Now))
 	r := runAfter(t, l, lock.ClaimReply{Claim: lock.Claim{Result: lock.Done}}, settled)
 	at := r.wakeAt
-	l.onNotice(r, true)
+	l.onNotice(r, lock.Completed)
 	if r.state != settled || r.news != noNotice || !r.wakeAt.Equal(at) || len(l.wakes) != 1 {
 		t.Errorf("after a completion notice: state %v, news %v, wake %v (was %v), %d wake times; want settled, unchanged, 1",
 			r.state, r.news, r.wakeAt, at, len(l.wakes))
 	}
-	l.onNotice(r, false) // a rerun: claim again
+	l.onNotice(r, lock.Released) // a rerun: claim again
 	if r.state != claiming || len(l.claims) != 1 || len(l.wakes) != 0 {
 		t.Errorf("after a rerun notice: state %v, %d claims queued, %d wake times; want claiming, 1, 0",
 			r.state, len(l.claims), len(l.wakes))
@@ -95,20 +95,20 @@ func TestCompletionLeavesSettledRun(t *testing.T) {
 func TestHandoffIgnoresReleaseNotice(t *testing.T) {
 	l := testLoop(t, lock.NewMemory(time.Now))
 	l.s.handoff.Min, l.s.handoff.Max = time.Hour, time.Hour
-	r := l.newRun(&l.s.tasks[0], time.Now().Truncate(time.Hour))
+	r := l.newRun(&l.s.Tasks()[0], time.Now().Truncate(time.Hour))
 	r.state = running // as a won claim leaves it
-	l.onNotice(r, false)
-	l.onAttempted(r, lock.Claim{Result: lock.Won, Attempt: 1}, false)
+	l.onNotice(r, lock.Released)
+	l.onAttempted(r, lock.Claim{Result: lock.Won, Attempt: 1}, false, nil)
 	if r.state != handingOff {
 		t.Fatalf("after a failed attempt: state %v, want handing off", r.state)
 	}
 	at := r.wakeAt
-	l.onNotice(r, false)
+	l.onNotice(r, lock.Released)
 	if r.state != handingOff || r.news != noNotice || !r.wakeAt.Equal(at) || len(l.claims) != 0 {
 		t.Fatalf("after a release notice in the handoff: state %v, news %v, %d claims queued; want handing off, no news, none",
 			r.state, r.news, len(l.claims))
 	}
-	l.onNotice(r, true)
+	l.onNotice(r, lock.Completed)
 	if r.state != settled || len(l.wakes) != 1 {
 		t.Errorf("after a completion in the handoff: state %v, %d wake times; want settled, 1", r.state, len(l.wakes))
 	}
@@ -126,20 +126,20 @@ func TestRerunAfterPeerCompletionIsClaimed(t *testing.T) {
 		t.Run(during.String(), func(t *testing.T) {
 			l := testLoop(t, lock.NewMemory(time.Now))
 			l.s.handoff.Min, l.s.handoff.Max = time.Hour, time.Hour
-			r := l.newRun(&l.s.tasks[0], time.Now().Truncate(time.Hour))
-			r.state = running    // as a won claim leaves it
-			l.onNotice(r, false) // the replica's own release, as it released
+			r := l.newRun(&l.s.Tasks()[0], time.Now().Truncate(time.Hour))
+			r.state = running            // as a won claim leaves it
+			l.onNotice(r, lock.Released) // the replica's own release, as it released
 			if during == running {
-				l.onNotice(r, true)  // a peer completed the slot
-				l.onNotice(r, false) // the operator reran it
+				l.onNotice(r, lock.Completed) // a peer completed the slot
+				l.onNotice(r, lock.Released)  // the operator reran it
 			}
-			l.onAttempted(r, lock.Claim{Result: lock.Won, Attempt: 1}, false)
+			l.onAttempted(r, lock.Claim{Result: lock.Won, Attempt: 1}, false, nil)
 			if during == handingOff {
-				l.onNotice(r, true)
+				l.onNotice(r, lock.Completed)
 				if r.state != settled {
 					t.Fatalf("after a completion in the handoff: state %v, want settled", r.state)
 				}
-				l.onNotice(r, false)
+				l.onNotice(r, lock.Released)
 			} else {
 				if r.state != handingOff {
 					t.Fatalf("after the failed attempt: state %v, want handing off", r.state)
@@ -158,9 +158,9 @@ func TestRerunAfterPeerCompletionIsClaimed(t *testing.T) {
 // settles the run instead (exhausted).
 func TestHandoffEndsInClaimUnlessExhausted(t *testing.T) {
 	l := testLoop(t, lock.NewMemory(time.Now))
-	r := l.newRun(&l.s.tasks[0], time.Now().Truncate(time.Hour))
+	r := l.newRun(&l.s.Tasks()[0], time.Now().Truncate(time.Hour))
 	r.state = running
-	l.onAttempted(r, lock.Claim{Result: lock.Won, Attempt: 1}, false)
+	l.onAttempted(r, lock.Claim{Result: lock.Won, Attempt: 1}, false, nil)
 	l.unschedule(r)
 	l.onWake(r)
 	if r.state != claiming || len(l.claims) != 1 {
@@ -168,7 +168,7 @@ func TestHandoffEndsInClaimUnlessExhausted(t *testing.T) {
 	}
 	l.claims = nil
 	r.state = running
-	l.onAttempted(r, lock.Claim{Result: lock.Won, Attempt: 5, Base: 2}, false)
+	l.onAttempted(r, lock.Claim{Result: lock.Won, Attempt: 5, Base: 2}, false, nil)
 	if r.state != settled {
 		t.Errorf("after attempt 3 of 3 failed: state %v, want settled", r.state)
 	}
@@ -180,7 +180,7 @@ func TestHandoffEndsInClaimUnlessExhausted(t *testing.T) {
 func TestRerunAfterDeadlineClaimsNothing(t *testing.T) {
 	store := lock.NewMemory(time.Now)
 	l := testLoop(t, store)
-	r := l.newRun(&l.s.tasks[0], time.Now().Truncate(time.Hour))
+	r := l.newRun(&l.s.Tasks()[0], time.Now().Truncate(time.Hour))
 	r.slot.Deadline = time.Now().Add(100 * time.Millisecond)
 	r.state = claiming
 	l.onClaimReply(r, lock.ClaimReply{Claim: lock.Claim{Result: lock.Done}})
@@ -191,7 +191,7 @@ func TestRerunAfterDeadlineClaimsNothing(t *testing.T) {
 	if r.state != settled {
 		t.Fatalf("the settled run is %v at its deadline, want settled until the lag", r.state)
 	}
-	l.onNotice(r, false) // an operator's rerun, after the deadline
+	l.onNotice(r, lock.Released) // an operator's rerun, after the deadline
 	if r.state != ended || l.live != 0 || len(l.claims) != 0 {
 		t.Fatalf("after a rerun past the deadline: state %v, %d live, %d claims queued; want ended, 0, 0",
 			r.state, l.live, len(l.claims))
@@ -214,7 +214,7 @@ func TestNoticeAfterEndIsIgnored(t *testing.T) {
 	l := testLoop(t, store)
 	r := runAfter(t, l, lock.ClaimReply{Claim: lock.Claim{Result: lock.Held, Wait: time.Hour}}, waiting)
 	l.end(r)
-	l.onNotice(r, false)
+	l.onNotice(r, lock.Released)
 	l.onWake(r)
 	if r.state != ended || len(l.claims) != 0 || len(l.wakes) != 0 || l.live != 0 {
 		t.Errorf("after events for an ended run: state %v, %d claims, %d wakes, %d live; want ended, 0, 0, 0",
@@ -230,7 +230,7 @@ func TestShutdownEndsIdleRuns(t *testing.T) {
 	l.ctx = ctx
 	w := runAfter(t, l, lock.ClaimReply{Claim: lock.Claim{Result: lock.Held, Wait: time.Hour}}, waiting)
 	s := runAfter(t, l, lock.ClaimReply{Claim: lock.Claim{Result: lock.Done}}, settled)
-	busy := l.newRun(&l.s.tasks[0], time.Now().Truncate(time.Hour))
+	busy := l.newRun(&l.s.Tasks()[0], time.Now().Truncate(time.Hour))
 	busy.state = running
 	cancel()
 	l.onShutdown()
@@ -238,7 +238,7 @@ func TestShutdownEndsIdleRuns(t *testing.T) {
 		t.Fatalf("after shutdown: waiting run %v, settled run %v, running run %v, %d live; want ended, ended, running, 1",
 			w.state, s.state, busy.state, l.live)
 	}
-	l.onAttempted(busy, lock.Claim{Result: lock.Won, Attempt: 1}, false)
+	l.onAttempted(busy, lock.Claim{Result: lock.Won, Attempt: 1}, false, nil)
 	if busy.state != ended || l.live != 0 || len(l.wakes) != 0 {
 		t.Errorf("after the attempt's end: %v, %d live, %d wake times; want ended, 0, 0", busy.state, l.live, len(l.wakes))
 	}
@@ -251,7 +251,7 @@ func TestShutdownSendsNoQueuedClaim(t *testing.T) {
 	l := testLoop(t, store)
 	ctx, cancel := context.WithCancel(context.Background())
 	l.ctx = ctx
-	r := l.newRun(&l.s.tasks[0], time.Now().Truncate(time.Hour))
+	r := l.newRun(&l.s.Tasks()[0], time.Now().Truncate(time.Hour))
 	l.advance(r, false)
 	if r.state != claiming || len(l.claims) != 1 {
 		t.Fatalf("state %v, %d claims queued; want claiming, 1", r.state, len(l.claims))

@@ -54,7 +54,9 @@ var ErrDuplicateReplica = errors.New("scheduler: replica id in use by another li
 
 // Scheduler runs one replica's share of the configured tasks.
 type Scheduler struct {
-	tasks   []Task
+	// tasks is the list the loop runs; Reload replaces it whole (never in
+	// place) from the loop, and Tasks reads it from any goroutine.
+	tasks   atomic.Pointer[[]Task]
 	grace   time.Duration // for running attempts at shutdown
 	maxSkew time.Duration // 0: not checked
 	store   lock.Store
@@ -85,6 +87,15 @@ type Scheduler struct {
 	// checkEvery is how often the store's clock is compared with ours while
 	// it answers; recheckEvery, while it does not.
 	checkEvery, recheckEvery time.Duration
+
+	// mu guards loop and ran: Reload hands its tasks to the loop while Run
+	// runs it, and before Run sets them itself.
+	mu   sync.Mutex
+	loop *loop
+	ran  bool // Run has returned: nothing more is reloaded
+	// live: the fleet's live replica ids, sorted, as the last announce read
+	// them; nil: claim every slot at once (see prefer.go).
+	live atomic.Pointer[[]string]
 
 	offset  atomic.Int64 // store clock minus ours, ns; the loop fires on the store's time
 	skew    atomic.Int64 // as last measured, ns
@@ -125,7 +136,6 @@ func WithHistory(h History) Option { return func(s *Scheduler) { s.hist = h } }
 // New returns a scheduler for tasks on store. It does no I/O.
 func New(tasks []Task, store lock.Store, opts ...Option) *Scheduler {
 	s := &Scheduler{
-		tasks:        tasks,
 		grace:        DefaultShutdownGrace,
 		maxSkew:      DefaultMaxClockSkew,
 		store:        store,
@@ -144,15 +154,8 @@ func New(tasks []Task, store lock.Store, opts ...Option) *Scheduler {
 	s.owner = lock.OwnerID(s.replica, s.instance)
 	s.fleet, _ = store.(lock.Fleet)
 	s.controls, _ = store.(lock.Controls)
-	infos := make([]stats.TaskInfo, len(s.tasks))
-	for i := range s.tasks {
-		t := &s.tasks[i]
-		// At least one gap between fire times: alerts use twice this as "no
-		// success for two windows", which a deadline shorter than the
-		// interval must not turn into a page between healthy slots.
-		infos[i] = stats.TaskInfo{Name: t.Name, Window: max(t.Window(), t.Schedule.MaxGap())}
-	}
-	s.stats = stats.New(infos)
+	s.stats = stats.New(nil)
+	s.setTasks(tasks)
 	s.log = s.log.With("replica", s.replica)
 	return s
 }
@@ -173,7 +176,7 @@ func (s *Scheduler) Stats() *stats.Set { return s.stats }
 
 // Tasks returns the tasks the scheduler runs; the caller must not change
 // them.
-func (s *Scheduler) Tasks() []Task { return s.tasks }
+func (s *Scheduler) Tasks() []Task { return *s.tasks.Load() }
 
 // now is the store's time as this replica best knows it.
 func (s *Scheduler) now() time.Time {
@@ -208,26 +211,35 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		s.clockLoop(ctx)
 	}()
 
-	s.log.Info("scheduler started", "tasks", len(s.tasks), "store_ok", s.storeOK.Load(),
+	s.log.Info("scheduler started", "tasks", len(s.Tasks()), "store_ok", s.storeOK.Load(),
 		"clock_skew", time.Duration(s.skew.Load()), "instance", s.instance, "fleet_first_start", s.firstStart)
+	// Under mu: a Reload goes either before the loop reads the tasks or
+	// through its mailbox.
+	s.mu.Lock()
 	l := newLoop(s, ctx, hard, cancelHard)
-	l.paused = map[*Task]bool{}
-	for i := range s.tasks {
+	l.paused = map[string]bool{}
+	for _, t := range s.Tasks() {
 		// Without controls in the store, paused = true holds on each
 		// replica from its own config.
-		l.paused[&s.tasks[i]] = s.tasks[i].Paused
-		s.stats.Task(s.tasks[i].Name).Paused.Store(s.tasks[i].Paused)
+		l.paused[t.Name] = t.Paused
+		s.stats.Task(t.Name).Paused.Store(t.Paused)
 	}
-	if s.controls != nil && len(s.tasks) > 0 {
-		ctl := newController(s, &l.inbox)
-		l.paused = ctl.first(ctx)
+	if s.controls != nil {
+		l.ctl = newController(s, &l.inbox)
+		l.paused = l.ctl.first(ctx)
 		bg.Add(1)
 		go func() {
 			defer bg.Done()
-			ctl.run(ctx)
+			l.ctl.run(ctx)
 		}()
 	}
+	s.loop = l
+	s.mu.Unlock()
 	l.run()
+	s.mu.Lock()
+	s.loop, s.ran = nil, true
+	s.mu.Unlock()
+	l.refuseReloads()
 	l.workers.Wait()
 	bg.Wait()
 	s.log.Info("scheduler stopped")

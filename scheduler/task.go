@@ -40,6 +40,19 @@ type Task struct {
 
 	Schedule *schedule.Schedule
 	Job      tasks.Task // built by the plugin's factory at load
+
+	// OnFailure, if set, runs once per slot that ends exhausted or missed
+	// (see notify.go).
+	OnFailure *Hook
+}
+
+// Hook is an on_failure hook: a plugin's task, run on exactly one replica
+// with the failed slot's facts in its context (tasks.FailureFrom).
+type Hook struct {
+	Plugin  string         // the registered plugin name
+	Params  map[string]any // its params; never nil
+	Timeout time.Duration  // bounds one run of the hook; > 0
+	Job     tasks.Task     // built by the plugin's factory at load
 }
 
 // Window returns how long after its fire time a slot may still start: the

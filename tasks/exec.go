@@ -41,6 +41,7 @@ const errTailMax = 1 << 10
 var envNames = []string{
 	"SLOTD_TASK", "SLOTD_SLOT", "SLOTD_SLOT_TIME",
 	"SLOTD_ATTEMPT", "SLOTD_FENCING_TOKEN", "SLOTD_REPLICA", "SLOTD_STORE_REVISION",
+	"SLOTD_FAILURE", "SLOTD_ATTEMPTS", "SLOTD_LAST_ERROR", "SLOTD_OUTPUT", // an on_failure hook's (failure.go)
 }
 
 type execParams struct {
@@ -323,8 +324,9 @@ func (t *execTask) Run(ctx context.Context) error {
 }
 
 // environ is base (the daemon's environment, less the variables DropEnv
-// names), then the env parameter, then the slot's facts; exec keeps the
-// last of duplicate names.
+// names), then the env parameter, then the slot's facts (and an
+// on_failure hook's, the failure's); exec keeps the last of duplicate
+// names.
 func (t *execTask) environ(ctx context.Context, base []string) []string {
 	env := append(withoutDropped(base), t.env...)
 	r, ok := RunFrom(ctx)
@@ -333,6 +335,9 @@ func (t *execTask) environ(ctx context.Context, base []string) []string {
 	}
 	if r.Revision != 0 {
 		env = append(env, "SLOTD_STORE_REVISION="+strconv.FormatInt(r.Revision, 10))
+	}
+	if f, ok := FailureFrom(ctx); ok {
+		env = append(env, failureEnv(f)...)
 	}
 	return append(env,
 		"SLOTD_TASK="+r.Task,

@@ -2,6 +2,7 @@ package tasks
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -34,6 +35,7 @@ const (
 var slotHeaders = []string{
 	"Slotd-Task", "Slotd-Slot", "Slotd-Slot-Time",
 	"Slotd-Attempt", "Slotd-Fencing-Token", "Slotd-Replica", "Slotd-Store-Revision",
+	"Slotd-Failure", "Slotd-Attempts", // an on_failure hook's (failure.go)
 }
 
 type httpParams struct {
@@ -182,11 +184,28 @@ func (t *httpTask) Run(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
 
-	req, err := http.NewRequestWithContext(ctx, t.method, t.url.String(), strings.NewReader(t.body))
+	reqBody := t.body
+	failure, isHook := FailureFrom(parent)
+	if isHook && reqBody == "" {
+		// An on_failure webhook with no body of its own gets the failure.
+		b, err := json.Marshal(failure)
+		if err != nil {
+			return fmt.Errorf("tasks: http: %s: %w", target, err)
+		}
+		reqBody = string(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, t.method, t.url.String(), strings.NewReader(reqBody))
 	if err != nil {
 		return fmt.Errorf("tasks: http: %s: %w", target, err)
 	}
 	req.Header = t.header.Clone()
+	if isHook {
+		req.Header.Set("Slotd-Failure", failure.Kind)
+		req.Header.Set("Slotd-Attempts", strconv.Itoa(failure.Attempts))
+		if t.body == "" && req.Header.Get("Content-Type") == "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+	}
 	req.Host = t.host
 	if r, ok := RunFrom(parent); ok {
 		req.Header.Set("Slotd-Task", r.Task)

@@ -106,7 +106,9 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 	}
 	settled := failAt.Add(-300 * time.Millisecond)
 	complete, err := awaitCond(settled, func() bool {
-		return burstDone(recs, o.tasks, burst) && len(recs.claims) >= o.tasks*o.replicas
+		// Every slot claimed, by its preferred claimant at least (replicas
+		// that were told it was taken do not claim it).
+		return burstDone(recs, o.tasks, burst) && len(recs.claimed) >= o.tasks
 	})
 	if err != nil {
 		return nil, err

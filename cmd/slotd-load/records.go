@@ -34,6 +34,7 @@ type records struct {
 	slots    map[string]*slotRuns
 	claimAt  int64            // the burst slot whose claims are kept (unix s); 0: none yet
 	claims   map[string]int64 // replica + " " + state key → first answer, unix ns
+	claimed  map[string]bool  // state keys claimed by any replica
 	counters map[string][]counterSample
 	peaks    map[string]goPeaks // replica → peaks of the Go runtime over its life
 	tails    []*tail
@@ -59,7 +60,7 @@ type tail struct {
 }
 
 func newRecords(reps []*replica) *records {
-	r := &records{slots: map[string]*slotRuns{}, claims: map[string]int64{}, counters: map[string][]counterSample{}, peaks: map[string]goPeaks{}}
+	r := &records{slots: map[string]*slotRuns{}, claims: map[string]int64{}, claimed: map[string]bool{}, counters: map[string][]counterSample{}, peaks: map[string]goPeaks{}}
 	for _, rep := range reps {
 		r.tails = append(r.tails, &tail{replica: rep.id, path: rep.records})
 	}
@@ -144,6 +145,7 @@ func (r *records) parse(replica, line string) error {
 		if _, seen := r.claims[k]; !seen {
 			r.claims[k] = num(2)
 		}
+		r.claimed[f[1]] = true
 	case f[0] == "R" && len(f) == 4:
 		r.counters[replica] = append(r.counters[replica], counterSample{num(1), num(2), num(3)})
 	case f[0] == "M" && len(f) == 4:

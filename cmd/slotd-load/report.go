@@ -169,9 +169,9 @@ func (rep *report) analyzeBurst(recs *records, o options, burst time.Time, befor
 			b.RatioToPipelined = b.ClaimsPerS / rep.Baseline.PipelinedClaims
 		}
 	}
-	if len(claims) != o.tasks*o.replicas {
-		rep.Violations = append(rep.Violations, fmt.Sprintf("burst: %d first claims answered, want %d tasks × %d replicas",
-			len(claims), o.tasks, o.replicas))
+	if len(recs.claimed) != o.tasks || len(claims) > o.tasks*o.replicas {
+		rep.Violations = append(rep.Violations, fmt.Sprintf("burst: %d first claims of %d slots answered, want every one of %d tasks claimed, at most once by each of %d replicas",
+			len(claims), len(recs.claimed), o.tasks, o.replicas))
 	}
 	b.ServerCmds = map[string]float64{}
 	var total int64

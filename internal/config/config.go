@@ -80,7 +80,8 @@ var (
 	pluginsKeys  = []string{"http"}
 	httpPoolKeys = []string{"max_idle_per_host", "idle_timeout"}
 	policyKeys   = []string{"lease", "done_ttl", "max_attempts", "timeout", "catchup", "deadline", "catchup_limit", "output_tail", "concurrency"}
-	taskOwnKeys  = []string{"name", "schedule", "timezone", "plugin", "params", "paused"}
+	taskOwnKeys  = []string{"name", "schedule", "timezone", "plugin", "params", "paused", "on_failure"}
+	defaultKeys  = append(append([]string{}, policyKeys...), "on_failure")
 	taskKeys     = append(append([]string{}, taskOwnKeys...), policyKeys...)
 )
 
@@ -150,8 +151,10 @@ func Parse(data []byte, source string, log *slog.Logger) (*Config, error) {
 	cfg.readHTTP(top.sub("http", httpKeys))
 	cfg.readLog(top.sub("log", logKeys))
 	cfg.readHTTPPool(top.sub("plugins", pluginsKeys).sub("http", httpPoolKeys))
-	defaults := readPolicy(top.sub("defaults", policyKeys))
-	cfg.readTasks(top, defaults, log)
+	defTable := top.sub("defaults", defaultKeys)
+	defaults := readPolicy(defTable)
+	defaultHook := readHook(defTable, "defaults.on_failure", log.With("hook", "on_failure"))
+	cfg.readTasks(top, defaults, defaultHook, log)
 
 	if err := p.err(); err != nil {
 		return nil, err

@@ -17,7 +17,7 @@ import (
 // colons or spaces.
 var taskNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
-func (c *Config) readTasks(top table, defaults rawPolicy, log *slog.Logger) {
+func (c *Config) readTasks(top table, defaults rawPolicy, defaultHook rawHook, log *slog.Logger) {
 	v, ok := top.m["task"]
 	if !ok {
 		return
@@ -41,7 +41,7 @@ func (c *Config) readTasks(top table, defaults rawPolicy, log *slog.Logger) {
 	}
 	seen := make(map[string]int, len(list))
 	for i, m := range list {
-		if t, ok := readTask(m, i+1, seen, defaults, top.p, log); ok {
+		if t, ok := readTask(m, i+1, seen, defaults, defaultHook, top.p, log); ok {
 			c.Tasks = append(c.Tasks, t)
 		}
 	}
@@ -49,7 +49,7 @@ func (c *Config) readTasks(top table, defaults rawPolicy, log *slog.Logger) {
 
 // readTask validates the n-th [[task]] (1-based) and builds its job. It
 // reports its problems to t.p and returns false if there were any.
-func readTask(m map[string]any, n int, seen map[string]int, defaults rawPolicy, p *problems, log *slog.Logger) (scheduler.Task, bool) {
+func readTask(m map[string]any, n int, seen map[string]int, defaults rawPolicy, defaultHook rawHook, p *problems, log *slog.Logger) (scheduler.Task, bool) {
 	before := len(p.errs)
 	t := table{m: m, path: "task", p: p, scope: fmt.Sprintf("task #%d", n)}
 	name, nameOK := t.str("name")
@@ -156,6 +156,7 @@ func readTask(m map[string]any, n int, seen map[string]int, defaults rawPolicy, 
 			t.errorf("paused", "must be true or false, not %s", tomlType(v))
 		}
 	}
+	task.OnFailure = readHook(t, hookScope(t.scope), log.With("task", name, "hook", "on_failure")).or(defaultHook)
 	return task, len(p.errs) == before
 }
 

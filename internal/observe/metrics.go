@@ -22,23 +22,24 @@ import (
 
 // The engine's families, as WriteMetrics writes them.
 const (
-	helpClaims       = "Slot claims by result: won, held, done, exhausted, early, late, error."
-	helpRuns         = "Task attempts run on this replica by outcome: success, failure, timeout, lease_lost, canceled, success_unmarked."
-	helpDuration     = "How long task attempts ran."
-	helpStartDelay   = "How long after its slot time an attempt started."
-	helpRenewals     = "Lease renewals confirmed by the store."
-	helpLeaseLosses  = "Leases lost while a task ran (the task was cancelled)."
-	helpExhausted    = "Slots whose last allowed attempt failed on this replica."
-	helpMissed       = "Slots this replica saw close without a success and without exhausting their attempts."
-	helpLastSuccess  = "Slot time of the task's latest slot completed by this replica, in Unix seconds."
-	helpRunning      = "Task attempts running on this replica."
-	helpFinishErrors = "Completions or releases that failed; the slot's lease then runs out on its own."
-	helpWindow       = "The task's slot window (deadline, or the longest gap between fire times): alerts scale with it."
-	helpPaused       = "1 if the task is paused (slotd pause, or paused = true), as this replica last heard, else 0: its slots are skipped, not missed."
-	helpSkipped      = "Slots not run, by reason: paused (the task was paused when the slot fired, counted on each replica), forbid (the previous slot still ran; concurrency = \"forbid\")."
-	helpRedisUp      = "1 if the last check of the store answered, its write probe was taken, and no recent write was refused, else 0."
-	helpStoreErrors  = "Errors of the store's calls (claims, renewals, completions, releases, write probes) by kind: oom, noperm, readonly, misconf, noreplicas, noscript, auth, unavailable, timeout, conn, other."
-	helpClockSkew    = "Store clock minus this replica's clock, as last measured."
+	helpClaims        = "Slot claims by result: won, held, done, exhausted, early, late, error."
+	helpRuns          = "Task attempts run on this replica by outcome: success, failure, timeout, lease_lost, canceled, success_unmarked."
+	helpDuration      = "How long task attempts ran."
+	helpStartDelay    = "How long after its slot time an attempt started."
+	helpRenewals      = "Lease renewals confirmed by the store."
+	helpLeaseLosses   = "Leases lost while a task ran (the task was cancelled)."
+	helpExhausted     = "Slots whose last allowed attempt failed on this replica."
+	helpMissed        = "Slots this replica saw close without a success and without exhausting their attempts."
+	helpLastSuccess   = "Slot time of the task's latest slot completed by this replica, in Unix seconds."
+	helpRunning       = "Task attempts running on this replica."
+	helpFinishErrors  = "Completions or releases that failed; the slot's lease then runs out on its own."
+	helpNotifications = "on_failure hooks by outcome: success, failure (including a timeout; not retried), store_error (the once marker could not be set: not run), unsupported (the store has no once marker: not run)."
+	helpWindow        = "The task's slot window (deadline, or the longest gap between fire times): alerts scale with it."
+	helpPaused        = "1 if the task is paused (slotd pause, or paused = true), as this replica last heard, else 0: its slots are skipped, not missed."
+	helpSkipped       = "Slots not run, by reason: paused (the task was paused when the slot fired, counted on each replica), forbid (the previous slot still ran; concurrency = \"forbid\")."
+	helpRedisUp       = "1 if the last check of the store answered, its write probe was taken, and no recent write was refused, else 0."
+	helpStoreErrors   = "Errors of the store's calls (claims, renewals, completions, releases, write probes) by kind: oom, noperm, readonly, misconf, noreplicas, noscript, auth, unavailable, timeout, conn, other."
+	helpClockSkew     = "Store clock minus this replica's clock, as last measured."
 )
 
 // WriteMetrics writes the engine's series — the store's reachability
@@ -112,6 +113,10 @@ func writeText(w io.Writer, set *stats.Set, up bool, skew time.Duration) error {
 	for _, k := range lock.ErrorKinds {
 		t.labelled("slotd_store_errors_total", "kind", k.String(), float64(set.Store.Errors[k].Load()))
 	}
+	t.header("slotd_notifications_total", helpNotifications, "counter")
+	for i, o := range stats.NotifyOutcomes {
+		t.labelled("slotd_notifications_total", "outcome", o, float64(set.Notifications[i].Load()))
+	}
 	t.header("slotd_claims_total", helpClaims, "counter")
 	for _, st := range tasks {
 		for r := range st.Claims {
@@ -140,7 +145,7 @@ func writeText(w io.Writer, set *stats.Set, up bool, skew time.Duration) error {
 		return float64(at.Unix()), ok
 	})
 	gauges("slotd_running_tasks", helpRunning, func(st *stats.Task) (float64, bool) { return float64(st.Running.Load()), true })
-	gauges("slotd_task_window_seconds", helpWindow, func(st *stats.Task) (float64, bool) { return st.Window.Seconds(), true })
+	gauges("slotd_task_window_seconds", helpWindow, func(st *stats.Task) (float64, bool) { return st.Window().Seconds(), true })
 	gauges("slotd_task_paused", helpPaused, func(st *stats.Task) (float64, bool) {
 		if st.Paused.Load() {
 			return 1, true

@@ -174,7 +174,8 @@ func TestOverviewCost(t *testing.T) {
 		took := time.Since(start)
 		cmds := f.commands(t)
 		t.Logf("GET /, %d tasks all missed: %d bytes, %d Redis commands, %v", bigFleet, len(body), cmds, took.Round(time.Millisecond))
-		// One more GET per task: its pause state (lock.Controls).
+		// TIME, first start, 3 reads per slot and the pause state per task, one
+		// XREVRANGE per task (all are unsettled).
 		if max := 2 + bigFleet*(3*observe.OverviewSlots+2); code != http.StatusOK || len(body) > 1<<20 || cmds > max {
 			t.Errorf("GET /: %d, %d bytes, %d Redis commands (at most %d)", code, len(body), cmds, max)
 		}
@@ -217,8 +218,6 @@ func checkOverview(t *testing.T, f *costFleet, want map[string]int) {
 		t.Errorf("the overview shows a task's error unescaped")
 	}
 	unsettled := want[observe.PhaseExhausted] + want[observe.PhaseRetrying]
-	// The slots, one GET per task of its pause state, the history of the
-	// unsettled.
 	if max := 2 + bigFleet*(3*observe.OverviewSlots+1) + unsettled; f.rdb != nil && cmds > max {
 		t.Errorf("GET / cost %d Redis commands, want at most %d", cmds, max)
 	}
@@ -255,8 +254,8 @@ func checkOverview(t *testing.T, f *costFleet, want map[string]int) {
 		t.Errorf("GET /tasks/task-00000: %d\n%s", code, body)
 	}
 	if f.rdb != nil {
-		// TIME, first start, 3 reads per slot, its pause state, the slots'
-		// history, a page of attempts.
+		// TIME, first start, 3 reads per slot, the slots' history, a page
+		// of attempts, the pause state.
 		if cmds, max := f.commands(t), 2+3*observe.DefaultSlots+3; cmds > max {
 			t.Errorf("GET /tasks/task-00000 cost %d Redis commands, want at most %d", cmds, max)
 		}

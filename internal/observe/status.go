@@ -101,7 +101,7 @@ type slotsRead struct {
 	slots      []lock.Slot // tasks[i]'s are slots[first[i]:first[i+1]], newest first
 	first      []int
 	states     []lock.State // of slots
-	paused     []bool       // of tasks, as the store's controls say (none: all false)
+	paused     []bool       // by task: paused fleet-wide, as the store says (false if it cannot say)
 }
 
 // readSlots reads the state of the latest n slots of every task in one
@@ -283,12 +283,14 @@ func latestAttempts(ctx context.Context, tasks []scheduler.Task, want []bool, hi
 	return lasts, ctx.Err()
 }
 
-// latestPerSlot maps each slot of es to its latest attempt.
+// latestPerSlot maps each slot of es to its latest attempt: the highest
+// attempt number (the store's, which only grows within a slot, whatever
+// the replicas' clocks say), then the latest start.
 func latestPerSlot(es []scheduler.HistoryEntry, n int) map[string]*scheduler.HistoryEntry {
 	last := make(map[string]*scheduler.HistoryEntry, n)
 	for k := range es {
 		e := &es[k]
-		if l, ok := last[e.Slot]; !ok || e.Started.After(l.Started) {
+		if l, ok := last[e.Slot]; !ok || e.Attempt > l.Attempt || e.Attempt == l.Attempt && e.Started.After(l.Started) {
 			last[e.Slot] = e
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -70,6 +71,14 @@ func TestTaskAPI(t *testing.T) {
 		if f.Local.Hour() != 9 || f.Local.Location().String() != "Europe/Paris" || !f.Local.Equal(f.Time) || f.Time.Location() != time.UTC {
 			t.Errorf("paris fires at %v (%v), want 09:00 Europe/Paris", f.Local, f.Time)
 		}
+	}
+
+	var page strings.Builder
+	if err := observe.WriteTaskPage(&page, observe.TaskPage{TaskDetail: pd}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(page.String(), "<th>in Europe/Paris</th>") || !regexp.MustCompile(`<td>\d{4}-\d\d-\d\d 09:00:00 CES?T</td>`).MatchString(page.String()) {
+		t.Errorf("paris's page does not show its fire times in its zone")
 	}
 
 	// Pages of two, newest first, until the cursor runs out.
@@ -283,5 +292,37 @@ func TestPagesEscapeTaskNames(t *testing.T) {
 		if path == "/" && !strings.Contains(body, `href="tasks/%3Cimg%20src=x%20onerror=alert%281%29%3E"`) {
 			t.Errorf("the overview's link to the task is not its escaped path:\n%s", body)
 		}
+	}
+}
+
+// A slot's latest attempt is its highest attempt number, even when the
+// replica that made it has a clock behind the one before.
+func TestLatestAttemptByNumber(t *testing.T) {
+	task := statusTask(t, "job", "@every 1h", 3, 48*time.Hour)
+	task.Deadline = 47 * time.Hour
+	st, hist := lock.NewMemory(nil), scheduler.NewMemoryHistory(0)
+	ctx := context.Background()
+	now := time.Now()
+	at, _ := task.Schedule.Latest(now)
+	slot := task.Slot(at)
+	for k, skew := range []time.Duration{0, -time.Minute} { // attempt 2 by a replica a minute behind
+		c, err := st.Claim(ctx, slot, "r1", task.Policy)
+		if err != nil || c.Result != lock.Won {
+			t.Fatal(c, err)
+		}
+		if err := st.Release(ctx, slot, lock.Owner{Replica: "r1", Attempt: c.Attempt}); err != nil {
+			t.Fatal(err)
+		}
+		e := scheduler.HistoryEntry{Slot: slot.ID, Attempt: k + 1, Outcome: "failure", Started: now.Add(skew), Error: fmt.Sprintf("attempt %d", k+1)}
+		if err := hist.Append(ctx, "job", e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ts, err := observe.Status(ctx, []scheduler.Task{task}, st, hist, now, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last := ts[0].Slots[0].Last; last == nil || last.Attempt != 2 {
+		t.Errorf("the slot's latest attempt: %+v, want attempt 2", last)
 	}
 }

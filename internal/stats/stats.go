@@ -3,8 +3,10 @@
 // package observe reads at scrape time and writes out as metrics. It
 // knows nothing of any exposition format.
 //
-// Guarantees: every method is safe for concurrent use; a Set's tasks are
-// fixed when it is made, so reading them takes no lock; a histogram's
+// Guarantees: every method is safe for concurrent use; a Set's list of
+// tasks is replaced whole (Update, on a reload), never changed in place,
+// so reading it takes no lock, and a task kept across an update keeps its
+// counters; a histogram's
 // count, summed from its buckets, always equals its +Inf bucket (its sum
 // may be one observation ahead or behind).
 //
@@ -15,6 +17,7 @@
 package stats
 
 import (
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -118,7 +121,7 @@ func (h *Histogram) Sum() float64 { return math.Float64frombits(h.sum.Load()) }
 // Task is one task's counters.
 type Task struct {
 	Name         string
-	Window       time.Duration             // the slot window alerts scale with; fixed at start
+	window       atomic.Int64              // ns: the slot window alerts scale with (Window)
 	Claims       [lock.Late + 1]Counter    // by lock.Result; index 0: no answer (ResultError)
 	Runs         [len(Outcomes)]Counter    // attempts by Outcomes' order
 	Duration     Histogram                 // attempt durations, seconds
@@ -134,6 +137,10 @@ type Task struct {
 	lastSuccess  atomic.Int64              // Unix seconds; noSuccess until one
 	_            [0]func()                 // not comparable
 }
+
+// Window is the slot window alerts scale with, as last given to New or
+// Update.
+func (t *Task) Window() time.Duration { return time.Duration(t.window.Load()) }
 
 // noSuccess marks a lastSuccess not yet set.
 const noSuccess = math.MinInt64
@@ -189,10 +196,17 @@ func (t *Task) LastSuccess() (time.Time, bool) {
 	return time.Unix(sec, 0).UTC(), true
 }
 
-// Set is the counters of a fixed list of tasks.
+// Set is the counters of a list of tasks, which a reload may replace.
 type Set struct {
 	// Store is the store's errors and last results, for every task.
-	Store  Store
+	Store Store
+	// Notifications counts on_failure hooks by outcome, for every task.
+	Notifications Notifications
+	list          atomic.Pointer[taskList]
+}
+
+// taskList is one list of a Set's tasks; it is never changed once made.
+type taskList struct {
 	tasks  []*Task
 	byName map[string]*Task
 }
@@ -206,23 +220,76 @@ type TaskInfo struct {
 // New returns the counters of tasks, all at zero, in their order; a name
 // given twice shares one Task.
 func New(tasks []TaskInfo) *Set {
-	s := &Set{tasks: make([]*Task, 0, len(tasks)), byName: make(map[string]*Task, len(tasks))}
-	for _, ti := range tasks {
-		if s.byName[ti.Name] != nil {
-			continue
-		}
-		t := &Task{Name: ti.Name, Window: ti.Window}
-		t.Duration.upper, t.StartDelay.upper = DurationBounds, StartDelayBounds
-		t.lastSuccess.Store(noSuccess)
-		s.tasks = append(s.tasks, t)
-		s.byName[ti.Name] = t
-	}
+	s := &Set{}
+	s.Update(tasks)
 	return s
 }
 
-// Task returns the named task's counters; nil for a name not given to New.
-func (s *Set) Task(name string) *Task { return s.byName[name] }
+// Update makes tasks the Set's list, in their order: a task already known
+// keeps its counters (and takes the new window), a new one starts at zero.
+// One left out is no longer listed by Tasks, but Task still finds it: its
+// last attempts may still be running, and if a later update brings it
+// back, its counters go on from where they were. A name given twice
+// shares one Task. Readers may run alongside; Update calls must not
+// overlap each other (the engine's loop makes them).
+func (s *Set) Update(tasks []TaskInfo) {
+	old := s.list.Load()
+	l := &taskList{tasks: make([]*Task, 0, len(tasks)), byName: make(map[string]*Task, len(tasks))}
+	if old != nil {
+		maps.Copy(l.byName, old.byName)
+	}
+	listed := make(map[string]bool, len(tasks))
+	for _, ti := range tasks {
+		if listed[ti.Name] {
+			continue
+		}
+		listed[ti.Name] = true
+		t := l.byName[ti.Name]
+		if t == nil {
+			t = &Task{Name: ti.Name}
+			t.Duration.upper, t.StartDelay.upper = DurationBounds, StartDelayBounds
+			t.lastSuccess.Store(noSuccess)
+		}
+		t.window.Store(int64(ti.Window))
+		l.tasks = append(l.tasks, t)
+		l.byName[ti.Name] = t
+	}
+	s.list.Store(l)
+}
 
-// Tasks returns every task's counters in New's order; the caller must not
-// change the slice.
-func (s *Set) Tasks() []*Task { return s.tasks }
+// Task returns the named task's counters; nil for a name never given to
+// New or Update.
+func (s *Set) Task(name string) *Task { return s.list.Load().byName[name] }
+
+// Tasks returns every task's counters in the list's order; the caller must
+// not change the slice.
+func (s *Set) Tasks() []*Task { return s.list.Load().tasks }
+
+// Outcomes of an on_failure hook, in the order of Notifications.
+const (
+	NotifySuccess = "success" // the hook ran and succeeded
+	NotifyFailure = "failure" // the hook ran and failed, or timed out; not retried
+	// NotifyError: the store could not say whether another replica had
+	// already notified (the once marker); the hook did not run.
+	NotifyError = "store_error"
+	// NotifyUnsupported: the store has no once marker (lock.Oncer), so no
+	// replica could be sure to be the only one; the hook did not run.
+	NotifyUnsupported = "unsupported"
+)
+
+// NotifyOutcomes lists the outcomes in the order of Notifications.
+var NotifyOutcomes = [...]string{NotifySuccess, NotifyFailure, NotifyError, NotifyUnsupported}
+
+// Notifications counts on_failure hooks by outcome, in NotifyOutcomes'
+// order.
+type Notifications [len(NotifyOutcomes)]Counter
+
+// Add counts one hook that ended with outcome, one of NotifyOutcomes
+// (another counts as a failure).
+func (n *Notifications) Add(outcome string) {
+	i := slices.Index(NotifyOutcomes[:], outcome)
+	if i < 0 {
+		i = 1
+	}
+	n[i].Inc()
+}

@@ -1,6 +1,7 @@
 package stats
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -40,8 +41,8 @@ func TestBounds(t *testing.T) {
 // and failures; the last success never moves back.
 func TestTaskCounters(t *testing.T) {
 	set := New([]TaskInfo{{Name: "a", Window: time.Minute}, {Name: "a"}, {Name: "b"}})
-	if len(set.Tasks()) != 2 || set.Task("a").Window != time.Minute || set.Task("c") != nil {
-		t.Fatalf("tasks %d, a's window %v, c %v", len(set.Tasks()), set.Task("a").Window, set.Task("c"))
+	if len(set.Tasks()) != 2 || set.Task("a").Window() != time.Minute || set.Task("c") != nil {
+		t.Fatalf("tasks %d, a's window %v, c %v", len(set.Tasks()), set.Task("a").Window(), set.Task("c"))
 	}
 	a := set.Task("a")
 	if _, ok := a.LastSuccess(); ok {
@@ -58,5 +59,30 @@ func TestTaskCounters(t *testing.T) {
 	a.Succeeded(newer.Add(-time.Hour))
 	if at, ok := a.LastSuccess(); !ok || !at.Equal(newer) {
 		t.Errorf("last success %v %v, want %v", at, ok, newer)
+	}
+}
+
+// A reload's Update keeps a kept task's counters, lists only the new
+// tasks, and still finds a dropped one, whose last attempts may be running.
+func TestUpdateKeepsCounters(t *testing.T) {
+	set := New([]TaskInfo{{Name: "kept", Window: time.Minute}, {Name: "dropped"}})
+	kept, dropped := set.Task("kept"), set.Task("dropped")
+	kept.Exhausted.Inc()
+	set.Update([]TaskInfo{{Name: "added"}, {Name: "kept", Window: time.Hour}})
+	var names []string
+	for _, st := range set.Tasks() {
+		names = append(names, st.Name)
+	}
+	if fmt.Sprint(names) != "[added kept]" {
+		t.Errorf("tasks after update: %v, want [added kept]", names)
+	}
+	if set.Task("kept") != kept || kept.Exhausted.Load() != 1 || kept.Window() != time.Hour {
+		t.Errorf("kept task: same %v, exhausted %d, window %v", set.Task("kept") == kept, kept.Exhausted.Load(), kept.Window())
+	}
+	if set.Task("dropped") != dropped {
+		t.Error("a dropped task's counters are no longer found by name")
+	}
+	if set.Task("added") == nil || set.Task("never") != nil {
+		t.Errorf("added %v, never %v", set.Task("added"), set.Task("never"))
 	}
 }

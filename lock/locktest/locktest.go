@@ -10,7 +10,9 @@
 // never exceed the cap and tokens only grow; every key written has a TTL;
 // no claim before the slot time or at or after the deadline; releases and
 // reruns wake the slot's watchers; a value slotd did not write is left
-// alone; States and ReadState read back what was written.
+// alone; States and ReadState read back what was written; a slot's
+// one-time marker (lock.Oncer, on a store that has it) is set by one
+// caller only, per event, and expires with its TTL.
 //
 // RunControls is the suite of the optional operator controls
 // (lock.Controls), for a store that offers them: a trigger is idempotent
@@ -98,6 +100,7 @@ var conformance = []struct {
 	{"StateReadsBack", testState},
 	{"RerunRestartsTheCapNotTheTokens", testRerun},
 	{"StatesReadsManySlots", testStates},
+	{"OnceMarksOnlyOnce", testOnce},
 }
 
 func mustClaim(t *testing.T, h Harness, slot lock.Slot, replica string, want lock.Result) lock.Claim {
@@ -504,5 +507,65 @@ func testStates(t *testing.T, h Harness) {
 		if err != nil || one.Status != sts[i].Status || one.Holder != sts[i].Holder {
 			t.Errorf("State(%s) = %+v, %v; States said %+v", slot, one, err, sts[i])
 		}
+	}
+}
+
+func testOnce(t *testing.T, h Harness) {
+	o, ok := h.Store.(lock.Oncer)
+	if !ok {
+		t.Skipf("%T has no once marker (lock.Oncer): on_failure hooks do not run on it", h.Store)
+	}
+	ctx := context.Background()
+	slot := UniqueSlot(t, h)
+	const ttl = time.Minute // Expire(ttl) must not clear the other tests' done markers (DefaultPolicy: an hour)
+
+	// Racing callers: at most one sets it (a quorum store may split the
+	// vote, and then none does).
+	const n = 16
+	var set atomic.Int32
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			first, err := o.Once(ctx, slot, "raced", fmt.Sprintf("r%d", i), ttl)
+			switch {
+			case err != nil && !errors.Is(err, lock.ErrNoQuorum):
+				t.Errorf("once by r%d: %v", i, err)
+			case first:
+				set.Add(1)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if got := set.Load(); got > 1 {
+		t.Fatalf("%d of %d racing callers set the marker, want at most one", got, n)
+	}
+
+	// One after another: the first sets it, the next does not; another
+	// event of the same slot has a marker of its own.
+	for i, want := range []bool{true, false} {
+		first, err := o.Once(ctx, slot, "failure", fmt.Sprintf("r%d", i), ttl)
+		if err != nil || first != want {
+			t.Fatalf("once #%d = %v, %v; want %v", i+1, first, err, want)
+		}
+	}
+	if first, err := o.Once(ctx, slot, "other", "r", ttl); err != nil || !first {
+		t.Fatalf("once of another event = %v, %v; want true", first, err)
+	}
+	for k, left := range h.TTLs() {
+		if strings.Contains(k, slot.Task) && (left <= 0 || left > ttl) {
+			t.Errorf("key %q: TTL %v, want in (0, %v]", k, left, ttl)
+		}
+	}
+	h.Expire(ttl)
+	if first, err := o.Once(ctx, slot, "failure", "r", ttl); err != nil || !first {
+		t.Fatalf("once after the marker expired = %v, %v; want true", first, err)
+	}
+	if _, err := o.Once(ctx, slot, "failure", "r", 0); err == nil {
+		t.Error("once with no TTL: no error")
 	}
 }

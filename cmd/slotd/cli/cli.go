@@ -87,8 +87,7 @@ func WithRedisHook(h redis.Hook) Option {
 }
 
 // Main runs the command line and returns the process exit code. SIGTERM and
-// SIGINT stop `run` gracefully. SIGHUP is logged and ignored: reload is not
-// supported yet.
+// SIGINT stop `run` gracefully; SIGHUP reloads its configuration file.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer, opts ...Option) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
@@ -193,7 +192,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, o opti
 	if !ok {
 		return exitUsage
 	}
-	base := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)
+	level := new(slog.LevelVar) // a reload may change it
+	level.Set(cfg.LogLevel)
+	base := newLogger(stderr, level, cfg.LogFormat)
 	log := base.With("replica", cfg.Replica)
 	late.set(log.Handler())
 	// What the daemon read for itself (the Redis URL with its password,
@@ -208,8 +209,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, o opti
 	redis.SetLogger(redisLogger{log.With("component", "redis")})
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	defer ignoreHangups(log)()
-	if err := run(ctx, cfg, base, o); err != nil {
+	// SIGHUP is taken from here on, so that it cannot kill the daemon while
+	// it starts; a reload waits for the scheduler.
+	hup, stopHangups := hangups()
+	defer stopHangups()
+	if err := run(ctx, cfg, base, o, hup, level); err != nil {
 		log.Error("slotd failed", "err", err)
 		return exitError
 	}
@@ -218,7 +222,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, o opti
 
 // run is the daemon: store, metrics, HTTP, scheduler; torn down in reverse.
 // log is not yet scoped to the replica: the scheduler adds that itself.
-func run(ctx context.Context, cfg *config.Config, log *slog.Logger, o options) error {
+// Each SIGHUP from hup (nil: none) reloads the configuration (reloader),
+// which sets level (nil: fixed) to the file's [log] level.
+func run(ctx context.Context, cfg *config.Config, log *slog.Logger, o options, hup <-chan os.Signal, level *slog.LevelVar) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -252,6 +258,10 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, o options) e
 	sched := scheduler.New(cfg.Tasks, b.Store, scheduler.WithLogger(log),
 		scheduler.WithHistory(b.History), scheduler.WithReplica(cfg.Replica),
 		scheduler.WithShutdownGrace(cfg.ShutdownGrace), scheduler.WithMaxClockSkew(cfg.MaxClockSkew))
+	// reloads.Reload is the daemon's one reload: SIGHUP's here, and the
+	// one the HTTP API's POST /api/v1/reload is to call.
+	reloads := newReloader(cfg, sched, log.With("replica", cfg.Replica), level, reg)
+	defer reloads.onHangup(hup)()
 
 	if cfg.Listen != "off" {
 		ln, err := net.Listen("tcp", cfg.Listen)
@@ -287,7 +297,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, o options) e
 // unset (no-color.org). Every format escapes control characters in what
 // it writes (escapeAttr): a task's output cannot drive a terminal or forge
 // a log line.
-func newLogger(w io.Writer, level slog.Level, format string) *slog.Logger {
+func newLogger(w io.Writer, level slog.Leveler, format string) *slog.Logger {
 	tty := isTerminal(w)
 	if format == "auto" || format == "" {
 		format = "json"
@@ -325,34 +335,4 @@ func durationString(_ []string, a slog.Attr) slog.Attr {
 		a.Value = slog.StringValue(a.Value.Duration().String())
 	}
 	return a
-}
-
-// ignoreHangups logs each SIGHUP and keeps running: reload is not supported
-// yet, and dying of it (exit 129) would skip the shutdown, leaving running
-// slots held until their leases ran out. Tasks still get the default
-// SIGHUP action. Started with SIGHUP ignored (nohup), it leaves it so, and
-// tasks inherit that as before. The returned func stops it and waits for it.
-func ignoreHangups(log *slog.Logger) (stop func()) {
-	if signal.Ignored(syscall.SIGHUP) {
-		return func() {}
-	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	quit, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-hup:
-				log.Warn("SIGHUP ignored: reload is not supported yet; restart to apply a new configuration, SIGTERM to stop")
-			case <-quit:
-				return
-			}
-		}
-	}()
-	return func() {
-		signal.Stop(hup)
-		close(quit)
-		<-done
-	}
 }

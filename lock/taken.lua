@@ -1,0 +1,11 @@
+-- taken.lua: tell the replicas watching some slots that claims of them
+-- were won, so that those waiting for the slot's preferred claimant (see
+-- scheduler/prefer.go) need not claim them too. Not part of the slot
+-- protocol (model/slot.pml does not mirror it): a hint, sent by the
+-- batcher once per round trip of claims that won any, never a state change.
+--
+-- ARGV[1]  the done channel, "<prefix>:done" (which completions share)
+-- ARGV[2]  "taken", then the won slots' state keys, one a line
+--
+-- Returns the number of subscribers that received it.
+return redis.call('PUBLISH', ARGV[1], ARGV[2])
