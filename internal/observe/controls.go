@@ -42,10 +42,6 @@ var compareTokens = func(got, want string) bool {
 // writeRoutes serves the write endpoints of d.
 func writeRoutes(mux *http.ServeMux, d Daemon) {
 	ctl, _ := d.Store.(lock.Controls)
-	tasks := map[string]*scheduler.Task{}
-	for i, t := range d.Scheduler.Tasks() {
-		tasks[t.Name] = &d.Scheduler.Tasks()[i]
-	}
 	task := func(w http.ResponseWriter, r *http.Request) (*scheduler.Task, bool) {
 		if !authorized(w, r, d.Token) {
 			return nil, false
@@ -54,12 +50,16 @@ func writeRoutes(mux *http.ServeMux, d Daemon) {
 			writeError(w, http.StatusNotImplemented, fmt.Sprintf("the store (%T) keeps no operator controls", d.Store))
 			return nil, false
 		}
+		// The task list as the last reload left it.
 		name := r.PathValue("name")
-		t, ok := tasks[name]
-		if !ok {
-			writeError(w, http.StatusNotFound, fmt.Sprintf("no task %q in this daemon's config", name))
+		ts := d.Scheduler.Tasks()
+		for i := range ts {
+			if ts[i].Name == name {
+				return &ts[i], true
+			}
 		}
-		return t, ok
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no task %q in this daemon's config", name))
+		return nil, false
 	}
 	mux.HandleFunc("POST /api/v1/tasks/{name}/trigger", func(w http.ResponseWriter, r *http.Request) {
 		t, ok := task(w, r)

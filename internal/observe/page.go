@@ -59,6 +59,7 @@ var phaseHelp = map[string]string{
 	PhaseFailed:      "the window closed after failed attempts, below the cap",
 	PhaseExhausted:   "every allowed attempt failed",
 	PhaseMissed:      "the window closed and nothing ever claimed the slot",
+	PhasePaused:      "the window closed with nothing claimed while the task is paused: skipped, not missed",
 	PhaseUnscheduled: "fired before the fleet's first start: no replica was there to run it",
 	PhaseForeign:     "the slot key holds a value slotd did not write",
 	PhaseUnknown:     "the slot's keys and history have expired",

@@ -262,7 +262,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, o options, h
 		scheduler.WithHistory(b.History), scheduler.WithReplica(cfg.Replica),
 		scheduler.WithShutdownGrace(cfg.ShutdownGrace), scheduler.WithMaxClockSkew(cfg.MaxClockSkew))
 	// reloads.Reload is the daemon's one reload: SIGHUP's here, and the
-	// one the HTTP API's POST /api/v1/reload is to call.
+	// HTTP API's POST /api/v1/reload (slotd reload).
 	reloads := newReloader(cfg, sched, log.With("replica", cfg.Replica), level, reg)
 	defer reloads.onHangup(hup)()
 
@@ -274,6 +274,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, o options, h
 		srv := observe.NewServer(observe.Handler(observe.Daemon{
 			Scheduler: sched, Gatherer: reg, Store: b.Store, History: b.History,
 			Replica: cfg.Replica, MaxClockSkew: cfg.MaxClockSkew, Token: cfg.Token,
+			Reload: reloads.Reload,
 		}))
 		served := make(chan struct{})
 		go func() {

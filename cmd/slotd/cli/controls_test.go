@@ -38,7 +38,7 @@ deadline = "10m"
 plugin = "exec"
 catchup = "none"
   [task.params]
-  command = ["sh", "-c", "{ echo \"run $SLOTD_SLOT $SLOTD_ATTEMPT\"; env | grep -c SLOTD_CLI_TEST_TOKEN; } >> %s"]
+  command = ["sh", "-c", "n=$(env | grep -c SLOTD_CLI_TEST_TOKEN); echo \"run $SLOTD_TASK $SLOTD_SLOT $SLOTD_ATTEMPT $n\" >> %s"]
 `, port, out)
 	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
 		t.Fatal(err)
@@ -67,15 +67,16 @@ catchup = "none"
 		t.Fatalf("trigger: %v", r)
 	}
 	var runs string
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(runs, "\n"+"0\n"); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(runs, "\n"); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("the triggered run did not happen; runs %q; log:\n%s", runs, stderr.String())
+			t.Fatalf("the triggered run did not happen; log:\n%s", stderr.String())
 		}
 		b, _ := os.ReadFile(out)
 		runs = string(b)
 	}
-	lines := strings.Split(strings.TrimSpace(runs), "\n")
-	if len(lines) != 2 || !strings.HasPrefix(lines[0], "run ") || !strings.HasSuffix(lines[0], fmt.Sprintf("t %d", lock.TriggerBase+1)) || lines[1] != "0" {
+	// The token's variable (set in the daemon's environment) is not in the
+	// task's: n = 0.
+	if f := strings.Fields(runs); len(f) != 5 || f[1] != "yearly" || !lock.IsTrigger(f[2]) || f[3] != fmt.Sprint(lock.TriggerBase+1) || f[4] != "0" {
 		t.Fatalf("runs = %q; want one run of a triggered slot at attempt %d, without the token's variable", runs, lock.TriggerBase+1)
 	}
 	if strings.Contains(stderr.String(), cliToken) {
@@ -91,15 +92,32 @@ catchup = "none"
 	if r = runCLI(t, "resume", "-config", path, "yearly"); r.code != exitOK || !strings.Contains(r.stdout, "resumed yearly") {
 		t.Errorf("resume: %v", r)
 	}
-	if r = runCLI(t, "reload", "-config", path); r.code != exitError || !strings.Contains(r.stderr, "cannot reload") {
-		t.Errorf("reload of a daemon without the hook: %v; want exit 1", r)
+	// A task added by a reload can be triggered at once.
+	added := src + strings.Replace(src[strings.Index(src, "[[task]]"):], `name = "yearly"`, `name = "added"`, 1)
+	if err := os.WriteFile(path, []byte(added), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r = runCLI(t, "reload", "-config", path); r.code != exitOK || !strings.Contains(r.stdout, "reloaded") {
+		t.Fatalf("reload: %v\n%s", r, stderr.String())
+	}
+	if r = runCLI(t, "trigger", "-config", path, "added"); r.code != exitOK || !strings.Contains(r.stdout, "triggered added") {
+		t.Errorf("trigger of a task added by the reload: %v", r)
 	}
 	if r = runCLI(t, "trigger", "-config", path, "nope"); r.code != exitUsage || !strings.Contains(r.stderr, `no task "nope"`) {
 		t.Errorf("trigger of an unknown task: %v; want exit 2", r)
 	}
-	b, _ := os.ReadFile(out)
-	if got := strings.Count(string(b), "run "); got != 1 {
-		t.Errorf("%d runs, want 1: %q", got, b)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		b, _ := os.ReadFile(out)
+		got := strings.Count(string(b), "run ")
+		if got > 2 || (got < 2 && time.Now().After(deadline)) {
+			t.Fatalf("%d runs, want 2 (yearly's once, added's once): %q", got, b)
+		}
+		if got == 2 {
+			if !strings.Contains(string(b), "run added ") {
+				t.Errorf("no run of the added task: %q", b)
+			}
+			break
+		}
 	}
 }
 
