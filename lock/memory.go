@@ -235,6 +235,11 @@ func (m *Memory) Time(ctx context.Context) (time.Time, error) {
 // Watch implements Store.
 func (m *Memory) Watch(slot Slot) *Watch {
 	key, _ := Keys("slotd", slot)
+	return m.watchKey(key)
+}
+
+// watchKey watches the notifications naming key.
+func (m *Memory) watchKey(key string) *Watch {
 	w := &Watch{c: make(chan struct{}, 1)}
 	w.stop = sync.OnceFunc(func() {
 		m.mu.Lock()

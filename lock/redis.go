@@ -261,6 +261,11 @@ func (r *Redis) Watch(slot Slot) *Watch { return r.watchInto(slot, nil) }
 // watchInto is Watch, with the signals sent to relay when it is not nil.
 func (r *Redis) watchInto(slot Slot, relay *Watch) *Watch {
 	key, _ := Keys(r.prefix, slot)
+	return r.watchKey(key, relay)
+}
+
+// watchKey watches the messages naming key on the store's channels.
+func (r *Redis) watchKey(key string, relay *Watch) *Watch {
 	w := &Watch{c: make(chan struct{}, 1), relay: relay}
 	w.stop = sync.OnceFunc(func() { r.sub.remove(key, w) })
 	r.sub.add(key, w)

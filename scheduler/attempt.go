@@ -70,6 +70,11 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 	stopFollowing := context.AfterFunc(lease.Context(), follow)
 	tctx, cancel := context.WithTimeoutCause(base, t.Timeout, ErrTimeout)
 	defer cancel()
+	stopOccupying, busy, oerr := s.occupy(lease.Context(), t, slot, lease.Owner(), cancelBase, log)
+	if busy != nil {
+		stopFollowing()
+		return s.skipForbidden(ctx, t, slot, c, lease, busy, log), nil
+	}
 	start := s.now()
 	st.StartDelay.Observe(max(start.Sub(slot.Time), 0).Seconds())
 	st.Running.Add(1)
@@ -82,7 +87,13 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 		out = tasks.NewOutput(min(t.OutputTail, MaxHistoryOutput))
 		rctx = tasks.WithOutput(rctx, out)
 	}
-	err := runTask(rctx, t.Job)
+	var err error
+	if oerr != nil {
+		err = fmt.Errorf("task not started: recording its running attempt (concurrency = %q) failed: %w", t.Concurrency, oerr)
+	} else {
+		err = runTask(rctx, t.Job)
+		stopOccupying()
+	}
 	// Completing or releasing the lease ends its context too: stop
 	// following it, but let a loss that came first show in tctx now.
 	stopFollowing()
@@ -101,6 +112,20 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 	// Finishing must outlive shutdown; the lease bounds a release.
 	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), t.Lease)
 	defer fcancel()
+	if errors.Is(context.Cause(tctx), ErrSuperseded) {
+		// Done, superseded: the newer slot runs instead.
+		st.Ran(stats.OutcomeSuperseded)
+		ferr := lease.Complete(fctx, t.DoneTTL)
+		s.noteWrite("complete", ferr)
+		if ferr != nil {
+			st.FinishErrors.Inc()
+			log().Error("superseded, but the slot could not be marked done", "err", ferr)
+		}
+		log().Info("attempt superseded by a newer slot: slot marked done", "duration", took)
+		entry.Outcome, entry.Error = stats.OutcomeSuperseded, ErrSuperseded.Error()
+		s.record(ctx, t.Name, entry, log)
+		return true, nil
+	}
 	if err == nil && tctx.Err() == nil {
 		// The completion is retried while the lease is held (the watchdog
 		// keeps renewing): until the slot's deadline, after which no peer
@@ -160,6 +185,31 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 	entry.Outcome, entry.Error = outcome, err.Error()
 	s.record(ctx, t.Name, entry, log)
 	return false, &entry
+}
+
+// skipForbidden ends the won attempt of slot without running its task,
+// because t forbids overlap and busy names the slot that runs: the slot is
+// marked done and the skip recorded, once for the fleet.
+func (s *Scheduler) skipForbidden(ctx context.Context, t *Task, slot lock.Slot, c lock.Claim, lease *lock.Lease,
+	busy *lock.Occupancy, log func() *slog.Logger) bool {
+	st := s.stats.Task(t.Name)
+	st.Skip(stats.SkipForbid)
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.Lease)
+	defer cancel()
+	err := lease.Complete(fctx, t.DoneTTL)
+	s.noteWrite("complete", err)
+	if err != nil {
+		st.FinishErrors.Inc()
+		log().Error("slot skipped (concurrency = forbid), but it could not be marked done", "err", err)
+	}
+	log().Info("slot skipped: the previous slot of the task still runs (concurrency = forbid)", "running_slot", busy.Other)
+	now := s.now()
+	s.record(ctx, t.Name, HistoryEntry{
+		Slot: slot.ID, SlotTime: slot.Time, Attempt: c.Attempt, Token: lease.Token(), Replica: s.replica,
+		Outcome: stats.OutcomeSkippedForbid, Started: now,
+		Error: "skipped: slot " + busy.Other + " of the task still runs (concurrency = forbid)",
+	}, log)
+	return true
 }
 
 // runTask runs job, turning a panic into an error so that one bad plugin

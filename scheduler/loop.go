@@ -37,12 +37,19 @@ type loop struct {
 	// stopping: ctx has ended; nothing fires, and the loop returns once
 	// every run has ended.
 	stopping bool
+	// paused: the tasks paused as this replica last heard (controller), by
+	// name, so that a reload keeps them; their slots are skipped when they
+	// fire.
+	paused map[string]bool
+	// ctl is the controller, told of reloads; nil: the store has none.
+	ctl *controller
 
 	workers sync.WaitGroup // claim batches and attempts in flight
 }
 
 func newLoop(s *Scheduler, ctx, hard context.Context, cancelHard context.CancelCauseFunc) *loop {
-	l := &loop{s: s, ctx: ctx, hard: hard, cancelHard: cancelHard, inbox: newMailbox(), current: map[string]*Task{}}
+	l := &loop{s: s, ctx: ctx, hard: hard, cancelHard: cancelHard, inbox: newMailbox(),
+		current: map[string]*Task{}, paused: map[string]bool{}}
 	list := s.Tasks()
 	for i := range list {
 		l.current[list[i].Name] = &list[i]
@@ -133,6 +140,16 @@ func (l *loop) handle(e event) {
 		l.onAttempted(e.run, e.reply.Claim, e.done, e.entry)
 	case reloaded:
 		l.onReload(e.reload)
+	case controlled:
+		// The controller's task may be from before a reload: the loop's
+		// own is the one by that name, if any.
+		if t := l.current[e.task.Name]; t != nil {
+			l.onControlled(t, e.done)
+		}
+	case triggered:
+		if t := l.current[e.task.Name]; t != nil {
+			l.onTriggered(t, e.at)
+		}
 	}
 }
 
@@ -146,7 +163,7 @@ func (l *loop) start() {
 	for i := range list {
 		t := &list[i]
 		if t.Catchup == "latest" {
-			if slot, ok := t.Schedule.Latest(now); ok && now.Before(t.SlotDeadline(slot)) && l.s.catchUp(t, slot, now) {
+			if slot, ok := t.Schedule.Latest(now); ok && now.Before(t.SlotDeadline(slot)) && l.s.catchUp(t, slot, now) && !l.skipPaused(t, slot) {
 				l.onFire(t, slot)
 			}
 		}
@@ -167,9 +184,11 @@ func (l *loop) fireDue() {
 	now := l.s.now()
 	for len(l.fires) > 0 && !l.fires[0].next.After(now) {
 		f := l.fires[0]
-		if now.Before(f.task.SlotDeadline(f.next)) {
+		switch {
+		case l.skipPaused(f.task, f.next):
+		case now.Before(f.task.SlotDeadline(f.next)):
 			l.onFire(f.task, f.next)
-		} else {
+		default:
 			l.s.stats.Task(f.task.Name).Missed.Inc()
 			l.s.log.Warn("slot missed: its window closed before this replica could fire it",
 				"task", f.task.Name, "slot", f.task.Schedule.SlotID(f.next))
@@ -262,10 +281,12 @@ func (l *loop) sendClaims() {
 type eventKind uint8
 
 const (
-	claimed   eventKind = iota + 1 // a claim's reply
-	noticed                        // the slot's watch: released or rerun, or with done, completed
-	attempted                      // an attempt ended; with done, the replica is finished with the slot
-	reloaded                       // Reload's new tasks
+	claimed    eventKind = iota + 1 // a claim's reply
+	noticed                         // the slot's watch: released or rerun, or with done, completed
+	attempted                       // an attempt ended; with done, the replica is finished with the slot
+	controlled                      // the task was paused (with done) or resumed, by the controller
+	triggered                       // an operator's trigger of the task at at, armed, by the controller
+	reloaded                        // Reload's new tasks
 )
 
 // event is a message to the loop about one run.
@@ -274,6 +295,8 @@ type event struct {
 	run   *run
 	reply lock.ClaimReply // claimed: the reply; attempted: the claim the attempt ran under
 	done  bool
+	task  *Task     // controlled, triggered
+	at    time.Time // triggered: the trigger's time
 	// reload: reloaded's tasks and answer; run is nil.
 	reload *reload
 	// entry: attempted, when the attempt failed: its history entry.

@@ -65,18 +65,6 @@ func notified(reps []*replica) map[string]uint64 {
 	return out
 }
 
-// await polls cond until it holds, or fails the test.
-func await(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // Three replicas race for a task whose every attempt fails: each slot ends
 // exhausted, and its exec hook runs once in the fleet — not once per
 // attempt, nor once per replica — with the task, slot, attempts and last

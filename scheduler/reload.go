@@ -137,8 +137,10 @@ func definition(t *Task) Task {
 }
 
 // onReload is the loop's side of Reload: it makes req's tasks the list,
-// rebuilds the fire heap from it, and ends the idle runs of removed tasks
-// (their busy runs end when they would next claim: see advance).
+// rebuilds the fire heap from it, keeps the pause states of the tasks it
+// keeps (an added task starts as its config says, until the controller,
+// which it tells, has read the store), and ends the idle runs of removed
+// tasks (their busy runs end when they would next claim: see advance).
 func (l *loop) onReload(req *reload) {
 	defer close(req.done)
 	if l.stopping {
@@ -179,6 +181,23 @@ func (l *loop) onReload(req *reload) {
 		}
 	}
 	heap.Init(&l.fires)
+	for name := range l.paused {
+		if l.current[name] == nil {
+			delete(l.paused, name)
+		}
+	}
+	for i := range list {
+		t := &list[i]
+		if _, known := l.paused[t.Name]; !known || l.ctl == nil {
+			// As the file says: without controls in the store, for good;
+			// with them, until the controller has read the store.
+			l.paused[t.Name] = t.Paused
+			l.s.stats.Task(t.Name).Paused.Store(t.Paused)
+		}
+	}
+	if l.ctl != nil {
+		l.ctl.retask()
+	}
 	idle := slices.Clone(l.wakes)
 	for _, r := range idle {
 		if l.removed(r) {

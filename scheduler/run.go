@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/slotd/slotd/internal/stats"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/tasks"
 )
@@ -92,9 +93,51 @@ func (l *loop) onFire(t *Task, at time.Time) {
 	l.advance(r, false)
 }
 
+// onTriggered starts the run of an operator's trigger of t at at: a slot
+// of its own (Task.TriggerSlot), claimed as a fired slot is, whether or
+// not the task is paused (a trigger is an operator's explicit ask). The
+// controller passes each trigger on once.
+func (l *loop) onTriggered(t *Task, at time.Time) {
+	if l.stopping {
+		return
+	}
+	r := l.newSlotRun(t, t.TriggerSlot(at))
+	r.logger(l.s).Info("triggered by an operator: claiming")
+	l.advance(r, false)
+}
+
+// onControlled records that t was paused or resumed. Runs already under
+// way go on: a paused task only fires no new slot (skipPaused).
+func (l *loop) onControlled(t *Task, paused bool) {
+	if l.paused[t.Name] == paused {
+		return
+	}
+	l.paused[t.Name] = paused
+	l.s.stats.Task(t.Name).Paused.Store(paused)
+	msg := "task resumed: its slots fire again from the next fire time"
+	if paused {
+		msg = "task paused: its slots are skipped until it is resumed"
+	}
+	l.s.log.Info(msg, "task", t.Name)
+}
+
+// skipPaused reports whether t's slot at at is skipped because t is
+// paused, and counts and logs it if so: skipped, not missed.
+func (l *loop) skipPaused(t *Task, at time.Time) bool {
+	if !l.paused[t.Name] {
+		return false
+	}
+	l.s.stats.Task(t.Name).Skip(stats.SkipPaused)
+	l.s.log.Info("slot skipped: the task is paused", "task", t.Name, "slot", t.Schedule.SlotID(at))
+	return true
+}
+
 // newRun makes the run of t's slot at at and starts watching the slot.
-func (l *loop) newRun(t *Task, at time.Time) *run {
-	r := &run{t: t, slot: t.Slot(at), index: -1}
+func (l *loop) newRun(t *Task, at time.Time) *run { return l.newSlotRun(t, t.Slot(at)) }
+
+// newSlotRun makes the run of slot, one of t's, and starts watching it.
+func (l *loop) newSlotRun(t *Task, slot lock.Slot) *run {
+	r := &run{t: t, slot: slot, index: -1}
 	r.w = l.s.store.Watch(r.slot)
 	inbox := &l.inbox
 	r.w.OnChange(func(done bool) { inbox.post(event{kind: noticed, run: r, done: done}) })

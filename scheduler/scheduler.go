@@ -70,7 +70,11 @@ type Scheduler struct {
 	// with the same replica id can renew, complete or release them.
 	instance, owner string
 	fleet           lock.Fleet // nil: the store has no fleet (Memory)
-	announced       bool       // set by Run before the clock loop starts: the clock check renews the presence
+	// controls: the store's operator controls; nil if it has none
+	// (Redlock): then no task is paused, triggered or held to a
+	// concurrency policy.
+	controls  lock.Controls
+	announced bool // set by Run before the clock loop starts: the clock check renews the presence
 	// firstStart is the fleet's first start as the store recorded it, set
 	// by Run before the loop starts (zero if unknown); logged only.
 	firstStart time.Time
@@ -146,6 +150,7 @@ func New(tasks []Task, store lock.Store, opts ...Option) *Scheduler {
 	s.instance = newInstance()
 	s.owner = lock.OwnerID(s.replica, s.instance)
 	s.fleet, _ = store.(lock.Fleet)
+	s.controls, _ = store.(lock.Controls)
 	s.stats = stats.New(nil)
 	s.setTasks(tasks)
 	s.log = s.log.With("replica", s.replica)
@@ -209,6 +214,23 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	// through its mailbox.
 	s.mu.Lock()
 	l := newLoop(s, ctx, hard, cancelHard)
+	l.paused = map[string]bool{}
+	for _, t := range s.Tasks() {
+		// Without controls in the store, paused = true holds on each
+		// replica from its own config.
+		l.paused[t.Name] = t.Paused
+		s.stats.Task(t.Name).Paused.Store(t.Paused)
+	}
+	if s.controls != nil {
+		// Even with no task: a reload may add some.
+		l.ctl = newController(s, &l.inbox)
+		l.paused = l.ctl.first(ctx)
+		bg.Add(1)
+		go func() {
+			defer bg.Done()
+			l.ctl.run(ctx)
+		}()
+	}
 	s.loop = l
 	s.mu.Unlock()
 	l.run()

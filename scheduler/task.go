@@ -30,6 +30,13 @@ type Task struct {
 	// OutputTail is how many bytes of each attempt's output (its tail)
 	// the history keeps, at most MaxHistoryOutput; 0 keeps none.
 	OutputTail int
+	// Paused: the task starts paused unless the store records a pause
+	// state for it (an operator's pause or resume); see lock.Controls.
+	Paused bool
+	// Concurrency is what a slot does while the task's previous slot still
+	// runs: ConcurrencyAllow ("" too), ConcurrencyForbid or
+	// ConcurrencyReplace.
+	Concurrency string
 
 	Schedule *schedule.Schedule
 	Job      tasks.Task // built by the plugin's factory at load
@@ -64,6 +71,20 @@ func (t *Task) SlotDeadline(slot time.Time) time.Time {
 		return slot.Add(t.Deadline).UTC()
 	}
 	return t.Schedule.Next(slot)
+}
+
+// Concurrency policies (Task.Concurrency), with Kubernetes CronJob's
+// names and meanings.
+const (
+	ConcurrencyAllow   = "allow"   // slots run side by side
+	ConcurrencyForbid  = "forbid"  // a slot is skipped while the previous one runs
+	ConcurrencyReplace = "replace" // the running slot is cancelled (done, superseded) and the new one runs
+)
+
+// TriggerSlot returns the slot of an operator's trigger of t at at (see
+// lock.TriggerSlot): a window as long as a scheduled slot's.
+func (t *Task) TriggerSlot(at time.Time) lock.Slot {
+	return lock.TriggerSlot(t.Name, at, t.Window())
 }
 
 // ErrBadSlot: a slot id that is not a fire time of the task's schedule.

@@ -49,20 +49,25 @@ const (
 
 // Config is a validated slotd configuration. It is read-only after load.
 type Config struct {
-	Source        string           // where it was loaded from (the file path)
-	Replica       string           // [daemon] replica; default "<hostname>-<pid>"
-	ShutdownGrace time.Duration    // [daemon] shutdown_grace; default 30s
-	MaxClockSkew  time.Duration    // [daemon] max_clock_skew; default 1s: readiness fails and a warning is logged beyond it
-	EnvDrop       []string         // [daemon] env_drop: variables exec tasks must not inherit
-	RedisURL      string           // [redis] url; "" = embedded in-memory store (one replica)
-	URLEnv        string           // [redis] url_env: the variable the URL came from; exec tasks do not inherit it
-	Prefix        string           // [redis] prefix; default "slotd"
-	Redis         RedisOptions     // [redis] Sentinel or Cluster servers, credentials, min_replicas_ack
-	Listen        string           // [http] listen; default "127.0.0.1:9464"; "off" disables the HTTP server
-	LogLevel      slog.Level       // [log] level: debug|info|warn|error; default info
-	LogFormat     string           // [log] format: auto|text|json; default auto
-	HTTPPool      tasks.HTTPPool   // [plugins.http]: the http plugin's connection pool, one per process
-	Tasks         []scheduler.Task // [[task]], in file order
+	Source        string        // where it was loaded from (the file path)
+	Replica       string        // [daemon] replica; default "<hostname>-<pid>"
+	ShutdownGrace time.Duration // [daemon] shutdown_grace; default 30s
+	MaxClockSkew  time.Duration // [daemon] max_clock_skew; default 1s: readiness fails and a warning is logged beyond it
+	EnvDrop       []string      // [daemon] env_drop: variables exec tasks must not inherit
+	RedisURL      string        // [redis] url; "" = embedded in-memory store (one replica)
+	URLEnv        string        // [redis] url_env: the variable the URL came from; exec tasks do not inherit it
+	Prefix        string        // [redis] prefix; default "slotd"
+	Redis         RedisOptions  // [redis] Sentinel or Cluster servers, credentials, min_replicas_ack
+	Listen        string        // [http] listen; default "127.0.0.1:9464"; "off" disables the HTTP server
+	// Token is the bearer token of the write endpoints, read from [http]
+	// token_file or token_env at load; "" disables them. Never logged.
+	Token     string           `json:"-"`
+	TokenFile string           // [http] token_file, the path
+	TokenEnv  string           // [http] token_env, the variable's name; exec tasks do not inherit it
+	LogLevel  slog.Level       // [log] level: debug|info|warn|error; default info
+	LogFormat string           // [log] format: auto|text|json; default auto
+	HTTPPool  tasks.HTTPPool   // [plugins.http]: the http plugin's connection pool, one per process
+	Tasks     []scheduler.Task // [[task]], in file order
 }
 
 // The keys of each table, for unknown-key errors.
@@ -70,12 +75,12 @@ var (
 	topKeys      = []string{"daemon", "redis", "http", "log", "plugins", "defaults", "task"}
 	daemonKeys   = []string{"replica", "shutdown_grace", "max_clock_skew", "env_drop"}
 	redisKeys    = append([]string{"url", "prefix", "url_env"}, redisModeKeys...)
-	httpKeys     = []string{"listen"}
+	httpKeys     = []string{"listen", "token_file", "token_env"}
 	logKeys      = []string{"level", "format"}
 	pluginsKeys  = []string{"http"}
 	httpPoolKeys = []string{"max_idle_per_host", "idle_timeout"}
-	policyKeys   = []string{"lease", "done_ttl", "max_attempts", "timeout", "catchup", "deadline", "catchup_limit", "output_tail"}
-	taskOwnKeys  = []string{"name", "schedule", "timezone", "plugin", "params", "on_failure"}
+	policyKeys   = []string{"lease", "done_ttl", "max_attempts", "timeout", "catchup", "deadline", "catchup_limit", "output_tail", "concurrency"}
+	taskOwnKeys  = []string{"name", "schedule", "timezone", "plugin", "params", "paused", "on_failure"}
 	defaultKeys  = append(append([]string{}, policyKeys...), "on_failure")
 	taskKeys     = append(append([]string{}, taskOwnKeys...), policyKeys...)
 )
@@ -208,6 +213,7 @@ func (c *Config) readEnvDrop(t table) {
 func badNameRune(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }
 
 func (c *Config) readHTTP(t table) {
+	c.readToken(t)
 	v, ok := t.str("listen")
 	if !ok {
 		return

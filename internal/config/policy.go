@@ -2,6 +2,9 @@ package config
 
 import (
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/slotd/slotd/scheduler"
@@ -16,7 +19,7 @@ type rawPolicy struct {
 	lease, doneTTL, timeout, deadline opt[time.Duration]
 	catchupLimit                      opt[time.Duration]
 	maxAttempts, outputTail           opt[int]
-	catchup                           opt[string]
+	catchup, concurrency              opt[string]
 }
 
 type opt[T any] struct {
@@ -66,7 +69,37 @@ func readPolicy(t table) rawPolicy {
 	} else if t.has("catchup") {
 		rp.catchup.set, rp.catchup.bad = true, true
 	}
+	rp.concurrency = t.choice("concurrency", scheduler.ConcurrencyAllow, scheduler.ConcurrencyForbid, scheduler.ConcurrencyReplace)
 	return rp
+}
+
+// choice reads the string at key, which must be one of want.
+func (t table) choice(key string, want ...string) opt[string] {
+	var o opt[string]
+	v, ok := t.str(key)
+	switch {
+	case ok:
+		o.set, o.v = true, v
+		if !slices.Contains(want, v) {
+			o.bad = true
+			t.errorf(key, "%q: want %s", v, quoteList(want))
+		}
+	case t.has(key):
+		o.set, o.bad = true, true
+	}
+	return o
+}
+
+// quoteList is "a", "b" or "c".
+func quoteList(want []string) string {
+	q := make([]string, len(want))
+	for i, w := range want {
+		q[i] = strconv.Quote(w)
+	}
+	if len(q) < 2 {
+		return strings.Join(q, "")
+	}
+	return strings.Join(q[:len(q)-1], ", ") + " or " + q[len(q)-1]
 }
 
 func positive(d time.Duration) string {
@@ -88,6 +121,7 @@ func resolvePolicy(t table, own, defaults rawPolicy, sched *schedule.Schedule) t
 	deadline := own.deadline.or(defaults.deadline)
 	catchupLimit := own.catchupLimit.or(defaults.catchupLimit)
 	outputTail := own.outputTail.or(defaults.outputTail)
+	concurrency := own.concurrency.or(defaults.concurrency)
 
 	pol := taskPolicy{
 		Lease:       pick(lease, DefaultLease),
@@ -98,6 +132,7 @@ func resolvePolicy(t table, own, defaults rawPolicy, sched *schedule.Schedule) t
 
 		CatchupLimit: pick(catchupLimit, DefaultCatchupLimit),
 		OutputTail:   pick(outputTail, DefaultOutputTail),
+		Concurrency:  pick(concurrency, scheduler.ConcurrencyAllow),
 	}
 	// The window is unknown when the deadline is invalid, or unset with an
 	// invalid schedule: then there is nothing to compare done_ttl with.
@@ -135,7 +170,7 @@ type taskPolicy struct {
 	Lease, DoneTTL, Timeout, Deadline time.Duration
 	CatchupLimit                      time.Duration
 	MaxAttempts, OutputTail           int
-	Catchup                           string
+	Catchup, Concurrency              string
 }
 
 func pick[T any](o opt[T], def T) T {

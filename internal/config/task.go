@@ -148,6 +148,14 @@ func readTask(m map[string]any, n int, seen map[string]int, defaults rawPolicy, 
 	task.Timeout, task.Catchup, task.Deadline = pol.Timeout, pol.Catchup, pol.Deadline
 	task.CatchupLimit = pol.CatchupLimit
 	task.OutputTail = pol.OutputTail
+	task.Concurrency = pol.Concurrency
+	if v, ok := m["paused"]; ok {
+		if b, isBool := v.(bool); isBool {
+			task.Paused = b
+		} else {
+			t.errorf("paused", "must be true or false, not %s", tomlType(v))
+		}
+	}
 	task.OnFailure = readHook(t, hookScope(t.scope), log.With("task", name, "hook", "on_failure")).or(defaultHook)
 	return task, len(p.errs) == before
 }

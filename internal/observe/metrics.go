@@ -35,6 +35,8 @@ const (
 	helpFinishErrors  = "Completions or releases that failed; the slot's lease then runs out on its own."
 	helpNotifications = "on_failure hooks by outcome: success, failure (including a timeout; not retried), store_error (the once marker could not be set: not run), unsupported (the store has no once marker: not run)."
 	helpWindow        = "The task's slot window (deadline, or the longest gap between fire times): alerts scale with it."
+	helpPaused        = "1 if the task is paused (slotd pause, or paused = true), as this replica last heard, else 0: its slots are skipped, not missed."
+	helpSkipped       = "Slots not run, by reason: paused (the task was paused when the slot fired, counted on each replica), forbid (the previous slot still ran; concurrency = \"forbid\")."
 	helpRedisUp       = "1 if the last check of the store answered, its write probe was taken, and no recent write was refused, else 0."
 	helpStoreErrors   = "Errors of the store's calls (claims, renewals, completions, releases, write probes) by kind: oom, noperm, readonly, misconf, noreplicas, noscript, auth, unavailable, timeout, conn, other."
 	helpClockSkew     = "Store clock minus this replica's clock, as last measured."
@@ -144,6 +146,18 @@ func writeText(w io.Writer, set *stats.Set, up bool, skew time.Duration) error {
 	})
 	gauges("slotd_running_tasks", helpRunning, func(st *stats.Task) (float64, bool) { return float64(st.Running.Load()), true })
 	gauges("slotd_task_window_seconds", helpWindow, func(st *stats.Task) (float64, bool) { return st.Window().Seconds(), true })
+	gauges("slotd_task_paused", helpPaused, func(st *stats.Task) (float64, bool) {
+		if st.Paused.Load() {
+			return 1, true
+		}
+		return 0, true
+	})
+	t.header("slotd_slots_skipped_total", helpSkipped, "counter")
+	for _, st := range tasks {
+		for i, reason := range stats.SkipReasons {
+			t.sample("slotd_slots_skipped_total", st.Name, "reason", reason, float64(st.Skipped[i].Load()))
+		}
+	}
 	return t.flush()
 }
 

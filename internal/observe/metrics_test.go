@@ -63,6 +63,12 @@ func TestMetricsExposition(t *testing.T) {
 	set.Notifications.Add(stats.NotifySuccess)
 	st.Missed.Inc()
 	st.FinishErrors.Inc()
+	st.Ran(stats.OutcomeSuperseded)
+	st.Paused.Store(true)
+	st.Skip(stats.SkipPaused)
+	st.Skip(stats.SkipPaused)
+	st.Skip(stats.SkipForbid)
+	st.Skip("bogus") // no such reason: not counted
 	set.Store.Wrote("claim", errors.New("OOM command not allowed when used memory > 'maxmemory'."), time.Unix(0, 0))
 	set.Store.Probed(fmt.Errorf("lock: probe: %w", errors.New("NOPERM this user has no permissions")), time.Unix(0, 0))
 	set.Store.Wrote("renew", context.DeadlineExceeded, time.Unix(0, 0))
@@ -219,6 +225,18 @@ slotd_task_duration_seconds_count{task="nightly"} 4
 # TYPE slotd_task_window_seconds gauge
 slotd_task_window_seconds{task="idle"} 300
 slotd_task_window_seconds{task="nightly"} 86400
+slotd_runs_total{outcome="superseded",task="nightly"} 1
+slotd_runs_total{outcome="superseded",task="idle"} 0
+# HELP slotd_task_paused 1 if the task is paused (slotd pause, or paused = true), as this replica last heard, else 0: its slots are skipped, not missed.
+# TYPE slotd_task_paused gauge
+slotd_task_paused{task="nightly"} 1
+slotd_task_paused{task="idle"} 0
+# HELP slotd_slots_skipped_total Slots not run, by reason: paused (the task was paused when the slot fired, counted on each replica), forbid (the previous slot still ran; concurrency = "forbid").
+# TYPE slotd_slots_skipped_total counter
+slotd_slots_skipped_total{reason="paused",task="nightly"} 2
+slotd_slots_skipped_total{reason="forbid",task="nightly"} 1
+slotd_slots_skipped_total{reason="paused",task="idle"} 0
+slotd_slots_skipped_total{reason="forbid",task="idle"} 0
 `
 	want = strings.TrimPrefix(want, "\n")
 	got := scrape(t, set, true, -250*time.Millisecond)

@@ -58,10 +58,17 @@ type Daemon struct {
 	History      scheduler.History // nil: no history
 	Replica      string            // shown on the page
 	MaxClockSkew time.Duration     // beyond it /readyz fails; 0: not checked
+	// Token is the bearer token of the write endpoints ([http] token_file
+	// or token_env); "": they are disabled (403).
+	Token string
+	// Reload re-reads and applies the config (POST /api/v1/reload); nil:
+	// the endpoint answers 501.
+	Reload func(context.Context) error
 }
 
 // Handler serves d's endpoints: /metrics, /healthz, /readyz,
-// /api/v1/tasks and the status page at /.
+// /api/v1/tasks, the status page at /, and the write endpoints behind
+// d.Token (see writeRoutes).
 func Handler(d Daemon) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", metricsHandler(d.Gatherer, d.Scheduler))
@@ -87,6 +94,7 @@ func Handler(d Daemon) http.Handler {
 		}
 	})
 	statusRoutes(mux, d)
+	writeRoutes(mux, d)
 	return secure(mux)
 }
 

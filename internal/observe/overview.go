@@ -70,8 +70,18 @@ func problem(state string) bool {
 // the task's state until a slot succeeds, whatever runs meanwhile — else
 // the phase of its newest slot that is running, retrying or done, else
 // that of its newest slot (pending, unscheduled or unknown); a task none
-// of whose slots has fired yet is pending.
-func taskState(slots []SlotStatus) string {
+// of whose slots has fired yet is pending. A task paused fleet-wide is
+// paused unless it is failing or running.
+func taskState(t TaskStatus) string {
+	state := slotsState(t.Slots)
+	if t.Paused && !problem(state) && state != PhaseRunning {
+		return PhasePaused // an operator's pause outranks the slots' quiet states
+	}
+	return state
+}
+
+// slotsState is taskState's reading of the slots alone.
+func slotsState(slots []SlotStatus) string {
 settled:
 	for _, s := range slots {
 		switch {
@@ -142,7 +152,7 @@ func summarize(ctx context.Context, tasks []scheduler.Task, store lock.Store, hi
 func summary(now time.Time, ts []TaskStatus) fleetSummary {
 	sum := fleetSummary{Now: now, Counts: map[string]int{}, Tasks: make([]TaskSummary, 0, len(ts))}
 	for _, t := range ts {
-		s := TaskSummary{TaskStatus: t, State: taskState(t.Slots)}
+		s := TaskSummary{TaskStatus: t, State: taskState(t)}
 		if problem(s.State) || s.State == PhaseRetrying {
 			s.Error = summaryError(t.Slots, s.State)
 		}

@@ -47,7 +47,7 @@ var (
 // phases lists every slot phase, in the legend's order.
 var phases = []string{
 	PhaseDone, PhaseRunning, PhaseRetrying, PhasePending,
-	PhaseFailed, PhaseExhausted, PhaseMissed, PhaseUnscheduled, PhaseForeign, PhaseUnknown,
+	PhaseFailed, PhaseExhausted, PhaseMissed, PhasePaused, PhaseUnscheduled, PhaseForeign, PhaseUnknown,
 }
 
 // phaseHelp says what each phase means, as the legends' tooltips.

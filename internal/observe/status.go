@@ -28,6 +28,9 @@ const (
 	// (lock.Fleet) and nothing ever claimed it: no replica existed to miss it.
 	PhaseUnscheduled = "unscheduled"
 	PhaseForeign     = "foreign" // the slot key holds a value slotd did not write
+	// PhasePaused: the window closed with nothing claimed while the task
+	// is paused (as the store says now): skipped, not missed.
+	PhasePaused = "paused"
 )
 
 // TaskStatus is one task's row in the fleet view.
@@ -38,6 +41,7 @@ type TaskStatus struct {
 	Plugin      string       `json:"plugin"`
 	MaxAttempts int          `json:"max_attempts"`
 	Next        time.Time    `json:"next,omitzero"` // the next fire time
+	Paused      bool         `json:"paused"`        // paused (slotd pause, or paused = true); its slots are skipped
 	Slots       []SlotStatus `json:"slots"`         // the latest slots, newest first
 }
 
@@ -97,6 +101,7 @@ type slotsRead struct {
 	slots      []lock.Slot // tasks[i]'s are slots[first[i]:first[i+1]], newest first
 	first      []int
 	states     []lock.State // of slots
+	paused     []bool       // by task: paused fleet-wide, as the store says (false if it cannot say)
 }
 
 // readSlots reads the state of the latest n slots of every task in one
@@ -117,6 +122,16 @@ func readSlots(ctx context.Context, tasks []scheduler.Task, store lock.Store, no
 		}
 	}
 	r.first[len(tasks)] = len(r.slots)
+	r.paused = make([]bool, len(tasks))
+	if c, ok := store.(lock.Controls); ok && len(tasks) > 0 {
+		names := make([]string, len(tasks))
+		for i := range tasks {
+			names[i] = tasks[i].Name
+		}
+		if p, err := c.Paused(ctx, names, false); err == nil {
+			r.paused = p
+		}
+	}
 	// A foreign value reads as "foreign", with an error beside the states.
 	sts, err := store.States(ctx, r.slots)
 	if sts == nil && err != nil {
@@ -156,7 +171,7 @@ func (r *slotsRead) statuses(lasts []map[string]*scheduler.HistoryEntry) []TaskS
 		}
 		ts := TaskStatus{
 			Name: t.Name, Schedule: t.Spec, Timezone: tz, Plugin: t.Plugin,
-			MaxAttempts: t.MaxAttempts, Next: t.Schedule.Next(r.now),
+			MaxAttempts: t.MaxAttempts, Next: t.Schedule.Next(r.now), Paused: r.paused[i],
 			Slots: make([]SlotStatus, 0, r.first[i+1]-r.first[i]),
 		}
 		for j := r.first[i]; j < r.first[i+1]; j++ {
@@ -168,6 +183,9 @@ func (r *slotsRead) statuses(lasts []map[string]*scheduler.HistoryEntry) []TaskS
 				Last: lasts[i][slot.ID],
 			}
 			ss.Phase = phase(t, slot, st, ss.Last, r.now, r.firstStart)
+			if ss.Phase == PhaseMissed && r.paused[i] {
+				ss.Phase = PhasePaused
+			}
 			ts.Slots = append(ts.Slots, ss)
 		}
 		out = append(out, ts)

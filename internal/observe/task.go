@@ -52,7 +52,7 @@ func Detail(ctx context.Context, task *scheduler.Task, store lock.Store, hist sc
 		return TaskDetail{Now: rep.Now}, err
 	}
 	d := TaskDetail{
-		Now: rep.Now, Task: rep.Tasks[0], State: taskState(rep.Tasks[0].Slots),
+		Now: rep.Now, Task: rep.Tasks[0], State: taskState(rep.Tasks[0]),
 		Lease: task.Lease.String(), DoneTTL: task.DoneTTL.String(), Timeout: task.Timeout.String(),
 		Window: task.Window().String(), Catchup: task.Catchup,
 	}

@@ -38,10 +38,28 @@ const (
 	// (or the daemon stopped) before the slot could be marked done, so a
 	// peer may run the slot again with a higher fencing token.
 	OutcomeSuccessUnmarked = "success_unmarked"
+	// OutcomeSuperseded: the attempt was cancelled because a newer slot of
+	// its task replaced it (concurrency = "replace"); its slot is marked
+	// done.
+	OutcomeSuperseded = "superseded"
+	// OutcomeSkippedForbid is the history's record of a slot won but not
+	// run because the previous slot of its task was still running
+	// (concurrency = "forbid"); its slot is marked done. It is no run:
+	// Task.Skipped counts it.
+	OutcomeSkippedForbid = "skipped_forbid"
 )
 
 // Outcomes lists the outcomes in the order of Task.Runs.
-var Outcomes = [...]string{OutcomeSuccess, OutcomeFailure, OutcomeTimeout, OutcomeLeaseLost, OutcomeCanceled, OutcomeSuccessUnmarked}
+var Outcomes = [...]string{OutcomeSuccess, OutcomeFailure, OutcomeTimeout, OutcomeLeaseLost, OutcomeCanceled, OutcomeSuccessUnmarked, OutcomeSuperseded}
+
+// Reasons a slot is skipped, in the order of Task.Skipped.
+const (
+	SkipPaused = "paused" // the task was paused when the slot fired (on this replica)
+	SkipForbid = "forbid" // the previous slot still ran (concurrency = "forbid")
+)
+
+// SkipReasons lists the reasons in the order of Task.Skipped.
+var SkipReasons = [...]string{SkipPaused, SkipForbid}
 
 // ResultError names, beside lock.Result's names, a claim that got no
 // answer (or one that was not understood): Task.Claims[0].
@@ -103,19 +121,21 @@ func (h *Histogram) Sum() float64 { return math.Float64frombits(h.sum.Load()) }
 // Task is one task's counters.
 type Task struct {
 	Name         string
-	window       atomic.Int64           // ns: the slot window alerts scale with (Window)
-	Claims       [lock.Late + 1]Counter // by lock.Result; index 0: no answer (ResultError)
-	Runs         [len(Outcomes)]Counter // attempts by Outcomes' order
-	Duration     Histogram              // attempt durations, seconds
-	StartDelay   Histogram              // attempt start behind the slot time, seconds
-	Renewals     Counter                // lease renewals confirmed
-	LeaseLosses  Counter                // leases lost while the task ran
-	Exhausted    Counter                // slots whose last allowed attempt failed here
-	Missed       Counter                // slots seen closing without a success
-	FinishErrors Counter                // completions or releases that failed
-	Running      atomic.Int64           // attempts running now
-	lastSuccess  atomic.Int64           // Unix seconds; noSuccess until one
-	_            [0]func()              // not comparable
+	window       atomic.Int64              // ns: the slot window alerts scale with (Window)
+	Claims       [lock.Late + 1]Counter    // by lock.Result; index 0: no answer (ResultError)
+	Runs         [len(Outcomes)]Counter    // attempts by Outcomes' order
+	Duration     Histogram                 // attempt durations, seconds
+	StartDelay   Histogram                 // attempt start behind the slot time, seconds
+	Renewals     Counter                   // lease renewals confirmed
+	LeaseLosses  Counter                   // leases lost while the task ran
+	Exhausted    Counter                   // slots whose last allowed attempt failed here
+	Missed       Counter                   // slots seen closing without a success
+	FinishErrors Counter                   // completions or releases that failed
+	Skipped      [len(SkipReasons)]Counter // slots not run, by SkipReasons' order
+	Paused       atomic.Bool               // the task is paused, as this replica last heard
+	Running      atomic.Int64              // attempts running now
+	lastSuccess  atomic.Int64              // Unix seconds; noSuccess until one
+	_            [0]func()                 // not comparable
 }
 
 // Window is the slot window alerts scale with, as last given to New or
@@ -145,6 +165,13 @@ func (t *Task) Ran(outcome string) {
 		i = slices.Index(Outcomes[:], OutcomeFailure)
 	}
 	t.Runs[i].Inc()
+}
+
+// Skip counts a slot not run for reason, one of SkipReasons.
+func (t *Task) Skip(reason string) {
+	if i := slices.Index(SkipReasons[:], reason); i >= 0 {
+		t.Skipped[i].Inc()
+	}
 }
 
 // Succeeded moves the task's last success forward to slot, never back: a

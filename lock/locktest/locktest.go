@@ -13,6 +13,13 @@
 // alone; States and ReadState read back what was written; a slot's
 // one-time marker (lock.Oncer, on a store that has it) is set by one
 // caller only, per event, and expires with its TTL.
+//
+// RunControls is the suite of the optional operator controls
+// (lock.Controls), for a store that offers them: a trigger is idempotent
+// by key and its tokens exceed a scheduled slot's of the same second; a
+// pause state is seeded, written and read; a task's running record is
+// taken, refused (forbid), replaced and expires with its lease; every key
+// has a TTL.
 package locktest
 
 import (

@@ -1,5 +1,5 @@
 // Package cli is slotd's command line: run, validate, status, history,
-// rerun and version. It is a package rather than part of main so that a
+// rerun, trigger, pause, resume, reload, healthcheck and version. It is a package rather than part of main so that a
 // custom binary — slotd plus plugins of its own — is a three-line main that
 // imports its plugins and calls Main (see cmd/slotd-custom).
 package cli
@@ -62,6 +62,11 @@ commands:
   history   -config FILE [-json] [-output] [-n 20] TASK the task's latest attempts, newest first
   rerun     -config FILE [-force] TASK SLOT   clear a slot's done marker and attempts so it
                                               may run again within its window
+  trigger   -config FILE [-key KEY] TASK      run TASK now, once, on one replica (asks the daemon)
+  pause     -config FILE TASK                 fire no slot of TASK on any replica until resumed
+  resume    -config FILE TASK                 fire TASK's slots again from its next fire time
+  reload    -config FILE                      make the running daemon re-read its config
+  healthcheck [-url URL] [-timeout 3s]        exit 0 if the daemon's /healthz answers 2xx
   version                                     print the version
 
 exit status: 0 ok, 2 usage or configuration error, 1 otherwise
@@ -103,6 +108,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, opts ...
 		return cmdHistory(ctx, rest, stdout, stderr)
 	case "rerun":
 		return cmdRerun(ctx, rest, stdout, stderr)
+	case "trigger":
+		return cmdTrigger(ctx, rest, stdout, stderr)
+	case "pause", "resume":
+		return cmdPause(ctx, cmd, rest, stdout, stderr)
+	case "reload":
+		return cmdReload(ctx, rest, stdout, stderr)
 	case "healthcheck":
 		return cmdHealthcheck(ctx, rest, stdout, stderr)
 	case "version", "-version", "--version":
@@ -187,8 +198,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, o opti
 	log := base.With("replica", cfg.Replica)
 	late.set(log.Handler())
 	// What the daemon read for itself (the Redis URL with its password,
-	// and whatever the operator lists) is no exec task's business.
-	tasks.DropEnv(cfg.URLEnv)
+	// the API's bearer token, and whatever the operator lists) is no exec
+	// task's business.
+	tasks.DropEnv(cfg.URLEnv, cfg.TokenEnv)
 	tasks.DropEnv(cfg.EnvDrop...)
 	if err := tasks.SetHTTPPool(cfg.HTTPPool); err != nil { // validated at load; not expected
 		log.Error("slotd failed", "err", err)
@@ -246,8 +258,8 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, o options, h
 	sched := scheduler.New(cfg.Tasks, b.Store, scheduler.WithLogger(log),
 		scheduler.WithHistory(b.History), scheduler.WithReplica(cfg.Replica),
 		scheduler.WithShutdownGrace(cfg.ShutdownGrace), scheduler.WithMaxClockSkew(cfg.MaxClockSkew))
-	// reloads.Reload is the daemon's one reload: SIGHUP's here, and the
-	// one the HTTP API's POST /api/v1/reload is to call.
+	// reloads.Reload is the daemon's one reload: SIGHUP's, and the HTTP
+	// API's POST /api/v1/reload (slotd reload).
 	reloads := newReloader(cfg, sched, log.With("replica", cfg.Replica), level, reg)
 	defer reloads.onHangup(hup)()
 
@@ -258,7 +270,8 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, o options, h
 		}
 		srv := observe.NewServer(observe.Handler(observe.Daemon{
 			Scheduler: sched, Gatherer: reg, Store: b.Store, History: b.History,
-			Replica: cfg.Replica, MaxClockSkew: cfg.MaxClockSkew,
+			Replica: cfg.Replica, MaxClockSkew: cfg.MaxClockSkew, Token: cfg.Token,
+			Reload: reloads.Reload,
 		}))
 		served := make(chan struct{})
 		go func() {

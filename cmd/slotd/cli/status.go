@@ -148,8 +148,12 @@ func writeStatus(w io.Writer, rep observe.StatusReport) error {
 		if !t.Next.IsZero() {
 			next = fmt.Sprintf("%s (in %s)", stamp(t.Next), t.Next.Sub(rep.Now).Round(time.Second))
 		}
-		fmt.Fprintf(w, "\n%s  %q %s, %s, up to %d attempts; next %s\n",
-			clean(t.Name), t.Schedule, t.Timezone, t.Plugin, t.MaxAttempts, next)
+		paused := ""
+		if t.Paused {
+			paused = "  PAUSED (slotd resume to fire its slots again)"
+		}
+		fmt.Fprintf(w, "\n%s  %q %s, %s, up to %d attempts; next %s%s\n",
+			clean(t.Name), t.Schedule, t.Timezone, t.Plugin, t.MaxAttempts, next, paused)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "  SLOT\tTIME (UTC)\tPHASE\tATTEMPTS\tREPLICA\tSTARTED\tDURATION\tOUTCOME\tERROR")
 		for _, s := range t.Slots {

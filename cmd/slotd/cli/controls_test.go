@@ -1,0 +1,174 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/slotd/slotd/internal/redistest"
+	"github.com/slotd/slotd/lock"
+)
+
+const cliToken = "cli-test-token-0123456789"
+
+// A daemon on the embedded store takes trigger, pause and resume through
+// its API: the trigger runs once (an exec task whose environment lacks the
+// token's variable), the same key again starts nothing.
+func TestControlsOnEmbeddedDaemon(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "runs")
+	port := redistest.FreePort(t)
+	t.Setenv("SLOTD_CLI_TEST_TOKEN", cliToken)
+	path := filepath.Join(dir, "slotd.toml")
+	src := fmt.Sprintf(`[http]
+listen = "127.0.0.1:%d"
+token_env = "SLOTD_CLI_TEST_TOKEN"
+
+[log]
+format = "json"
+
+[[task]]
+name = "yearly"
+schedule = "0 0 1 1 *"
+deadline = "10m"
+plugin = "exec"
+catchup = "none"
+  [task.params]
+  command = ["sh", "-c", "{ echo \"run $SLOTD_SLOT $SLOTD_ATTEMPT\"; env | grep -c SLOTD_CLI_TEST_TOKEN; } >> %s"]
+`, port, out)
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- Main(ctx, []string{"run", "-config", path}, &stdout, &stderr) }()
+	defer func() {
+		cancel()
+		if code := <-done; code != exitOK {
+			t.Errorf("run exited %d:\n%s", code, stderr.String())
+		}
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(stderr.String(), "http listening") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the daemon did not start:\n%s", stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	r := runCLI(t, "trigger", "-config", path, "-key", "k1", "yearly")
+	if r.code != exitOK || !strings.Contains(r.stdout, "triggered yearly: slot ") {
+		t.Fatalf("trigger: %v", r)
+	}
+	var runs string
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(runs, "\n"+"0\n"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the triggered run did not happen; runs %q; log:\n%s", runs, stderr.String())
+		}
+		b, _ := os.ReadFile(out)
+		runs = string(b)
+	}
+	lines := strings.Split(strings.TrimSpace(runs), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "run ") || !strings.HasSuffix(lines[0], fmt.Sprintf("t %d", lock.TriggerBase+1)) || lines[1] != "0" {
+		t.Fatalf("runs = %q; want one run of a triggered slot at attempt %d, without the token's variable", runs, lock.TriggerBase+1)
+	}
+	if strings.Contains(stderr.String(), cliToken) {
+		t.Error("the daemon logged its token")
+	}
+	r = runCLI(t, "trigger", "-config", path, "-key", "k1", "yearly")
+	if r.code != exitOK || !strings.Contains(r.stdout, "already triggered") {
+		t.Errorf("trigger with the same key: %v", r)
+	}
+	if r = runCLI(t, "pause", "-config", path, "yearly"); r.code != exitOK || !strings.Contains(r.stdout, "paused yearly") {
+		t.Errorf("pause: %v", r)
+	}
+	if r = runCLI(t, "resume", "-config", path, "yearly"); r.code != exitOK || !strings.Contains(r.stdout, "resumed yearly") {
+		t.Errorf("resume: %v", r)
+	}
+	if r = runCLI(t, "reload", "-config", path); r.code != exitOK || !strings.Contains(r.stdout, "reloaded") {
+		t.Errorf("reload: %v; want exit 0", r)
+	}
+	if r = runCLI(t, "trigger", "-config", path, "nope"); r.code != exitUsage || !strings.Contains(r.stderr, `no task "nope"`) {
+		t.Errorf("trigger of an unknown task: %v; want exit 2", r)
+	}
+	b, _ := os.ReadFile(out)
+	if got := strings.Count(string(b), "run "); got != 1 {
+		t.Errorf("%d runs, want 1: %q", got, b)
+	}
+}
+
+// Exit codes: usage and config problems 2, a daemon that is not there 1;
+// pause and resume on Redis write the store with no daemon running.
+func TestControlsExitCodes(t *testing.T) {
+	s := newShared(t)
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"trigger", "-config", s.path}, exitUsage, "want 1 arguments"},
+		{[]string{"pause", "-config", s.path, "a", "b"}, exitUsage, "want 1 arguments"},
+		{[]string{"reload", "-config", s.path, "x"}, exitUsage, "unexpected argument"},
+		{[]string{"trigger", "-config", s.path, "report"}, exitUsage, `listen = "off"`},
+		{[]string{"pause", "-config", s.path, "nope"}, exitUsage, `no task "nope"`},
+		{[]string{"trigger", "-config", filepath.Join(t.TempDir(), "missing.toml"), "report"}, exitUsage, "missing.toml"},
+	} {
+		if r := runCLI(t, tc.args...); r.code != tc.code || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("%v: %v; want exit %d saying %q", tc.args, r, tc.code, tc.want)
+		}
+	}
+	ctx := context.Background()
+	if r := runCLI(t, "pause", "-config", s.path, "report"); r.code != exitOK || !strings.Contains(r.stdout, "paused report") {
+		t.Fatalf("pause: %v", r)
+	}
+	if p, err := s.store.Paused(ctx, []string{"report", "backup"}, false); err != nil || !p[0] || p[1] {
+		t.Fatalf("pause states = %v, %v; want report alone paused", p, err)
+	}
+	if r := runCLI(t, "status", "-config", s.path, "-n", "1"); r.code != exitOK || strings.Count(r.stdout, "PAUSED") != 1 {
+		t.Errorf("status of a paused task: %v; want report alone shown paused", r)
+	}
+	if r := runCLI(t, "resume", "-config", s.path, "report"); r.code != exitOK || !strings.Contains(r.stdout, "resumed report") {
+		t.Fatalf("resume: %v", r)
+	}
+	if p, err := s.store.Paused(ctx, []string{"report"}, false); err != nil || p[0] {
+		t.Fatalf("pause state after resume = %v, %v", p, err)
+	}
+
+	// A daemon's address with nobody listening: exit 1; without a token: 2.
+	port := redistest.FreePort(t)
+	noToken := filepath.Join(t.TempDir(), "slotd.toml")
+	withToken := filepath.Join(t.TempDir(), "slotd.toml")
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(cliToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for p, http := range map[string]string{
+		noToken:   fmt.Sprintf("[http]\nlisten = \"127.0.0.1:%d\"\n", port),
+		withToken: fmt.Sprintf("[http]\nlisten = \"127.0.0.1:%d\"\ntoken_file = %q\n", port, tokenFile),
+	} {
+		if err := os.WriteFile(p, []byte(http+sharedTasks), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := runCLI(t, "reload", "-config", noToken); r.code != exitUsage || !strings.Contains(r.stderr, "token_file or token_env") {
+		t.Errorf("reload without a token: %v; want exit 2", r)
+	}
+	if r := runCLI(t, "trigger", "-config", withToken, "report"); r.code != exitError || !strings.Contains(r.stderr, "no daemon answers") {
+		t.Errorf("trigger with no daemon: %v; want exit 1", r)
+	}
+}
+
+func TestUsageListsEveryCommand(t *testing.T) {
+	r := runCLI(t, "help")
+	for _, cmd := range []string{"run", "validate", "status", "history", "rerun", "trigger", "pause", "resume", "reload", "healthcheck", "version"} {
+		if !strings.Contains(r.stdout, "\n  "+cmd+" ") {
+			t.Errorf("usage does not list %s:\n%s", cmd, r.stdout)
+		}
+	}
+}

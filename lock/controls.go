@@ -1,0 +1,184 @@
+package lock
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Controls is the fleet-wide operator state of tasks, kept in the store so
+// that every replica agrees: run-now requests (triggers), pauses, and which
+// slot of a task is running (for the concurrency policies forbid and
+// replace). Redis and Memory implement it; a store that does not (Redlock)
+// offers no operator controls.
+//
+// Keys (prefix "slotd"; each per-task key has the hash tag {<task>}, so one
+// script touches one task's keys on one Cluster shard; a slot's keys have
+// the tag {<task>:<slot id>}, so no script touches both):
+//
+//	slotd:triggers:{<task>}          pending triggers: unix seconds, scored by the trigger's unix ms (TTL TriggerTTL)
+//	slotd:trigger:{<task>}:<key>     an idempotency key: the unix second of the trigger it started (TTL TriggerTTL)
+//	slotd:paused:{<task>}            "paused" or "resumed" (TTL PauseTTL, renewed by every live replica)
+//	slotd:running:{<task>}           "<slot id> run:<owner>:<attempt>": the attempt that runs the task (TTL lease)
+//	slotd:control:{<task>}           no key: the message published on the release channel when any of them changes
+//	slotd:controls                   the epoch: INCR after each trigger and pause change (TTL PauseTTL)
+//
+// A triggered run is a slot of its own (TriggerSlot): its id is the trigger
+// time in UTC to the second followed by "t", which no schedule's slot id
+// (digits only) can equal. Its attempt numbers start after TriggerBase
+// (ArmTrigger), so that its fencing tokens, slot_unix_seconds*1000 +
+// attempt, exceed those of a scheduled slot of the same second.
+type Controls interface {
+	// Trigger records a run-now request for task, at the store's clock, and
+	// wakes the replicas. Triggers of one task in one second are one
+	// trigger (the second answers Coalesced). With a non-empty key, a
+	// request repeating a key seen within TriggerTTL starts nothing and
+	// answers the trigger the key first started (Repeated). A trigger
+	// stays pending for window (its slot's window), then is dropped.
+	Trigger(ctx context.Context, task, key string, window time.Duration) (Trigger, error)
+	// Triggers lists the pending triggers of each of tasks, in order,
+	// each oldest first (one round trip on Redis).
+	Triggers(ctx context.Context, tasks []string) ([][]time.Time, error)
+	// ArmTrigger readies slot, a TriggerSlot, for its first claim: its
+	// attempt counter starts at TriggerBase. It changes nothing once the
+	// slot has been armed or claimed. Every replica arms a trigger before
+	// it claims it.
+	ArmTrigger(ctx context.Context, slot Slot, doneTTL time.Duration) error
+	// SetPaused writes task's pause state: Pause, Resume, or Seed (pause
+	// unless a state is recorded: a config's paused = true). It reports
+	// whether the task is paused after the write, and wakes the replicas
+	// if it changed.
+	SetPaused(ctx context.Context, task string, op PauseOp) (bool, error)
+	// Paused reads the pause state of each of tasks, in order; with renew
+	// it also renews the TTL of each state recorded (live replicas do, so
+	// that a pause lasts while any replica lives; status pages only read).
+	Paused(ctx context.Context, tasks []string, renew bool) ([]bool, error)
+	// Occupy records owner's attempt of slot as the one running its task,
+	// for lease. If another slot's attempt is recorded, forbid leaves it
+	// and answers Busy; replace takes its place, answers Replaced and wakes
+	// that attempt's watchers (WatchRunning). An expired record (its
+	// holder crashed) is no record.
+	Occupy(ctx context.Context, slot Slot, owner Owner, lease time.Duration, replace bool) (Occupancy, error)
+	// RenewOccupancy extends owner's record; ErrNotHeld if it was replaced
+	// or has expired.
+	RenewOccupancy(ctx context.Context, slot Slot, owner Owner, lease time.Duration) error
+	// Vacate removes owner's record, if it is still owner's.
+	Vacate(ctx context.Context, slot Slot, owner Owner) error
+	// WatchTask reports changes of task's controls: a trigger, a pause or
+	// resume, and a replace of its running attempt.
+	WatchTask(task string) *Watch
+	// Epoch is a number that Trigger and SetPaused change after each
+	// change they make (0 before the first): a replica that reads it at
+	// each clock check learns of a change whose notice it missed, at the
+	// cost of one read, whatever the number of tasks.
+	Epoch(ctx context.Context) (int64, error)
+}
+
+// Operator-control constants.
+const (
+	// TriggerBase is the attempt count a triggered slot starts from: its
+	// first attempt is TriggerBase+1. A scheduled slot of the same second
+	// counts from 0, so the trigger's tokens are greater unless that slot
+	// had more than TriggerBase attempts (reruns included).
+	TriggerBase = 500
+	// TriggerTTL bounds how long a pending trigger and an idempotency key
+	// are kept.
+	TriggerTTL = 24 * time.Hour
+	// PauseTTL is the pause state's TTL. Every live replica renews it at
+	// each clock check; if the whole fleet is down longer than this, the
+	// state is gone and each task starts as its config says.
+	PauseTTL = 7 * 24 * time.Hour
+	// ControlsSweep is how often a replica reads every task's controls
+	// even if the epoch has not changed: it renews the pause states' TTLs.
+	ControlsSweep = time.Hour
+)
+
+// PauseOp is a write of a task's pause state.
+type PauseOp int
+
+// Pause operations.
+const (
+	Pause  PauseOp = iota + 1 // pause the task
+	Resume                    // resume it
+	Seed                      // pause it unless a state (paused or resumed) is recorded
+)
+
+// TriggerResult is how a trigger request was taken.
+type TriggerResult int
+
+// Trigger results.
+const (
+	Started   TriggerResult = iota + 1 // a new trigger
+	Coalesced                          // a trigger of the task in the same second exists: that one
+	Repeated                           // the idempotency key was seen: its trigger
+)
+
+var triggerNames = [...]string{"", "started", "coalesced", "repeated"}
+
+// String is "started", "coalesced" or "repeated".
+func (r TriggerResult) String() string {
+	if r > 0 && int(r) < len(triggerNames) {
+		return triggerNames[r]
+	}
+	return "TriggerResult(" + strconv.Itoa(int(r)) + ")"
+}
+
+// Trigger is the answer to Controls.Trigger.
+type Trigger struct {
+	Result TriggerResult
+	Time   time.Time // the trigger's second: TriggerSlot's time
+}
+
+// Occupancy is the answer to Controls.Occupy.
+type Occupancy struct {
+	Taken bool   // the caller's attempt is recorded as the task's running one
+	Other string // Busy or Replaced: the other attempt's slot id ("" if none)
+	Value string // the other record as it was
+	TTL   time.Duration
+}
+
+// TriggerSlot is the slot of task's trigger at at (a whole second), with
+// window as its window: id "<yyyymmddhhmmss>t".
+func TriggerSlot(task string, at time.Time, window time.Duration) Slot {
+	at = at.UTC().Truncate(time.Second)
+	return Slot{Task: task, ID: at.Format("20060102150405") + "t", Time: at, Deadline: at.Add(window)}
+}
+
+// IsTrigger reports whether id is a triggered slot's id.
+func IsTrigger(id string) bool { return strings.HasSuffix(id, "t") }
+
+// ControlKeys returns task's control keys under prefix.
+func ControlKeys(prefix, task string) (triggers, paused, running, notice string) {
+	tag := "{" + task + "}"
+	return prefix + ":triggers:" + tag, prefix + ":paused:" + tag, prefix + ":running:" + tag, prefix + ":control:" + tag
+}
+
+// EpochKey is the key of the controls' epoch under prefix.
+func EpochKey(prefix string) string { return prefix + ":controls" }
+
+// idemKey is the key of idempotency key k of task.
+func idemKey(prefix, task, k string) string { return prefix + ":trigger:{" + task + "}:" + k }
+
+// occupant is the running record of owner's attempt of slot.
+func occupant(slot Slot, owner Owner) string { return slot.ID + " " + owner.value() }
+
+// occupantSlot is the slot id in a running record.
+func occupantSlot(v string) string {
+	id, _, _ := strings.Cut(v, " ")
+	return id
+}
+
+// pauseArg is op as the scripts spell it.
+func pauseArg(op PauseOp) (string, error) {
+	switch op {
+	case Pause:
+		return "pause", nil
+	case Resume:
+		return "resume", nil
+	case Seed:
+		return "seed", nil
+	}
+	return "", fmt.Errorf("lock: unknown pause operation %d", op)
+}

@@ -1,0 +1,225 @@
+package locktest
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/slotd/slotd/lock"
+)
+
+// RunControls runs the operator controls' conformance tests (lock.Controls:
+// triggers, pauses, a task's running record) against h, whose store must
+// implement lock.Controls, each as a subtest.
+func RunControls(t *testing.T, h Harness) {
+	c, ok := h.Store.(lock.Controls)
+	if !ok {
+		t.Fatalf("%T does not implement lock.Controls", h.Store)
+	}
+	if h.Policy == (lock.Policy{}) {
+		h.Policy = DefaultPolicy
+	}
+	for _, tc := range controls {
+		t.Run(tc.name, func(t *testing.T) { tc.run(t, h, c) })
+	}
+}
+
+var controls = []struct {
+	name string
+	run  func(*testing.T, Harness, lock.Controls)
+}{
+	{"TriggerIsIdempotentByKey", testTriggerIdempotent},
+	{"TriggeredTokensExceedSameSecondSlot", testTriggerTokens},
+	{"PauseSeedResume", testPause},
+	{"OccupyForbidReplaceExpire", testOccupy},
+	{"ControlKeysHaveTTL", testControlTTLs},
+}
+
+func wantSignal(t *testing.T, w *lock.Watch, what string) {
+	t.Helper()
+	select {
+	case <-w.C():
+	case <-time.After(5 * time.Second):
+		t.Fatalf("no notice of %s", what)
+	}
+}
+
+func testTriggerIdempotent(t *testing.T, h Harness, c lock.Controls) {
+	ctx := context.Background()
+	task := UniqueSlot(t, h).Task
+	w := c.WatchTask(task)
+	defer w.Stop()
+	first, err := c.Trigger(ctx, task, "k1", time.Hour)
+	if err != nil || first.Result != lock.Started {
+		t.Fatalf("first trigger = %+v, %v; want started", first, err)
+	}
+	wantSignal(t, w, "a trigger")
+	again, err := c.Trigger(ctx, task, "k1", time.Hour)
+	if err != nil || again.Result != lock.Repeated || !again.Time.Equal(first.Time) {
+		t.Fatalf("repeated key = %+v, %v; want repeated at %v", again, err, first.Time)
+	}
+	other, err := c.Trigger(ctx, task, "k2", time.Hour)
+	if err != nil || (other.Result != lock.Started && other.Result != lock.Coalesced) {
+		t.Fatalf("new key = %+v, %v", other, err)
+	}
+	want := 1
+	if other.Result == lock.Started {
+		want = 2 // the store's clock passed a second
+	}
+	all, err := c.Triggers(ctx, []string{"never-" + task, task})
+	if err != nil || len(all) != 2 || len(all[0]) != 0 {
+		t.Fatalf("Triggers = %v, %v", all, err)
+	}
+	if got := all[1]; len(got) != want || !got[0].Equal(first.Time) {
+		t.Fatalf("Triggers = %v; want %d starting at %v", got, want, first.Time)
+	}
+}
+
+func testTriggerTokens(t *testing.T, h Harness, c lock.Controls) {
+	ctx := context.Background()
+	sched := UniqueSlot(t, h)
+	sched.Time = sched.Time.Truncate(time.Second)
+	trig := lock.TriggerSlot(sched.Task, sched.Time.Add(300*time.Millisecond), time.Hour)
+	if trig.ID == sched.ID || !trig.Time.Equal(sched.Time) || !lock.IsTrigger(trig.ID) || lock.IsTrigger(sched.ID) {
+		t.Fatalf("trigger slot %+v beside scheduled %+v", trig, sched)
+	}
+	if err := c.ArmTrigger(ctx, trig, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	tc := mustClaim(t, h, trig, "a", lock.Won)
+	sc := mustClaim(t, h, sched, "b", lock.Won)
+	if tc.Attempt != lock.TriggerBase+1 || tc.Base != lock.TriggerBase {
+		t.Fatalf("triggered claim = attempt %d base %d; want %d, %d", tc.Attempt, tc.Base, lock.TriggerBase+1, lock.TriggerBase)
+	}
+	if lock.Token(trig.Time, tc.Attempt) <= lock.Token(sched.Time, sc.Attempt+h.Policy.MaxAttempts) {
+		t.Fatalf("trigger's token %d not above the same second's scheduled tokens", lock.Token(trig.Time, tc.Attempt))
+	}
+	// Arming again after the claim changes nothing.
+	if err := c.ArmTrigger(ctx, trig, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Store.Release(ctx, trig, lock.Owner{Replica: "a", Attempt: tc.Attempt}); err != nil {
+		t.Fatal(err)
+	}
+	if again := mustClaim(t, h, trig, "a", lock.Won); again.Attempt != lock.TriggerBase+2 {
+		t.Fatalf("second attempt = %d, want %d", again.Attempt, lock.TriggerBase+2)
+	}
+}
+
+func testPause(t *testing.T, h Harness, c lock.Controls) {
+	ctx := context.Background()
+	task := UniqueSlot(t, h).Task
+	w := c.WatchTask(task)
+	defer w.Stop()
+	check := func(want bool) {
+		t.Helper()
+		got, err := c.Paused(ctx, []string{"never-" + task, task}, true)
+		if err != nil || len(got) != 2 || got[0] || got[1] != want {
+			t.Fatalf("Paused = %v, %v; want [false %v]", got, err, want)
+		}
+	}
+	check(false)
+	epoch := func() int64 {
+		t.Helper()
+		n, err := c.Epoch(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for _, step := range []struct {
+		op     lock.PauseOp
+		want   bool
+		notice bool
+	}{
+		{lock.Seed, true, true},    // config paused = true, nothing recorded
+		{lock.Resume, false, true}, // an operator resumes
+		{lock.Seed, false, false},  // a restart does not pause it again
+		{lock.Pause, true, true},   // an operator pauses
+		{lock.Pause, true, false},  // twice
+		{lock.Resume, false, true}, // and resumes
+	} {
+		before := epoch()
+		got, err := c.SetPaused(ctx, task, step.op)
+		if err != nil || got != step.want {
+			t.Fatalf("SetPaused(%v) = %v, %v; want %v", step.op, got, err, step.want)
+		}
+		if step.notice {
+			wantSignal(t, w, "a pause change")
+		}
+		if changed := epoch() != before; changed != step.notice {
+			t.Fatalf("SetPaused(%v): epoch changed = %v, want %v", step.op, changed, step.notice)
+		}
+		check(step.want)
+	}
+}
+
+func testOccupy(t *testing.T, h Harness, c lock.Controls) {
+	ctx := context.Background()
+	a := UniqueSlot(t, h)
+	b := a
+	b.ID += "9"
+	oa, ob := lock.Owner{Replica: "r1#x", Attempt: 1}, lock.Owner{Replica: "r2#y", Attempt: 1}
+	w := c.WatchTask(a.Task)
+	defer w.Stop()
+	if o, err := c.Occupy(ctx, a, oa, 10*time.Second, false); err != nil || !o.Taken {
+		t.Fatalf("first occupy = %+v, %v", o, err)
+	}
+	if o, err := c.Occupy(ctx, a, oa, 10*time.Second, false); err != nil || !o.Taken {
+		t.Fatalf("occupy again by its holder = %+v, %v", o, err)
+	}
+	o, err := c.Occupy(ctx, b, ob, 10*time.Second, false)
+	if err != nil || o.Taken || o.Other != a.ID || o.TTL <= 0 {
+		t.Fatalf("forbid while %s runs = %+v, %v; want busy naming it", a.ID, o, err)
+	}
+	if err := c.RenewOccupancy(ctx, a, oa, 10*time.Second); err != nil {
+		t.Fatalf("holder's renewal: %v", err)
+	}
+	if o, err = c.Occupy(ctx, b, ob, 10*time.Second, true); err != nil || !o.Taken || o.Other != a.ID {
+		t.Fatalf("replace = %+v, %v; want taken from %s", o, err, a.ID)
+	}
+	wantSignal(t, w, "a replace")
+	if err := c.RenewOccupancy(ctx, a, oa, 10*time.Second); !errors.Is(err, lock.ErrNotHeld) {
+		t.Fatalf("replaced holder's renewal = %v, want ErrNotHeld", err)
+	}
+	if err := c.Vacate(ctx, a, oa); err != nil {
+		t.Fatalf("replaced holder's vacate: %v", err)
+	}
+	if o, err = c.Occupy(ctx, a, oa, 10*time.Second, false); err != nil || o.Taken {
+		t.Fatalf("forbid after the replace = %+v, %v; want busy", o, err)
+	}
+	if err := c.Vacate(ctx, b, ob); err != nil {
+		t.Fatal(err)
+	}
+	if o, err = c.Occupy(ctx, a, oa, time.Second, false); err != nil || !o.Taken {
+		t.Fatalf("occupy after vacate = %+v, %v", o, err)
+	}
+	// A crashed holder's record ends with its lease.
+	h.Expire(2 * time.Second)
+	if o, err = c.Occupy(ctx, b, ob, time.Second, false); err != nil || !o.Taken {
+		t.Fatalf("occupy after the holder's lease ran out = %+v, %v", o, err)
+	}
+}
+
+func testControlTTLs(t *testing.T, h Harness, c lock.Controls) {
+	ctx := context.Background()
+	slot := UniqueSlot(t, h)
+	if _, err := c.Trigger(ctx, slot.Task, "k", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.SetPaused(ctx, slot.Task, lock.Pause); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Occupy(ctx, slot, lock.Owner{Replica: "r", Attempt: 1}, time.Minute, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ArmTrigger(ctx, lock.TriggerSlot(slot.Task, slot.Time, time.Hour), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	for k, ttl := range h.TTLs() {
+		if ttl <= 0 {
+			t.Errorf("key %s has no TTL (%v)", k, ttl)
+		}
+	}
+}
