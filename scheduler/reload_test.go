@@ -176,3 +176,45 @@ func TestReloadChurnKeepsEverySlotOnce(t *testing.T) {
 		}
 	}
 }
+
+// A reload keeps the operator's controls: a paused task stays paused
+// (changed or not), an added task configured paused = true starts paused,
+// and the added task hears its triggers and its resume.
+func TestReloadKeepsControls(t *testing.T) {
+	store := lock.NewMemory(nil)
+	ctx := context.Background()
+	a, b := newLedger(), newLedger()
+	taskA := testTask(t, "a", "@every 1s", a.job(ok), nil)
+	r := startReplica(t, "r1", store, time.Second, []scheduler.Task{taskA}, scheduler.WithClockCheck(200*time.Millisecond))
+	if _, err := store.SetPaused(ctx, "a", lock.Pause); err != nil {
+		t.Fatal(err)
+	}
+	await(t, "a skipped slot of a", 10*time.Second, func() bool { return skipped(r, "a") >= 1 })
+	ranA := len(a.snapshot())
+
+	changedA := testTask(t, "a", "@every 1s", a.job(ok), func(d *scheduler.Task) { d.Params = map[string]any{"v": int64(2)} })
+	taskB := testTask(t, "b", "@every 1s", b.job(ok), func(d *scheduler.Task) { d.Paused = true })
+	c := reloadOnce(t, r.sched, changedA, taskB)
+	if fmt.Sprint(c) != "{[b] [] [a]}" {
+		t.Errorf("change %+v, want b added and a changed", c)
+	}
+	skippedA := skipped(r, "a")
+	await(t, "two more skipped slots of a, and two of b", 10*time.Second, func() bool {
+		return skipped(r, "a") >= skippedA+2 && skipped(r, "b") >= 2
+	})
+	if n := len(a.snapshot()); n != ranA {
+		t.Errorf("the paused task ran %d slots across the reload", n-ranA)
+	}
+	if rs := b.snapshot(); len(rs) != 0 {
+		t.Fatalf("the added task configured paused ran:\n%s", dump(rs))
+	}
+	trig, err := store.Trigger(ctx, "b", "after-reload", taskB.Window())
+	if err != nil || trig.Result != lock.Started {
+		t.Fatalf("trigger of the added task = %+v, %v", trig, err)
+	}
+	b.await(t, "the added task's triggered run", 10*time.Second, func(rs []record) bool { return len(rs) == 1 && rs[0].done })
+	if _, err := store.SetPaused(ctx, "a", lock.Resume); err != nil {
+		t.Fatal(err)
+	}
+	a.await(t, "a run of a after its resume", 10*time.Second, func(rs []record) bool { return len(rs) > ranA })
+}

@@ -143,6 +143,9 @@ var configKeys = map[string]string{
 	"Prefix":        "redis.prefix",
 	"Redis":         "redis (servers, mode, credentials, TLS, min_replicas_ack)",
 	"Listen":        "http.listen",
+	"Token":         "http token (the contents of token_file or token_env)",
+	"TokenFile":     "http.token_file",
+	"TokenEnv":      "http.token_env",
 	"LogLevel":      "log.level",
 	"LogFormat":     "log.format",
 }
