@@ -98,6 +98,13 @@ func writeSustainedConfigs(o options, dir, redisAddr, url string, ids, listens [
 	var b strings.Builder
 	fmt.Fprintf(&b, "[redis]\nurl = \"redis://%s/0\"\n[log]\nlevel = \"warn\"\nformat = \"json\"\n", redisAddr)
 	fmt.Fprintf(&b, "[defaults]\nlease = %q\ndone_ttl = \"1m\"\nmax_attempts = 3\ntimeout = \"1m\"\ncatchup = \"none\"\n", o.burstLease)
+	if o.plugin == pluginHTTP {
+		// Every task posts to the one sink in the same second: a replica's
+		// idle pool must hold a whole second's wave, or each wave dials
+		// what the pool could not keep (the default, 256, is sized for a
+		// smaller burst).
+		fmt.Fprintf(&b, "[plugins.http]\nmax_idle_per_host = %d\n", min(max(o.rate, 256), 10000))
+	}
 	for i := range o.rate {
 		fmt.Fprintf(&b, "[[task]]\nname = \"%s%05d\"\nschedule = \"* * * * * *\"\nplugin = %q\n", tickPrefix, i, o.plugin)
 		if o.plugin == pluginHTTP {
