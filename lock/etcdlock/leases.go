@@ -20,7 +20,7 @@ type leases struct {
 	base time.Time // the bucket grid is counted from here, on the monotonic clock
 
 	mu      sync.Mutex
-	current map[runKey]*runLease          // the lease new claims of an owner go on
+	current map[runKey]*runLease           // the lease new claims of an owner go on
 	byID    map[clientv3.LeaseID]*runLease // every running lease that may still hold slots
 	buckets map[time.Duration]*bucketLease // by end of bucket, counted from base
 }

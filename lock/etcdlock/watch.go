@@ -28,7 +28,9 @@ type hub struct {
 	ready   chan struct{} // closed when the watch is first established
 }
 
-func newHub(s *Store) *hub { return &hub{s: s, m: map[string][]*lock.Watch{}, ready: make(chan struct{})} }
+func newHub(s *Store) *hub {
+	return &hub{s: s, m: map[string][]*lock.Watch{}, ready: make(chan struct{})}
+}
 
 // Watch implements lock.Store.
 func (s *Store) Watch(slot lock.Slot) *lock.Watch {
