@@ -54,6 +54,7 @@ type Config struct {
 	URLEnv        string           // [redis] url_env: the variable the URL came from; exec tasks do not inherit it
 	Prefix        string           // [redis] prefix; default "slotd"
 	Redis         RedisOptions     // [redis] Sentinel or Cluster servers, credentials, min_replicas_ack
+	Etcd          EtcdOptions      // [etcd] endpoints, credentials, TLS
 	Listen        string           // [http] listen; default "127.0.0.1:9464"; "off" disables the HTTP server
 	LogLevel      slog.Level       // [log] level: debug|info|warn|error; default info
 	LogFormat     string           // [log] format: auto|text|json; default auto
@@ -62,7 +63,7 @@ type Config struct {
 
 // The keys of each table, for unknown-key errors.
 var (
-	topKeys     = []string{"daemon", "redis", "http", "log", "defaults", "task"}
+	topKeys     = []string{"daemon", "redis", "http", "log", "defaults", "task", "etcd"}
 	daemonKeys  = []string{"replica", "shutdown_grace", "max_clock_skew", "env_drop"}
 	redisKeys   = append([]string{"url", "prefix", "url_env"}, redisModeKeys...)
 	httpKeys    = []string{"listen"}
@@ -134,6 +135,7 @@ func Parse(data []byte, source string, log *slog.Logger) (*Config, error) {
 	}
 	cfg.readDaemon(top.sub("daemon", daemonKeys))
 	cfg.readRedis(top.sub("redis", redisKeys))
+	cfg.readEtcd(top.sub("etcd", etcdKeys))
 	cfg.readHTTP(top.sub("http", httpKeys))
 	cfg.readLog(top.sub("log", logKeys))
 	defaults := readPolicy(top.sub("defaults", policyKeys))

@@ -2,7 +2,8 @@
 // store (lock.Store) and the run history (scheduler.History) of the
 // configured backend — the embedded in-memory store, one Redis server,
 // Sentinel, Cluster or a Redlock quorum of independent masters, with TLS
-// and min_replicas_ack as configured — and closes them.
+// and min_replicas_ack as configured, or an etcd cluster (lock/etcdlock,
+// with the history beside the slots) — and closes them.
 //
 // It is the only place slotd builds go-redis clients, so that the engine
 // (package scheduler) never imports go-redis. Guarantees:
@@ -25,9 +26,11 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/slotd/slotd/internal/config"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/etcdlock"
 	"github.com/slotd/slotd/scheduler"
 )
 
@@ -48,7 +51,9 @@ type Backend struct {
 	// every Redlock master (*MultiHistory).
 	History scheduler.History
 
-	redis   redisStore // nil when embedded
+	redis   redisStore       // nil when embedded
+	etcd    *etcdlock.Store  // set on [etcd]
+	etcdCli *clientv3.Client // its client, closed after it
 	clients []redis.UniversalClient
 	hists   []*RedisHistory // closed before the clients
 }
@@ -94,6 +99,9 @@ func Open(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Opt
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.UsesEtcd() {
+		return openEtcd(ctx, cfg, log, o.subscribe)
 	}
 	if cfg.Embedded() {
 		log.Warn("no [redis] url, addrs or redlock: using the embedded in-memory store; slots are not shared with other replicas")
@@ -174,6 +182,9 @@ func (b *Backend) Close() error {
 	}
 	for _, c := range b.clients {
 		errs = append(errs, c.Close())
+	}
+	if b.etcd != nil {
+		errs = append(errs, b.closeEtcd())
 	}
 	return errors.Join(errs...)
 }
