@@ -68,12 +68,12 @@ func etcdStore(t *testing.T, endpoints []string) *etcdlock.Store {
 
 // etcdCheckOnce checks that every slot of the ledger started and ended
 // once, attempt 1, with the common fencing token, and that none is missing
-// between the first and the last.
-func etcdCheckOnce(t *testing.T, evs []event) []string {
+// between the first and the last (slots every apart, per task).
+func etcdCheckOnce(t *testing.T, evs []event, every time.Duration) []string {
 	t.Helper()
 	slots := bySlot(evs)
 	ids := sortedSlots(slots)
-	var prev time.Time
+	prev := map[string]time.Time{}
 	for _, id := range ids {
 		es := slots[id]
 		at := slotTime(t, id)
@@ -85,10 +85,11 @@ func etcdCheckOnce(t *testing.T, evs []event) []string {
 		if s := starts[0]; s.Attempt != 1 || s.Token != lock.Token(at, 1) || s.At.Before(at) {
 			t.Errorf("slot %s: %v; want attempt 1, token %d, not before %v", id, s, lock.Token(at, 1), at)
 		}
-		if !prev.IsZero() && at.Sub(prev) != time.Second {
-			t.Errorf("slots lost between %s and %s", prev.Format("150405"), at.Format("150405"))
+		task := es[0].Task
+		if p := prev[task]; !p.IsZero() && at.Sub(p) != every {
+			t.Errorf("task %s: slots lost between %s and %s", task, p.Format("150405"), at.Format("150405"))
 		}
-		prev = at
+		prev[task] = at
 	}
 	return ids
 }
@@ -110,7 +111,7 @@ func TestEtcdEverySlotOnce(t *testing.T) {
 	c.ledger.await("6 completed slots", 40*time.Second, func(evs []event) bool { return slotsWith(evs, "end", 1) >= 6 })
 	c.stopAll()
 	evs := c.ledger.read()
-	ids := etcdCheckOnce(t, evs)
+	ids := etcdCheckOnce(t, evs, time.Second)
 	if len(ids) < 6 {
 		t.Fatalf("%d slots, want >= 6:\n%s", len(ids), dump(evs))
 	}
