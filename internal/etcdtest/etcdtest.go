@@ -65,10 +65,27 @@ func Binary(t testing.TB) string {
 }
 
 // Start runs a cluster of n members for the test, waits until every member
-// reports healthy (a leader is elected), and stops it at cleanup.
+// reports healthy (a leader is elected), and stops it at cleanup. A port
+// taken between its choice and etcd's bind (other tests run beside this
+// one) is retried on fresh ports.
 func Start(t testing.TB, n int) *Cluster {
 	t.Helper()
 	bin := Binary(t)
+	for try := 1; ; try++ {
+		c, err := start(t, bin, n)
+		if err == nil {
+			return c
+		}
+		for _, m := range c.Members {
+			m.Stop()
+		}
+		if try == 3 || !strings.Contains(err.Error(), "address already in use") {
+			t.Fatalf("etcdtest: %v", err)
+		}
+	}
+}
+
+func start(t testing.TB, bin string, n int) (*Cluster, error) {
 	dir := t.TempDir()
 	c := &Cluster{t: t}
 	var initial []string
@@ -94,15 +111,17 @@ func Start(t testing.TB, n int) *Cluster {
 			"--logger", "zap", "--log-level", "warn", "--log-outputs", m.dir + "/etcd.log",
 		}
 		if err := os.MkdirAll(m.dir, 0o755); err != nil {
-			t.Fatal(err)
+			return c, err
 		}
 		m.start()
 		t.Cleanup(m.Stop)
 	}
 	for _, m := range c.Members {
-		m.waitHealthy(20 * time.Second)
+		if err := m.healthy(20 * time.Second); err != nil {
+			return c, err
+		}
 	}
-	return c
+	return c, nil
 }
 
 // Endpoints are the client URLs of every member.
@@ -208,6 +227,14 @@ var httpClient = &http.Client{Timeout: time.Second}
 
 func (m *Member) waitHealthy(within time.Duration) {
 	m.t.Helper()
+	if err := m.healthy(within); err != nil {
+		m.t.Fatalf("etcdtest: %v", err)
+	}
+}
+
+// healthy waits until the member reports healthy; the error carries its
+// log.
+func (m *Member) healthy(within time.Duration) error {
 	deadline := time.Now().Add(within)
 	for {
 		resp, err := httpClient.Get(m.ClientURL + "/health")
@@ -215,11 +242,11 @@ func (m *Member) waitHealthy(within time.Duration) {
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			if strings.Contains(string(b), `"health":"true"`) {
-				return
+				return nil
 			}
 		}
-		if time.Now().After(deadline) {
-			m.t.Fatalf("etcdtest: etcd %s on %s not healthy within %v; its log:\n%s", m.Name, m.ClientURL, within, m.Log())
+		if log := m.Log(); time.Now().After(deadline) || strings.Contains(log, "address already in use") {
+			return fmt.Errorf("etcd %s on %s not healthy within %v; its log:\n%s", m.Name, m.ClientURL, within, log)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -28,9 +28,36 @@ func (s *Store) Claim(ctx context.Context, slot lock.Slot, replica string, p loc
 	sent := time.Now()
 	c, err := s.claim(ctx, slot, replica, p, sent)
 	if err != nil {
-		state, attempts, _ := s.keys(slot)
-		return lock.Claim{}, fmt.Errorf("etcdlock: claim %s (keys %s, %s): %w", slot, state, attempts, err)
+		return lock.Claim{}, s.claimErr(slot, err)
 	}
+	return c, nil
+}
+
+func (s *Store) claimErr(slot lock.Slot, err error) error {
+	state, attempts, _ := s.keys(slot)
+	return fmt.Errorf("etcdlock: claim %s (keys %s, %s): %w", slot, state, attempts, err)
+}
+
+// outside reports whether slot's window is closed, or not yet open, by
+// the store's clock (whose bounds are lo and hi).
+func outside(slot lock.Slot, p lock.Policy, lo, hi time.Time) bool {
+	return lo.Before(slot.Time.Add(-p.Tolerance)) || !hi.Before(slot.Deadline)
+}
+
+// won finishes a won claim: it waits for the keepalive that proves the
+// lease (the claim is an error, of unknown outcome, without it), counts
+// the lease's validity from the earlier of the claim's and that
+// keepalive's send times, and records the hold.
+func (s *Store) won(ctx context.Context, c lock.Claim, slot lock.Slot, replica string, p lock.Policy, t ticket) (lock.Claim, error) {
+	from, err := t.wait(ctx)
+	if err != nil {
+		// Won, but the lease is not proven alive: the outcome is
+		// unknown, and the task must not run. The key frees by itself.
+		return lock.Claim{}, fmt.Errorf("won, but the lease's keepalive failed: %w", err)
+	}
+	c.Sent = minTime(c.Sent, from)
+	state, _, _ := s.keys(slot)
+	s.holds.add(state, lock.RunValue(lock.Owner{Replica: replica, Attempt: c.Attempt}), t.id, p.Lease, c.Sent)
 	return c, nil
 }
 
@@ -42,7 +69,7 @@ func (s *Store) claim(ctx context.Context, slot lock.Slot, replica string, p loc
 	c := lock.Claim{Now: lo.UTC(), Sent: sent}
 	state, _, _ := s.keys(slot)
 	earliest := slot.Time.Add(-p.Tolerance)
-	if lo.Before(earliest) || !hi.Before(slot.Deadline) {
+	if outside(slot, p, lo, hi) {
 		// Outside the window by the clock: a read says whether the slot is
 		// held or done anyway, as the Redis script answers.
 		resp, err := s.cli.Get(ctx, state)
@@ -77,15 +104,7 @@ func (s *Store) claim(ctx context.Context, slot lock.Slot, replica string, p loc
 		if err != nil || !won {
 			return c, err
 		}
-		from, err := t.wait(ctx)
-		if err != nil {
-			// Won, but the lease is not proven alive: the outcome is
-			// unknown, and the task must not run. The key frees by itself.
-			return lock.Claim{}, fmt.Errorf("won, but the lease's keepalive failed: %w", err)
-		}
-		c.Sent = minTime(sent, from)
-		s.holds.add(state, lock.RunValue(lock.Owner{Replica: replica, Attempt: c.Attempt}), t.id, p.Lease, c.Sent)
-		return c, nil
+		return s.won(ctx, c, slot, replica, p, t)
 	}
 	return lock.Claim{}, errLeaseGone
 }
@@ -94,18 +113,42 @@ func (s *Store) claim(ctx context.Context, slot lock.Slot, replica string, p loc
 // the done bucket's lease done.
 func (s *Store) claimTxn(ctx context.Context, c lock.Claim, slot lock.Slot, replica string, p lock.Policy,
 	run, done clientv3.LeaseID) (lock.Claim, bool, error) {
+	resp, err := s.cli.Txn(ctx).If(firstClaimIf(s, slot)...).Then(firstClaimThen(s, slot, replica, run, done)...).
+		Else(readSlot(s, slot)...).Commit()
+	return s.claimFrom(ctx, c, slot, replica, p, run, done, resp, err)
+}
+
+// firstClaimIf, firstClaimThen and readSlot are the first claim
+// transaction of a slot: if no state, attempts or base key exists, count
+// attempt 1 and hold the slot; else read the three keys.
+func firstClaimIf(s *Store, slot lock.Slot) []clientv3.Cmp {
 	state, attempts, base := s.keys(slot)
-	first := lock.RunValue(lock.Owner{Replica: replica, Attempt: 1})
-	resp, err := s.cli.Txn(ctx).If(
+	return []clientv3.Cmp{
 		clientv3.Compare(clientv3.Version(state), "=", 0),
 		clientv3.Compare(clientv3.Version(attempts), "=", 0),
 		clientv3.Compare(clientv3.Version(base), "=", 0),
-	).Then(
+	}
+}
+
+func firstClaimThen(s *Store, slot lock.Slot, replica string, run, done clientv3.LeaseID) []clientv3.Op {
+	state, attempts, _ := s.keys(slot)
+	return []clientv3.Op{
 		clientv3.OpPut(attempts, "1", clientv3.WithLease(done)),
-		clientv3.OpPut(state, first, clientv3.WithLease(run)),
-	).Else(
-		clientv3.OpGet(state), clientv3.OpGet(attempts), clientv3.OpGet(base),
-	).Commit()
+		clientv3.OpPut(state, lock.RunValue(lock.Owner{Replica: replica, Attempt: 1}), clientv3.WithLease(run)),
+	}
+}
+
+func readSlot(s *Store, slot lock.Slot) []clientv3.Op {
+	state, attempts, base := s.keys(slot)
+	return []clientv3.Op{clientv3.OpGet(state), clientv3.OpGet(attempts), clientv3.OpGet(base)}
+}
+
+// claimFrom goes on from the answer to a slot's first claim transaction:
+// won, or decided from the keys it read, or a second transaction compared
+// on their mod revisions (again while they keep changing).
+func (s *Store) claimFrom(ctx context.Context, c lock.Claim, slot lock.Slot, replica string, p lock.Policy,
+	run, done clientv3.LeaseID, resp *clientv3.TxnResponse, err error) (lock.Claim, bool, error) {
+	state, attempts, base := s.keys(slot)
 	for try := 0; ; try++ {
 		if err != nil {
 			return c, false, err
@@ -114,7 +157,10 @@ func (s *Store) claimTxn(ctx context.Context, c lock.Claim, slot lock.Slot, repl
 			if c.Attempt == 0 {
 				c.Attempt = 1
 			}
-			c.Result, c.Revision = lock.Won, resp.Header.Revision
+			c.Result = lock.Won
+			if resp.Header != nil { // a nested transaction's answer has none
+				c.Revision = resp.Header.Revision
+			}
 			return c, true, nil
 		}
 		if try >= maxTxnTries {

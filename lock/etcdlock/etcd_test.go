@@ -20,7 +20,7 @@ import (
 var policy = lock.Policy{Lease: 2 * time.Second, DoneTTL: time.Hour, MaxAttempts: 3}
 
 // client is an etcd client on c, closed at cleanup.
-func client(t *testing.T, endpoints []string) *clientv3.Client {
+func client(t testing.TB, endpoints []string) *clientv3.Client {
 	t.Helper()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
 	if err != nil {

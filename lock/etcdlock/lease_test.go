@@ -3,6 +3,7 @@ package etcdlock_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -43,15 +44,23 @@ func TestBurstSharesLeases(t *testing.T) {
 			t.Errorf("claim %d = %+v, %v", i, r.Claim, r.Err)
 		}
 	})
-	for _, s := range slots {
-		if err := h.Store.Renew(ctx, s, lock.Owner{Replica: "r#1", Attempt: 1}, policy.Lease); err != nil {
-			t.Fatal(err)
+	// renewals at one instant, as the watchdogs' shared grid makes them,
+	// then the completions
+	for _, op := range []func(lock.Slot) error{
+		func(s lock.Slot) error { return h.Store.Renew(ctx, s, lock.Owner{Replica: "r#1", Attempt: 1}, policy.Lease) },
+		func(s lock.Slot) error { return h.Store.Complete(ctx, s, lock.Owner{Replica: "r#1", Attempt: 1}, policy.DoneTTL) },
+	} {
+		var wg sync.WaitGroup
+		for _, s := range slots {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := op(s); err != nil {
+					t.Error(err)
+				}
+			}()
 		}
-	}
-	for _, s := range slots {
-		if err := h.Store.Complete(ctx, s, lock.Owner{Replica: "r#1", Attempt: 1}, policy.DoneTTL); err != nil {
-			t.Fatal(err)
-		}
+		wg.Wait()
 	}
 	after, err := cli.Leases(ctx)
 	if err != nil {
