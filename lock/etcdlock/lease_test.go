@@ -47,8 +47,12 @@ func TestBurstSharesLeases(t *testing.T) {
 	// renewals at one instant, as the watchdogs' shared grid makes them,
 	// then the completions
 	for _, op := range []func(lock.Slot) error{
-		func(s lock.Slot) error { return h.Store.Renew(ctx, s, lock.Owner{Replica: "r#1", Attempt: 1}, policy.Lease) },
-		func(s lock.Slot) error { return h.Store.Complete(ctx, s, lock.Owner{Replica: "r#1", Attempt: 1}, policy.DoneTTL) },
+		func(s lock.Slot) error {
+			return h.Store.Renew(ctx, s, lock.Owner{Replica: "r#1", Attempt: 1}, policy.Lease)
+		},
+		func(s lock.Slot) error {
+			return h.Store.Complete(ctx, s, lock.Owner{Replica: "r#1", Attempt: 1}, policy.DoneTTL)
+		},
 	} {
 		var wg sync.WaitGroup
 		for _, s := range slots {
