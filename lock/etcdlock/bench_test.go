@@ -80,7 +80,10 @@ func burst(b *testing.B, stores []lock.Store, n int) {
 				for i := range reqs {
 					reqs[i] = lock.ClaimRequest{Slot: slots[i], Replica: fmt.Sprintf("r%d", r), Policy: p}
 				}
-				var mine []int
+				// each winner completes its slot as soon as it knows, as
+				// the engine starts a task (up to 64 at once per replica)
+				var cw sync.WaitGroup
+				sem := make(chan struct{}, 64)
 				lock.ClaimMany(ctx, s, reqs, func(i int, rep lock.ClaimReply) {
 					if rep.Err != nil {
 						b.Error(rep.Err)
@@ -90,13 +93,11 @@ func burst(b *testing.B, stores []lock.Store, n int) {
 					claims++
 					if rep.Result == lock.Won {
 						won = append(won, time.Since(start))
-						mine = append(mine, i)
 					}
 					mu.Unlock()
-				})
-				var cw sync.WaitGroup
-				sem := make(chan struct{}, 64)
-				for _, i := range mine {
+					if rep.Result != lock.Won {
+						return
+					}
 					cw.Add(1)
 					sem <- struct{}{}
 					go func() {
@@ -105,7 +106,7 @@ func burst(b *testing.B, stores []lock.Store, n int) {
 							b.Error(err)
 						}
 					}()
-				}
+				})
 				cw.Wait()
 			}()
 		}
