@@ -45,11 +45,11 @@ func outside(slot lock.Slot, p lock.Policy, lo, hi time.Time) bool {
 }
 
 // won finishes a won claim: it waits for the keepalive that proves the
-// lease (the claim is an error, of unknown outcome, without it), counts
-// the lease's validity from the earlier of the claim's and that
-// keepalive's send times, and records the hold.
+// lease (the claim is an error, of unknown outcome, without a proof),
+// counts the lease's validity from the earlier of the claim's send time
+// and the proof's, and records the hold.
 func (s *Store) won(ctx context.Context, c lock.Claim, slot lock.Slot, replica string, p lock.Policy, t ticket) (lock.Claim, error) {
-	from, err := t.wait(ctx)
+	from, err := t.proven(ctx)
 	if err != nil {
 		// Won, but the lease is not proven alive: the outcome is
 		// unknown, and the task must not run. The key frees by itself.

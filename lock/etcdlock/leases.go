@@ -55,9 +55,10 @@ type round struct {
 // ticket is what an operation holds while its keepalive (or the lease's
 // grant) is under way.
 type ticket struct {
-	id      clientv3.LeaseID
-	r       *round    // nil: granted for this operation, at granted
-	granted time.Time // the grant's send time
+	id        clientv3.LeaseID
+	r         *round    // nil: granted for this operation, at granted
+	granted   time.Time // the grant's send time
+	confirmed time.Time // when joined: send time of the lease's last confirmed keepalive
 }
 
 // errLeaseGone: a keepalive found the owner's lease expired or revoked;
@@ -182,7 +183,7 @@ func (ls *leases) joinLocked(rl *runLease, fresh bool) (t ticket, send *round) {
 		}
 		r = rl.next
 	}
-	return ticket{id: rl.id, r: r}, send
+	return ticket{id: rl.id, r: r, confirmed: rl.confirmed}, send
 }
 
 // send puts r, which is rl's round in flight, on the keepalive stream.
@@ -235,6 +236,18 @@ func (t ticket) wait(ctx context.Context) (time.Time, error) {
 	case <-ctx.Done():
 		return time.Time{}, ctx.Err()
 	}
+}
+
+// proven is what a claim may count its lease from: the send time of its
+// keepalive; or, when that keepalive could not be confirmed (etcd was slow
+// or a member changed) but did not find the lease gone, the lease's last
+// confirmed keepalive before it, which forClaim made recent.
+func (t ticket) proven(ctx context.Context) (time.Time, error) {
+	from, err := t.wait(ctx)
+	if err != nil && !errors.Is(err, errLeaseGone) && !t.confirmed.IsZero() {
+		return t.confirmed, nil
+	}
+	return from, err
 }
 
 // forgetRunning drops lease id after etcd answered that it does not know
