@@ -9,6 +9,10 @@
 //     key (its value, or its mod revision when the claim read it) and, in
 //     the same transaction, counts the attempt, so the fencing token keeps
 //     lock.Token's formula (slot seconds × 1000 + attempt);
+//   - operations made at once share a Txn as nested transactions, each
+//     with its own compares (a burst's first claims, renewals, completions
+//     and releases: a hundred per Txn), so that a burst costs a few Raft
+//     entries, not one per slot;
 //   - a won claim carries the etcd revision of that transaction
 //     (lock.Claim.Revision): one store-wide order for sinks that want one;
 //   - an acknowledged claim, completion or release survives the loss of any
@@ -72,6 +76,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/slotd/slotd/internal/coalesce"
 	"github.com/slotd/slotd/lock"
 )
 
@@ -84,6 +89,7 @@ type Store struct {
 	leases *leases
 	hub    *hub
 	holds  *holds
+	txns   *coalesce.Coalescer[txnReq, *clientv3.TxnResponse] // renewals, completions, releases
 
 	ctx    context.Context // ends at Close: the keepalive stream, the watch, the janitor
 	cancel context.CancelFunc
@@ -117,6 +123,7 @@ func New(cli *clientv3.Client, prefix string, opts ...Option) *Store {
 	s.leases = newLeases(ctx, cli, s.goOwned)
 	s.hub = newHub(s)
 	s.holds = newHolds(s)
+	s.txns = newTxns(s)
 	return s
 }
 
@@ -129,6 +136,7 @@ func (s *Store) Close() error {
 	s.closed.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
+		s.txns.Close()
 		err = s.leases.revokeRunning(ctx)
 		s.cancel()
 		s.wg.Wait()

@@ -28,10 +28,10 @@ func (s *Store) Renew(ctx context.Context, slot lock.Slot, owner lock.Owner, lea
 	}
 	if err == nil {
 		var resp *clientv3.TxnResponse
-		resp, err = s.cli.Txn(ctx).If(
+		resp, err = s.txn(ctx, txnReq{key: state, cmps: []clientv3.Cmp{
 			clientv3.Compare(clientv3.Value(state), "=", lock.RunValue(owner)),
 			clientv3.Compare(clientv3.LeaseValue(state), "=", t.id),
-		).Commit()
+		}})
 		switch {
 		case err != nil:
 		case !resp.Succeeded:
@@ -67,12 +67,14 @@ func (s *Store) Complete(ctx context.Context, slot lock.Slot, owner lock.Owner, 
 				[]clientv3.Op{clientv3.OpPut(key, "", clientv3.WithIgnoreValue(), clientv3.WithLease(done))}, nil)
 		}
 		var err error
-		resp, err = s.cli.Txn(ctx).If(
-			clientv3.Compare(clientv3.Value(state), "=", lock.RunValue(owner)),
-		).Then(
-			clientv3.OpPut(state, lock.DoneValue(owner, lo.UnixMilli()), clientv3.WithLease(done)),
-			move(attempts), move(base),
-		).Else(clientv3.OpGet(state)).Commit()
+		resp, err = s.txn(ctx, txnReq{key: state,
+			cmps: []clientv3.Cmp{clientv3.Compare(clientv3.Value(state), "=", lock.RunValue(owner))},
+			then: []clientv3.Op{
+				clientv3.OpPut(state, lock.DoneValue(owner, lo.UnixMilli()), clientv3.WithLease(done)),
+				move(attempts), move(base),
+			},
+			els: []clientv3.Op{clientv3.OpGet(state)},
+		})
 		return err
 	})
 	if err != nil {
@@ -98,9 +100,10 @@ func doneOf(owner lock.Owner) string {
 // owner holds it; the deletion wakes the watchers of every replica.
 func (s *Store) Release(ctx context.Context, slot lock.Slot, owner lock.Owner) error {
 	state, _, _ := s.keys(slot)
-	resp, err := s.cli.Txn(ctx).If(
-		clientv3.Compare(clientv3.Value(state), "=", lock.RunValue(owner)),
-	).Then(clientv3.OpDelete(state)).Commit()
+	resp, err := s.txn(ctx, txnReq{key: state,
+		cmps: []clientv3.Cmp{clientv3.Compare(clientv3.Value(state), "=", lock.RunValue(owner))},
+		then: []clientv3.Op{clientv3.OpDelete(state)},
+	})
 	if err != nil {
 		return fmt.Errorf("etcdlock: release %s attempt %d: %w", slot, owner.Attempt, err)
 	}
