@@ -60,7 +60,10 @@ func TestEtcdLeaderKilledDuringBurst(t *testing.T) {
 	const tasks = 60
 	var blocks []string
 	for i := range tasks {
-		blocks = append(blocks, c.execTask(fmt.Sprintf("b%02d", i), "*/5 * * * * *", `rec start; rec end`, ""))
+		// a window of 20s: on a loaded machine an election, the claims'
+		// retries and sixty task processes may outlast the 5s to the next
+		// slot
+		blocks = append(blocks, c.execTask(fmt.Sprintf("b%02d", i), "*/5 * * * * *", `rec start; rec end`, `deadline = "20s"`))
 	}
 	for i := 1; i <= 2; i++ {
 		name := fmt.Sprintf("r%d", i)
@@ -71,7 +74,7 @@ func TestEtcdLeaderKilledDuringBurst(t *testing.T) {
 	leader.Stop()
 	t.Logf("killed leader %s as the burst of slot %s started", leader.Name, first[0].Slot)
 	burstSlot := first[0].Slot
-	c.ledger.await("two whole bursts", 60*time.Second, func(evs []event) bool {
+	c.ledger.await("two whole bursts", 90*time.Second, func(evs []event) bool {
 		ended := map[string]int{}
 		for _, e := range evs {
 			if e.Kind == "end" {
