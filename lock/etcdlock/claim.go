@@ -113,7 +113,9 @@ func (s *Store) claim(ctx context.Context, slot lock.Slot, replica string, p loc
 // the done bucket's lease done.
 func (s *Store) claimTxn(ctx context.Context, c lock.Claim, slot lock.Slot, replica string, p lock.Policy,
 	run, done clientv3.LeaseID) (lock.Claim, bool, error) {
-	resp, err := s.cli.Txn(ctx).If(firstClaimIf(s, slot)...).Then(firstClaimThen(s, slot, replica, run, done)...).
+	octx, cancel := opContext(ctx)
+	defer cancel()
+	resp, err := s.cli.Txn(octx).If(firstClaimIf(s, slot)...).Then(firstClaimThen(s, slot, replica, run, done)...).
 		Else(readSlot(s, slot)...).Commit()
 	return s.claimFrom(ctx, c, slot, replica, p, run, done, resp, err)
 }
@@ -192,13 +194,15 @@ func (s *Store) claimFrom(ctx context.Context, c lock.Claim, slot lock.Slot, rep
 		if b > 0 {
 			then = append(then, clientv3.OpPut(base, strconv.Itoa(b), clientv3.WithLease(done)))
 		}
-		resp, err = s.cli.Txn(ctx).If(
+		octx, cancel := opContext(ctx)
+		resp, err = s.cli.Txn(octx).If(
 			clientv3.Compare(clientv3.Version(state), "=", 0),
 			clientv3.Compare(clientv3.ModRevision(attempts), "=", modRev(ak)),
 			clientv3.Compare(clientv3.ModRevision(base), "=", modRev(bk)),
 		).Then(then...).Else(
 			clientv3.OpGet(state), clientv3.OpGet(attempts), clientv3.OpGet(base),
 		).Commit()
+		cancel()
 	}
 }
 

@@ -133,7 +133,9 @@ func (ls *leases) grant(ctx context.Context, k runKey) (ticket, error) {
 	}
 	ls.mu.Unlock()
 	sent := time.Now()
-	resp, err := ls.cli.Grant(ctx, k.ttl)
+	gctx, cancel := opContext(ctx)
+	resp, err := ls.cli.Grant(gctx, k.ttl)
+	cancel()
 	ls.mu.Lock()
 	if err != nil {
 		rl.err = err
@@ -313,7 +315,9 @@ func (ls *leases) bucket(ctx context.Context, ttl time.Duration) (clientv3.Lease
 		ls.buckets[end] = b
 		ls.mu.Unlock()
 		sent := time.Since(ls.base)
-		resp, err := ls.cli.Grant(ctx, int64((end-sent+time.Second-1)/time.Second))
+		gctx, cancel := opContext(ctx)
+		resp, err := ls.cli.Grant(gctx, int64((end-sent+time.Second-1)/time.Second))
+		cancel()
 		ls.mu.Lock()
 		if err != nil {
 			b.err = err

@@ -101,7 +101,9 @@ func (s *Store) claimBatch(ctx context.Context, reqs []lock.ClaimRequest, from, 
 	if len(ops) == 0 {
 		return
 	}
-	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
+	octx, cancel := opContext(ctx)
+	resp, err := s.cli.Txn(octx).Then(ops...).Commit()
+	cancel()
 	if err != nil {
 		for _, p := range ps {
 			q := reqs[p.i]

@@ -2,6 +2,7 @@ package etcdlock
 
 import (
 	"context"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -44,6 +45,8 @@ func (s *Store) txn(ctx context.Context, r txnReq) (*clientv3.TxnResponse, error
 // transaction (etcd refuses a transaction that writes a key twice): the
 // later goes in the next.
 func (s *Store) sendTxns(ctx context.Context, batch []*txnCall) {
+	ctx, cancel := opContext(ctx)
+	defer cancel()
 	for len(batch) > 0 {
 		seen := map[string]bool{}
 		var now, later []*txnCall
@@ -78,4 +81,17 @@ func (s *Store) sendTxns(ctx context.Context, batch []*txnCall) {
 		}
 		batch = later
 	}
+}
+
+// opTimeout bounds one try of a transaction. A request that a member
+// holds while the cluster elects a leader may otherwise wait out its
+// caller's whole deadline (a lease's validity), leaving no time to try
+// again on a member that has a leader.
+const opTimeout = 2 * time.Second
+
+// opContext is ctx for one try of a transaction: bounded by opTimeout, and
+// refused at once by a member without a leader (so the caller's retry
+// goes to one that has one).
+func opContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(clientv3.WithRequireLeader(ctx), opTimeout)
 }
