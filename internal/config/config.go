@@ -59,6 +59,7 @@ type Config struct {
 	Prefix        string           // [redis] prefix; default "slotd"
 	Redis         RedisOptions     // [redis] Sentinel or Cluster servers, credentials, min_replicas_ack
 	ZooKeeper     ZooKeeperOptions // [zookeeper] servers, session timeout, root, digest auth
+	Etcd          EtcdOptions      // [etcd] endpoints, credentials, TLS
 	Listen        string           // [http] listen; default "127.0.0.1:9464"; "off" disables the HTTP server
 	// Token is the bearer token of the write endpoints, read from [http]
 	// token_file or token_env at load; "" disables them. Never logged.
@@ -73,7 +74,7 @@ type Config struct {
 
 // The keys of each table, for unknown-key errors.
 var (
-	topKeys      = []string{"daemon", "redis", "http", "log", "plugins", "defaults", "task", "zookeeper"}
+	topKeys      = []string{"daemon", "redis", "http", "log", "plugins", "defaults", "task", "zookeeper", "etcd"}
 	daemonKeys   = []string{"replica", "shutdown_grace", "max_clock_skew", "env_drop"}
 	redisKeys    = append([]string{"url", "prefix", "url_env"}, redisModeKeys...)
 	httpKeys     = []string{"listen", "token_file", "token_env"}
@@ -149,6 +150,7 @@ func Parse(data []byte, source string, log *slog.Logger) (*Config, error) {
 	}
 	cfg.readDaemon(top.sub("daemon", daemonKeys))
 	cfg.readRedis(top.sub("redis", redisKeys))
+	cfg.readEtcd(top.sub("etcd", etcdKeys))
 	cfg.readHTTP(top.sub("http", httpKeys))
 	cfg.readLog(top.sub("log", logKeys))
 	cfg.readHTTPPool(top.sub("plugins", pluginsKeys).sub("http", httpPoolKeys))

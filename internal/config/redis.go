@@ -75,7 +75,9 @@ func (c *Config) RedisMode() string {
 
 // Embedded reports whether slotd runs on its in-memory store: no Redis, one
 // replica.
-func (c *Config) Embedded() bool { return c.RedisMode() == ModeEmbedded && !c.UsesZooKeeper() }
+func (c *Config) Embedded() bool {
+	return c.RedisMode() == ModeEmbedded && !c.UsesZooKeeper() && !c.UsesEtcd()
+}
 
 // The [redis] keys of the Sentinel and Cluster modes, and min_replicas_ack.
 var redisModeKeys = append([]string{"addrs", "master_name", "cluster", "username", "password",

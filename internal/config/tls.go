@@ -46,6 +46,15 @@ func (c *Config) readRedisTLS(t table) {
 		}
 		return
 	}
+	if conf := tlsFiles(t, ca, cert, key); conf != nil {
+		o.TLSConfig = conf
+	}
+}
+
+// tlsFiles builds a TLS configuration from the table's tls_ca_file (ca),
+// tls_cert_file (cert) and tls_key_file (key), reading them now; nil after
+// reporting the problem, naming the key and the path.
+func tlsFiles(t table, ca, cert, key string) *tls.Config {
 	conf := &tls.Config{MinVersion: tls.VersionTLS12}
 	ok := true
 	if ca != "" {
@@ -79,7 +88,8 @@ func (c *Config) readRedisTLS(t table) {
 			conf.Certificates = []tls.Certificate{pair}
 		}
 	}
-	if ok {
-		o.TLSConfig = conf
+	if !ok {
+		return nil
 	}
+	return conf
 }

@@ -104,4 +104,7 @@ func (c *Config) readZooKeeper(t table) {
 	if c.RedisMode() != ModeEmbedded {
 		t.errorf("servers", "[zookeeper] and [redis] url, addrs or redlock are exclusive: slots live in one store")
 	}
+	if c.UsesEtcd() {
+		t.errorf("servers", "[zookeeper] and [etcd] are exclusive: slots live in one store")
+	}
 }

@@ -44,6 +44,7 @@ func TestZooKeeperErrors(t *testing.T) {
 		{"[zookeeper]\nservers = [\"zk1:2181\"]\nusername = \"u\"", "zookeeper.username: digest auth needs both"},
 		{"[zookeeper]\nservers = [\"zk1:2181\"]\ncolour = 1", `unknown key "zookeeper.colour"`},
 		{"[redis]\nurl = \"redis://db:6379\"\n[zookeeper]\nservers = [\"zk1:2181\"]", "exclusive"},
+		{"[etcd]\nendpoints = [\"http://etcd1:2379\"]\n[zookeeper]\nservers = [\"zk1:2181\"]", "[zookeeper] and [etcd] are exclusive"},
 	} {
 		_, err := Parse([]byte(tc.src+minimal), "test.toml", nil)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -2,8 +2,9 @@
 // store (lock.Store) and the run history (scheduler.History) of the
 // configured backend — the embedded in-memory store, one Redis server,
 // Sentinel, Cluster or a Redlock quorum of independent masters, with TLS
-// and min_replicas_ack as configured, or a ZooKeeper ensemble
-// (lock/zookeeper, with the history beside the slots) — and closes them.
+// and min_replicas_ack as configured, or an etcd cluster (lock/etcdlock) or
+// a ZooKeeper ensemble (lock/zookeeper), each with the history beside the
+// slots — and closes them.
 //
 // It is the only place slotd builds go-redis clients, so that the engine
 // (package scheduler) never imports go-redis. Guarantees:
@@ -26,9 +27,11 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/slotd/slotd/internal/config"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/etcdlock"
 	zklock "github.com/slotd/slotd/lock/zookeeper"
 	"github.com/slotd/slotd/scheduler"
 )
@@ -50,8 +53,10 @@ type Backend struct {
 	// every Redlock master (*MultiHistory).
 	History scheduler.History
 
-	redis   redisStore    // nil when embedded
-	zk      *zklock.Store // set on [zookeeper]
+	redis   redisStore       // nil when embedded
+	zk      *zklock.Store    // set on [zookeeper]
+	etcd    *etcdlock.Store  // set on [etcd]
+	etcdCli *clientv3.Client // its client, closed after it
 	clients []redis.UniversalClient
 	hists   []*RedisHistory // closed before the clients
 }
@@ -101,6 +106,9 @@ func Open(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Opt
 	}
 	if cfg.UsesZooKeeper() {
 		return openZooKeeper(ctx, cfg, log)
+	}
+	if cfg.UsesEtcd() {
+		return openEtcd(ctx, cfg, log, o.subscribe)
 	}
 	if cfg.Embedded() {
 		log.Warn("no [redis] url, addrs or redlock: using the embedded in-memory store; slots are not shared with other replicas")
@@ -184,6 +192,9 @@ func (b *Backend) Close() error {
 	}
 	if b.zk != nil {
 		errs = append(errs, b.zk.Close())
+	}
+	if b.etcd != nil {
+		errs = append(errs, b.closeEtcd())
 	}
 	return errors.Join(errs...)
 }

@@ -178,6 +178,9 @@ func cmdValidate(args []string, stdout, stderr io.Writer) int {
 	if cfg.UsesZooKeeper() {
 		store = fmt.Sprintf("zookeeper (%d servers)", len(cfg.ZooKeeper.Servers))
 	}
+	if cfg.UsesEtcd() {
+		store = fmt.Sprintf("etcd (%d endpoints)", len(cfg.Etcd.Endpoints))
+	}
 	fmt.Fprintf(stdout, "config ok: %d tasks, %s, replica %s\n", len(cfg.Tasks), store, cfg.Replica)
 	return exitOK
 }

@@ -1,0 +1,259 @@
+package etcdlock
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/slotd/slotd/lock"
+)
+
+// maxTxnTries bounds a claim's or rerun's transactions when the slot's keys
+// change between its read and its write (a peer claimed meanwhile).
+const maxTxnTries = 8
+
+// Claim implements lock.Store. A free slot with no attempts yet is won in
+// one transaction; otherwise the transaction's else branch reads the keys,
+// and a second transaction writes them if their mod revisions have not
+// moved. The keepalive that proves the owner's lease runs beside the
+// transaction; Claim.Sent is the earlier of the claim's and that
+// keepalive's send times, so that the lease's watchdog counts from a time
+// at which the lease is known to have had its whole TTL left.
+func (s *Store) Claim(ctx context.Context, slot lock.Slot, replica string, p lock.Policy) (lock.Claim, error) {
+	sent := time.Now()
+	c, err := s.claim(ctx, slot, replica, p, sent)
+	if err != nil {
+		return lock.Claim{}, s.claimErr(slot, err)
+	}
+	return c, nil
+}
+
+func (s *Store) claimErr(slot lock.Slot, err error) error {
+	state, attempts, _ := s.keys(slot)
+	return fmt.Errorf("etcdlock: claim %s (keys %s, %s): %w", slot, state, attempts, err)
+}
+
+// outside reports whether slot's window is closed, or not yet open, by
+// the store's clock (whose bounds are lo and hi).
+func outside(slot lock.Slot, p lock.Policy, lo, hi time.Time) bool {
+	return lo.Before(slot.Time.Add(-p.Tolerance)) || !hi.Before(slot.Deadline)
+}
+
+// won finishes a won claim: it waits for the keepalive that proves the
+// lease (the claim is an error, of unknown outcome, without a proof),
+// counts the lease's validity from the earlier of the claim's send time
+// and the proof's, and records the hold.
+func (s *Store) won(ctx context.Context, c lock.Claim, slot lock.Slot, replica string, p lock.Policy, t ticket) (lock.Claim, error) {
+	from, err := t.proven(ctx)
+	if err != nil {
+		// Won, but the lease is not proven alive: the outcome is
+		// unknown, and the task must not run. The key frees by itself.
+		return lock.Claim{}, fmt.Errorf("won, but the lease's keepalive failed: %w", err)
+	}
+	c.Sent = minTime(c.Sent, from)
+	state, _, _ := s.keys(slot)
+	s.holds.add(state, lock.RunValue(lock.Owner{Replica: replica, Attempt: c.Attempt}), t.id, p.Lease, c.Sent)
+	return c, nil
+}
+
+func (s *Store) claim(ctx context.Context, slot lock.Slot, replica string, p lock.Policy, sent time.Time) (lock.Claim, error) {
+	lo, hi, err := s.clock.now(ctx)
+	if err != nil {
+		return lock.Claim{}, err
+	}
+	c := lock.Claim{Now: lo.UTC(), Sent: sent}
+	state, _, _ := s.keys(slot)
+	earliest := slot.Time.Add(-p.Tolerance)
+	if outside(slot, p, lo, hi) {
+		// Outside the window by the clock: a read says whether the slot is
+		// held or done anyway, as the Redis script answers.
+		resp, err := s.cli.Get(ctx, state)
+		if err != nil {
+			return lock.Claim{}, err
+		}
+		if len(resp.Kvs) > 0 {
+			return held(c, resp.Kvs[0], p)
+		}
+		if lo.Before(earliest) {
+			c.Result, c.Wait = lock.Early, earliest.Sub(lo)
+		} else {
+			c.Result = lock.Late
+		}
+		return c, nil
+	}
+	for try := 0; try < 2; try++ {
+		t, err := s.leases.forClaim(ctx, replica, p.Lease)
+		if err != nil {
+			return lock.Claim{}, err
+		}
+		var won bool
+		err = s.withBucket(ctx, p.DoneTTL, func(done clientv3.LeaseID) error {
+			var err error
+			c, won, err = s.claimTxn(ctx, c, slot, replica, p, t.id, done)
+			return err
+		})
+		if isLeaseNotFound(err) { // the running lease expired: grant another
+			s.leases.forgetRunning(t.id)
+			continue
+		}
+		if err != nil || !won {
+			return c, err
+		}
+		return s.won(ctx, c, slot, replica, p, t)
+	}
+	return lock.Claim{}, errLeaseGone
+}
+
+// claimTxn runs the claim's transactions with the running lease run and
+// the done bucket's lease done.
+func (s *Store) claimTxn(ctx context.Context, c lock.Claim, slot lock.Slot, replica string, p lock.Policy,
+	run, done clientv3.LeaseID) (lock.Claim, bool, error) {
+	octx, cancel := opContext(ctx)
+	defer cancel()
+	resp, err := s.cli.Txn(octx).If(firstClaimIf(s, slot)...).Then(firstClaimThen(s, slot, replica, run, done)...).
+		Else(readSlot(s, slot)...).Commit()
+	return s.claimFrom(ctx, c, slot, replica, p, run, done, resp, err)
+}
+
+// firstClaimIf, firstClaimThen and readSlot are the first claim
+// transaction of a slot: if no state, attempts or base key exists, count
+// attempt 1 and hold the slot; else read the three keys.
+func firstClaimIf(s *Store, slot lock.Slot) []clientv3.Cmp {
+	state, attempts, base := s.keys(slot)
+	return []clientv3.Cmp{
+		clientv3.Compare(clientv3.Version(state), "=", 0),
+		clientv3.Compare(clientv3.Version(attempts), "=", 0),
+		clientv3.Compare(clientv3.Version(base), "=", 0),
+	}
+}
+
+func firstClaimThen(s *Store, slot lock.Slot, replica string, run, done clientv3.LeaseID) []clientv3.Op {
+	state, attempts, _ := s.keys(slot)
+	return []clientv3.Op{
+		clientv3.OpPut(attempts, "1", clientv3.WithLease(done)),
+		clientv3.OpPut(state, lock.RunValue(lock.Owner{Replica: replica, Attempt: 1}), clientv3.WithLease(run)),
+	}
+}
+
+func readSlot(s *Store, slot lock.Slot) []clientv3.Op {
+	state, attempts, base := s.keys(slot)
+	return []clientv3.Op{clientv3.OpGet(state), clientv3.OpGet(attempts), clientv3.OpGet(base)}
+}
+
+// claimFrom goes on from the answer to a slot's first claim transaction:
+// won, or decided from the keys it read, or a second transaction compared
+// on their mod revisions (again while they keep changing).
+func (s *Store) claimFrom(ctx context.Context, c lock.Claim, slot lock.Slot, replica string, p lock.Policy,
+	run, done clientv3.LeaseID, resp *clientv3.TxnResponse, err error) (lock.Claim, bool, error) {
+	state, attempts, base := s.keys(slot)
+	for try := 0; ; try++ {
+		if err != nil {
+			return c, false, err
+		}
+		if resp.Succeeded {
+			if c.Attempt == 0 {
+				c.Attempt = 1
+			}
+			c.Result = lock.Won
+			if resp.Header != nil { // a nested transaction's answer has none
+				c.Revision = resp.Header.Revision
+			}
+			return c, true, nil
+		}
+		if try >= maxTxnTries {
+			return c, false, errTooContended
+		}
+		sk, ak, bk := one(resp.Responses[0]), one(resp.Responses[1]), one(resp.Responses[2])
+		if sk != nil {
+			c, err := held(c, sk, p)
+			return c, false, err
+		}
+		n, err := count(attempts, ak)
+		if err != nil {
+			return c, false, err
+		}
+		b, err := count(base, bk)
+		if err != nil {
+			return c, false, err
+		}
+		c.Base = b
+		if n-b >= p.MaxAttempts || n >= lock.MaxAttempts {
+			c.Result, c.Attempt = lock.Exhausted, n
+			return c, false, nil
+		}
+		c.Attempt = n + 1
+		then := []clientv3.Op{
+			clientv3.OpPut(attempts, strconv.Itoa(n+1), clientv3.WithLease(done)),
+			clientv3.OpPut(state, lock.RunValue(lock.Owner{Replica: replica, Attempt: n + 1}), clientv3.WithLease(run)),
+		}
+		if b > 0 {
+			then = append(then, clientv3.OpPut(base, strconv.Itoa(b), clientv3.WithLease(done)))
+		}
+		octx, cancel := opContext(ctx)
+		resp, err = s.cli.Txn(octx).If(
+			clientv3.Compare(clientv3.Version(state), "=", 0),
+			clientv3.Compare(clientv3.ModRevision(attempts), "=", modRev(ak)),
+			clientv3.Compare(clientv3.ModRevision(base), "=", modRev(bk)),
+		).Then(then...).Else(
+			clientv3.OpGet(state), clientv3.OpGet(attempts), clientv3.OpGet(base),
+		).Commit()
+		cancel()
+	}
+}
+
+// held is the answer for a slot whose state key kv exists: held, done, or
+// a foreign value. A held slot's Wait is the policy's lease: the holder's
+// lease is its replica's, renewed with every renewal of its slots, and the
+// watch wakes the waiter when the key goes.
+func held(c lock.Claim, kv *mvccpb.KeyValue, p lock.Policy) (lock.Claim, error) {
+	st, err := lock.ParseValue(string(kv.Value))
+	if err != nil {
+		return lock.Claim{}, err
+	}
+	c.Holder, c.Instance, c.Attempt = st.Holder, st.Instance, st.Attempt
+	if st.Status == "done" {
+		c.Result = lock.Done
+	} else {
+		c.Result, c.Wait = lock.Held, p.Lease
+	}
+	return c, nil
+}
+
+// one is the key a single-key Get of a transaction found, or nil.
+func one(r *pb.ResponseOp) *mvccpb.KeyValue {
+	if g := r.GetResponseRange(); g != nil && len(g.Kvs) > 0 {
+		return g.Kvs[0]
+	}
+	return nil
+}
+
+// count reads a counter key (0 if absent).
+func count(key string, kv *mvccpb.KeyValue) (int, error) {
+	if kv == nil {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(string(kv.Value))
+	if err != nil {
+		return 0, fmt.Errorf("%s %w: %q", key, lock.ErrForeign, kv.Value)
+	}
+	return n, nil
+}
+
+func modRev(kv *mvccpb.KeyValue) int64 {
+	if kv == nil {
+		return 0
+	}
+	return kv.ModRevision
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}

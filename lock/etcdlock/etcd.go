@@ -1,0 +1,224 @@
+// Package etcdlock is slotd's slot protocol (lock.Store) on an etcd
+// cluster: the store for slots that must stay exactly-once through the
+// failover of a store member, because every write is committed by a Raft
+// quorum before it is answered. It keeps package lock's key layout and
+// values, and passes the same conformance suite (lock/locktest).
+//
+// Guarantees, beyond those of every lock.Store:
+//   - every slot operation is one etcd transaction that compares the state
+//     key (its value, or its mod revision when the claim read it) and, in
+//     the same transaction, counts the attempt, so the fencing token keeps
+//     lock.Token's formula (slot seconds × 1000 + attempt);
+//   - operations made at once share a Txn as nested transactions, each
+//     with its own compares (a burst's first claims, renewals, completions
+//     and releases: a hundred per Txn), so that a burst costs a few Raft
+//     entries, not one per slot;
+//   - a won claim carries the etcd revision of that transaction
+//     (lock.Claim.Revision): one store-wide order for sinks that want one;
+//   - an acknowledged claim, completion or release survives the loss of any
+//     minority of members (no asynchronous replication window, unlike a
+//     Redis failover);
+//   - no claim starts before the slot time by the etcd member's clock (see
+//     below), whatever this process's clock says.
+//
+// Leases. A running slot's state key is attached to an etcd lease of its
+// owner — one lease per owner (replica id plus instance nonce) and lease
+// length, so in practice one per replica — not to a lease of its own. The
+// leases of a Store are kept alive over ONE keepalive stream, and only on
+// demand: a Claim or a Renew of any slot held under a lease sends (or joins)
+// one keepalive of that lease, so the ten thousand renewals of a burst that
+// fall on the same grid cost a few keepalives. Consequences, precisely:
+//   - Renew succeeds only if the slot's key still holds the owner's value on
+//     that lease AND a keepalive sent after Renew was called confirmed the
+//     lease: the lease then lives at least Policy.Lease (rounded up to whole
+//     seconds, etcd's unit) from the call, which is what lock.Lease's
+//     watchdog counts on;
+//   - when a keepalive finds the lease gone (it expired: the replica was cut
+//     off or paused for longer than the lease), every hold under it is lost
+//     at once, and each of their Renews answers lock.ErrNotHeld;
+//   - one task's lease can be lost while the replica's lease lives on (its
+//     renewals failed but another slot's did not): its watchdog cancels the
+//     task, and this Store deletes the slot's key (compared on its value) one
+//     lease after the last renewal it confirmed, so a peer takes it over as
+//     if the lease had run out; until then the key is held, as on Redis;
+//   - a crashed or partitioned replica's slots free when its lease expires
+//     on the etcd leader: Policy.Lease (rounded up to a second) after the
+//     last keepalive, plus an election if the leader changed meanwhile (a
+//     new leader extends every lease by its full TTL).
+//
+// Done markers and attempt counters live on leases of the done TTL shared
+// per expiry bucket (a 64th of the done TTL, at least a second and at most
+// an hour): a burst of ten thousand slots completes under one lease, and
+// every key still expires at most a bucket after its done TTL. Wake-ups come
+// from one prefix watch per Store (a deleted state key: released, rerun or
+// expired; a done value: completed), not from polling.
+//
+// The clock. etcd has no server-time API. The store's clock is the HTTP
+// Date header of a member's /version endpoint, refined across a second
+// boundary (the header changes second between two requests sent some
+// milliseconds apart) and then carried forward on this process's monotonic
+// clock, which a wall-clock step does not move. Claims are refused as
+// Early by the lower bound of that estimate and as Late by its upper bound;
+// it is resampled every ClockResample.
+//
+// Keys are package lock's (lock.Keys) under the prefix: the state key
+// "<prefix>:{<task>:<slot id>}", its ":attempts" and ":base", and
+// lock.ProbeKey for Probe.
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/slotd/slotd/internal/coalesce"
+	"github.com/slotd/slotd/lock"
+)
+
+// Store is the slot protocol on an etcd cluster. It implements lock.Store
+// and lock.Prober.
+type Store struct {
+	cli    *clientv3.Client
+	prefix string
+	clock  *serverClock
+	leases *leases
+	hub    *hub
+	holds  *holds
+	txns   *coalesce.Coalescer[txnReq, *clientv3.TxnResponse] // renewals, completions, releases
+
+	ctx    context.Context // ends at Close: the keepalive stream, the watch, the janitor
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	closed sync.Once
+}
+
+// Option changes how New builds a Store.
+type Option func(*options)
+
+type options struct {
+	http *http.Client
+}
+
+// WithHTTPClient sets the HTTP client the store's clock reads the members'
+// Date headers with (for TLS to the members: the same roots and client
+// certificate as the etcd client). Default: a client with a 2s timeout.
+func WithHTTPClient(c *http.Client) Option { return func(o *options) { o.http = c } }
+
+// New returns the slot protocol on cli, with keys under prefix. It does no
+// I/O. Close it before closing cli: it revokes the running leases so that
+// a peer may take this process's slots at once.
+func New(cli *clientv3.Client, prefix string, opts ...Option) *Store {
+	o := options{http: &http.Client{Timeout: 2 * time.Second}}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Store{cli: cli, prefix: prefix, ctx: ctx, cancel: cancel}
+	s.clock = newServerClock(cli.Endpoints, o.http)
+	s.leases = newLeases(ctx, cli, s.goOwned)
+	s.hub = newHub(s)
+	s.holds = newHolds(s)
+	s.txns = newTxns(s)
+	return s
+}
+
+// Close stops the watch, the keepalive stream and the clock, and revokes
+// the running leases (bounded by a second), so that the slots this process
+// still holds free at once rather than after their lease. It does not close
+// the client.
+func (s *Store) Close() error {
+	var err error
+	s.closed.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		s.txns.Close()
+		err = s.leases.revokeRunning(ctx)
+		s.cancel()
+		s.wg.Wait()
+		s.clock.wait()
+	})
+	return err
+}
+
+// go runs f on a goroutine the Store owns and Close waits for.
+func (s *Store) goOwned(f func()) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		f()
+	}()
+}
+
+// Time implements lock.Store: the members' clock (the lower bound of its
+// estimate, see the package doc), after a linearizable read, so that a
+// cluster without a quorum does not answer: a replica that cannot claim is
+// not ready.
+func (s *Store) Time(ctx context.Context) (time.Time, error) {
+	if _, err := s.cli.Get(ctx, s.prefix+":clock", clientv3.WithCountOnly()); err != nil {
+		return time.Time{}, fmt.Errorf("etcdlock: time: %w", err)
+	}
+	lo, _, err := s.clock.now(ctx)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("etcdlock: time: %w", err)
+	}
+	return lo, nil
+}
+
+// Probe implements lock.Prober: it writes lock.ProbeKey(prefix, replica)
+// with ttl, as a claim writes (a quorum must commit it).
+func (s *Store) Probe(ctx context.Context, replica string, ttl time.Duration) error {
+	key := lock.ProbeKey(s.prefix, replica)
+	err := s.withBucket(ctx, ttl, func(id clientv3.LeaseID) error {
+		_, err := s.cli.Put(ctx, key, replica, clientv3.WithLease(id))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("etcdlock: probe %s: %w", key, err)
+	}
+	return nil
+}
+
+// withBucket runs f with the lease of ttl's expiry bucket, once more with
+// a new one if etcd no longer knows the lease.
+func (s *Store) withBucket(ctx context.Context, ttl time.Duration, f func(clientv3.LeaseID) error) error {
+	for try := 0; ; try++ {
+		id, err := s.leases.bucket(ctx, ttl)
+		if err != nil {
+			return err
+		}
+		err = f(id)
+		if !isLeaseNotFound(err) || try > 0 {
+			return err
+		}
+		s.leases.forgetBucket(id)
+	}
+}
+
+// keys are a slot's state, attempts and base keys.
+func (s *Store) keys(slot lock.Slot) (state, attempts, base string) {
+	state, attempts = lock.Keys(s.prefix, slot)
+	return state, attempts, state + ":base"
+}
+
+var errTooContended = errors.New("etcdlock: the slot's keys kept changing under the transaction")
+
+// Client is the etcd client the Store runs on, for what lives beside the
+// slots (the run history).
+func (s *Store) Client() *clientv3.Client { return s.cli }
+
+// TTLLease returns a lease that lives at least ttl from now and at most a
+// 64th of it longer (see the package doc's buckets), shared with every
+// other key whose TTL ends in the same bucket: how what lives beside the
+// slots expires without a lease per key.
+func (s *Store) TTLLease(ctx context.Context, ttl time.Duration) (clientv3.LeaseID, error) {
+	return s.leases.bucket(ctx, ttl)
+}
+
+// ForgetLease drops a lease TTLLease returned after etcd answered that it
+// does not know it (it was revoked), so that the next call grants another.
+func (s *Store) ForgetLease(id clientv3.LeaseID) { s.leases.forgetBucket(id) }

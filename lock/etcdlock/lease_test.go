@@ -1,0 +1,180 @@
+package etcdlock_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/slotd/slotd/internal/etcdtest"
+	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/locktest"
+)
+
+func slotsOf(t *testing.T, h locktest.Harness, n int) []lock.Slot {
+	out := make([]lock.Slot, n)
+	for i := range out {
+		out[i] = locktest.UniqueSlot(t, h)
+	}
+	return out
+}
+
+// The leases of a burst: two hundred slots won by one replica sit on ONE
+// running lease, their attempts counters and done markers on one bucket
+// lease, and their renewals share a few keepalives.
+func TestBurstSharesLeases(t *testing.T) {
+	c := etcdtest.Start(t, 3)
+	h := harness(t, c)
+	cli := client(t, c.Endpoints())
+	ctx := context.Background()
+	slots := slotsOf(t, h, 200)
+	before, err := cli.Leases(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := make([]lock.ClaimRequest, len(slots))
+	for i, s := range slots {
+		reqs[i] = lock.ClaimRequest{Slot: s, Replica: "r#1", Policy: policy}
+	}
+	lock.ClaimMany(ctx, h.Store, reqs, func(i int, r lock.ClaimReply) {
+		if r.Err != nil || r.Result != lock.Won || r.Revision <= 0 {
+			t.Errorf("claim %d = %+v, %v", i, r.Claim, r.Err)
+		}
+	})
+	// renewals at one instant, as the watchdogs' shared grid makes them,
+	// then the completions
+	for _, op := range []func(lock.Slot) error{
+		func(s lock.Slot) error {
+			return h.Store.Renew(ctx, s, lock.Owner{Replica: "r#1", Attempt: 1}, policy.Lease)
+		},
+		func(s lock.Slot) error {
+			return h.Store.Complete(ctx, s, lock.Owner{Replica: "r#1", Attempt: 1}, policy.DoneTTL)
+		},
+	} {
+		var wg sync.WaitGroup
+		for _, s := range slots {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := op(s); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	after, err := cli.Leases(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// one running lease, and at most two done buckets (the burst may
+	// straddle a bucket's end)
+	if n := len(after.Leases) - len(before.Leases); n < 1 || n > 3 {
+		t.Fatalf("%d leases for a burst of %d slots, want 2 or 3", n, len(slots))
+	}
+}
+
+// A replica's lease lost is every hold under it lost: after the lease is
+// revoked (as it expires when the replica is cut off), each slot's Renew
+// answers ErrNotHeld, and a peer wins each slot with a higher token.
+func TestReplicaLeaseLostLosesEveryHold(t *testing.T) {
+	c := etcdtest.Start(t, 3)
+	h := harness(t, c)
+	cli := client(t, c.Endpoints())
+	ctx := context.Background()
+	slots := slotsOf(t, h, 3)
+	for _, s := range slots {
+		mustWin(t, h, s, "a#1")
+	}
+	st, _ := cli.Get(ctx, stateKey(slots[0]))
+	if _, err := cli.Revoke(ctx, clientv3.LeaseID(st.Kvs[0].Lease)); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range slots {
+		if err := h.Store.Renew(ctx, s, lock.Owner{Replica: "a#1", Attempt: 1}, policy.Lease); !errors.Is(err, lock.ErrNotHeld) {
+			t.Errorf("renew of %s after the lease's loss: %v, want ErrNotHeld", s, err)
+		}
+		if b := mustWin(t, h, s, "b#1"); lock.Token(s.Time, b.Attempt) <= lock.Token(s.Time, 1) {
+			t.Errorf("peer's token %d not above the lost holder's", lock.Token(s.Time, b.Attempt))
+		}
+	}
+	// and the replica claims again on a new lease
+	if c := mustWin(t, h, locktest.UniqueSlot(t, h), "a#1"); c.Attempt != 1 {
+		t.Fatalf("claim after the loss = %+v", c)
+	}
+}
+
+// One task's lease lost while the replica's lease lives on (another slot
+// keeps renewing it): the abandoned slot frees a lease after its last
+// renewal, as on Redis, and a peer takes it; the renewed slot stays held.
+func TestAbandonedHoldFreesAfterItsLease(t *testing.T) {
+	c := etcdtest.Start(t, 3)
+	h := harness(t, c)
+	ctx := context.Background()
+	kept, abandoned := locktest.UniqueSlot(t, h), locktest.UniqueSlot(t, h)
+	w := h.Store.Watch(abandoned)
+	defer w.Stop()
+	mustWin(t, h, kept, "a#1")
+	won := time.Now()
+	mustWin(t, h, abandoned, "a#1")
+	owner := lock.Owner{Replica: "a#1", Attempt: 1}
+	deadline := time.Now().Add(3 * policy.Lease)
+	for freed := false; !freed; {
+		select {
+		case <-w.C():
+			freed = true
+		case <-time.After(policy.Lease / 4):
+			if err := h.Store.Renew(ctx, kept, owner, policy.Lease); err != nil {
+				t.Fatalf("renew of the kept slot: %v", err)
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the abandoned slot was not freed within three leases")
+			}
+		}
+	}
+	if took := time.Since(won); took < policy.Lease {
+		t.Fatalf("the abandoned slot freed after %v, before its lease %v", took, policy.Lease)
+	}
+	mustWin(t, h, abandoned, "b#1")
+	if st, err := lock.ReadState(ctx, h.Store, kept); err != nil || st.Status != "running" || st.Holder != "a" {
+		t.Fatalf("kept slot = %+v, %v; want still running by a", st, err)
+	}
+}
+
+// The store's clock is the members' (here this machine's): within the
+// estimate's uncertainty of time.Now, and a claim before the slot time by
+// it is Early however the caller's clock reads.
+func TestClockIsTheMembers(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	s := newStore(t, c.Endpoints())
+	ctx := context.Background()
+	for range 3 {
+		got, err := s.Time(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(got); d < 0 || d > 250*time.Millisecond {
+			t.Fatalf("store time %v is %v behind this machine's (want a lower bound within 250ms)", got, d)
+		}
+	}
+	now := time.Now()
+	slot := lock.Slot{Task: t.Name(), ID: "x", Time: now.Add(500 * time.Millisecond), Deadline: now.Add(time.Hour)}
+	cl, err := s.Claim(ctx, slot, "r", policy)
+	if err != nil || cl.Result != lock.Early || cl.Wait <= 0 || cl.Wait > 500*time.Millisecond+250*time.Millisecond {
+		t.Fatalf("claim half a second early = %+v, %v; want early", cl, err)
+	}
+}
+
+func mustWin(t *testing.T, h locktest.Harness, s lock.Slot, replica string) lock.Claim {
+	t.Helper()
+	c, err := h.Store.Claim(context.Background(), s, replica, policy)
+	if err != nil || c.Result != lock.Won {
+		t.Fatalf("claim of %s by %s = %+v, %v; want won", s, replica, c, err)
+	}
+	return c
+}
+
+func stateKey(s lock.Slot) string { st, _ := lock.Keys("slotd", s); return st }

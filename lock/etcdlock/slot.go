@@ -1,0 +1,237 @@
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/slotd/slotd/lock"
+)
+
+// Renew implements lock.Store: one transaction compares the state key's
+// value and lease with owner's, beside a keepalive of owner's lease sent
+// after Renew was called (shared with every other renewal under that
+// lease). It succeeds only if both do; a lease that a keepalive found gone
+// answers lock.ErrNotHeld for every slot held under it.
+func (s *Store) Renew(ctx context.Context, slot lock.Slot, owner lock.Owner, lease time.Duration) error {
+	called := time.Now()
+	state, _, _ := s.keys(slot)
+	id, ok := s.holds.lease(state, lock.RunValue(owner))
+	t, err := s.leases.forRenew(id)
+	if !ok {
+		err = errNoLease
+	}
+	if err == nil {
+		var resp *clientv3.TxnResponse
+		resp, err = s.txn(ctx, txnReq{key: state, cmps: []clientv3.Cmp{
+			clientv3.Compare(clientv3.Value(state), "=", lock.RunValue(owner)),
+			clientv3.Compare(clientv3.LeaseValue(state), "=", t.id),
+		}})
+		switch {
+		case err != nil:
+		case !resp.Succeeded:
+			err = errNoLease
+		default:
+			_, err = t.wait(ctx)
+		}
+	}
+	switch {
+	case errors.Is(err, errNoLease), errors.Is(err, errLeaseGone):
+		s.holds.remove(state)
+		return fmt.Errorf("etcdlock: renew %s attempt %d: %w (%w)", slot, owner.Attempt, lock.ErrNotHeld, err)
+	case err != nil:
+		return fmt.Errorf("etcdlock: renew %s attempt %d: %w", slot, owner.Attempt, err)
+	}
+	s.holds.touch(state, called)
+	return nil
+}
+
+// Complete implements lock.Store: one transaction that, if owner holds the
+// slot, writes the done marker and moves the attempts counter (and the
+// rerun base, if any) onto the done TTL's bucket lease.
+func (s *Store) Complete(ctx context.Context, slot lock.Slot, owner lock.Owner, doneTTL time.Duration) error {
+	state, attempts, base := s.keys(slot)
+	lo, _, err := s.clock.now(ctx)
+	if err != nil {
+		return fmt.Errorf("etcdlock: complete %s attempt %d: %w", slot, owner.Attempt, err)
+	}
+	var resp *clientv3.TxnResponse
+	err = s.withBucket(ctx, doneTTL, func(done clientv3.LeaseID) error {
+		move := func(key string) clientv3.Op { // keep the value, change the lease
+			return clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Version(key), ">", 0)},
+				[]clientv3.Op{clientv3.OpPut(key, "", clientv3.WithIgnoreValue(), clientv3.WithLease(done))}, nil)
+		}
+		var err error
+		resp, err = s.txn(ctx, txnReq{key: state,
+			cmps: []clientv3.Cmp{clientv3.Compare(clientv3.Value(state), "=", lock.RunValue(owner))},
+			then: []clientv3.Op{
+				clientv3.OpPut(state, lock.DoneValue(owner, lo.UnixMilli()), clientv3.WithLease(done)),
+				move(attempts), move(base),
+			},
+			els: []clientv3.Op{clientv3.OpGet(state)},
+		})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("etcdlock: complete %s attempt %d: %w", slot, owner.Attempt, err)
+	}
+	if resp.Succeeded {
+		s.holds.remove(state)
+		return nil
+	}
+	if kv := one(resp.Responses[0]); kv != nil && strings.HasPrefix(string(kv.Value), doneOf(owner)) {
+		return nil // completed already: a retry after a lost reply
+	}
+	s.holds.remove(state)
+	return fmt.Errorf("etcdlock: complete %s attempt %d: %w", slot, owner.Attempt, lock.ErrNotHeld)
+}
+
+// doneOf is the prefix of owner's done value.
+func doneOf(owner lock.Owner) string {
+	return strings.TrimSuffix(lock.DoneValue(owner, 0), "0")
+}
+
+// Release implements lock.Store: one transaction deletes the state key if
+// owner holds it; the deletion wakes the watchers of every replica.
+func (s *Store) Release(ctx context.Context, slot lock.Slot, owner lock.Owner) error {
+	state, _, _ := s.keys(slot)
+	resp, err := s.txn(ctx, txnReq{key: state,
+		cmps: []clientv3.Cmp{clientv3.Compare(clientv3.Value(state), "=", lock.RunValue(owner))},
+		then: []clientv3.Op{clientv3.OpDelete(state)},
+	})
+	if err != nil {
+		return fmt.Errorf("etcdlock: release %s attempt %d: %w", slot, owner.Attempt, err)
+	}
+	s.holds.remove(state)
+	if !resp.Succeeded {
+		return fmt.Errorf("etcdlock: release %s attempt %d: %w", slot, owner.Attempt, lock.ErrNotHeld)
+	}
+	return nil
+}
+
+// Rerun implements lock.Store: it reads the slot's keys and, in one
+// transaction compared on their mod revisions, deletes the state and keeps
+// the attempts made as the new base (on the counter's lease). Rerun.Woken
+// counts this process's watchers of the slot; every replica's watch sees
+// the deletion.
+func (s *Store) Rerun(ctx context.Context, slot lock.Slot, force bool) (lock.Rerun, error) {
+	state, attempts, base := s.keys(slot)
+	for try := 0; try < maxTxnTries; try++ {
+		rd, err := s.cli.Txn(ctx).Then(clientv3.OpGet(state), clientv3.OpGet(attempts), clientv3.OpGet(base)).Commit()
+		if err != nil {
+			return lock.Rerun{}, fmt.Errorf("etcdlock: rerun %s: %w", slot, err)
+		}
+		sk, ak, bk := one(rd.Responses[0]), one(rd.Responses[1]), one(rd.Responses[2])
+		var out lock.Rerun
+		n, nerr := count(attempts, ak)
+		out.Attempts = n
+		if sk != nil {
+			out.Previous = string(sk.Value)
+			if !force && !strings.HasPrefix(out.Previous, "done:") {
+				out.Refused = "foreign"
+				if strings.HasPrefix(out.Previous, "run:") {
+					out.Refused = "running"
+				}
+				out.TTL = s.leaseTTL(ctx, clientv3.LeaseID(sk.Lease))
+				return out, nil
+			}
+		}
+		ops := []clientv3.Op{clientv3.OpDelete(state)}
+		switch {
+		case ak != nil && nerr == nil:
+			ops = append(ops, clientv3.OpPut(base, strconv.Itoa(n), clientv3.WithLease(clientv3.LeaseID(ak.Lease))))
+		case ak != nil:
+			out.Attempts = 0
+			ops = append(ops, clientv3.OpDelete(attempts), clientv3.OpDelete(base))
+		default:
+			ops = append(ops, clientv3.OpDelete(base))
+		}
+		resp, err := s.cli.Txn(ctx).If(
+			clientv3.Compare(clientv3.ModRevision(state), "=", modRev(sk)),
+			clientv3.Compare(clientv3.ModRevision(attempts), "=", modRev(ak)),
+			clientv3.Compare(clientv3.ModRevision(base), "=", modRev(bk)),
+		).Then(ops...).Commit()
+		if isLeaseNotFound(err) { // the counter's lease ran out meanwhile
+			continue
+		}
+		if err != nil {
+			return lock.Rerun{}, fmt.Errorf("etcdlock: rerun %s: %w", slot, err)
+		}
+		if resp.Succeeded {
+			out.Cleared, out.Woken = true, int64(s.hub.count(state))
+			s.holds.remove(state)
+			return out, nil
+		}
+	}
+	return lock.Rerun{}, fmt.Errorf("etcdlock: rerun %s: %w", slot, errTooContended)
+}
+
+// leaseTTL is what is left of lease id, for States and Rerun (0 if none or
+// unknown).
+func (s *Store) leaseTTL(ctx context.Context, id clientv3.LeaseID) time.Duration {
+	if id == clientv3.NoLease {
+		return 0
+	}
+	resp, err := s.cli.TimeToLive(ctx, id)
+	if err != nil || resp.TTL <= 0 {
+		return 0
+	}
+	return time.Duration(resp.TTL) * time.Second
+}
+
+// statesPerTxn keeps a States transaction within etcd's default limit of
+// 128 operations (--max-txn-ops): two reads per slot.
+const statesPerTxn = 64
+
+// States implements lock.Store: the state and attempts keys of up to 64
+// slots per transaction, and one TimeToLive per distinct lease for the
+// TTLs.
+func (s *Store) States(ctx context.Context, slots []lock.Slot) ([]lock.State, error) {
+	out := make([]lock.State, 0, len(slots))
+	var errs []error
+	ttls := map[int64]time.Duration{}
+	for from := 0; from < len(slots); from += statesPerTxn {
+		chunk := slots[from:min(from+statesPerTxn, len(slots))]
+		ops := make([]clientv3.Op, 0, 2*len(chunk))
+		for _, slot := range chunk {
+			state, attempts, _ := s.keys(slot)
+			ops = append(ops, clientv3.OpGet(state), clientv3.OpGet(attempts))
+		}
+		resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
+		if err != nil {
+			return nil, fmt.Errorf("etcdlock: state of %d slots: %w", len(slots), err)
+		}
+		for i, slot := range chunk {
+			sk, ak := one(resp.Responses[2*i]), one(resp.Responses[2*i+1])
+			st := lock.State{Status: "free"}
+			var err error
+			if sk != nil {
+				if st, err = lock.ParseValue(string(sk.Value)); err == nil {
+					ttl, ok := ttls[sk.Lease]
+					if !ok {
+						ttl = s.leaseTTL(ctx, clientv3.LeaseID(sk.Lease))
+						ttls[sk.Lease] = ttl
+					}
+					st.TTL = ttl
+				}
+			}
+			if ak != nil {
+				n, aerr := strconv.Atoi(string(ak.Value))
+				if aerr != nil {
+					err = errors.Join(err, fmt.Errorf("attempts %w: %q", lock.ErrForeign, ak.Value))
+				}
+				st.Attempts = n
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("etcdlock: state %s: %w", slot, err))
+			}
+			out = append(out, st)
+		}
+	}
+	return out, errors.Join(errs...)
+}
