@@ -159,6 +159,7 @@ func Parse(data []byte, source string, log *slog.Logger) (*Config, error) {
 	defaultHook := readHook(defTable, "defaults.on_failure", log.With("hook", "on_failure"))
 	cfg.readTasks(top, defaults, defaultHook, log)
 	cfg.readZooKeeper(top.sub("zookeeper", zookeeperKeys))
+	cfg.checkStoreSupport(top.p)
 
 	if err := p.err(); err != nil {
 		return nil, err
