@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/slotd/slotd/scheduler"
-	"github.com/slotd/slotd/tasks"
 )
 
 // DefaultHookTimeout bounds one run of an on_failure hook unless its
@@ -63,35 +62,7 @@ func buildHook(t table, log *slog.Logger) rawHook {
 	if d, ok := t.positive("timeout"); ok {
 		h.Timeout = d
 	}
-	paramsOK := true
-	if v, ok := t.m["params"]; ok {
-		if pm, isTable := v.(map[string]any); isTable {
-			h.Params = pm
-		} else {
-			t.errorf("params", "must be a table, not %s", tomlType(v))
-			paramsOK = false
-		}
-	}
-	plugin, pluginOK := t.str("plugin")
-	h.Plugin = plugin
-	switch {
-	case !t.has("plugin"):
-		t.errorf("plugin", "required (registered plugins: %s)", registered())
-	case !pluginOK:
-	default:
-		factory, known := tasks.Lookup(plugin)
-		if !known {
-			t.errorf("plugin", "unknown plugin %q (registered plugins: %s)", plugin, registered())
-		} else if paramsOK {
-			job, err := build(factory, plugin, h.Params, log)
-			for _, e := range splitJoined(err) {
-				if e != nil {
-					t.wrapf("params", e)
-				}
-			}
-			h.Job = job
-		}
-	}
+	h.Plugin, h.Params, h.Job = readPlugin(t, "[on_failure.params]", log)
 	if len(t.p.errs) != before {
 		return rawHook{set: true, bad: true}
 	}

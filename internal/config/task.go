@@ -111,37 +111,7 @@ func readTask(m map[string]any, n int, seen map[string]int, defaults rawPolicy, 
 		}
 	}
 
-	task.Params = map[string]any{}
-	paramsOK := true
-	if v, ok := m["params"]; ok {
-		if pm, isTable := v.(map[string]any); isTable {
-			task.Params = pm
-		} else {
-			t.errorf("params", "must be a table ([task.params]), not %s", tomlType(v))
-			paramsOK = false
-		}
-	}
-	plugin, pluginOK := t.str("plugin")
-	task.Plugin = plugin
-	switch {
-	case !t.has("plugin"):
-		t.errorf("plugin", "required (registered plugins: %s)", registered())
-	case !pluginOK:
-	default:
-		factory, known := tasks.Lookup(plugin)
-		if !known {
-			t.errorf("plugin", "unknown plugin %q (registered plugins: %s)", plugin, registered())
-		} else if paramsOK {
-			job, err := build(factory, plugin, task.Params, log.With("task", name))
-			if err != nil {
-				// A factory may join one error per problem: one line each.
-				for _, e := range splitJoined(err) {
-					t.wrapf("params", e)
-				}
-			}
-			task.Job = job
-		}
-	}
+	task.Plugin, task.Params, task.Job = readPlugin(t, "[task.params]", log.With("task", name))
 
 	pol := resolvePolicy(t, readPolicy(t), defaults, task.Schedule)
 	task.Policy = lock.Policy{Lease: pol.Lease, DoneTTL: pol.DoneTTL, MaxAttempts: pol.MaxAttempts}
@@ -158,6 +128,44 @@ func readTask(m map[string]any, n int, seen map[string]int, defaults rawPolicy, 
 	}
 	task.OnFailure = readHook(t, hookScope(t.scope), log.With("task", name, "hook", "on_failure")).or(defaultHook)
 	return task, len(p.errs) == before
+}
+
+// readPlugin reads a table's plugin and params (named paramsTable in an
+// error about their type) and builds the plugin's job, reporting each
+// problem under its key. The job is nil when anything is wrong. Tasks and
+// on_failure hooks read theirs alike.
+func readPlugin(t table, paramsTable string, log *slog.Logger) (plugin string, params map[string]any, job tasks.Task) {
+	params = map[string]any{}
+	paramsOK := true
+	if v, ok := t.m["params"]; ok {
+		if pm, isTable := v.(map[string]any); isTable {
+			params = pm
+		} else {
+			t.errorf("params", "must be a table (%s), not %s", paramsTable, tomlType(v))
+			paramsOK = false
+		}
+	}
+	plugin, pluginOK := t.str("plugin")
+	switch {
+	case !t.has("plugin"):
+		t.errorf("plugin", "required (registered plugins: %s)", registered())
+	case !pluginOK:
+	default:
+		factory, known := tasks.Lookup(plugin)
+		if !known {
+			t.errorf("plugin", "unknown plugin %q (registered plugins: %s)", plugin, registered())
+		} else if paramsOK {
+			var err error
+			job, err = build(factory, plugin, params, log)
+			// A factory may join one error per problem: one line each.
+			for _, e := range splitJoined(err) {
+				if e != nil {
+					t.wrapf("params", e)
+				}
+			}
+		}
+	}
+	return plugin, params, job
 }
 
 // build calls a plugin's factory, turning a panic into an error: no
