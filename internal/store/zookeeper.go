@@ -74,12 +74,12 @@ func (h *ZooKeeperHistory) Append(ctx context.Context, task string, e scheduler.
 	}
 	c, dir := h.s.Conn(), h.dir(task)
 	for try := 0; ; try++ {
-		p, err := zkCall(ctx, func() (string, error) {
+		p, err := zklock.Call(ctx, func() (string, error) {
 			return c.CreateTTL(dir+"/e-", b, zk.FlagPersistentSequentialWithTTL, h.s.ACL(), h.ttl)
 		})
 		if errors.Is(err, zk.ErrNoNode) && try == 0 {
 			for _, d := range []string{h.s.Root(), h.s.Root() + "/.history", dir} {
-				if _, err := zkCall(ctx, func() (string, error) { return c.CreateContainer(d, nil, zk.FlagContainer, h.s.ACL()) }); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+				if _, err := zklock.Call(ctx, func() (string, error) { return c.CreateContainer(d, nil, zk.FlagContainer, h.s.ACL()) }); err != nil && !errors.Is(err, zk.ErrNodeExists) {
 					return fmt.Errorf("history: append %s: create %s: %w", task, d, err)
 				}
 			}
@@ -100,13 +100,13 @@ func (h *ZooKeeperHistory) Append(ctx context.Context, task string, e scheduler.
 func (h *ZooKeeperHistory) trim(ctx context.Context, dir string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	kids, err := zkCall(ctx, func() ([]string, error) { kids, _, err := h.s.Conn().Children(dir); return kids, err })
+	kids, err := zklock.Call(ctx, func() ([]string, error) { kids, _, err := h.s.Conn().Children(dir); return kids, err })
 	if err != nil || len(kids) <= scheduler.HistoryMaxLen {
 		return
 	}
 	slices.Sort(kids) // the sequence numbers are zero-padded
 	for _, k := range kids[:len(kids)-scheduler.HistoryMaxLen] {
-		if _, err := zkCall(ctx, func() (struct{}, error) { return struct{}{}, h.s.Conn().Delete(dir+"/"+k, -1) }); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		if _, err := zklock.Call(ctx, func() (struct{}, error) { return struct{}{}, h.s.Conn().Delete(dir+"/"+k, -1) }); err != nil && !errors.Is(err, zk.ErrNoNode) {
 			return
 		}
 	}
@@ -119,7 +119,7 @@ func (h *ZooKeeperHistory) Recent(ctx context.Context, task string, n int) ([]sc
 		return nil, nil
 	}
 	dir := h.dir(task)
-	kids, err := zkCall(ctx, func() ([]string, error) { kids, _, err := h.s.Conn().Children(dir); return kids, err })
+	kids, err := zklock.Call(ctx, func() ([]string, error) { kids, _, err := h.s.Conn().Children(dir); return kids, err })
 	if errors.Is(err, zk.ErrNoNode) {
 		return nil, nil
 	}
@@ -138,7 +138,7 @@ func (h *ZooKeeperHistory) Recent(ctx context.Context, task string, n int) ([]sc
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			b, err := zkCall(ctx, func() ([]byte, error) { b, _, err := h.s.Conn().Get(dir + "/" + k); return b, err })
+			b, err := zklock.Call(ctx, func() ([]byte, error) { b, _, err := h.s.Conn().Get(dir + "/" + k); return b, err })
 			switch {
 			case errors.Is(err, zk.ErrNoNode): // trimmed or expired meanwhile
 			case err != nil:
@@ -164,24 +164,4 @@ func (h *ZooKeeperHistory) Recent(ctx context.Context, task string, n int) ([]sc
 		}
 	}
 	return kept, nil
-}
-
-// zkCall runs f, a blocking ZooKeeper call, until it returns or ctx ends.
-func zkCall[T any](ctx context.Context, f func() (T, error)) (T, error) {
-	type result struct {
-		v   T
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		v, err := f()
-		ch <- result{v, err}
-	}()
-	select {
-	case r := <-ch:
-		return r.v, r.err
-	case <-ctx.Done():
-		var zero T
-		return zero, context.Cause(ctx)
-	}
 }

@@ -188,6 +188,12 @@ func (s *Store) RunPath(slot lock.Slot) string { return s.SlotPath(slot) + "/run
 
 func (s *Store) clockPath() string { return s.root + "/.clock" }
 
+// Call runs f, a blocking call on the store's connection (Conn), until it
+// returns or ctx ends (the call then finishes on its own, its result
+// unread): how code beside the store, such as the history on the
+// ensemble, bounds its own calls as the store does.
+func Call[T any](ctx context.Context, f func() (T, error)) (T, error) { return call(ctx, f) }
+
 // call runs f, a blocking client call, until it returns or ctx ends (the
 // call then finishes on its own, its result unread).
 func call[T any](ctx context.Context, f func() (T, error)) (T, error) {
