@@ -111,6 +111,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "load: %v\n", err)
 		return 1
 	}
+	return emit(o, rep, rep.Violations, stdout, stderr)
+}
+
+// emit writes a measurement's report on stdout, as JSON or a table, and
+// returns the exit code: 1 if it could not be written or a correctness
+// check (violations) failed.
+func emit(o options, rep interface {
+	writeJSON(io.Writer) error
+	writeTable(io.Writer)
+}, violations []string, stdout, stderr io.Writer) int {
+	var err error
 	if o.json {
 		err = rep.writeJSON(stdout)
 	} else {
@@ -120,8 +131,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "load: %v\n", err)
 		return 1
 	}
-	if len(rep.Violations) > 0 {
-		fmt.Fprintf(stderr, "load: %d correctness checks failed:\n  %s\n", len(rep.Violations), strings.Join(rep.Violations, "\n  "))
+	if len(violations) > 0 {
+		fmt.Fprintf(stderr, "load: %d correctness checks failed:\n  %s\n", len(violations), strings.Join(violations, "\n  "))
 		return 1
 	}
 	return 0

@@ -76,20 +76,7 @@ func runSustained(ctx context.Context, o options, stdout, stderr io.Writer) int 
 		return 1
 	}
 	fmt.Fprintln(stderr, rep.summary())
-	if o.json {
-		err = rep.writeJSON(stdout)
-	} else {
-		rep.writeTable(stdout)
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "load: %v\n", err)
-		return 1
-	}
-	if len(rep.Violations) > 0 {
-		fmt.Fprintf(stderr, "load: %d correctness checks failed:\n  %s\n", len(rep.Violations), strings.Join(rep.Violations, "\n  "))
-		return 1
-	}
-	return 0
+	return emit(o, rep, rep.Violations, stdout, stderr)
 }
 
 // writeSustainedConfigs writes each replica's config: o.rate tasks due
