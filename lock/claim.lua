@@ -64,10 +64,16 @@ local function claim(k, a)
   if not n then
     return {'foreign', 0, 0, now, c, 0}
   end
-  local b = redis.call('GET', KEYS[k + 3])
-  local base = tonumber(b or '0')
-  if not base then
-    return {'foreign', 0, 0, now, b, 0}
+  -- The base key lives exactly as long as the counter (rerun.lua sets it
+  -- only beside one, and every PEXPIRE gives both the same expiry), so a
+  -- slot without a counter, the common case, has none to read.
+  local base = 0
+  if c then
+    local b = redis.call('GET', KEYS[k + 3])
+    base = tonumber(b or '0')
+    if not base then
+      return {'foreign', 0, 0, now, b, 0}
+    end
   end
   if n - base >= tonumber(ARGV[a + 3]) or n >= 999 then
     return {'exhausted', n, 0, now, '', base}

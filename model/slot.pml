@@ -197,8 +197,10 @@ inline publish(kind) {
   od
 }
 
-/* claim.lua lines 38-82 (one slot): state first, then the clock, the
- * deadline, the cap, then INCR + SET PX. */
+/* claim.lua lines 38-88 (one slot): state first, then the clock, the
+ * deadline, the cap, then INCR + SET PX. The script reads the base key
+ * only beside a counter; here base is 0 whenever cnt is (the rerun sets
+ * it from cnt), so skipping that read changes nothing modelled. */
 inline claim_lua(i, res, w) {
   if
   :: kdone -> res = R_DONE                                 /* 48-50 */
@@ -210,11 +212,11 @@ inline claim_lua(i, res, w) {
 #endif
      :: closed -> res = R_LATE                              /* 58-60 */
 #ifndef M_NO_CAP
-     :: (cnt >= base && cnt - base >= CAP) || cnt >= MAXN -> res = R_EXH /* 72-74 */
+     :: (cnt >= base && cnt - base >= CAP) || cnt >= MAXN -> res = R_EXH /* 78-80 */
 #else
      :: cnt >= MAXN -> res = R_EXH
 #endif
-     :: else ->                                             /* 76-82 */
+     :: else ->                                             /* 82-88 */
         cnt++;
         kown = i + 1; katt = cnt; kdone = false; kttl = LEASE;
         res = R_WON;
