@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -50,7 +51,12 @@ type HistoryClient interface {
 }
 
 // RedisHistory keeps each task's history in a capped Redis stream,
-// HistoryKey(prefix, task), whose TTL every append renews.
+// HistoryKey(prefix, task), whose TTL appends renew: the first append to a
+// stream and then one every ttlRefresh. The appends between add with
+// NOMKSTREAM, so a stream is never created without its TTL: one that has
+// gone (expired, deleted) makes such an append fail, and it is sent again
+// as a full append, XADD and PEXPIRE in one MULTI. A PEXPIRE per entry was
+// a fifth of Redis's cost of an append under sustained load.
 //
 // Appends go through the same coalescer as lock's claims
 // (internal/coalesce): a lone append leaves at once, and appends made while
@@ -62,10 +68,18 @@ type RedisHistory struct {
 	prefix string
 	ttl    time.Duration
 	out    *coalesce.Coalescer[histAppend, struct{}]
+
+	mu  sync.Mutex
+	set map[string]time.Time // stream key -> when an append last gave it its TTL
 }
 
 // historyBatch bounds the appends of one round trip.
 const historyBatch = 256
+
+// ttlRefresh is how often appends renew a stream's TTL (at most a tenth of
+// the TTL): a stream an append reached keeps at least ttl - ttlRefresh of
+// life after it.
+const ttlRefresh = 5 * time.Minute
 
 // histAppend is one Append's request.
 type histAppend struct {
@@ -76,7 +90,7 @@ type histAppend struct {
 // NewRedisHistory returns the history in rdb under prefix; each append sets
 // the stream's TTL to ttl (see HistoryTTL). It does no I/O.
 func NewRedisHistory(rdb HistoryClient, prefix string, ttl time.Duration) *RedisHistory {
-	h := &RedisHistory{rdb: rdb, prefix: prefix, ttl: ttl}
+	h := &RedisHistory{rdb: rdb, prefix: prefix, ttl: ttl, set: map[string]time.Time{}}
 	h.out = coalesce.New(coalesce.Config[histAppend, struct{}]{
 		Send:     h.send,
 		MaxBatch: historyBatch,
@@ -86,8 +100,8 @@ func NewRedisHistory(rdb HistoryClient, prefix string, ttl time.Duration) *Redis
 }
 
 // Append implements scheduler.History: XADD with MAXLEN ~
-// scheduler.HistoryMaxLen and PEXPIRE, in one MULTI so that the stream
-// never exists without a TTL.
+// scheduler.HistoryMaxLen, with the stream's TTL renewed as RedisHistory
+// says, so that the stream never exists without a TTL.
 func (h *RedisHistory) Append(ctx context.Context, task string, e scheduler.HistoryEntry) error {
 	if _, err := h.out.Do(ctx, histAppend{task, e}); err != nil {
 		return fmt.Errorf("history: append %s slot %s attempt %d: %w", task, e.Slot, e.Attempt, err)
@@ -98,16 +112,66 @@ func (h *RedisHistory) Append(ctx context.Context, task string, e scheduler.Hist
 // Close waits for the appends already queued; later ones fail.
 func (h *RedisHistory) Close() { h.out.Close() }
 
-// send writes one batch of appends in one transaction.
+// send writes one batch of appends in one transaction, then sends again,
+// in full, the appends whose stream had gone.
 func (h *RedisHistory) send(ctx context.Context, batch []*coalesce.Call[histAppend, struct{}]) {
+	now := time.Now()
+	refresh := min(ttlRefresh, h.ttl/10)
+	full := make([]bool, len(batch))
+	h.mu.Lock()
+	for i, c := range batch {
+		key := HistoryKey(h.prefix, c.Req.task)
+		if at, ok := h.set[key]; !ok || now.Sub(at) >= refresh {
+			full[i] = true
+			h.set[key] = now // one full append per key and batch is enough
+		}
+	}
+	h.mu.Unlock()
+	var again []*coalesce.Call[histAppend, struct{}]
+	for i, err := range h.write(ctx, batch, full) {
+		switch {
+		case errors.Is(err, redis.Nil): // NOMKSTREAM: the stream had gone
+			again = append(again, batch[i])
+		case err != nil && full[i]:
+			h.forget(HistoryKey(h.prefix, batch[i].Req.task)) // renew it next time
+			fallthrough
+		default:
+			batch[i].Err = err
+		}
+	}
+	if len(again) == 0 {
+		return
+	}
+	full = make([]bool, len(again))
+	for i := range full {
+		full[i] = true
+	}
+	for i, err := range h.write(ctx, again, full) {
+		if err != nil {
+			h.forget(HistoryKey(h.prefix, again[i].Req.task))
+		}
+		again[i].Err = err
+	}
+}
+
+// forget makes the next append to key a full one.
+func (h *RedisHistory) forget(key string) {
+	h.mu.Lock()
+	delete(h.set, key)
+	h.mu.Unlock()
+}
+
+// write sends batch in one transaction: XADD and PEXPIRE where full[i],
+// XADD NOMKSTREAM elsewhere. It returns each append's error: redis.Nil for
+// a NOMKSTREAM append whose stream did not exist.
+func (h *RedisHistory) write(ctx context.Context, batch []*coalesce.Call[histAppend, struct{}], full []bool) []error {
 	type pending struct {
-		c      *coalesce.Call[histAppend, struct{}]
 		xadd   *redis.StringCmd
-		expire *redis.BoolCmd
+		expire *redis.BoolCmd // nil unless full
 	}
 	sent := make([]pending, 0, len(batch))
 	p := h.rdb.TxPipeline()
-	for _, c := range batch {
+	for i, c := range batch {
 		key := HistoryKey(h.prefix, c.Req.task)
 		e := c.Req.e
 		values := []any{
@@ -125,31 +189,38 @@ func (h *RedisHistory) send(ctx context.Context, batch []*coalesce.Call[histAppe
 			values = append(values, "output", scheduler.TruncateHistoryOutput(e.Output))
 		}
 		x := p.XAdd(ctx, &redis.XAddArgs{
-			Stream: key,
-			MaxLen: scheduler.HistoryMaxLen,
-			Approx: true,
-			Values: values,
+			Stream:     key,
+			NoMkStream: !full[i],
+			MaxLen:     scheduler.HistoryMaxLen,
+			Approx:     true,
+			Values:     values,
 		})
-		sent = append(sent, pending{c, x, p.PExpire(ctx, key, h.ttl)})
+		s := pending{xadd: x}
+		if full[i] {
+			s.expire = p.PExpire(ctx, key, h.ttl)
+		}
+		sent = append(sent, s)
 	}
 	// A failed round trip sets every command's error; a command that fails
 	// on its own (a foreign key of another type) fails only its append.
 	// Exec's error is used only if, unexpectedly, no command carries one.
 	_, execErr := p.Exec(ctx)
 	cmdErr := func(s pending) error {
-		if err := s.xadd.Err(); err != nil {
+		if err := s.xadd.Err(); err != nil || s.expire == nil {
 			return err
 		}
 		return s.expire.Err()
 	}
-	blame := execErr != nil && !slices.ContainsFunc(sent, func(s pending) bool { return cmdErr(s) != nil })
-	for _, s := range sent {
-		err := cmdErr(s)
-		if err == nil && blame {
-			err = execErr
+	errs := make([]error, len(sent))
+	blame := execErr != nil && !errors.Is(execErr, redis.Nil) &&
+		!slices.ContainsFunc(sent, func(s pending) bool { return cmdErr(s) != nil })
+	for i, s := range sent {
+		errs[i] = cmdErr(s)
+		if errs[i] == nil && blame {
+			errs[i] = execErr
 		}
-		s.c.Err = err
 	}
+	return errs
 }
 
 // Recent implements scheduler.History with XREVRANGE. Fields that do not parse are

@@ -197,6 +197,54 @@ func TestRedisHistoryTTLAndCap(t *testing.T) {
 	}
 }
 
+// Appends between two TTL renewals add with NOMKSTREAM; a stream that has
+// gone in between (deleted here; expired or evicted in life) is made again
+// with its TTL, never without one, and a key of another type fails the
+// append without being overwritten.
+func TestRedisHistoryStreamGoneBetweenRenewals(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	h := store.NewRedisHistory(rdb, "pfx", 7*24*time.Hour)
+	ctx := context.Background()
+	key := store.HistoryKey("pfx", "report")
+	if err := h.Append(ctx, "report", entry("2024011514", 1, "success", "")); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Del(ctx, key).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Append(ctx, "report", entry("2024011515", 1, "success", "")); err != nil {
+		t.Fatal(err)
+	}
+	if ttl := rdb.PTTL(ctx, key).Val(); ttl <= 7*24*time.Hour-time.Minute {
+		t.Errorf("PTTL of the stream made again = %v, want about 168h", ttl)
+	}
+	got, err := h.Recent(ctx, "report", 10)
+	if err != nil || len(got) != 1 || got[0].Slot != "2024011515" {
+		t.Fatalf("Recent after the stream was made again = %+v, %v; want the one later entry", got, err)
+	}
+
+	if err := rdb.Set(ctx, key, "foreign", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	err = h.Append(ctx, "report", entry("2024011516", 1, "success", ""))
+	if err == nil || !strings.Contains(err.Error(), "report") {
+		t.Fatalf("append onto a foreign key: err = %v, want one naming the task", err)
+	}
+	if v := rdb.Get(ctx, key).Val(); v != "foreign" {
+		t.Fatalf("foreign key = %q after a failed append, want it untouched", v)
+	}
+	if err := rdb.Del(ctx, key).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Append(ctx, "report", entry("2024011517", 1, "success", "")); err != nil {
+		t.Fatal(err)
+	}
+	if ttl := rdb.PTTL(ctx, key).Val(); ttl <= 0 {
+		t.Errorf("PTTL after the foreign key went = %v, want the history TTL", ttl)
+	}
+}
+
 func TestHistoryTTL(t *testing.T) {
 	cfg := &config.Config{Tasks: []scheduler.Task{{Policy: lock.Policy{DoneTTL: 48 * time.Hour}}}}
 	if got := store.HistoryTTL(cfg); got != store.MinHistoryTTL {
