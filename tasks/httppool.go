@@ -36,6 +36,12 @@ type HTTPPool struct {
 	MaxIdlePerHost int
 	// IdleTimeout closes a connection idle this long; positive.
 	IdleTimeout time.Duration
+	// MaxConnsPerHost bounds the connections open to one host at once,
+	// idle or busy; requests beyond it wait for one to be free (their
+	// task's timeout still runs). 0, the default, sets no bound. A bound
+	// keeps a replica's memory and its peer's sockets flat when thousands
+	// of tasks post to one endpoint in the same second.
+	MaxConnsPerHost int
 }
 
 // DefaultHTTPPool is the pool used until SetHTTPPool is called.
@@ -46,6 +52,9 @@ func (p HTTPPool) Validate() error {
 	var errs []error
 	if p.MaxIdlePerHost < 1 || p.MaxIdlePerHost > MaxHTTPMaxIdlePerHost {
 		errs = append(errs, fmt.Errorf("tasks: http pool: MaxIdlePerHost %d: want 1 to %d", p.MaxIdlePerHost, MaxHTTPMaxIdlePerHost))
+	}
+	if p.MaxConnsPerHost < 0 || p.MaxConnsPerHost > MaxHTTPMaxIdlePerHost {
+		errs = append(errs, fmt.Errorf("tasks: http pool: MaxConnsPerHost %d: want 0 (no bound) to %d", p.MaxConnsPerHost, MaxHTTPMaxIdlePerHost))
 	}
 	if p.IdleTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("tasks: http pool: IdleTimeout %v: must be positive", p.IdleTimeout))
@@ -93,6 +102,7 @@ func newHTTPTransport(p HTTPPool) *http.Transport {
 	t.MaxIdleConns = 0 // no bound across hosts: each host's is MaxIdlePerHost
 	t.MaxIdleConnsPerHost = p.MaxIdlePerHost
 	t.IdleConnTimeout = p.IdleTimeout
+	t.MaxConnsPerHost = p.MaxConnsPerHost
 	t.ForceAttemptHTTP2 = true
 	return t
 }

@@ -180,6 +180,8 @@ func TestHTTPPoolValidate(t *testing.T) {
 		{HTTPPool{MaxIdlePerHost: 0, IdleTimeout: time.Second}, "MaxIdlePerHost 0"},
 		{HTTPPool{MaxIdlePerHost: MaxHTTPMaxIdlePerHost + 1, IdleTimeout: time.Second}, "MaxIdlePerHost"},
 		{HTTPPool{MaxIdlePerHost: 1}, "IdleTimeout 0s"},
+		{HTTPPool{MaxIdlePerHost: 1, IdleTimeout: time.Second, MaxConnsPerHost: 16}, ""},
+		{HTTPPool{MaxIdlePerHost: 1, IdleTimeout: time.Second, MaxConnsPerHost: -1}, "MaxConnsPerHost -1"},
 	} {
 		err := tt.p.Validate()
 		if (tt.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tt.wantErr)) {
@@ -208,5 +210,46 @@ func TestSetHTTPPool(t *testing.T) {
 	task, _ := newHTTPTask(t, map[string]any{"url": srv.URL})
 	if err := task.Run(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// MaxConnsPerHost bounds the connections to one host: a burst of requests
+// larger than the bound all succeed, over no more connections than it,
+// and never more than it at once in the handler.
+func TestHTTPMaxConnsPerHost(t *testing.T) {
+	t.Cleanup(func() { SetHTTPPool(DefaultHTTPPool) })
+	const bound, burst = 4, 40
+	if err := SetHTTPPool(HTTPPool{MaxIdlePerHost: bound, IdleTimeout: time.Minute, MaxConnsPerHost: bound}); err != nil {
+		t.Fatal(err)
+	}
+	var inFlight, most atomic.Int64
+	srv := newCountingServer(t, func(w http.ResponseWriter, r *http.Request) {
+		n := inFlight.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		time.Sleep(2 * time.Millisecond) // overlap the requests; the bound holds whatever the timing
+		inFlight.Add(-1)
+		w.Write([]byte("ok\n"))
+	}, false)
+	task, _ := newHTTPTask(t, map[string]any{"url": srv.URL, "method": "POST", "body": "x"})
+	var wg sync.WaitGroup
+	errs := make(chan error, burst)
+	for range burst {
+		wg.Go(func() {
+			if err := task.Run(context.Background()); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if c := srv.conns.Load(); c > bound {
+		t.Errorf("%d concurrent requests opened %d connections, want at most %d", burst, c, bound)
+	}
+	if m := most.Load(); m > bound {
+		t.Errorf("%d requests in the handler at once, want at most %d", m, bound)
 	}
 }

@@ -51,6 +51,8 @@ func (o *options) validateSustained() error {
 		return fmt.Errorf("-plugin %q: want %s or %s", o.plugin, pluginNoop, pluginHTTP)
 	case o.replicas < 1 || o.replicas > 64:
 		return fmt.Errorf("-replicas %d: want 1..64", o.replicas)
+	case o.httpConns < 0 || o.httpConns > 10000 || (o.httpConns > 0 && o.plugin != pluginHTTP):
+		return fmt.Errorf("-http-conns %d: want 1..10000, with -plugin http", o.httpConns)
 	case o.warmup < 1:
 		return fmt.Errorf("-warmup %d: want at least 1 second with -rate", o.warmup)
 	case o.duration < time.Second || o.duration%time.Second != 0:
@@ -90,7 +92,13 @@ func writeSustainedConfigs(o options, dir, redisAddr, url string, ids, listens [
 		// idle pool must hold a whole second's wave, or each wave dials
 		// what the pool could not keep (the default, 256, is sized for a
 		// smaller burst).
-		fmt.Fprintf(&b, "[plugins.http]\nmax_idle_per_host = %d\n", min(max(o.rate, 256), 10000))
+		// With -http-conns the pool is bounded instead: at most that many
+		// connections per replica, kept idle between waves.
+		if o.httpConns > 0 {
+			fmt.Fprintf(&b, "[plugins.http]\nmax_idle_per_host = %d\nmax_conns_per_host = %d\n", o.httpConns, o.httpConns)
+		} else {
+			fmt.Fprintf(&b, "[plugins.http]\nmax_idle_per_host = %d\n", min(max(o.rate, 256), 10000))
+		}
 	}
 	for i := range o.rate {
 		fmt.Fprintf(&b, "[[task]]\nname = \"%s%05d\"\nschedule = \"* * * * * *\"\nplugin = %q\n", tickPrefix, i, o.plugin)

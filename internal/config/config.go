@@ -80,7 +80,7 @@ var (
 	httpKeys     = []string{"listen", "token_file", "token_env"}
 	logKeys      = []string{"level", "format"}
 	pluginsKeys  = []string{"http"}
-	httpPoolKeys = []string{"max_idle_per_host", "idle_timeout"}
+	httpPoolKeys = []string{"max_idle_per_host", "idle_timeout", "max_conns_per_host"}
 	policyKeys   = []string{"lease", "done_ttl", "max_attempts", "timeout", "catchup", "deadline", "catchup_limit", "output_tail", "concurrency"}
 	taskOwnKeys  = []string{"name", "schedule", "timezone", "plugin", "params", "paused", "on_failure"}
 	defaultKeys  = append(append([]string{}, policyKeys...), "on_failure")
@@ -264,5 +264,9 @@ func (c *Config) readHTTPPool(t table) {
 	}
 	if d, ok := t.positive("idle_timeout"); ok {
 		c.HTTPPool.IdleTimeout = d
+	}
+	if o := t.integer("max_conns_per_host", 0, tasks.MaxHTTPMaxIdlePerHost,
+		"connections open to one host at once; 0: no bound"); o.set && !o.bad {
+		c.HTTPPool.MaxConnsPerHost = o.v
 	}
 }

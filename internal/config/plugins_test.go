@@ -19,11 +19,11 @@ func TestHTTPPoolConfig(t *testing.T) {
 	if cfg.HTTPPool != tasks.DefaultHTTPPool {
 		t.Errorf("default pool %+v, want %+v", cfg.HTTPPool, tasks.DefaultHTTPPool)
 	}
-	cfg, err = Parse([]byte("[plugins.http]\nmax_idle_per_host = 1000\nidle_timeout = \"5m\"\n"+minimal), "test.toml", nil)
+	cfg, err = Parse([]byte("[plugins.http]\nmax_idle_per_host = 1000\nidle_timeout = \"5m\"\nmax_conns_per_host = 512\n"+minimal), "test.toml", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (tasks.HTTPPool{MaxIdlePerHost: 1000, IdleTimeout: 5 * time.Minute}); cfg.HTTPPool != want {
+	if want := (tasks.HTTPPool{MaxIdlePerHost: 1000, IdleTimeout: 5 * time.Minute, MaxConnsPerHost: 512}); cfg.HTTPPool != want {
 		t.Errorf("pool %+v, want %+v", cfg.HTTPPool, want)
 	}
 	for _, tc := range []struct{ src, want string }{
@@ -32,6 +32,7 @@ func TestHTTPPoolConfig(t *testing.T) {
 		{"[plugins.http]\nmax_idle_per_host = \"64\"\n", "plugins.http.max_idle_per_host: must be an integer"},
 		{"[plugins.http]\nidle_timeout = \"0s\"\n", "plugins.http.idle_timeout: 0s: must be positive"},
 		{"[plugins.http]\nidle_timeout = 90\n", "plugins.http.idle_timeout: must be a duration string"},
+		{"[plugins.http]\nmax_conns_per_host = -1\n", "plugins.http.max_conns_per_host: -1 is out of range: want 0 to 10000"},
 		{"[plugins.http]\nmax_idle = 5\n", `unknown key "plugins.http.max_idle"`},
 		{"[plugins.exec]\n", `unknown key "plugins.exec"`},
 		{"plugins = 1\n", "plugins: must be a table ([plugins])"},
