@@ -109,10 +109,14 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 		Output: out.String(),
 	}
 
-	// Finishing must outlive shutdown; the lease bounds a release.
-	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), t.Lease)
-	defer fcancel()
+	// Finishing must outlive shutdown; the lease bounds a release. Made
+	// only on the paths that release or supersede: a success has its own.
+	finishCtx := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.WithoutCancel(ctx), t.Lease)
+	}
 	if errors.Is(context.Cause(tctx), ErrSuperseded) {
+		fctx, fcancel := finishCtx()
+		defer fcancel()
 		// Done, superseded: the newer slot runs instead.
 		st.Ran(stats.OutcomeSuperseded)
 		ferr := lease.Complete(fctx, t.DoneTTL)
@@ -130,10 +134,9 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 		// The completion is retried while the lease is held (the watchdog
 		// keeps renewing): until the slot's deadline, after which no peer
 		// starts an attempt, and at least a lease; a shutdown's hard cancel
-		// ends it sooner.
-		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), max(slot.Deadline.Sub(s.now()), t.Lease))
+		// ends it sooner (hard outlives ctx's end: it ends after the grace).
+		cctx, ccancel := context.WithTimeout(hard, max(slot.Deadline.Sub(s.now()), t.Lease))
 		defer ccancel()
-		defer context.AfterFunc(hard, ccancel)()
 		ferr := lease.Complete(cctx, t.DoneTTL)
 		s.noteWrite("complete", ferr)
 		if errors.Is(ferr, lock.ErrNotReplicated) {
@@ -176,6 +179,8 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 	}
 	st.Ran(outcome)
 	log().Warn("attempt failed", "outcome", outcome, "err", err, "duration", took)
+	fctx, fcancel := finishCtx()
+	defer fcancel()
 	rerr := lease.Release(fctx)
 	s.noteWrite("release", rerr)
 	if rerr != nil {
