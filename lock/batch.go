@@ -48,7 +48,7 @@ type batcher struct {
 	rdb  Client
 	fuse bool // send the calls of one fusable script as one EVALSHA (not on a Cluster)
 	co   *coalesce.Coalescer[scriptReq, *redis.Cmd]
-	// takenCh: the channel announce publishes won claims on (the done
+	// takenCh: the channel claim.lua publishes won claims on (the done
 	// channel); "" for none (a Redlock node, WithMinReplicasAck). Set
 	// before the first call.
 	takenCh string
@@ -132,7 +132,6 @@ func errCmd(ctx context.Context, err error) *redis.Cmd {
 // exec sets the reply of every other.
 func (b *batcher) exec(ctx context.Context, batch []*scriptCall) {
 	sends := b.group(batch)
-	defer b.announce(sends)
 	switch len(sends) {
 	case 0:
 		return
@@ -169,47 +168,20 @@ func (b *batcher) exec(ctx context.Context, batch []*scriptCall) {
 // not completions: the notices share the done channel so that an ACL
 // allowing slotd's two channels (docs/stores.md) still allows them. No
 // state key is "taken": keys hold the prefix, a colon and braces.
+// claim.lua writes it.
 const takenLine = "taken\n"
 
-// announce queues one taken notice naming the state key of every claim
-// of sends that was won, for the replicas that defer their claims to a
-// slot's preferred claimant (see Taken). The notice is a call of its own,
-// sent at once if a round trip is free and otherwise with the next one:
-// sent here, it would hold the claims' replies back for a round trip.
-// Nobody waits for it; a notice lost costs only an extra claim.
-func (b *batcher) announce(sends []*send) {
+// takenChannel is the channel claim.lua announces won claims on, for the
+// replicas that defer their claims to a slot's preferred claimant (see
+// Taken), or "" for none: before the store announces a replica, or on a
+// Redlock node. The script publishes one notice per call, in the same
+// step as the claims, so the notice leaves before the claims' reply;
+// nobody waits for it, and a notice lost costs only an extra claim.
+func (b *batcher) takenChannel() string {
 	if b.takenCh == "" || !b.announcing.Load() {
-		return
+		return ""
 	}
-	msg := []byte(takenLine)
-	for _, s := range sends {
-		if s.script != claimScript {
-			continue
-		}
-		for _, c := range s.calls {
-			if won(c.Resp) {
-				msg = append(msg, c.Req.keys[0]...)
-				msg = append(msg, '\n')
-			}
-		}
-	}
-	if len(msg) == len(takenLine) {
-		return
-	}
-	b.co.Queue(context.Background(), scriptReq{script: takenScript, args: []any{b.takenCh, msg[:len(msg)-1]}})
-}
-
-// won reports whether cmd is claim.lua's reply for a won slot.
-func won(cmd *redis.Cmd) bool {
-	if cmd == nil {
-		return false
-	}
-	res, err := cmd.Slice()
-	if err != nil || len(res) == 0 {
-		return false
-	}
-	kind, _ := res[0].(string)
-	return kind == "won"
+	return b.takenCh
 }
 
 // pipeline sends each of sends as one EVALSHA, all in one pipeline, and

@@ -4,7 +4,7 @@
 -- way, since a Lua call costs Redis more than the few commands each slot
 -- needs.
 --
--- For slot i (0-based), k = 3i and a = 6i:
+-- For slot i (0-based), k = 3i and a = 7i:
 -- KEYS[k+1]  state key     slotd:{task:slotid}
 -- KEYS[k+2]  attempts key  slotd:{task:slotid}:attempts
 -- KEYS[k+3]  base key      slotd:{task:slotid}:base (attempts counted before the last rerun)
@@ -14,6 +14,12 @@
 -- ARGV[a+4]  earliest start, unix ms (slot time minus tolerance)
 -- ARGV[a+5]  deadline, unix ms (end of the slot window)
 -- ARGV[a+6]  attempts TTL, ms (>= done TTL)
+-- ARGV[a+7]  taken channel, or "" for none: the won slots' state keys are
+--            published on it, one message per channel and call ("taken",
+--            then the keys, one a line), so that the replicas deferring to
+--            a slot's preferred claimant (scheduler/prefer.go) hear it was
+--            taken before the winner even has its reply. A hint, not part
+--            of the slot protocol (model/slot.pml does not mirror it).
 --
 -- Returns an array of N replies, one per slot in order, each
 -- {result, attempt, ms, server_now_ms, value, base}:
@@ -89,11 +95,22 @@ local function claim(k, a)
 end
 
 local out = {}
+local taken = {} -- channel -> state keys of the won slots
 for i = 0, #KEYS / 3 - 1 do
-  local ok, r = pcall(claim, 3 * i, 6 * i)
+  local ok, r = pcall(claim, 3 * i, 7 * i)
   if not ok then
     r = {err = tostring(r)}
+  elseif r[1] == 'won' and ARGV[7 * i + 7] ~= '' then
+    local keys = taken[ARGV[7 * i + 7]]
+    if not keys then
+      keys = {}
+      taken[ARGV[7 * i + 7]] = keys
+    end
+    keys[#keys + 1] = KEYS[3 * i + 1]
   end
   out[i + 1] = r
+end
+for channel, keys in pairs(taken) do
+  redis.call('PUBLISH', channel, 'taken\n' .. table.concat(keys, '\n'))
 end
 return out

@@ -81,8 +81,9 @@ func (r *Redis) ClaimMany(ctx context.Context, reqs []ClaimRequest, f func(int, 
 		return
 	}
 	sreqs := make([]scriptReq, len(reqs))
+	taken := r.batch.takenChannel()
 	for i, q := range reqs {
-		keys, args := claimArgs(r.prefix, q.Slot, q.Replica, q.Policy)
+		keys, args := claimArgs(r.prefix, q.Slot, q.Replica, q.Policy, taken)
 		sreqs[i] = scriptReq{script: claimScript, keys: keys, args: args}
 	}
 	sent := time.Now()

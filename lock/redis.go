@@ -28,9 +28,6 @@ var (
 	//go:embed rerun.lua
 	rerunLua    string
 	rerunScript = redis.NewScript(rerunLua)
-	//go:embed taken.lua
-	takenLua    string
-	takenScript = redis.NewScript(takenLua)
 )
 
 // Client is the part of go-redis that Redis needs; a *redis.Client,
@@ -50,7 +47,7 @@ type Redis struct {
 	rdb     Client
 	prefix  string
 	channel string   // releases and reruns
-	doneCh  string   // completions, and won claims (see batcher.announce)
+	doneCh  string   // completions, and won claims (see claim.lua and batcher.takenChannel)
 	batch   *batcher // claims, renewals, completions and releases
 
 	sub *subscription // releases, reruns and completions; started by the first Watch
@@ -82,7 +79,7 @@ func (r *Redis) Claim(ctx context.Context, slot Slot, replica string, p Policy) 
 	if r.ack.n > 0 {
 		return r.claimAcked(ctx, slot, replica, p)
 	}
-	keys, args := claimArgs(r.prefix, slot, replica, p)
+	keys, args := claimArgs(r.prefix, slot, replica, p, r.batch.takenChannel())
 	sent := time.Now()
 	return r.claimReply(r.batch.run(ctx, claimScript, keys, args...), slot, sent)
 }
@@ -102,8 +99,9 @@ func (r *Redis) claimReply(cmd *redis.Cmd, slot Slot, sent time.Time) (Claim, er
 	return c, nil
 }
 
-// claimArgs are claim.lua's keys (state, attempts, base) and arguments.
-func claimArgs(prefix string, slot Slot, replica string, p Policy) ([]string, []any) {
+// claimArgs are claim.lua's keys (state, attempts, base) and arguments;
+// taken is the channel a won claim is announced on, "" for none.
+func claimArgs(prefix string, slot Slot, replica string, p Policy, taken string) ([]string, []any) {
 	state, attempts := Keys(prefix, slot)
 	return []string{state, attempts, baseKey(state)}, []any{
 		replica,
@@ -112,6 +110,7 @@ func claimArgs(prefix string, slot Slot, replica string, p Policy) ([]string, []
 		slot.Time.Add(-p.Tolerance).UnixMilli(),
 		slot.Deadline.UnixMilli(),
 		p.DoneTTL.Milliseconds(),
+		taken,
 	}
 }
 

@@ -119,7 +119,7 @@ func (r *Redis) claimAcked(ctx context.Context, slot Slot, replica string, p Pol
 		return Claim{}, fmt.Errorf("lock: claim %s: %w", slot, err)
 	}
 	defer conn.Close()
-	keys, args := claimArgs(r.prefix, slot, replica, p)
+	keys, args := claimArgs(r.prefix, slot, replica, p, "") // no Taken notices under WithMinReplicasAck
 	res, err := runOne(ctx, conn, claimScript, keys, args...).Slice()
 	if err != nil {
 		r.noteMoved(ctx, err)

@@ -14,7 +14,7 @@ const (
 	// Taken: a claim of the slot was won (by any replica, the watcher's own
 	// included). A hint, sent by a Redis store only, once it has announced
 	// a replica: one notice per round trip of claims, naming every slot it
-	// won (see batcher.announce).
+	// won (claim.lua publishes it; see batcher.takenChannel).
 	Taken
 )
 

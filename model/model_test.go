@@ -21,7 +21,6 @@ var notMirrored = map[string]bool{
 	"lock/announce.lua":        true, // replica presence, not the slot protocol
 	"lock/probe.lua":           true, // the readiness write probe, on a key of its own
 	"lock/live.lua":            true, // the fleet's live set: who claims first, not whether it is safe
-	"lock/taken.lua":           true, // a hint that claims were won; no state change
 	"lock/mutex_acquire.lua":   true,
 	"lock/mutex_fence.lua":     true,
 	"lock/mutex_release.lua":   true,

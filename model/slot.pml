@@ -197,26 +197,27 @@ inline publish(kind) {
   od
 }
 
-/* claim.lua lines 38-88 (one slot): state first, then the clock, the
+/* claim.lua lines 44-94 (one slot): state first, then the clock, the
  * deadline, the cap, then INCR + SET PX. The script reads the base key
  * only beside a counter; here base is 0 whenever cnt is (the rerun sets
- * it from cnt), so skipping that read changes nothing modelled. */
+ * it from cnt), so skipping that read changes nothing modelled.
+ * Its PUBLISH of the won keys (the Taken hint) is not modelled: it writes no key. */
 inline claim_lua(i, res, w) {
   if
-  :: kdone -> res = R_DONE                                 /* 48-50 */
-  :: key_run -> res = R_HELD; w = kttl                     /* 45-47 */
+  :: kdone -> res = R_DONE                                 /* 54-56 */
+  :: key_run -> res = R_HELD; w = kttl                     /* 51-53 */
   :: else ->
      if
 #ifndef M_CLAIM_NO_CLOCK
-     :: to_slot > 0 -> res = R_EARLY; w = to_slot          /* 54-57 */
+     :: to_slot > 0 -> res = R_EARLY; w = to_slot          /* 60-63 */
 #endif
-     :: closed -> res = R_LATE                              /* 58-60 */
+     :: closed -> res = R_LATE                              /* 64-66 */
 #ifndef M_NO_CAP
-     :: (cnt >= base && cnt - base >= CAP) || cnt >= MAXN -> res = R_EXH /* 78-80 */
+     :: (cnt >= base && cnt - base >= CAP) || cnt >= MAXN -> res = R_EXH /* 84-86 */
 #else
      :: cnt >= MAXN -> res = R_EXH
 #endif
-     :: else ->                                             /* 82-88 */
+     :: else ->                                             /* 88-94 */
         cnt++;
         kown = i + 1; katt = cnt; kdone = false; kttl = LEASE;
         res = R_WON;
