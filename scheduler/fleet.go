@@ -6,10 +6,19 @@ import (
 	"time"
 )
 
+// presenceEvery is how often a replica renews its presence and reads the
+// fleet's live set: every second, or at each clock check if that is more
+// often. The live set decides each slot's preferred claimant, so a replica
+// that joins or leaves moves its share of slots within about a second; at
+// the clock check's pace (10 s) a joiner and its peers each took
+// themselves for the preferred claimant of its share for that long, and
+// claimed those slots twice.
+func (s *Scheduler) presenceEvery() time.Duration { return min(time.Second, s.checkEvery) }
+
 // presenceTTL is how long this process's claim on its replica id lasts
-// without renewal: three clock checks, so that one slow check does not
-// drop it, and a crashed process's id frees within 30s by default.
-func (s *Scheduler) presenceTTL() time.Duration { return 3 * s.checkEvery }
+// without renewal: three renewals, so that one slow renewal does not
+// drop it, and a crashed process's id frees within 3 s by default.
+func (s *Scheduler) presenceTTL() time.Duration { return 3 * s.presenceEvery() }
 
 // announce claims the replica id for this process in the store (see
 // lock.Fleet). If another instance holds it, announce watches the claim:
@@ -59,8 +68,8 @@ func (s *Scheduler) announce(ctx context.Context) error {
 	}
 }
 
-// renewPresence renews this process's claim on its replica id, from the
-// clock check. Another instance holding it means two live processes run
+// renewPresence renews this process's claim on its replica id and reads
+// the live set, every presenceEvery (see clockLoop). Another instance holding it means two live processes run
 // with one id: their claims cannot interfere (each is owned by its own
 // instance), but the operator must fix it.
 func (s *Scheduler) renewPresence(ctx context.Context) {
@@ -76,6 +85,14 @@ func (s *Scheduler) renewPresence(ctx context.Context) {
 			"other_instance", p.Other)
 	default:
 		s.setLive(p.Live)
+	}
+}
+
+// renewStarted renews the fleet's first-start record, from the clock
+// check.
+func (s *Scheduler) renewStarted(ctx context.Context) {
+	if s.fleet == nil || !s.announced {
+		return
 	}
 	if _, err := s.fleet.Started(ctx, s.now()); err != nil {
 		s.log.Warn("could not renew the fleet's first-start record", "err", err)

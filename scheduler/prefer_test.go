@@ -179,7 +179,7 @@ func TestDeferringRunClaimsWhenNotTold(t *testing.T) {
 	}
 }
 
-// A run defers at most a quarter of its slot's window, and at most
+// A run defers at most half of its slot's window, and at most
 // preferWaitMax.
 func TestDeferLimit(t *testing.T) {
 	at := time.Date(2026, 11, 25, 20, 0, 0, 0, time.UTC)
@@ -187,9 +187,9 @@ func TestDeferLimit(t *testing.T) {
 		window time.Duration
 		want   time.Duration
 	}{
-		{time.Second, 250 * time.Millisecond},
+		{time.Second, 500 * time.Millisecond},
 		{time.Hour, preferWaitMax},
-		{100 * time.Millisecond, 25 * time.Millisecond},
+		{100 * time.Millisecond, 50 * time.Millisecond},
 	} {
 		if got := deferLimit(lock.Slot{Time: at, Deadline: at.Add(tc.window)}); got != tc.want {
 			t.Errorf("window %v: limit %v, want %v", tc.window, got, tc.want)
