@@ -132,7 +132,8 @@ func TestFleetRedlock(t *testing.T) {
 
 // Announce lists the live replica ids on Redis: those announced and not
 // withdrawn or expired, the caller's included; the set key expires with its
-// last member. Redlock lists none (it sends no Taken notices).
+// last member. A withdrawal by an instance that no longer holds the id
+// leaves the id live. Redlock lists none (it sends no Taken notices).
 func TestFleetLive(t *testing.T) {
 	srv := redistest.Start(t)
 	r := lock.NewRedis(srv.Client(), "slotd")
@@ -163,6 +164,18 @@ func TestFleetLive(t *testing.T) {
 	}
 	if got := live("r2", "b", time.Minute); !slices.Equal(got, []string{"r2"}) {
 		t.Errorf("after r1 withdrew: live %v, want [r2]", got)
+	}
+	// A process restarted with r1's id announces; the old instance's
+	// withdrawal, coming after, leaves the new one live.
+	live("r1", "a2", time.Minute)
+	if err := r.Withdraw(ctx, "r1", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if got := live("r2", "b", time.Minute); !slices.Equal(got, []string{"r1", "r2"}) {
+		t.Errorf("after the old instance of r1 withdrew late: live %v, want [r1 r2] (the new instance stays)", got)
+	}
+	if err := r.Withdraw(ctx, "r1", "a2"); err != nil {
+		t.Fatal(err)
 	}
 	if ttl := srv.Client().PTTL(ctx, "slotd:fleet").Val(); ttl <= 0 || ttl > time.Minute {
 		t.Errorf("fleet key TTL %v, want at most the last member's minute", ttl)

@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"slices"
 	"time"
 
 	"github.com/slotd/slotd/retry"
@@ -12,4 +13,13 @@ import (
 // the release can explain a prompt second attempt.
 func WithHandoff(d time.Duration) Option {
 	return func(s *Scheduler) { s.handoff = retry.Backoff{Min: d, Max: d} }
+}
+
+// LiveView is the fleet's live replica ids as this replica last read them
+// (sorted), nil if it has none.
+func (s *Scheduler) LiveView() []string {
+	if p := s.live.Load(); p != nil {
+		return slices.Clone(*p)
+	}
+	return nil
 }

@@ -99,8 +99,12 @@ func (s *Scheduler) renewStarted(ctx context.Context) {
 	}
 }
 
-// withdraw gives the replica id up at shutdown, so that a restart need not
-// wait for its TTL.
+// withdraw gives the replica id up at shutdown and leaves the fleet's live
+// set, so that a restart need not wait for its TTL and peers stop deferring
+// to this replica's preferred slots at their next presence renewal. Best
+// effort: the store does both only while this instance holds the id, so
+// a restarted process with the same id, which has announced meanwhile,
+// stays live.
 func (s *Scheduler) withdraw(ctx context.Context) {
 	if s.fleet == nil {
 		return

@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/scheduler"
+	"github.com/slotd/slotd/tasks"
 )
 
 // Issue 16 item 8: catchup = "latest" at first start ran a leap-day task's
@@ -130,4 +133,62 @@ func TestStaleReplicaIDTakenOver(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
 	}
+}
+
+// A replica that stops cleanly leaves the fleet's live set as soon as its
+// Run is cancelled — while its attempt still has the shutdown grace, long
+// before its presence (30s, three default clock checks) would run out —
+// and its peer's view drops it at the peer's next clock check, so that
+// the peer no longer defers the leaver's preferred slots to it.
+func TestCleanShutdownLeavesFleetAtOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	store := func() lock.Store {
+		r := lock.NewRedis(srv.Client(), "slotd")
+		if err := r.Subscribe(context.Background()); err != nil { // Live is listed with Taken notices only
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close() })
+		return r
+	}
+	l := newLedger()
+	release := make(chan struct{})
+	hold := testTask(t, "hold", "@every 1s", l.job(func(ctx context.Context, _ tasks.Run) error {
+		<-release // runs past the leaver's cancel, within its grace
+		return nil
+	}), func(t *scheduler.Task) { t.Deadline = time.Minute; t.Lease = time.Minute })
+	a := startReplica(t, "a", store(), time.Minute, []scheduler.Task{hold})
+	done := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(done) // before a's stop (cleanups run last first): a failed check does not wait out the grace
+	b := startReplica(t, "b", store(), time.Second, nil, scheduler.WithClockCheck(50*time.Millisecond))
+
+	ctx := context.Background()
+	awaitLive := func(what string, want ...string) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for got := b.sched.LiveView(); !slices.Equal(got, want); got = b.sched.LiveView() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: b's view of the live set %v, want %v", what, got, want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	awaitLive("both started", "a", "b")
+	l.await(t, "a to start its attempt", 10*time.Second, func(rs []record) bool { return len(rs) > 0 })
+	expiry := srv.Client().ZScore(ctx, "slotd:fleet", "a").Val()
+	if left := time.Until(time.UnixMilli(int64(expiry))); left < 20*time.Second {
+		t.Fatalf("a's live-set entry expires in %v, want about 30s (three default clock checks)", left)
+	}
+
+	a.cancel() // SIGTERM; its attempt goes on within the grace
+	awaitLive("a stopped", "b")
+	if live := srv.Client().ZRange(ctx, "slotd:fleet", 0, -1).Val(); !slices.Equal(live, []string{"b"}) {
+		t.Errorf("live set in Redis after a stopped: %v, want [b]", live)
+	}
+	select {
+	case <-a.done:
+		t.Fatal("a's Run returned with its attempt still running: the test shows nothing about the grace")
+	default:
+	}
+	done()
+	a.stop()
 }

@@ -191,7 +191,8 @@ func (s *Scheduler) now() time.Time {
 // On a store that is a lock.Fleet, Run first announces the replica id for
 // this process and returns an error wrapping ErrDuplicateReplica, running
 // nothing, if another live process holds it (see announce); it records the
-// fleet's first start, and withdraws the id when it returns.
+// fleet's first start, and withdraws the id (leaving the fleet's live set)
+// as soon as ctx ends, while running attempts still have their grace.
 func (s *Scheduler) Run(ctx context.Context) error {
 	// Attempts run under hard, which outlives ctx by the grace period.
 	hard, cancelHard := context.WithCancelCause(context.WithoutCancel(ctx))
@@ -202,13 +203,17 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		return err
 	}
 	s.announced = true
-	defer s.withdraw(ctx)
 	s.started(ctx)
 	var bg sync.WaitGroup
 	bg.Add(1)
 	go func() {
 		defer bg.Done()
 		s.clockLoop(ctx)
+		// ctx has ended: this replica fires and claims nothing more. It
+		// leaves the fleet now rather than after the grace, so that its
+		// peers stop deferring its preferred slots to it; after clockLoop,
+		// so that no renewal of its presence follows the withdrawal.
+		s.withdraw(ctx)
 	}()
 
 	s.log.Info("scheduler started", "tasks", len(s.Tasks()), "store_ok", s.storeOK.Load(),

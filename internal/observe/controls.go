@@ -31,6 +31,12 @@ const (
 	writeTimeout      = 10 * time.Second
 )
 
+// ErrInvalidConfig, wrapped by an error of Daemon.Reload, says that the
+// config file is at fault (invalid, unreadable or missing) rather than the
+// daemon: POST /api/v1/reload answers 422 instead of 500. Its text reaches
+// the operator as the start of the error's.
+var ErrInvalidConfig = errors.New("invalid config")
+
 // compareTokens is how a request's token is checked: in constant time,
 // over SHA-256 digests so that not even the lengths are compared early.
 // A variable so that a test can see it used.
@@ -112,7 +118,12 @@ func writeRoutes(mux *http.ServeMux, d Daemon) {
 			return
 		}
 		if err := d.Reload(r.Context()); err != nil {
-			writeError(w, http.StatusInternalServerError, "reload failed, the running config stays: "+err.Error())
+			// The operator's file is at fault (422), or the daemon (500).
+			status := http.StatusInternalServerError
+			if errors.Is(err, ErrInvalidConfig) {
+				status = http.StatusUnprocessableEntity
+			}
+			writeError(w, status, "reload failed, the running config stays: "+err.Error())
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")

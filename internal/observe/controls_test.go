@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -100,7 +101,7 @@ func TestWriteEndpointsDisabledWithoutToken(t *testing.T) {
 }
 
 func TestTriggerPauseReloadAnswers(t *testing.T) {
-	h, store := writeServer(t, testToken, func(context.Context) error { return errors.New("task \"x\": schedule: bad") })
+	h, store := writeServer(t, testToken, func(context.Context) error { return errors.New("scheduler: stopped") })
 	auth := "Bearer " + testToken
 	code, body := post(t, h, "/api/v1/tasks/report/trigger", auth, observe.IdempotencyHeader, "deploy-42")
 	var first observe.TriggerReply
@@ -125,10 +126,23 @@ func TestTriggerPauseReloadAnswers(t *testing.T) {
 		t.Error("not paused in the store")
 	}
 	if code, body := post(t, h, "/api/v1/reload", auth); code != http.StatusInternalServerError || !strings.Contains(body, "running config stays") {
-		t.Errorf("failed reload = %d %s", code, body)
+		t.Errorf("reload failed inside the daemon = %d %s, want 500", code, body)
 	}
 	h2, _ := writeServer(t, testToken, nil)
 	if code, _ := post(t, h2, "/api/v1/reload", auth); code != http.StatusNotImplemented {
 		t.Errorf("reload without a hook = %d, want 501", code)
+	}
+}
+
+// A reload refused because of the file is the operator's to fix: 422,
+// with the error that names the task and key in the JSON body.
+func TestReloadInvalidConfigIs422(t *testing.T) {
+	bad := fmt.Errorf("%w: slotd.toml: task \"x\": schedule: bad", observe.ErrInvalidConfig)
+	h, _ := writeServer(t, testToken, func(context.Context) error { return fmt.Errorf("reload: %w", bad) })
+	code, body := post(t, h, "/api/v1/reload", "Bearer "+testToken)
+	var e struct{ Error string }
+	if err := json.Unmarshal([]byte(body), &e); err != nil || code != http.StatusUnprocessableEntity ||
+		!strings.Contains(e.Error, "running config stays") || !strings.Contains(e.Error, `task "x": schedule: bad`) {
+		t.Errorf("reload of an invalid file = %d %s, want 422 with the error naming task x and its schedule", code, body)
 	}
 }

@@ -62,7 +62,8 @@ type Daemon struct {
 	// or token_env); "": they are disabled (403).
 	Token string
 	// Reload re-reads and applies the config (POST /api/v1/reload); nil:
-	// the endpoint answers 501.
+	// the endpoint answers 501. An error that wraps ErrInvalidConfig
+	// answers 422, any other 500; either way its text is the JSON error.
 	Reload func(context.Context) error
 }
 

@@ -128,14 +128,18 @@ func cmdPause(ctx context.Context, name string, args []string, stdout, stderr io
 	return exitOK
 }
 
-// cmdReload is `slotd reload`: the daemon re-reads its config.
+// cmdReload is `slotd reload`: the daemon re-reads its config. A file
+// that is invalid here is not sent for: the daemon would refuse it too. One
+// the daemon finds invalid (it reads its own -config, which may be another
+// file) is its 422, whose error names the key and the task.
 func cmdReload(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	path, _, ok := parseCommand("reload", args, stderr, nil, nil)
 	if !ok {
 		return exitUsage
 	}
-	cfg, ok := loadConfig(path, discard, stderr)
-	if !ok {
+	cfg, err := config.Load(path, discard)
+	if err != nil {
+		fmt.Fprintf(stderr, "slotd reload: the daemon was not asked, it keeps its running config: %v\n", err)
 		return exitUsage
 	}
 	if _, code := callAPI(ctx, "reload", cfg, "/api/v1/reload", stderr); code != exitOK {

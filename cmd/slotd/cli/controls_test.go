@@ -103,6 +103,26 @@ catchup = "none"
 	if r = runCLI(t, "trigger", "-config", path, "added"); r.code != exitOK || !strings.Contains(r.stdout, "triggered added") {
 		t.Errorf("trigger of a task added by the reload: %v", r)
 	}
+	// An invalid file: here, the daemon is not asked (exit 2); in the
+	// daemon's own file (the command read a valid copy), it refuses with 422
+	// (exit 1). Either way the error names the task and key.
+	valid := filepath.Join(dir, "copy.toml")
+	if err := os.WriteFile(valid, []byte(added), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(added+"\n[[task]]\nname = \"bad\"\nschedule = \"every hour\"\nplugin = \"exec\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r = runCLI(t, "reload", "-config", path); r.code != exitUsage || !strings.Contains(r.stderr, "the daemon was not asked") || !strings.Contains(r.stderr, `task "bad"`) {
+		t.Errorf("reload of an invalid file: %v; want exit 2 naming task \"bad\", the daemon not asked", r)
+	}
+	if r = runCLI(t, "reload", "-config", valid); r.code != exitError || !strings.Contains(r.stderr, "422") ||
+		!strings.Contains(r.stderr, "running config stays") || !strings.Contains(r.stderr, `task "bad"`) {
+		t.Errorf("reload the daemon refuses: %v; want exit 1 with its 422 naming task \"bad\"", r)
+	}
+	if err := os.WriteFile(path, []byte(added), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if r = runCLI(t, "trigger", "-config", path, "nope"); r.code != exitUsage || !strings.Contains(r.stderr, `no task "nope"`) {
 		t.Errorf("trigger of an unknown task: %v; want exit 2", r)
 	}

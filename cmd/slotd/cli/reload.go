@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/slotd/slotd/internal/config"
+	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/scheduler"
 	"github.com/slotd/slotd/tasks"
 )
@@ -75,8 +76,9 @@ func newReloader(cfg *config.Config, sched *scheduler.Scheduler, log *slog.Logge
 }
 
 // Reload reads and validates the configuration file again. If it is
-// invalid, nothing changes: the error, which names the key and the task,
-// is logged, counted and returned. If it is valid, its tasks replace the
+// invalid (or cannot be read), nothing changes: the error, which names the
+// key and the task, is logged, counted and returned wrapping
+// observe.ErrInvalidConfig. If it is valid, its tasks replace the
 // running ones (see scheduler.Reload: added tasks start at their next
 // fire time, removed ones claim nothing more, changed ones apply from
 // their next slot, running attempts go on), its [log] level and
@@ -91,7 +93,7 @@ func (r *reloader) Reload(ctx context.Context) error {
 	if err != nil {
 		r.failures.Inc()
 		r.log.Error("configuration reload failed: the running configuration stays", "config", path, "err", err)
-		return err
+		return fmt.Errorf("%w: %w", observe.ErrInvalidConfig, err)
 	}
 	change, err := r.sched.Reload(ctx, cfg.Tasks)
 	if err != nil {

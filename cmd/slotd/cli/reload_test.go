@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/slotd/slotd/internal/config"
+	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/scheduler"
 )
@@ -73,8 +75,8 @@ schedule = "every hour"
 plugin = "cli-test-counted"
 `)
 	err = r.Reload(ctx)
-	if err == nil || !strings.Contains(err.Error(), `task "b"`) || !strings.Contains(err.Error(), "schedule") {
-		t.Errorf("reload of a bad schedule: %v, want an error naming task \"b\" and its schedule", err)
+	if err == nil || !strings.Contains(err.Error(), `task "b"`) || !strings.Contains(err.Error(), "schedule") || !errors.Is(err, observe.ErrInvalidConfig) {
+		t.Errorf("reload of a bad schedule: %v, want an error naming task \"b\" and its schedule, wrapping observe.ErrInvalidConfig (the API's 422)", err)
 	}
 	if names() != "a" || metricValue(t, r.failures) != 1 || metricValue(t, r.successes) != 0 {
 		t.Errorf("after the invalid reload: tasks %s, failures %v, successes %v", names(),
