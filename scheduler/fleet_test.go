@@ -137,7 +137,7 @@ func TestStaleReplicaIDTakenOver(t *testing.T) {
 
 // A replica that stops cleanly leaves the fleet's live set as soon as its
 // Run is cancelled — while its attempt still has the shutdown grace, long
-// before its presence (30s, three default clock checks) would run out —
+// before its presence (3 s, three renewals a second apart) would run out —
 // and its peer's view drops it at the peer's next clock check, so that
 // the peer no longer defers the leaver's preferred slots to it.
 func TestCleanShutdownLeavesFleetAtOnce(t *testing.T) {
@@ -174,13 +174,19 @@ func TestCleanShutdownLeavesFleetAtOnce(t *testing.T) {
 	}
 	awaitLive("both started", "a", "b")
 	l.await(t, "a to start its attempt", 10*time.Second, func(rs []record) bool { return len(rs) > 0 })
-	expiry := srv.Client().ZScore(ctx, "slotd:fleet", "a").Val()
-	if left := time.Until(time.UnixMilli(int64(expiry))); left < 20*time.Second {
-		t.Fatalf("a's live-set entry expires in %v, want about 30s (three default clock checks)", left)
+	// Read just before the cancel: the entry's expiry then is at least 2 s
+	// away (renewed every second, TTL 3 s); a drop long before it is the
+	// withdrawal's, not the expiry's.
+	expiry := time.UnixMilli(int64(srv.Client().ZScore(ctx, "slotd:fleet", "a").Val()))
+	if left := time.Until(expiry); left < time.Second {
+		t.Fatalf("a's live-set entry expires in %v, want 2-3 s (TTL 3 s, renewed every second)", left)
 	}
 
 	a.cancel() // SIGTERM; its attempt goes on within the grace
 	awaitLive("a stopped", "b")
+	if left := time.Until(expiry); left < 500*time.Millisecond {
+		t.Errorf("b dropped a only %v before its entry would expire: not by the withdrawal", left)
+	}
 	if live := srv.Client().ZRange(ctx, "slotd:fleet", 0, -1).Val(); !slices.Equal(live, []string{"b"}) {
 		t.Errorf("live set in Redis after a stopped: %v, want [b]", live)
 	}
