@@ -38,14 +38,18 @@ type HTTPPool struct {
 	IdleTimeout time.Duration
 	// MaxConnsPerHost bounds the connections open to one host at once,
 	// idle or busy; requests beyond it wait for one to be free (their
-	// task's timeout still runs). 0, the default, sets no bound. A bound
-	// keeps a replica's memory and its peer's sockets flat when thousands
-	// of tasks post to one endpoint in the same second.
+	// task's timeout still runs). 0 sets no bound. The default,
+	// DefaultHTTPMaxIdlePerHost, opens no connection the idle pool cannot
+	// keep: thousands of tasks posting to one endpoint in the same second
+	// then share a few hundred connections instead of dialling one each
+	// (and closing most after), which cost a replica more CPU and memory
+	// than the requests themselves (docs/performance.md).
 	MaxConnsPerHost int
 }
 
 // DefaultHTTPPool is the pool used until SetHTTPPool is called.
-var DefaultHTTPPool = HTTPPool{MaxIdlePerHost: DefaultHTTPMaxIdlePerHost, IdleTimeout: DefaultHTTPIdleTimeout}
+var DefaultHTTPPool = HTTPPool{MaxIdlePerHost: DefaultHTTPMaxIdlePerHost, IdleTimeout: DefaultHTTPIdleTimeout,
+	MaxConnsPerHost: DefaultHTTPMaxIdlePerHost}
 
 // Validate returns an error naming the field that is out of bounds.
 func (p HTTPPool) Validate() error {

@@ -58,7 +58,7 @@ type options struct {
 	// seconds.
 	rate      int
 	plugin    string
-	httpConns int             // sustained http: max_conns_per_host (and idle) per replica; 0: an idle pool of -rate, no bound
+	httpConns int             // sustained http: max_idle_per_host and max_conns_per_host per replica; 0: the daemon's default
 	set       map[string]bool // the flags given on the command line
 }
 
@@ -85,7 +85,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.duration, "duration", 0, "keep the replicas running at least this long (memory growth: -duration 10m); with -rate, the measured window (default 60s)")
 	fs.IntVar(&o.rate, "rate", 0, "sustained mode: this many tasks, each due every second; 0: the burst measurement")
 	fs.StringVar(&o.plugin, "plugin", "noop", "sustained mode: the tasks' plugin, noop or http (POSTs to a keep-alive sink in this process)")
-	fs.IntVar(&o.httpConns, "http-conns", 0, "sustained http: bound each replica's connections to the sink (max_conns_per_host); 0: no bound, an idle pool of -rate")
+	fs.IntVar(&o.httpConns, "http-conns", 0, "sustained http: each replica's connections to the sink (max_idle_per_host and max_conns_per_host); 0: the daemon's default (256)")
 	fs.DurationVar(&o.sample, "sample", 30*time.Second, "RSS sampling interval")
 	fs.DurationVar(&o.scrape, "scrape", 0, "fetch every replica's /metrics (gzipped) this often, as Prometheus would; 0: never")
 	fs.StringVar(&o.redisServer, "redis-server", "redis-server", "redis-server binary")

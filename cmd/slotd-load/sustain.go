@@ -88,16 +88,11 @@ func writeSustainedConfigs(o options, dir, redisAddr, url string, ids, listens [
 	fmt.Fprintf(&b, "[redis]\nurl = \"redis://%s/0\"\n[log]\nlevel = \"warn\"\nformat = \"json\"\n", redisAddr)
 	fmt.Fprintf(&b, "[defaults]\nlease = %q\ndone_ttl = \"1m\"\nmax_attempts = 3\ntimeout = \"1m\"\ncatchup = \"none\"\n", o.burstLease)
 	if o.plugin == pluginHTTP {
-		// Every task posts to the one sink in the same second: a replica's
-		// idle pool must hold a whole second's wave, or each wave dials
-		// what the pool could not keep (the default, 256, is sized for a
-		// smaller burst).
-		// With -http-conns the pool is bounded instead: at most that many
-		// connections per replica, kept idle between waves.
+		// Every task posts to the one sink in the same second. By default
+		// the replicas use the daemon's pool (256 connections per host,
+		// kept idle between waves); -http-conns sizes it.
 		if o.httpConns > 0 {
 			fmt.Fprintf(&b, "[plugins.http]\nmax_idle_per_host = %d\nmax_conns_per_host = %d\n", o.httpConns, o.httpConns)
-		} else {
-			fmt.Fprintf(&b, "[plugins.http]\nmax_idle_per_host = %d\n", min(max(o.rate, 256), 10000))
 		}
 	}
 	for i := range o.rate {

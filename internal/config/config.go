@@ -265,6 +265,9 @@ func (c *Config) readHTTPPool(t table) {
 	if d, ok := t.positive("idle_timeout"); ok {
 		c.HTTPPool.IdleTimeout = d
 	}
+	// Unset, the bound follows the idle pool: no connection is opened that
+	// the pool could not keep.
+	c.HTTPPool.MaxConnsPerHost = c.HTTPPool.MaxIdlePerHost
 	if o := t.integer("max_conns_per_host", 0, tasks.MaxHTTPMaxIdlePerHost,
 		"connections open to one host at once; 0: no bound"); o.set && !o.bad {
 		c.HTTPPool.MaxConnsPerHost = o.v

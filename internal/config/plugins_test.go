@@ -26,6 +26,16 @@ func TestHTTPPoolConfig(t *testing.T) {
 	if want := (tasks.HTTPPool{MaxIdlePerHost: 1000, IdleTimeout: 5 * time.Minute, MaxConnsPerHost: 512}); cfg.HTTPPool != want {
 		t.Errorf("pool %+v, want %+v", cfg.HTTPPool, want)
 	}
+	// Unset, the bound on connections follows the idle pool; 0 lifts it.
+	for src, want := range map[string]int{"max_idle_per_host = 64\n": 64, "max_idle_per_host = 64\nmax_conns_per_host = 0\n": 0} {
+		cfg, err = Parse([]byte("[plugins.http]\n"+src+minimal), "test.toml", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.HTTPPool.MaxConnsPerHost != want {
+			t.Errorf("%q: max_conns_per_host %d, want %d", src, cfg.HTTPPool.MaxConnsPerHost, want)
+		}
+	}
 	for _, tc := range []struct{ src, want string }{
 		{"[plugins.http]\nmax_idle_per_host = 0\n", "plugins.http.max_idle_per_host: 0 is out of range: want 1 to 10000"},
 		{"[plugins.http]\nmax_idle_per_host = 10001\n", "plugins.http.max_idle_per_host: 10001 is out of range"},
