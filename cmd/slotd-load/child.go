@@ -140,7 +140,7 @@ func newProbe(params map[string]any, _ *slog.Logger) (tasks.Task, error) {
 // counter is the go-redis hook: every Process is one round trip of one
 // command, every ProcessPipeline one round trip of len(cmds) commands. A
 // claim is recognised by claim.lua's shape (3 keys, the second ending in
-// ":attempts", and 6 arguments per slot); each slot's answer time is
+// ":attempts", and 7 arguments per slot); each slot's answer time is
 // recorded.
 type counter struct {
 	trips, cmds atomic.Int64
@@ -183,12 +183,12 @@ func noteClaim(cmd redis.Cmder) {
 	if name != "evalsha" && name != "eval" {
 		return
 	}
-	// The batcher fuses concurrent claims into one call: 3 keys and 6
-	// arguments per slot, laid end to end.
+	// The batcher fuses concurrent claims into one call: 3 keys and 7
+	// arguments per slot, laid end to end (lock/claim.lua's header).
 	a := cmd.Args()
 	nkeys, _ := a[2].(int)
 	n := nkeys / 3
-	if n == 0 || nkeys != 3*n || len(a) != 3+9*n {
+	if n == 0 || nkeys != 3*n || len(a) != 3+10*n {
 		return
 	}
 	now := time.Now().UnixNano()
