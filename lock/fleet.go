@@ -44,6 +44,15 @@ type Fleet interface {
 	// FirstStart reads the fleet's first start; zero if none is recorded.
 	// It writes nothing.
 	FirstStart(ctx context.Context) (time.Time, error)
+	// OnFleetChange calls f each time the set of live replica ids
+	// (Presence.Live) changes — a replica announced for the first time,
+	// withdrew, or was found expired by anyone's Announce — so that the
+	// caller can Announce again and read the new set at once, not at its
+	// next periodic Announce. A hint, like Watch's: a notice lost is seen
+	// at that next Announce. f runs on the store's notification goroutine
+	// and must return quickly. stop ends the calls. A store without a live
+	// set (Redlock) never calls f.
+	OnFleetChange(f func()) (stop func())
 }
 
 // Presence is the answer to Fleet.Announce.
@@ -102,7 +111,7 @@ func (r *Redis) Withdraw(ctx context.Context, replica, instance string) error {
 // returns the set.
 func (r *Redis) live(ctx context.Context, replica string, ttlMS int64) ([]string, error) {
 	key := r.prefix + ":fleet"
-	live, err := liveScript.Run(ctx, r.rdb, []string{key}, replica, ttlMS).StringSlice()
+	live, err := liveScript.Run(ctx, r.rdb, []string{key}, replica, ttlMS, r.doneCh).StringSlice()
 	if err != nil {
 		return nil, fmt.Errorf("lock: live replicas (key %s): %w", key, err)
 	}
@@ -232,3 +241,15 @@ func (r *Redlock) earliest(ctx context.Context, op func(context.Context, *Redis)
 	}
 	return out, nil
 }
+
+// OnFleetChange implements Fleet: live.lua publishes "fleet" on the done
+// channel when the live set's members change.
+func (r *Redis) OnFleetChange(f func()) (stop func()) {
+	stop = r.sub.onFleet(f)
+	r.sub.start()
+	return stop
+}
+
+// OnFleetChange implements Fleet: a Redlock has no live set (see
+// Presence.Live), so f is never called.
+func (r *Redlock) OnFleetChange(func()) (stop func()) { return func() {} }

@@ -190,3 +190,68 @@ func TestFleetLive(t *testing.T) {
 		t.Errorf("redlock announce: live %v, %v; want nil", p.Live, err)
 	}
 }
+
+// OnFleetChange hears each change of the live set's members, from any
+// store on the server: a first announce, an expired member dropped, a
+// withdrawal; a renewal changes no member and is not heard. Pub/sub keeps
+// one publisher's order, so the count after the withdrawal's notice shows
+// that the renewal before it sent none.
+func TestFleetChangeNotifies(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	listener := lock.NewRedis(srv.Client(), "slotd")
+	defer listener.Close()
+	heard := make(chan struct{}, 16)
+	stop := listener.OnFleetChange(func() { heard <- struct{}{} })
+	if err := listener.Subscribe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	other := lock.NewRedis(srv.Client(), "slotd")
+	defer other.Close()
+	announce := func(replica string, ttl time.Duration) {
+		t.Helper()
+		if _, err := other.Announce(ctx, replica, replica+"-instance", ttl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	await := func(what string) {
+		t.Helper()
+		select {
+		case <-heard:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: no fleet change heard in 5s", what)
+		}
+	}
+	announce("r1", time.Minute)
+	await("r1 joined")
+	announce("r1", time.Minute) // a renewal: no notice
+	announce("short", 50*time.Millisecond)
+	await("short joined")
+	time.Sleep(60 * time.Millisecond) // short's TTL, on the server's clock
+	announce("r1", time.Minute)       // drops the expired member
+	await("short expired")
+	if err := other.Withdraw(ctx, "r1", "r1-instance"); err != nil {
+		t.Fatal(err)
+	}
+	await("r1 withdrew")
+	if n := len(heard); n != 0 {
+		t.Errorf("%d notices more than the changes (a renewal was heard)", n)
+	}
+	stop()
+	announce("r2", time.Minute)
+	if err := other.Withdraw(ctx, "r2", "r2-instance"); err != nil {
+		t.Fatal(err)
+	}
+	// After stop nothing more: a notice would have come by the time a
+	// round trip through the same subscription answers.
+	if err := listener.Subscribe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Client().Publish(ctx, "slotd:done", "fleet").Result(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // absence of a call: bounded wait, nothing to await
+	if n := len(heard); n != 0 {
+		t.Errorf("%d notices after stop", n)
+	}
+}

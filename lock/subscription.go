@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -25,8 +26,9 @@ type subscription struct {
 	timeout  time.Duration // bounds each connection's confirmation (0: ctx alone)
 	owner    string        // "store" or "locker", for errors
 
-	mu    sync.Mutex // guards watch; held while a watcher's OnChange runs
+	mu    sync.Mutex // guards watch and fleet; held while their callbacks run
 	watch watchers
+	fleet []*func() // OnFleetChange callbacks
 
 	subMu  sync.Mutex      // held while subscribing and closing, not mu
 	subs   []*redis.PubSub // one per client, once started
@@ -123,6 +125,12 @@ func (s *subscription) deliver(channel, payload string) {
 		s.watch.notify(payload, Released)
 		return
 	}
+	if payload == fleetMessage {
+		for _, f := range s.fleet {
+			(*f)()
+		}
+		return
+	}
 	c := Completed
 	if rest, ok := strings.CutPrefix(payload, takenLine); ok {
 		c, payload = Taken, rest
@@ -131,6 +139,23 @@ func (s *subscription) deliver(channel, payload string) {
 		key, rest, _ := strings.Cut(payload, "\n")
 		s.watch.notify(key, c)
 		payload = rest
+	}
+}
+
+// fleetMessage on the done channel says the live set changed (live.lua);
+// no state key is "fleet": keys hold the prefix, a colon and braces.
+const fleetMessage = "fleet"
+
+// onFleet registers f for fleetMessage; stop unregisters it.
+func (s *subscription) onFleet(f func()) (stop func()) {
+	p := &f
+	s.mu.Lock()
+	s.fleet = append(s.fleet, p)
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.fleet = slices.DeleteFunc(s.fleet, func(x *func()) bool { return x == p })
 	}
 }
 

@@ -6,37 +6,20 @@ import (
 )
 
 // clockLoop measures the store's reachability and clock skew, and probes
-// that it takes writes, periodically; between two checks it renews the
-// replica's presence every presenceEvery, while the store answers.
-//
-// The waits are counted, not read off the clock, whose wall time may step.
+// that it takes writes, periodically.
 func (s *Scheduler) clockLoop(ctx context.Context) {
-	var waited time.Duration // since the last check
 	for {
 		every := s.checkEvery
 		if !s.storeOK.Load() {
 			every = s.recheckEvery
 		}
-		wait := max(every-waited, 0)
-		presence := s.fleet != nil && s.storeOK.Load() && wait > s.presenceEvery()
-		if presence {
-			wait = s.presenceEvery()
-		}
-		t := s.clock.NewTimer(wait)
+		t := s.clock.NewTimer(every)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return
 		case <-t.C():
 		}
-		if presence {
-			waited += wait
-			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			s.renewPresence(cctx)
-			cancel()
-			continue
-		}
-		waited = 0
 		s.checkClock(ctx)
 	}
 }
@@ -62,8 +45,7 @@ func (s *Scheduler) checkClock(ctx context.Context) {
 		s.log.Info("store reachable")
 	}
 	s.probe(cctx)
-	s.renewPresence(cctx)
-	s.renewStarted(cctx)
+	s.renewPresence(cctx, true)
 	rtt := t1.Sub(t0)
 	skew := st.Sub(t0.Add(rtt / 2))
 	// Below the measurement's own uncertainty the skew is noise.

@@ -6,19 +6,10 @@ import (
 	"time"
 )
 
-// presenceEvery is how often a replica renews its presence and reads the
-// fleet's live set: every second, or at each clock check if that is more
-// often. The live set decides each slot's preferred claimant, so a replica
-// that joins or leaves moves its share of slots within about a second; at
-// the clock check's pace (10 s) a joiner and its peers each took
-// themselves for the preferred claimant of its share for that long, and
-// claimed those slots twice.
-func (s *Scheduler) presenceEvery() time.Duration { return min(time.Second, s.checkEvery) }
-
 // presenceTTL is how long this process's claim on its replica id lasts
-// without renewal: three renewals, so that one slow renewal does not
-// drop it, and a crashed process's id frees within 3 s by default.
-func (s *Scheduler) presenceTTL() time.Duration { return 3 * s.presenceEvery() }
+// without renewal: three clock checks, so that one slow check does not
+// drop it, and a crashed process's id frees within 30s by default.
+func (s *Scheduler) presenceTTL() time.Duration { return 3 * s.checkEvery }
 
 // announce claims the replica id for this process in the store (see
 // lock.Fleet). If another instance holds it, announce watches the claim:
@@ -69,10 +60,12 @@ func (s *Scheduler) announce(ctx context.Context) error {
 }
 
 // renewPresence renews this process's claim on its replica id and reads
-// the live set, every presenceEvery (see clockLoop). Another instance holding it means two live processes run
-// with one id: their claims cannot interfere (each is owned by its own
-// instance), but the operator must fix it.
-func (s *Scheduler) renewPresence(ctx context.Context) {
+// the live set, from the clock check and whenever the store says the set
+// changed (see watchFleet); it renews the fleet's first-start record too
+// when started is set (the clock check). Another instance holding the id
+// means two live processes run with one id: their claims cannot interfere
+// (each is owned by its own instance), but the operator must fix it.
+func (s *Scheduler) renewPresence(ctx context.Context, started bool) {
 	if s.fleet == nil || !s.announced {
 		return
 	}
@@ -86,12 +79,7 @@ func (s *Scheduler) renewPresence(ctx context.Context) {
 	default:
 		s.setLive(p.Live)
 	}
-}
-
-// renewStarted renews the fleet's first-start record, from the clock
-// check.
-func (s *Scheduler) renewStarted(ctx context.Context) {
-	if s.fleet == nil || !s.announced {
+	if !started {
 		return
 	}
 	if _, err := s.fleet.Started(ctx, s.now()); err != nil {
@@ -101,7 +89,7 @@ func (s *Scheduler) renewStarted(ctx context.Context) {
 
 // withdraw gives the replica id up at shutdown and leaves the fleet's live
 // set, so that a restart need not wait for its TTL and peers stop deferring
-// to this replica's preferred slots at their next presence renewal. Best
+// to this replica's preferred slots as soon as they hear of it. Best
 // effort: the store does both only while this instance holds the id, so
 // a restarted process with the same id, which has announced meanwhile,
 // stays live.
@@ -148,4 +136,37 @@ func (s *Scheduler) catchUp(t *Task, slot, now time.Time) bool {
 		return false
 	}
 	return true
+}
+
+// watchFleet reads the live set again each time the store says it changed
+// (a replica joined, left, or was found expired), until ctx ends. The live
+// set decides each slot's preferred claimant: read only at the clock check
+// (every 10 s), a replica that had just joined and its peers each took
+// themselves for the preferred claimant of its share of slots for that
+// long, and claimed those slots twice.
+func (s *Scheduler) watchFleet(ctx context.Context) {
+	if s.fleet == nil {
+		return
+	}
+	changed := make(chan struct{}, 1)
+	stop := s.fleet.OnFleetChange(func() {
+		select {
+		case changed <- struct{}{}:
+		default: // a read is due already
+		}
+	})
+	defer stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+			if ctx.Err() != nil {
+				return
+			}
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			s.renewPresence(cctx, false)
+			cancel()
+		}
+	}
 }

@@ -137,9 +137,11 @@ func TestStaleReplicaIDTakenOver(t *testing.T) {
 
 // A replica that stops cleanly leaves the fleet's live set as soon as its
 // Run is cancelled — while its attempt still has the shutdown grace, long
-// before its presence (3 s, three renewals a second apart) would run out —
-// and its peer's view drops it at the peer's next clock check, so that
-// the peer no longer defers the leaver's preferred slots to it.
+// before its presence (30s, three default clock checks) would run out —
+// and its peer's view drops it as soon as the peer hears the withdrawal
+// (lock.Fleet.OnFleetChange; the peer checks its clock every 50 ms here
+// too), so that the peer no longer defers the leaver's preferred slots to
+// it.
 func TestCleanShutdownLeavesFleetAtOnce(t *testing.T) {
 	srv := redistest.Start(t)
 	store := func() lock.Store {
@@ -174,19 +176,13 @@ func TestCleanShutdownLeavesFleetAtOnce(t *testing.T) {
 	}
 	awaitLive("both started", "a", "b")
 	l.await(t, "a to start its attempt", 10*time.Second, func(rs []record) bool { return len(rs) > 0 })
-	// Read just before the cancel: the entry's expiry then is at least 2 s
-	// away (renewed every second, TTL 3 s); a drop long before it is the
-	// withdrawal's, not the expiry's.
-	expiry := time.UnixMilli(int64(srv.Client().ZScore(ctx, "slotd:fleet", "a").Val()))
-	if left := time.Until(expiry); left < time.Second {
-		t.Fatalf("a's live-set entry expires in %v, want 2-3 s (TTL 3 s, renewed every second)", left)
+	expiry := srv.Client().ZScore(ctx, "slotd:fleet", "a").Val()
+	if left := time.Until(time.UnixMilli(int64(expiry))); left < 20*time.Second {
+		t.Fatalf("a's live-set entry expires in %v, want about 30s (three default clock checks)", left)
 	}
 
 	a.cancel() // SIGTERM; its attempt goes on within the grace
 	awaitLive("a stopped", "b")
-	if left := time.Until(expiry); left < 500*time.Millisecond {
-		t.Errorf("b dropped a only %v before its entry would expire: not by the withdrawal", left)
-	}
 	if live := srv.Client().ZRange(ctx, "slotd:fleet", 0, -1).Val(); !slices.Equal(live, []string{"b"}) {
 		t.Errorf("live set in Redis after a stopped: %v, want [b]", live)
 	}
@@ -197,4 +193,40 @@ func TestCleanShutdownLeavesFleetAtOnce(t *testing.T) {
 	}
 	done()
 	a.stop()
+}
+
+// A replica that joins is in its peers' live set as soon as they hear of
+// it (lock.Fleet.OnFleetChange), not at their next clock check: with a
+// check every hour here, both replicas' views hold both within seconds,
+// and a replica that leaves is out of them as fast.
+func TestJoinAndLeaveHeardAtOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	store := func() lock.Store {
+		r := lock.NewRedis(srv.Client(), "slotd")
+		if err := r.Subscribe(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close() })
+		return r
+	}
+	awaitView := func(what string, rep *replica, want ...string) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for got := rep.sched.LiveView(); !slices.Equal(got, want); got = rep.sched.LiveView() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the view of the live set %v, want %v", what, got, want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	a := startReplica(t, "a", store(), time.Second, nil, scheduler.WithClockCheck(time.Hour))
+	awaitView("a alone", a, "a")
+	b := startReplica(t, "b", store(), time.Second, nil, scheduler.WithClockCheck(time.Hour))
+	awaitView("b joined, seen by a", a, "a", "b")
+	awaitView("b joined, seen by b", b, "a", "b")
+	c := startReplica(t, "c", store(), time.Second, nil, scheduler.WithClockCheck(time.Hour))
+	awaitView("c joined, seen by a", a, "a", "b", "c")
+	c.stop()
+	awaitView("c left, seen by a", a, "a", "b")
+	awaitView("c left, seen by b", b, "a", "b")
 }

@@ -62,7 +62,7 @@ const (
 // deferLimit is the longest a run of slot defers its claim: preferWaitMax,
 // and at most half of the slot's window, so that the slots of a preferred
 // claimant that died (and is still in the live set, for up to its
-// presence TTL: 3 s) run within their windows. A quarter was too short
+// presence TTL: 30 s by default) run within their windows. A quarter was too short
 // under sustained load on a saturated machine: 5,000 one-second slots a
 // second on 2 cores had the preferred claims answered 300 ms after the
 // slot time on average, so a third of the slots were claimed again, only

@@ -208,11 +208,15 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	bg.Add(1)
 	go func() {
 		defer bg.Done()
-		s.clockLoop(ctx)
+		var loops sync.WaitGroup
+		loops.Go(func() { s.clockLoop(ctx) })
+		loops.Go(func() { s.watchFleet(ctx) })
+		loops.Wait()
 		// ctx has ended: this replica fires and claims nothing more. It
 		// leaves the fleet now rather than after the grace, so that its
-		// peers stop deferring its preferred slots to it; after clockLoop,
-		// so that no renewal of its presence follows the withdrawal.
+		// peers stop deferring its preferred slots to it; after both
+		// loops, so that no renewal of its presence follows the
+		// withdrawal (whose own notice would otherwise bring one).
 		s.withdraw(ctx)
 	}()
 
