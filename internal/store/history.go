@@ -129,49 +129,44 @@ func (h *RedisHistory) send(ctx context.Context, batch []*coalesce.Call[histAppe
 	h.mu.Unlock()
 	var again []*coalesce.Call[histAppend, struct{}]
 	for i, err := range h.write(ctx, batch, full) {
-		switch {
-		case errors.Is(err, redis.Nil): // NOMKSTREAM: the stream had gone
+		if !full[i] && errors.Is(err, redis.Nil) { // NOMKSTREAM: the stream had gone
 			again = append(again, batch[i])
-		case err != nil && full[i]:
-			h.forget(HistoryKey(h.prefix, batch[i].Req.task)) // renew it next time
-			fallthrough
-		default:
-			batch[i].Err = err
+			continue
 		}
+		h.settle(batch[i], err, full[i])
 	}
-	if len(again) == 0 {
-		return
-	}
-	full = make([]bool, len(again))
-	for i := range full {
-		full[i] = true
-	}
-	for i, err := range h.write(ctx, again, full) {
-		if err != nil {
-			h.forget(HistoryKey(h.prefix, again[i].Req.task))
-		}
-		again[i].Err = err
+	for i, err := range h.write(ctx, again, nil) {
+		h.settle(again[i], err, true)
 	}
 }
 
-// forget makes the next append to key a full one.
-func (h *RedisHistory) forget(key string) {
-	h.mu.Lock()
-	delete(h.set, key)
-	h.mu.Unlock()
+// settle answers c with err; a full append that failed leaves its stream's
+// TTL to be renewed by the next append.
+func (h *RedisHistory) settle(c *coalesce.Call[histAppend, struct{}], err error, full bool) {
+	if err != nil && full {
+		h.mu.Lock()
+		delete(h.set, HistoryKey(h.prefix, c.Req.task))
+		h.mu.Unlock()
+	}
+	c.Err = err
 }
 
-// write sends batch in one transaction: XADD and PEXPIRE where full[i],
-// XADD NOMKSTREAM elsewhere. It returns each append's error: redis.Nil for
+// write sends batch in one transaction: XADD and PEXPIRE where full[i]
+// (everywhere if full is nil), XADD NOMKSTREAM elsewhere; nothing for an
+// empty batch. It returns each append's error: redis.Nil for
 // a NOMKSTREAM append whose stream did not exist.
 func (h *RedisHistory) write(ctx context.Context, batch []*coalesce.Call[histAppend, struct{}], full []bool) []error {
 	type pending struct {
 		xadd   *redis.StringCmd
 		expire *redis.BoolCmd // nil unless full
 	}
+	if len(batch) == 0 {
+		return nil
+	}
 	sent := make([]pending, 0, len(batch))
 	p := h.rdb.TxPipeline()
 	for i, c := range batch {
+		isFull := full == nil || full[i]
 		key := HistoryKey(h.prefix, c.Req.task)
 		e := c.Req.e
 		values := []any{
@@ -190,13 +185,13 @@ func (h *RedisHistory) write(ctx context.Context, batch []*coalesce.Call[histApp
 		}
 		x := p.XAdd(ctx, &redis.XAddArgs{
 			Stream:     key,
-			NoMkStream: !full[i],
+			NoMkStream: !isFull,
 			MaxLen:     scheduler.HistoryMaxLen,
 			Approx:     true,
 			Values:     values,
 		})
 		s := pending{xadd: x}
-		if full[i] {
+		if isFull {
 			s.expire = p.PExpire(ctx, key, h.ttl)
 		}
 		sent = append(sent, s)
