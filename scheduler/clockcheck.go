@@ -45,7 +45,8 @@ func (s *Scheduler) checkClock(ctx context.Context) {
 		s.log.Info("store reachable")
 	}
 	s.probe(cctx)
-	s.renewPresence(cctx, true)
+	s.renewPresence(cctx)
+	s.renewStarted(cctx)
 	rtt := t1.Sub(t0)
 	skew := st.Sub(t0.Add(rtt / 2))
 	// Below the measurement's own uncertainty the skew is noise.

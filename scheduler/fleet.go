@@ -61,11 +61,10 @@ func (s *Scheduler) announce(ctx context.Context) error {
 
 // renewPresence renews this process's claim on its replica id and reads
 // the live set, from the clock check and whenever the store says the set
-// changed (see watchFleet); it renews the fleet's first-start record too
-// when started is set (the clock check). Another instance holding the id
+// changed (see watchFleet). Another instance holding the id
 // means two live processes run with one id: their claims cannot interfere
 // (each is owned by its own instance), but the operator must fix it.
-func (s *Scheduler) renewPresence(ctx context.Context, started bool) {
+func (s *Scheduler) renewPresence(ctx context.Context) {
 	if s.fleet == nil || !s.announced {
 		return
 	}
@@ -79,7 +78,12 @@ func (s *Scheduler) renewPresence(ctx context.Context, started bool) {
 	default:
 		s.setLive(p.Live)
 	}
-	if !started {
+}
+
+// renewStarted renews the fleet's first-start record, from the clock
+// check.
+func (s *Scheduler) renewStarted(ctx context.Context) {
+	if s.fleet == nil || !s.announced {
 		return
 	}
 	if _, err := s.fleet.Started(ctx, s.now()); err != nil {
@@ -165,7 +169,7 @@ func (s *Scheduler) watchFleet(ctx context.Context) {
 				return
 			}
 			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			s.renewPresence(cctx, false)
+			s.renewPresence(cctx)
 			cancel()
 		}
 	}
