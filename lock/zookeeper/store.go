@@ -46,6 +46,11 @@ type Store struct {
 	root    string
 	acl     []zk.ACL
 	timeout atomic.Int64 // negotiated session timeout, ns
+	// granted is signalled each time a session is established and its
+	// timeout read (clientLog): the client logs the timeout only after it
+	// reports the session, so Dial waits for this, not for the session
+	// event, before SessionTimeout can be trusted.
+	granted chan struct{}
 	log     *slog.Logger
 
 	clock   sync.Mutex
@@ -77,24 +82,15 @@ func Dial(ctx context.Context, o Options) (*Store, error) {
 	if !strings.HasPrefix(root, "/") || strings.HasSuffix(root, "/") {
 		return nil, fmt.Errorf("zklock: root %q: must start with / and not end with one", root)
 	}
-	s := &Store{root: root, acl: zk.WorldACL(zk.PermAll), log: o.Logger}
+	s := &Store{root: root, acl: zk.WorldACL(zk.PermAll), log: o.Logger, granted: make(chan struct{}, 1)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	s.timeout.Store(int64(o.SessionTimeout))
 	s.watch.init(s)
-	sessions := make(chan struct{}, 1)
 	opts := []func(*zk.Conn){
 		zk.WithLogger(clientLog{s}), zk.WithLogInfo(true),
-		zk.WithEventCallback(func(ev zk.Event) {
-			if ev.Type == zk.EventSession && ev.State == zk.StateHasSession {
-				select {
-				case sessions <- struct{}{}:
-				default:
-				}
-			}
-			s.watch.event(ev)
-		}),
+		zk.WithEventCallback(s.watch.event),
 	}
 	if o.Dialer != nil {
 		opts = append(opts, zk.WithDialer(o.Dialer))
@@ -116,7 +112,7 @@ func Dial(ctx context.Context, o Options) (*Store, error) {
 		s.acl = zk.AuthACL(zk.PermAll)
 	}
 	select {
-	case <-sessions:
+	case <-s.granted:
 	case <-ctx.Done():
 		conn.Close()
 		return nil, fmt.Errorf("zklock: no session with %v: %w", o.Servers, context.Cause(ctx))
@@ -158,6 +154,10 @@ func (l clientLog) Printf(format string, args ...any) {
 	if format == "authenticated: id=%d, timeout=%d" && len(args) == 2 {
 		if ms, ok := args[1].(int32); ok && ms > 0 {
 			l.s.timeout.Store(int64(time.Duration(ms) * time.Millisecond))
+		}
+		select {
+		case l.s.granted <- struct{}{}:
+		default:
 		}
 		return
 	}
