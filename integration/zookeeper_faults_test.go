@@ -48,6 +48,29 @@ func onceEach(t *testing.T, evs []event, period time.Duration) map[string][]stri
 	return out
 }
 
+// endedWithoutGaps reports whether every task's ended slots follow one
+// another period apart. A slot fired during an election may still be
+// claiming (its window is 30 s) when later ones have run: a test that
+// stops the replicas before it ends would read it as lost.
+func endedWithoutGaps(t *testing.T, evs []event, period time.Duration) bool {
+	t.Helper()
+	ended := map[string][]time.Time{}
+	for _, e := range evs {
+		if e.Kind == "end" {
+			ended[e.Task] = append(ended[e.Task], slotTime(t, e.Slot))
+		}
+	}
+	for _, ats := range ended {
+		slices.SortFunc(ats, time.Time.Compare)
+		for i := 1; i < len(ats); i++ {
+			if ats[i].Sub(ats[i-1]) > period {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 const zkFaultDefaults = `lease = "5s"
 max_attempts = 3
 timeout = "1m"
@@ -74,14 +97,14 @@ func TestZooKeeperLeaderKilledMidSlot(t *testing.T) {
 	leader.Stop()
 	next := e.WaitLeader(30 * time.Second)
 	elected := time.Since(killed)
-	evs := c.ledger.await("5 slots started after the kill", 30*time.Second, func(evs []event) bool {
+	evs := c.ledger.await("5 slots started after the kill, and every slot before them ended", 30*time.Second, func(evs []event) bool {
 		n := 0
 		for _, e := range evs {
 			if e.Kind == "end" && e.At.After(killed) {
 				n++
 			}
 		}
-		return n >= 5
+		return n >= 5 && endedWithoutGaps(t, evs, time.Second)
 	})
 	c.stopAll()
 	evs = c.ledger.read()
@@ -124,14 +147,14 @@ func TestZooKeeperLeaderKilledInBurst(t *testing.T) {
 	leader.Stop()
 	e.WaitLeader(30 * time.Second)
 	elected := time.Since(killed)
-	c.ledger.await("two bursts after the kill", 60*time.Second, func(evs []event) bool {
+	c.ledger.await("two bursts after the kill, and every slot before them ended", 60*time.Second, func(evs []event) bool {
 		n := 0
 		for _, e := range evs {
 			if e.Kind == "end" && e.At.After(killed.Add(3*time.Second)) {
 				n++
 			}
 		}
-		return n >= 60
+		return n >= 60 && endedWithoutGaps(t, evs, 3*time.Second)
 	})
 	c.stopAll()
 	evs := c.ledger.read()
