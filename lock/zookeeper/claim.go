@@ -80,10 +80,19 @@ func (s *Store) Claim(ctx context.Context, slot lock.Slot, replica string, p loc
 	}
 	sent := time.Now()
 	for range maxRaces {
-		c, sn, d, err := s.decide(ctx, slot, p)
+		c, sn, run, d, err := s.decide(ctx, slot, replica, p)
 		if err != nil || c.Result != 0 {
 			c.Sent = sent
 			return c, err
+		}
+		if run.exists {
+			// Our own earlier claim, whose reply was lost (the connection
+			// dropped, or its ctx ended, after it was sent): it landed, and
+			// its run node would hold the slot for as long as our session
+			// lives. It is this claim now.
+			prior := slotData{attempts: d.attempts - 1, base: d.base, ttl: d.ttl}
+			return s.landed(ctx, slot, p, sent, d, prior, sn.stat.Version, run.stat.Version,
+				time.UnixMilli(run.stat.Ctime).UTC(), run.stat.Czxid)
 		}
 		if !sn.exists {
 			// The slot's first claim: make its node, at version 0 (if
@@ -117,77 +126,90 @@ func (s *Store) Claim(ctx context.Context, slot lock.Slot, replica string, p loc
 		st := res[0].Stat
 		at := time.UnixMilli(st.Mtime).UTC()
 		s.note(reading{mtime: at, sent: msent, recv: time.Now()})
-		c = lock.Claim{Result: lock.Won, Attempt: n, Base: d.base, Now: at, Sent: sent, Revision: st.Mzxid}
-		// The leader's own stamp on the claim has the last word: a claim
-		// that landed outside the window (a new leader, another clock) is
-		// undone, attempt and all.
-		earliest := slot.Time.Add(-p.Tolerance)
-		if at.Before(earliest) || !at.Before(slot.Deadline) {
-			_, uerr := call(context.WithoutCancel(ctx), func() ([]zk.MultiResponse, error) {
-				return s.conn.Multi(
-					&zk.DeleteRequest{Path: s.RunPath(slot), Version: 0},
-					&zk.SetDataRequest{Path: s.SlotPath(slot), Data: d.encode(), Version: st.Version},
-				)
-			})
-			if uerr != nil {
-				return lock.Claim{}, fmt.Errorf("zklock: claim %s landed at %v, outside its window, and could not be undone: %w", slot, at, uerr)
-			}
-			c = lock.Claim{Result: lock.Late, Now: at, Sent: sent}
-			if at.Before(earliest) {
-				c.Result, c.Wait = lock.Early, earliest.Sub(at)
-			}
-		}
-		return c, nil
+		return s.landed(ctx, slot, p, sent, next, d, st.Version, 0, at, st.Mzxid)
 	}
 	return lock.Claim{}, fmt.Errorf("zklock: claim %s: lost %d races in a row", slot, maxRaces)
 }
 
-// decide reads slot and answers every result but Won (c.Result set); with
-// c.Result 0 the slot may be claimed, from the slot node sn holding d.
-func (s *Store) decide(ctx context.Context, slot lock.Slot, p lock.Policy) (c lock.Claim, sn node, d slotData, err error) {
-	sn, run, err := s.read(ctx, slot)
+// landed reports the claim that wrote d (from prior) into the slot node,
+// leaving it at slotVersion, and created the run node, at runVersion, in a
+// transaction the leader stamped at and numbered zxid. The leader's stamp
+// has the last word: a claim that landed outside the window (a new leader,
+// another clock) is undone, attempt and all.
+func (s *Store) landed(ctx context.Context, slot lock.Slot, p lock.Policy, sent time.Time, d, prior slotData, slotVersion, runVersion int32, at time.Time, zxid int64) (lock.Claim, error) {
+	earliest := slot.Time.Add(-p.Tolerance)
+	if !at.Before(earliest) && at.Before(slot.Deadline) {
+		return lock.Claim{Result: lock.Won, Attempt: d.attempts, Base: d.base, Now: at, Sent: sent, Revision: zxid}, nil
+	}
+	_, err := call(context.WithoutCancel(ctx), func() ([]zk.MultiResponse, error) {
+		return s.conn.Multi(
+			&zk.DeleteRequest{Path: s.RunPath(slot), Version: runVersion},
+			&zk.SetDataRequest{Path: s.SlotPath(slot), Data: prior.encode(), Version: slotVersion},
+		)
+	})
 	if err != nil {
-		return c, sn, d, err
+		return lock.Claim{}, fmt.Errorf("zklock: claim %s landed at %v, outside its window, and could not be undone: %w", slot, at, err)
+	}
+	if at.Before(earliest) {
+		return lock.Claim{Result: lock.Early, Wait: earliest.Sub(at), Now: at, Sent: sent}, nil
+	}
+	return lock.Claim{Result: lock.Late, Now: at, Sent: sent}, nil
+}
+
+// decide reads slot and answers every result but Won (c.Result set); with
+// c.Result 0 the slot may be claimed, from the slot node sn holding d, or,
+// if run exists, it holds replica's claim made on this very session (see
+// Claim).
+func (s *Store) decide(ctx context.Context, slot lock.Slot, replica string, p lock.Policy) (c lock.Claim, sn, run node, d slotData, err error) {
+	sn, run, err = s.read(ctx, slot)
+	if err != nil {
+		return c, sn, run, d, err
 	}
 	lo, hi, err := s.now(ctx)
 	if err != nil {
-		return c, sn, d, fmt.Errorf("zklock: claim %s: %w", slot, err)
+		return c, sn, run, d, fmt.Errorf("zklock: claim %s: %w", slot, err)
 	}
 	c.Now = lo
 	if run.exists {
 		st, err := lock.ParseValue(string(run.data))
 		if err != nil || st.Status != "running" {
-			return c, sn, d, fmt.Errorf("zklock: claim %s: run node %w: %q", slot, lock.ErrForeign, run.data)
+			return c, sn, run, d, fmt.Errorf("zklock: claim %s: run node %w: %q", slot, lock.ErrForeign, run.data)
+		}
+		if run.stat.EphemeralOwner == s.conn.SessionID() && string(run.data) == lock.RunValue(lock.Owner{Replica: replica, Attempt: st.Attempt}) {
+			if d, err = decodeSlot(sn.data); err != nil || !sn.exists || d.attempts != st.Attempt {
+				return c, sn, run, d, fmt.Errorf("zklock: claim %s: run node of attempt %d beside slot node %q: %w", slot, st.Attempt, sn.data, lock.ErrForeign)
+			}
+			return c, sn, run, d, nil
 		}
 		c.Result, c.Holder, c.Instance, c.Attempt = lock.Held, st.Holder, st.Instance, st.Attempt
 		// The holder keeps the slot while its session lives; look again
 		// after a lease, if no watch event comes first.
 		c.Wait = p.Lease
-		return c, sn, d, nil
+		return c, sn, run, d, nil
 	}
 	if sn.exists {
 		if d, err = decodeSlot(sn.data); err != nil {
-			return c, sn, d, fmt.Errorf("zklock: claim %s: %w", slot, err)
+			return c, sn, run, d, fmt.Errorf("zklock: claim %s: %w", slot, err)
 		}
 		if d.done != "" {
 			st, _ := lock.ParseValue(d.done)
 			c.Result, c.Holder, c.Instance, c.Attempt = lock.Done, st.Holder, st.Instance, st.Attempt
-			return c, sn, d, nil
+			return c, sn, run, d, nil
 		}
 	}
 	if earliest := slot.Time.Add(-p.Tolerance); lo.Before(earliest) {
 		c.Result, c.Wait = lock.Early, earliest.Sub(lo)
-		return c, sn, d, nil
+		return c, sn, run, d, nil
 	}
 	if !hi.Before(slot.Deadline) {
 		c.Result = lock.Late
-		return c, sn, d, nil
+		return c, sn, run, d, nil
 	}
 	c.Base = d.base
 	if d.attempts-d.base >= p.MaxAttempts || d.attempts >= lock.MaxAttempts {
 		c.Result, c.Attempt = lock.Exhausted, d.attempts
 	}
-	return c, sn, d, nil
+	return c, sn, run, d, nil
 }
 
 // lost reports whether err means another write came first (the caller

@@ -2,6 +2,7 @@ package zklock_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -135,6 +136,86 @@ func TestLostSessionCancelsBeforePeerWins(t *testing.T) {
 	st, err := lock.ReadState(ctx, a, slot)
 	if err != nil || st.Status != "running" || st.Holder != "b" {
 		t.Fatalf("state = %+v, %v; want running by b", st, err)
+	}
+}
+
+// replyDropper is a dialer whose connection, once armed, turns deaf as a
+// multi-op request goes out: the request is served, and the connection
+// fails as its reply comes in, which the client never sees.
+type replyDropper struct {
+	armed atomic.Bool
+}
+
+func (d *replyDropper) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
+	conn, err := net.DialTimeout(network, addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &dropConn{Conn: conn, d: d}, nil
+}
+
+type dropConn struct {
+	net.Conn
+	d    *replyDropper
+	deaf atomic.Bool
+}
+
+const opMulti = 14 // ZooKeeper's opcode, after the length and the xid
+
+func (c *dropConn) Write(b []byte) (int, error) {
+	if len(b) >= 12 && binary.BigEndian.Uint32(b[8:12]) == opMulti && c.d.armed.CompareAndSwap(true, false) {
+		c.deaf.Store(true)
+	}
+	return c.Conn.Write(b)
+}
+
+func (c *dropConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if c.deaf.Load() {
+		c.Conn.Close()
+		return 0, errors.New("reply dropped")
+	}
+	return n, err
+}
+
+// A claim whose reply is lost after the ensemble committed it (the
+// connection drops, as when the leader dies mid-request) is found again by
+// the replica's next claim, on the same session: it wins with the attempt
+// it counted, rather than finding the slot held, by its own run node, for
+// as long as its session lives, and the slot lost.
+func TestClaimWithLostReplyIsFoundAgain(t *testing.T) {
+	e := zktest.Start(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var drop replyDropper
+	a, err := zklock.Dial(ctx, zklock.Options{Servers: e.Servers(), SessionTimeout: 10 * time.Second, Root: "/slotd", Dialer: drop.dial})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b := dial(t, e, 10*time.Second, "/slotd")
+	p := lock.Policy{Lease: time.Second, DoneTTL: time.Hour, MaxAttempts: 3}
+	now, err := a.Time(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := lock.Slot{Task: "payroll", ID: "1", Time: now.Add(-time.Second), Deadline: now.Add(time.Hour)}
+	drop.armed.Store(true)
+	if c, err := a.Claim(ctx, slot, "a", p); err == nil {
+		t.Fatalf("claim whose reply was dropped = %+v, want an error", c)
+	}
+	c, err := a.Claim(ctx, slot, "a", p)
+	if err != nil || c.Result != lock.Won || c.Attempt != 1 || c.Revision == 0 {
+		t.Fatalf("claim after the lost reply = %+v, %v; want won, attempt 1, with the landed claim's revision", c, err)
+	}
+	if c, err := b.Claim(ctx, slot, "b", p); err != nil || c.Result != lock.Held || c.Holder != "a" {
+		t.Fatalf("peer's claim = %+v, %v; want held by a", c, err)
+	}
+	if err := a.Complete(ctx, slot, lock.Owner{Replica: "a", Attempt: 1}, p.DoneTTL); err != nil {
+		t.Fatalf("completing the found claim: %v", err)
+	}
+	if c, err := b.Claim(ctx, slot, "b", p); err != nil || c.Result != lock.Done || c.Attempt != 1 {
+		t.Fatalf("peer's claim after completion = %+v, %v; want done by attempt 1", c, err)
 	}
 }
 
