@@ -91,28 +91,40 @@ func (s *Store) claim(ctx context.Context, slot lock.Slot, replica string, p loc
 		if err != nil {
 			return lock.Claim{}, err
 		}
-		var won bool
+		var on clientv3.LeaseID
 		err = s.withBucket(ctx, p.DoneTTL, func(done clientv3.LeaseID) error {
 			var err error
-			c, won, err = s.claimTxn(ctx, c, slot, replica, p, t.id, done)
+			c, on, err = s.claimTxn(ctx, c, slot, replica, p, t.id, done)
 			return err
 		})
 		if isLeaseNotFound(err) { // the running lease expired: grant another
 			s.leases.forgetRunning(t.id)
 			continue
 		}
-		if err != nil || !won {
+		if err != nil || on == 0 {
 			return c, err
+		}
+		if t, err = s.ticketFor(t, on); err != nil {
+			return lock.Claim{}, err
 		}
 		return s.won(ctx, c, slot, replica, p, t)
 	}
 	return lock.Claim{}, errLeaseGone
 }
 
+// ticketFor is the ticket that proves lease on alive: t, if t is on's,
+// else a keepalive of on (a claim found again, on an older lease).
+func (s *Store) ticketFor(t ticket, on clientv3.LeaseID) (ticket, error) {
+	if on == t.id {
+		return t, nil
+	}
+	return s.leases.forRenew(on)
+}
+
 // claimTxn runs the claim's transactions with the running lease run and
 // the done bucket's lease done.
 func (s *Store) claimTxn(ctx context.Context, c lock.Claim, slot lock.Slot, replica string, p lock.Policy,
-	run, done clientv3.LeaseID) (lock.Claim, bool, error) {
+	run, done clientv3.LeaseID) (lock.Claim, clientv3.LeaseID, error) {
 	octx, cancel := opContext(ctx)
 	defer cancel()
 	resp, err := s.cli.Txn(octx).If(firstClaimIf(s, slot)...).Then(firstClaimThen(s, slot, replica, run, done)...).
@@ -147,13 +159,15 @@ func readSlot(s *Store, slot lock.Slot) []clientv3.Op {
 
 // claimFrom goes on from the answer to a slot's first claim transaction:
 // won, or decided from the keys it read, or a second transaction compared
-// on their mod revisions (again while they keep changing).
+// on their mod revisions (again while they keep changing). A won claim is
+// on the running lease it returns (0: not won): run, or the lease of an
+// earlier claim of replica's found again (foundAgain).
 func (s *Store) claimFrom(ctx context.Context, c lock.Claim, slot lock.Slot, replica string, p lock.Policy,
-	run, done clientv3.LeaseID, resp *clientv3.TxnResponse, err error) (lock.Claim, bool, error) {
+	run, done clientv3.LeaseID, resp *clientv3.TxnResponse, err error) (lock.Claim, clientv3.LeaseID, error) {
 	state, attempts, base := s.keys(slot)
 	for try := 0; ; try++ {
 		if err != nil {
-			return c, false, err
+			return c, 0, err
 		}
 		if resp.Succeeded {
 			if c.Attempt == 0 {
@@ -163,28 +177,38 @@ func (s *Store) claimFrom(ctx context.Context, c lock.Claim, slot lock.Slot, rep
 			if resp.Header != nil { // a nested transaction's answer has none
 				c.Revision = resp.Header.Revision
 			}
-			return c, true, nil
+			return c, run, nil
 		}
 		if try >= maxTxnTries {
-			return c, false, errTooContended
+			return c, 0, errTooContended
 		}
 		sk, ak, bk := one(resp.Responses[0]), one(resp.Responses[1]), one(resp.Responses[2])
 		if sk != nil {
 			c, err := held(c, sk, p)
-			return c, false, err
+			if err != nil || c.Result != lock.Held {
+				return c, 0, err
+			}
+			if on := s.foundAgain(state, replica, sk, c.Attempt); on != 0 {
+				// Counted in the same transaction as the key was written.
+				c.Result, c.Revision = lock.Won, sk.ModRevision
+				c.Holder, c.Instance, c.Wait = "", "", 0
+				c.Base, err = count(base, bk)
+				return c, on, err
+			}
+			return c, 0, nil
 		}
 		n, err := count(attempts, ak)
 		if err != nil {
-			return c, false, err
+			return c, 0, err
 		}
 		b, err := count(base, bk)
 		if err != nil {
-			return c, false, err
+			return c, 0, err
 		}
 		c.Base = b
 		if n-b >= p.MaxAttempts || n >= lock.MaxAttempts {
 			c.Result, c.Attempt = lock.Exhausted, n
-			return c, false, nil
+			return c, 0, nil
 		}
 		c.Attempt = n + 1
 		then := []clientv3.Op{
@@ -204,6 +228,23 @@ func (s *Store) claimFrom(ctx context.Context, c lock.Claim, slot lock.Slot, rep
 		).Commit()
 		cancel()
 	}
+}
+
+// foundAgain returns the running lease of state key kv if kv holds an
+// earlier claim by replica, attempt n, whose reply was lost (the
+// connection dropped, or the call's ctx ended, after it was sent): a claim
+// on a lease this Store keeps alive, which it does not hold. Such a key
+// would hold the slot for as long as the replica's other slots keep the
+// lease alive; it is this claim now. 0 otherwise.
+func (s *Store) foundAgain(state, replica string, kv *mvccpb.KeyValue, n int) clientv3.LeaseID {
+	value := lock.RunValue(lock.Owner{Replica: replica, Attempt: n})
+	if string(kv.Value) != value || kv.Lease == 0 || !s.leases.live(clientv3.LeaseID(kv.Lease)) {
+		return 0
+	}
+	if _, held := s.holds.lease(state, value); held {
+		return 0
+	}
+	return clientv3.LeaseID(kv.Lease)
 }
 
 // held is the answer for a slot whose state key kv exists: held, done, or

@@ -11,6 +11,7 @@ import (
 
 	"github.com/slotd/slotd/internal/etcdtest"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/etcdlock"
 	"github.com/slotd/slotd/lock/locktest"
 )
 
@@ -141,6 +142,46 @@ func TestAbandonedHoldFreesAfterItsLease(t *testing.T) {
 	mustWin(t, h, abandoned, "b#1")
 	if st, err := lock.ReadState(ctx, h.Store, kept); err != nil || st.Status != "running" || st.Holder != "a" {
 		t.Fatalf("kept slot = %+v, %v; want still running by a", st, err)
+	}
+}
+
+// A claim whose reply was lost (the connection dropped, or its ctx ended,
+// after etcd committed it) is found again by the replica's next claim: it
+// wins with the attempt and revision it was written with, and holds it as
+// a fresh claim would, rather than finding the slot held by its own key,
+// which the replica's other slots keep alive, for the rest of the window.
+func TestClaimWithLostReplyIsFoundAgain(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	h := harness(t, c)
+	ctx := context.Background()
+	kept, lostReply := locktest.UniqueSlot(t, h), locktest.UniqueSlot(t, h)
+	mustWin(t, h, kept, "a#1")
+	first := mustWin(t, h, lostReply, "a#1")
+	etcdlock.LoseReply(h.Store.(*etcdlock.Store), lostReply)
+	again := mustWin(t, h, lostReply, "a#1")
+	if again.Attempt != first.Attempt || again.Revision != first.Revision {
+		t.Fatalf("claim found again = %+v, want attempt %d at revision %d", again, first.Attempt, first.Revision)
+	}
+	owner := lock.Owner{Replica: "a#1", Attempt: first.Attempt}
+	if err := h.Store.Renew(ctx, lostReply, owner, policy.Lease); err != nil {
+		t.Fatalf("renew of the claim found again: %v", err)
+	}
+	if b, err := h.Store.Claim(ctx, lostReply, "b#1", policy); err != nil || b.Result != lock.Held || b.Holder != "a" {
+		t.Fatalf("peer's claim = %+v, %v; want held by a", b, err)
+	}
+	if err := h.Store.Complete(ctx, lostReply, owner, policy.DoneTTL); err != nil {
+		t.Fatalf("completing the claim found again: %v", err)
+	}
+	if b, err := h.Store.Claim(ctx, lostReply, "b#1", policy); err != nil || b.Result != lock.Done {
+		t.Fatalf("peer's claim after completion = %+v, %v; want done", b, err)
+	}
+	// Another instance of the replica (a restart) does not take it: its
+	// lease is not this one's.
+	other := locktest.UniqueSlot(t, h)
+	mustWin(t, h, other, "a#1")
+	etcdlock.LoseReply(h.Store.(*etcdlock.Store), other)
+	if b, err := h.Store.Claim(ctx, other, "a#2", policy); err != nil || b.Result != lock.Held {
+		t.Fatalf("another instance's claim = %+v, %v; want held", b, err)
 	}
 }
 

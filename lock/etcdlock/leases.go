@@ -154,6 +154,14 @@ func (ls *leases) grant(ctx context.Context, k runKey) (ticket, error) {
 	return ticket{id: resp.ID, granted: sent}, nil
 }
 
+// live reports whether this Store keeps lease id alive.
+func (ls *leases) live(id clientv3.LeaseID) bool {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	rl := ls.byID[id]
+	return rl != nil && !rl.dead
+}
+
 // forRenew returns the keepalive, sent after forRenew was called, that
 // proves lease id alive; errNoLease if this Store keeps no such lease.
 func (ls *leases) forRenew(id clientv3.LeaseID) (ticket, error) {

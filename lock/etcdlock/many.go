@@ -120,12 +120,16 @@ func (s *Store) claimBatch(ctx context.Context, reqs []lock.ClaimRequest, from, 
 		q := reqs[p.i]
 		c := lock.Claim{Now: lo.UTC(), Sent: sent}
 		nested := (*clientv3.TxnResponse)(resp.Responses[k].GetResponseTxn())
-		c, won, err := s.claimFrom(ctx, c, q.Slot, q.Replica, q.Policy, p.t.id, p.done, nested, nil)
-		if err == nil && won {
+		c, on, err := s.claimFrom(ctx, c, q.Slot, q.Replica, q.Policy, p.t.id, p.done, nested, nil)
+		var t ticket
+		if err == nil && on != 0 {
+			t, err = s.ticketFor(p.t, on)
+		}
+		if err == nil && on != 0 {
 			if c.Revision == 0 {
 				c.Revision = resp.Header.Revision
 			}
-			c, err = s.won(ctx, c, q.Slot, q.Replica, q.Policy, p.t)
+			c, err = s.won(ctx, c, q.Slot, q.Replica, q.Policy, t)
 		}
 		reply(p.i, c, err)
 	}
