@@ -39,6 +39,27 @@ func TestServeCapsConnections(t *testing.T) {
 		}
 		io.WriteString(w, "ok\n")
 	}))
+	// The server's own record of a connection turning idle comes after
+	// the response is written, so after the client may have read it: the
+	// test waits for it, since which connection is idle longest is what
+	// it checks.
+	idled := make(chan struct{}, 16)
+	srv.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateIdle {
+			select {
+			case idled <- struct{}{}:
+			default: // only the first three are awaited
+			}
+		}
+	}
+	awaitIdle := func() {
+		t.Helper()
+		select {
+		case <-idled:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a served connection never turned idle")
+		}
+	}
 	done := make(chan error, 1)
 	go func() { done <- observe.Serve(srv, ln, 3) }()
 	t.Cleanup(func() { srv.Close(); <-done })
@@ -60,7 +81,7 @@ func TestServeCapsConnections(t *testing.T) {
 			t.Fatalf("connection within the cap: %q", got)
 		}
 		idle = append(idle, c)
-		time.Sleep(10 * time.Millisecond)
+		awaitIdle()
 	}
 	// A fourth is served, in the place of the first.
 	if got := get(t, dial(), "/"); got != "ok" {
