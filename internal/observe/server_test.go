@@ -48,7 +48,7 @@ func TestServeCapsConnections(t *testing.T) {
 		if st == http.StateIdle {
 			select {
 			case idled <- struct{}{}:
-			default: // only the first three are awaited
+			default: // only those of the first part are awaited
 			}
 		}
 	}
@@ -87,12 +87,14 @@ func TestServeCapsConnections(t *testing.T) {
 	if got := get(t, dial(), "/"); got != "ok" {
 		t.Fatalf("a new connection at the cap of idle ones: %q, want served", got)
 	}
+	awaitIdle()
 	if got := get(t, idle[0], "/"); got != "" {
 		t.Errorf("the connection idle longest still served %q after a new one took its place", got)
 	}
 	if got := get(t, idle[2], "/"); got != "ok" {
 		t.Errorf("a more recent idle connection was closed (%q)", got)
 	}
+	awaitIdle() // else it still counts as busy below
 
 	// Three busy connections: a fourth is closed unread.
 	// Each is dialled once the one before is being served: a connection
