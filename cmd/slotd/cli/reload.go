@@ -55,7 +55,7 @@ func newReloader(cfg *config.Config, sched *scheduler.Scheduler, log *slog.Logge
 		pool:    cfg.HTTPPool,
 		failures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "slotd_config_reload_failures_total",
-			Help: "Reloads (SIGHUP, slotd reload, POST /api/v1/reload) refused because the file was invalid; the running configuration stayed.",
+			Help: "Reloads (SIGHUP, slotd reload, POST /api/v1/reload) that changed nothing: the file was invalid or unreadable, or the engine did not take its tasks (it was stopping, or the request ended first); the running configuration stayed.",
 		}),
 		successes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "slotd_config_reloads_total",
