@@ -175,6 +175,14 @@ func TestClaimWithLostReplyIsFoundAgain(t *testing.T) {
 	if b, err := h.Store.Claim(ctx, lostReply, "b#1", policy); err != nil || b.Result != lock.Done {
 		t.Fatalf("peer's claim after completion = %+v, %v; want done", b, err)
 	}
+	// A key this Store holds (its attempt ran, and the release's outcome
+	// was lost) is held, as anybody's would be: its attempt number must not
+	// run twice.
+	ran := locktest.UniqueSlot(t, h)
+	mustWin(t, h, ran, "a#1")
+	if b, err := h.Store.Claim(ctx, ran, "a#1", policy); err != nil || b.Result != lock.Held || b.Attempt != 1 {
+		t.Fatalf("claim of a slot this Store holds = %+v, %v; want held, attempt 1", b, err)
+	}
 	// Another instance of the replica (a restart) does not take it: its
 	// lease is not this one's.
 	other := locktest.UniqueSlot(t, h)

@@ -79,8 +79,19 @@ func (s *Store) Claim(ctx context.Context, slot lock.Slot, replica string, p loc
 		return lock.Claim{}, fmt.Errorf("zklock: claim %s: lease %v, session timeout %v: %w", slot, p.Lease, s.SessionTimeout(), ErrLeaseOverSession)
 	}
 	sent := time.Now()
+	path := s.RunPath(slot)
+	if orphan, ok := s.orphans.Load(path); ok {
+		if err := s.freeOrphan(ctx, path, orphan.(string)); err != nil {
+			return lock.Claim{}, fmt.Errorf("zklock: claim %s: freeing the run node of a failed release: %w", slot, err)
+		}
+	}
 	for range maxRaces {
-		c, sn, run, d, err := s.decide(ctx, slot, replica, p)
+		doubt, _ := s.doubt.Load(path)
+		inDoubt, _ := doubt.(string)
+		c, sn, run, d, err := s.decide(ctx, slot, inDoubt, p)
+		if err == nil && inDoubt != "" {
+			s.doubt.CompareAndDelete(path, inDoubt) // its outcome is known now
+		}
 		if err != nil || c.Result != 0 {
 			c.Sent = sent
 			return c, err
@@ -121,6 +132,9 @@ func (s *Store) Claim(ctx context.Context, slot lock.Slot, replica string, p loc
 			continue
 		}
 		if err != nil {
+			// The multi-op may have been committed all the same: the next
+			// claim of the slot looks for its run node.
+			s.doubt.Store(path, lock.RunValue(owner))
 			return lock.Claim{}, fmt.Errorf("zklock: claim %s: %w", slot, err)
 		}
 		st := res[0].Stat
@@ -158,9 +172,12 @@ func (s *Store) landed(ctx context.Context, slot lock.Slot, p lock.Policy, sent 
 
 // decide reads slot and answers every result but Won (c.Result set); with
 // c.Result 0 the slot may be claimed, from the slot node sn holding d, or,
-// if run exists, it holds replica's claim made on this very session (see
-// Claim).
-func (s *Store) decide(ctx context.Context, slot lock.Slot, replica string, p lock.Policy) (c lock.Claim, sn, run node, d slotData, err error) {
+// if run exists, it holds inDoubt, the run value of this store's claim of
+// the slot whose outcome was unknown, made on this very session (see
+// Claim). A run node of this replica's that was not in doubt (its
+// attempt ran, and its release failed) is held, as anybody's: its
+// attempt number must not run twice.
+func (s *Store) decide(ctx context.Context, slot lock.Slot, inDoubt string, p lock.Policy) (c lock.Claim, sn, run node, d slotData, err error) {
 	sn, run, err = s.read(ctx, slot)
 	if err != nil {
 		return c, sn, run, d, err
@@ -175,7 +192,7 @@ func (s *Store) decide(ctx context.Context, slot lock.Slot, replica string, p lo
 		if err != nil || st.Status != "running" {
 			return c, sn, run, d, fmt.Errorf("zklock: claim %s: run node %w: %q", slot, lock.ErrForeign, run.data)
 		}
-		if run.stat.EphemeralOwner == s.conn.SessionID() && string(run.data) == lock.RunValue(lock.Owner{Replica: replica, Attempt: st.Attempt}) {
+		if inDoubt != "" && string(run.data) == inDoubt && run.stat.EphemeralOwner == s.conn.SessionID() {
 			if d, err = decodeSlot(sn.data); err != nil || !sn.exists || d.attempts != st.Attempt {
 				return c, sn, run, d, fmt.Errorf("zklock: claim %s: run node of attempt %d beside slot node %q: %w", slot, st.Attempt, sn.data, lock.ErrForeign)
 			}

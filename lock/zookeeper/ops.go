@@ -96,10 +96,19 @@ func (s *Store) Complete(ctx context.Context, slot lock.Slot, owner lock.Owner, 
 
 // Release implements lock.Store: deletes the run node, under version
 // checks of it and of the slot node; the deletion wakes the watchers.
+//
+// A release that fails otherwise than by finding the slot not held (no
+// connection, a timeout) may leave the run node in place, and with it the
+// slot held for as long as the session lives, not only for a lease as on
+// Redis: the store notes it, and the replica's next claim of the slot
+// deletes it first (freeOrphan).
 func (s *Store) Release(ctx context.Context, slot lock.Slot, owner lock.Owner) error {
 	for range maxRaces {
 		sn, run, err := s.held(ctx, "release", slot, owner)
 		if err != nil {
+			if !errors.Is(err, lock.ErrNotHeld) {
+				s.orphans.Store(s.RunPath(slot), lock.RunValue(owner))
+			}
 			return err
 		}
 		_, err = s.multi(ctx,
@@ -111,10 +120,29 @@ func (s *Store) Release(ctx context.Context, slot lock.Slot, owner lock.Owner) e
 		case errors.Is(err, zk.ErrSessionExpired):
 			return fmt.Errorf("zklock: release %s attempt %d: %w (%w)", slot, owner.Attempt, lock.ErrNotHeld, err)
 		case !lost(err):
+			s.orphans.Store(s.RunPath(slot), lock.RunValue(owner))
 			return fmt.Errorf("zklock: release %s attempt %d: %w", slot, owner.Attempt, err)
 		}
 	}
 	return fmt.Errorf("zklock: release %s attempt %d: lost %d races in a row", slot, owner.Attempt, maxRaces)
+}
+
+// freeOrphan deletes the run node at path if it still holds value, the
+// claim of a release that failed (see Release), on this session; the note
+// goes once the node is known gone.
+func (s *Store) freeOrphan(ctx context.Context, path, value string) error {
+	run, err := s.get(ctx, path, false)
+	if err != nil {
+		return err
+	}
+	if run.exists && string(run.data) == value && run.stat.EphemeralOwner == s.conn.SessionID() {
+		_, err := call(ctx, func() (struct{}, error) { return struct{}{}, s.conn.Delete(path, run.stat.Version) })
+		if err != nil && !lost(err) {
+			return err
+		}
+	}
+	s.orphans.CompareAndDelete(path, value)
+	return nil
 }
 
 // Rerun implements lock.Store: clears the done marker (and, forced, the

@@ -217,6 +217,17 @@ func TestClaimWithLostReplyIsFoundAgain(t *testing.T) {
 	if c, err := b.Claim(ctx, slot, "b", p); err != nil || c.Result != lock.Done || c.Attempt != 1 {
 		t.Fatalf("peer's claim after completion = %+v, %v; want done by attempt 1", c, err)
 	}
+
+	// A run node of a's own that was no claim in doubt (its attempt ran,
+	// and the release's outcome was lost) is held, as anybody's would be:
+	// its attempt number must not run twice.
+	ran := lock.Slot{Task: "payroll", ID: "2", Time: slot.Time, Deadline: slot.Deadline}
+	if c, err := a.Claim(ctx, ran, "a", p); err != nil || c.Result != lock.Won {
+		t.Fatalf("claim of a second slot = %+v, %v; want won", c, err)
+	}
+	if c, err := a.Claim(ctx, ran, "a", p); err != nil || c.Result != lock.Held || c.Holder != "a" || c.Attempt != 1 {
+		t.Fatalf("claim of a slot whose run node a holds, not in doubt = %+v, %v; want held by a, attempt 1", c, err)
+	}
 }
 
 // A claim whose lease exceeds the session timeout is refused: the session
@@ -331,5 +342,38 @@ func TestDoneMarkerSurvivesLeaderKill(t *testing.T) {
 		if c.Result != lock.Done || c.Holder != "a" {
 			t.Fatalf("slot %d after the leader died: %+v, want done by a", i, c)
 		}
+	}
+}
+
+// A release that failed before it reached the ensemble leaves the run node
+// of a live session: the slot is held by it, for peers too, beyond any
+// lease. The replica's next claim of the slot deletes it first and claims
+// the next attempt, as it would after a release.
+func TestFailedReleaseFreedByNextClaim(t *testing.T) {
+	e := zktest.Start(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a := dial(t, e, 10*time.Second, "/slotd")
+	b := dial(t, e, 10*time.Second, "/slotd")
+	p := lock.Policy{Lease: time.Second, DoneTTL: time.Hour, MaxAttempts: 3}
+	now, err := a.Time(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := lock.Slot{Task: "payroll", ID: "1", Time: now.Add(-time.Second), Deadline: now.Add(time.Hour)}
+	if c, err := a.Claim(ctx, slot, "a", p); err != nil || c.Result != lock.Won {
+		t.Fatalf("claim = %+v, %v; want won", c, err)
+	}
+	gone, stop := context.WithCancel(ctx)
+	stop()
+	if err := a.Release(gone, slot, lock.Owner{Replica: "a", Attempt: 1}); err == nil {
+		t.Fatal("release with its context ended: no error")
+	}
+	if c, err := b.Claim(ctx, slot, "b", p); err != nil || c.Result != lock.Held || c.Holder != "a" {
+		t.Fatalf("peer's claim after the failed release = %+v, %v; want held by a", c, err)
+	}
+	c, err := a.Claim(ctx, slot, "a", p)
+	if err != nil || c.Result != lock.Won || c.Attempt != 2 {
+		t.Fatalf("a's next claim = %+v, %v; want won, attempt 2", c, err)
 	}
 }

@@ -58,6 +58,14 @@ type Store struct {
 	reading sync.Mutex // held while a claim takes a new reading: one at a time
 
 	watch watcher
+
+	// doubt holds, by run node path, the run value of each claim whose
+	// outcome was unknown (an error after the multi-op was sent), until
+	// the slot's next claim reads what became of it.
+	doubt sync.Map
+	// orphans holds, by run node path, the run value of each release that
+	// failed with the node perhaps still in place (see Release).
+	orphans sync.Map
 }
 
 // reading is one reading of the leader's clock: the mtime of a write,
