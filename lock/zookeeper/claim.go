@@ -86,11 +86,13 @@ func (s *Store) Claim(ctx context.Context, slot lock.Slot, replica string, p loc
 		}
 	}
 	for range maxRaces {
-		doubt, _ := s.doubt.Load(path)
-		inDoubt, _ := doubt.(string)
-		c, sn, run, d, err := s.decide(ctx, slot, inDoubt, p)
-		if err == nil && inDoubt != "" {
-			s.doubt.CompareAndDelete(path, inDoubt) // its outcome is known now
+		v, _ := s.doubt.Load(path)
+		inDoubt, _ := v.(doubt)
+		c, sn, run, d, err := s.decide(ctx, slot, inDoubt.value, p)
+		if err == nil && inDoubt.value != "" && !run.exists && sn.exists && sn.stat.Version > inDoubt.version {
+			// The slot node has moved past the version the claim in doubt
+			// checked: it did not land, and never will.
+			s.doubt.CompareAndDelete(path, inDoubt)
 		}
 		if err != nil || c.Result != 0 {
 			c.Sent = sent
@@ -101,6 +103,7 @@ func (s *Store) Claim(ctx context.Context, slot lock.Slot, replica string, p loc
 			// dropped, or its ctx ended, after it was sent): it landed, and
 			// its run node would hold the slot for as long as our session
 			// lives. It is this claim now.
+			s.doubt.CompareAndDelete(path, inDoubt)
 			prior := slotData{attempts: d.attempts - 1, base: d.base, ttl: d.ttl}
 			return s.landed(ctx, slot, p, sent, d, prior, sn.stat.Version, run.stat.Version,
 				time.UnixMilli(run.stat.Ctime).UTC(), run.stat.Czxid)
@@ -132,17 +135,26 @@ func (s *Store) Claim(ctx context.Context, slot lock.Slot, replica string, p loc
 			continue
 		}
 		if err != nil {
-			// The multi-op may have been committed all the same: the next
-			// claim of the slot looks for its run node.
-			s.doubt.Store(path, lock.RunValue(owner))
+			// The multi-op may have been committed, or may be yet (a call
+			// whose ctx ended goes on): the next claims of the slot look
+			// for its run node.
+			s.doubt.Store(path, doubt{lock.RunValue(owner), sn.stat.Version})
 			return lock.Claim{}, fmt.Errorf("zklock: claim %s: %w", slot, err)
 		}
+		s.doubt.Delete(path) // an earlier claim in doubt checked an older version
 		st := res[0].Stat
 		at := time.UnixMilli(st.Mtime).UTC()
 		s.note(reading{mtime: at, sent: msent, recv: time.Now()})
 		return s.landed(ctx, slot, p, sent, next, d, st.Version, 0, at, st.Mzxid)
 	}
 	return lock.Claim{}, fmt.Errorf("zklock: claim %s: lost %d races in a row", slot, maxRaces)
+}
+
+// doubt is a claim whose outcome is unknown: its run value, and the slot
+// node's version its multi-op checked.
+type doubt struct {
+	value   string
+	version int32
 }
 
 // landed reports the claim that wrote d (from prior) into the slot node,

@@ -59,9 +59,9 @@ type Store struct {
 
 	watch watcher
 
-	// doubt holds, by run node path, the run value of each claim whose
-	// outcome was unknown (an error after the multi-op was sent), until
-	// the slot's next claim reads what became of it.
+	// doubt holds, by run node path, each claim whose outcome was unknown
+	// (an error after its multi-op was sent), until a later claim of the
+	// slot finds it landed or the slot node past the version it checked.
 	doubt sync.Map
 	// orphans holds, by run node path, the run value of each release that
 	// failed with the node perhaps still in place (see Release).
