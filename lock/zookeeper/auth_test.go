@@ -21,21 +21,10 @@ func TestDigestAuthKeepsNodesTheUsers(t *testing.T) {
 	e := zktest.Start(t, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	store := func(digest string) *zklock.Store {
-		s, err := zklock.Dial(ctx, zklock.Options{Servers: e.Servers(), SessionTimeout: 10 * time.Second, Root: "/slotd", Digest: digest})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s
-	}
+	store := func(digest string) *zklock.Store { return dialWith(t, e, zklock.Options{Digest: digest}) }
 	a, b := store("slotd:secret"), store("slotd:secret")
-	p := lock.Policy{Lease: time.Second, DoneTTL: time.Hour, MaxAttempts: 3}
-	now, err := a.Time(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	slot := lock.Slot{Task: "payroll", ID: "1", Time: now.Add(-time.Second), Deadline: now.Add(time.Hour)}
+	p := shortLease
+	slot := openSlot(ctx, t, a, "1")
 	if c, err := a.Claim(ctx, slot, "a", p); err != nil || c.Result != lock.Won {
 		t.Fatalf("a's claim = %+v, %v; want won", c, err)
 	}

@@ -27,6 +27,43 @@ func dial(t *testing.T, e *zktest.Ensemble, timeout time.Duration, root string) 
 	return s
 }
 
+// dialWith opens a store on the ensemble as o says (servers, root /slotd
+// and a 10s session timeout when unset), closed at cleanup.
+func dialWith(t *testing.T, e *zktest.Ensemble, o zklock.Options) *zklock.Store {
+	t.Helper()
+	if o.Servers == nil {
+		o.Servers = e.Servers()
+	}
+	if o.Root == "" {
+		o.Root = "/slotd"
+	}
+	if o.SessionTimeout == 0 {
+		o.SessionTimeout = 10 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := zklock.Dial(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// shortLease is the policy of the tests that claim slots by hand.
+var shortLease = lock.Policy{Lease: time.Second, DoneTTL: time.Hour, MaxAttempts: 3}
+
+// openSlot is slot id of task payroll, its window open by s's clock: from
+// a second ago, for an hour.
+func openSlot(ctx context.Context, t *testing.T, s *zklock.Store, id string) lock.Slot {
+	t.Helper()
+	now, err := s.Time(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lock.Slot{Task: "payroll", ID: id, Time: now.Add(-time.Second), Deadline: now.Add(time.Hour)}
+}
+
 // walk visits every node under root, children first, with its stat.
 func walk(t *testing.T, c *zk.Conn, root string, visit func(p string, st *zk.Stat, children []string)) {
 	kids, st, err := c.Children(root)

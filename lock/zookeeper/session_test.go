@@ -188,18 +188,10 @@ func TestClaimWithLostReplyIsFoundAgain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var drop replyDropper
-	a, err := zklock.Dial(ctx, zklock.Options{Servers: e.Servers(), SessionTimeout: 10 * time.Second, Root: "/slotd", Dialer: drop.dial})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b := dial(t, e, 10*time.Second, "/slotd")
-	p := lock.Policy{Lease: time.Second, DoneTTL: time.Hour, MaxAttempts: 3}
-	now, err := a.Time(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	slot := lock.Slot{Task: "payroll", ID: "1", Time: now.Add(-time.Second), Deadline: now.Add(time.Hour)}
+	a := dialWith(t, e, zklock.Options{Dialer: drop.dial})
+	b := dialWith(t, e, zklock.Options{})
+	p := shortLease
+	slot := openSlot(ctx, t, a, "1")
 	drop.armed.Store(true)
 	if c, err := a.Claim(ctx, slot, "a", p); err == nil {
 		t.Fatalf("claim whose reply was dropped = %+v, want an error", c)
@@ -221,7 +213,7 @@ func TestClaimWithLostReplyIsFoundAgain(t *testing.T) {
 	// A run node of a's own that was no claim in doubt (its attempt ran,
 	// and the release's outcome was lost) is held, as anybody's would be:
 	// its attempt number must not run twice.
-	ran := lock.Slot{Task: "payroll", ID: "2", Time: slot.Time, Deadline: slot.Deadline}
+	ran := openSlot(ctx, t, a, "2")
 	if c, err := a.Claim(ctx, ran, "a", p); err != nil || c.Result != lock.Won {
 		t.Fatalf("claim of a second slot = %+v, %v; want won", c, err)
 	}
@@ -353,14 +345,9 @@ func TestFailedReleaseFreedByNextClaim(t *testing.T) {
 	e := zktest.Start(t, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	a := dial(t, e, 10*time.Second, "/slotd")
-	b := dial(t, e, 10*time.Second, "/slotd")
-	p := lock.Policy{Lease: time.Second, DoneTTL: time.Hour, MaxAttempts: 3}
-	now, err := a.Time(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	slot := lock.Slot{Task: "payroll", ID: "1", Time: now.Add(-time.Second), Deadline: now.Add(time.Hour)}
+	a, b := dialWith(t, e, zklock.Options{}), dialWith(t, e, zklock.Options{})
+	p := shortLease
+	slot := openSlot(ctx, t, a, "1")
 	if c, err := a.Claim(ctx, slot, "a", p); err != nil || c.Result != lock.Won {
 		t.Fatalf("claim = %+v, %v; want won", c, err)
 	}
