@@ -188,8 +188,10 @@ func (s *Store) claimFrom(ctx context.Context, c lock.Claim, slot lock.Slot, rep
 			if err != nil || c.Result != lock.Held {
 				return c, 0, err
 			}
+			if n, _ := count(attempts, ak); n != c.Attempt {
+				return c, 0, nil // not the claim that counted the last attempt
+			}
 			if on := s.foundAgain(state, replica, sk, c.Attempt); on != 0 {
-				// Counted in the same transaction as the key was written.
 				c.Result, c.Revision = lock.Won, sk.ModRevision
 				c.Holder, c.Instance, c.Wait = "", "", 0
 				c.Base, err = count(base, bk)
