@@ -46,6 +46,7 @@ type Schedule struct {
 	loc      *time.Location
 
 	cron  *cron.SpecSchedule // nil for @every; Location is loc; never mutated
+	days  *dayRule           // nil unless a day field uses L, W or #; then cron's day fields are "*"
 	zones *zoneTable         // nil when loc is UTC
 	every time.Duration      // > 0 for @every
 	// wall: the hour field is not "*", so the classic cron policy applies
@@ -133,7 +134,18 @@ func parse(spec, timezone string) (*Schedule, error) {
 		return s, nil
 	}
 
-	parsed, err := descriptorParser.Parse(spec)
+	robfigSpec := spec
+	if fields := strings.Fields(spec); !strings.HasPrefix(spec, "@") && (len(fields) == 5 || len(fields) == 6) {
+		dom, dow := dayFieldsIndex(fields)
+		if hasDaySyntax(fields[dom], fields[dow]) {
+			if s.days, err = parseDayRule(fields[dom], fields[dow]); err != nil {
+				return nil, fmt.Errorf("%q: %w", spec, err)
+			}
+			fields[dom], fields[dow] = "*", "*"
+			robfigSpec = strings.Join(fields, " ")
+		}
+	}
+	parsed, err := descriptorParser.Parse(robfigSpec)
 	if err != nil {
 		return nil, fmt.Errorf("%q: %w", spec, err)
 	}
@@ -200,7 +212,7 @@ func (s *Schedule) Next(t time.Time) time.Time {
 		k := floorDiv(t.Unix(), d) + 1 // t.Unix() <= t, so k*d > t
 		return time.Unix(k*d, 0).UTC()
 	}
-	return cronNext(s.cron, s.zones, s.wall, t)
+	return cronNext(s.cron, s.days, s.zones, s.wall, t)
 }
 
 // Latest returns the latest fire time at or before t, in UTC, and false if
