@@ -55,6 +55,10 @@ type Schedule struct {
 
 	res    Resolution
 	maxGap time.Duration
+
+	// Set by Combine only: the union of parts, within bounds.
+	parts  []*Schedule
+	bounds Bounds
 }
 
 // The span analysed at parse time. It is fixed so that the derived
@@ -98,7 +102,19 @@ var scheduleCache sync.Map // scheduleKey -> *Schedule
 // seconds, or a descriptor such as @hourly or "@every 90s") in the IANA zone
 // timezone ("" is UTC). It rejects specs that never fire (such as Feb 30) and
 // "@every" durations that are not a whole number of seconds of at least 1s.
-func Parse(spec, timezone string) (*Schedule, error) {
+//
+// Beyond robfig/cron, the day fields take Quartz's L, W and # (see
+// dayRule), and any field Jenkins' H, resolved with the HashKey option
+// (see resolveHash); Spec then returns the resolved spec.
+func Parse(spec, timezone string, opts ...Option) (*Schedule, error) {
+	var o parseOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	spec, err := resolveHash(strings.TrimSpace(spec), o)
+	if err != nil {
+		return nil, err
+	}
 	key := scheduleKey{spec, timezone}
 	if s, ok := scheduleCache.Load(key); ok {
 		return s.(*Schedule), nil
@@ -205,8 +221,12 @@ func parseEvery(spec string) (time.Duration, error) {
 }
 
 // Next returns the first fire time strictly after t, in UTC, or the zero
-// Time if there is none within 8 years (which Parse rules out).
+// Time if there is none within 8 years (which Parse rules out) or none
+// before the Until bound of a combined schedule.
 func (s *Schedule) Next(t time.Time) time.Time {
+	if s.parts != nil {
+		return s.boundedNext(t)
+	}
 	if s.every > 0 {
 		d := int64(s.every / time.Second)
 		k := floorDiv(t.Unix(), d) + 1 // t.Unix() <= t, so k*d > t
@@ -218,6 +238,9 @@ func (s *Schedule) Next(t time.Time) time.Time {
 // Latest returns the latest fire time at or before t, in UTC, and false if
 // there is none within the 8 years before t.
 func (s *Schedule) Latest(t time.Time) (time.Time, bool) {
+	if s.parts != nil {
+		return s.boundedLatest(t)
+	}
 	if s.every > 0 {
 		d := int64(s.every / time.Second)
 		return time.Unix(floorDiv(t.Unix(), d)*d, 0).UTC(), true
@@ -284,7 +307,15 @@ func (s *Schedule) MaxGap() time.Duration { return s.maxGap }
 // Spec returns the spec as given to Parse, trimmed.
 func (s *Schedule) Spec() string { return s.spec }
 
-// String returns the spec and its zone, e.g. "0 9 * * 1 in Europe/Paris".
+// String returns the spec and its zone, e.g. "0 9 * * 1 in Europe/Paris",
+// and the bounds of a combined schedule.
 func (s *Schedule) String() string {
-	return s.spec + " in " + s.loc.String()
+	str := s.spec + " in " + s.loc.String()
+	if !s.bounds.From.IsZero() {
+		str += " from " + s.bounds.From.Format(time.RFC3339)
+	}
+	if !s.bounds.Until.IsZero() {
+		str += " until " + s.bounds.Until.Format(time.RFC3339)
+	}
+	return str
 }
