@@ -11,7 +11,11 @@ func TestHashResolves(t *testing.T) {
 		spec string
 		ok   func(resolved string) bool
 	}{
-		{"H * * * *", func(r string) bool { var m int; _, err := fmt.Sscanf(r, "%d * * * *", &m); return err == nil && m >= 0 && m < 60 }},
+		{"H * * * *", func(r string) bool {
+			var m int
+			_, err := fmt.Sscanf(r, "%d * * * *", &m)
+			return err == nil && m >= 0 && m < 60
+		}},
 		{"H(0-29) H(1-5) * * *", func(r string) bool {
 			var m, h int
 			_, err := fmt.Sscanf(r, "%d %d * * *", &m, &h)
