@@ -162,13 +162,17 @@ func cmdValidate(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stdout, "task %s: schedule %q (%s), plugin %s, slot ids by %s, window %s\n",
 			t.Name, t.Spec, tz, t.Plugin, t.Schedule.Resolution(), t.Window())
+		printTiming(stdout, t)
 		at := now
 		for range n {
 			if at = t.Schedule.Next(at); at.IsZero() {
 				break
 			}
-			fmt.Fprintf(stdout, "  %s  slot %s  deadline %s\n", at.UTC().Format(time.RFC3339),
-				t.Schedule.SlotID(at), t.SlotDeadline(at).UTC().Format(time.RFC3339))
+			fmt.Fprintf(stdout, "  %s  slot %s  deadline %s%s\n", at.UTC().Format(time.RFC3339),
+				t.Schedule.SlotID(at), t.SlotDeadline(at).UTC().Format(time.RFC3339), startNote(t, at))
+		}
+		if at.IsZero() {
+			fmt.Fprintf(stdout, "  no more fire times\n")
 		}
 	}
 	store := "embedded in-memory store (one replica)"
