@@ -41,6 +41,11 @@ type loop struct {
 	pending   int
 	deferred  []*run
 	lastTaken time.Time
+	// running: attempts running; capped: runs waiting for room under
+	// max_running, longest first (entries no longer capped are skipped).
+	// See capacity.go.
+	running int
+	capped  []*run
 	// stopping: ctx has ended; nothing fires, and the loop returns once
 	// every run has ended.
 	stopping bool
@@ -106,6 +111,7 @@ func (l *loop) run() {
 			events[i] = event{} // no run kept alive by a handled event
 		}
 		l.releaseDeferred()
+		l.admit()
 		l.wakeDue()
 		l.fireDue()
 	}

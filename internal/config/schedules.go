@@ -146,3 +146,14 @@ func readJitter(t table, window time.Duration) time.Duration {
 	}
 	return o.v
 }
+
+// MaxRunningLimit bounds [daemon] max_running: a cap above it caps nothing
+// a replica could run.
+const MaxRunningLimit = 1_000_000
+
+// readMaxRunning reads [daemon] max_running.
+func (c *Config) readMaxRunning(t table) {
+	if o := t.integer("max_running", 0, MaxRunningLimit, "attempts this replica runs at once; 0: no cap"); o.set && !o.bad {
+		c.MaxRunning = o.v
+	}
+}

@@ -89,3 +89,22 @@ func TestScheduleKeyErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestMaxRunning(t *testing.T) {
+	if cfg := parse(t, "[daemon]\nmax_running = 50\n"+minimal); cfg.MaxRunning != 50 {
+		t.Errorf("MaxRunning = %d, want 50", cfg.MaxRunning)
+	}
+	if cfg := parse(t, minimal); cfg.MaxRunning != 0 {
+		t.Errorf("MaxRunning = %d by default, want 0 (no cap)", cfg.MaxRunning)
+	}
+	for _, tc := range []struct{ src, want string }{
+		{"[daemon]\nmax_running = -1\n", "daemon.max_running: -1 is out of range"},
+		{"[daemon]\nmax_running = \"10\"\n", "daemon.max_running: must be an integer"},
+		{"[daemon]\nmax_running = 2000000\n", "out of range: want 0 to 1000000"},
+	} {
+		_, err := Parse([]byte(tc.src+minimal), "test.toml", nil)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want %q", tc.src, err, tc.want)
+		}
+	}
+}

@@ -54,6 +54,9 @@ func TestValidateNeverQuotesRedisPassword(t *testing.T) {
 func TestValidateShowsResolvedTimes(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "slotd.toml")
 	src := `
+[daemon]
+max_running = 20
+
 [[task]]
 name = "spread"
 schedule = "H H(0-5) * * *"
@@ -91,6 +94,7 @@ params = { command = ["true"] }
 		"  active: 2026-01-01T00:00:00Z to 2099-06-30T00:00:00Z",
 		"task over: schedule \"@hourly\"",
 		"  no more fire times",
+		", max_running 20",
 	} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("output lacks %q:\n%s", want, r.stdout)
