@@ -42,9 +42,16 @@ func hasHash(item string) bool {
 // field's range [lo, hi] (or the item's own "(a-b)"), and H/n starts at lo
 // + h mod n, where h is the FNV-1a 64 hash of key, a NUL byte and the
 // field's name ("minute", "hour", ...). A spec without H is returned as is.
-func resolveHash(spec string, o parseOptions) (string, error) {
+//
+// template is the spec with every H at the lowest value it can take, when
+// all of them are single values in the second, minute or hour field: the
+// resolved spec then fires at the template's times shifted by a constant
+// within the day, so in UTC it has the template's gaps and resolution,
+// which Parse reuses instead of sampling each of 1,440 "H H * * *" specs.
+// Otherwise template is "".
+func resolveHash(spec string, o parseOptions) (resolved, template string, err error) {
 	if strings.HasPrefix(spec, "@") || !strings.Contains(spec, "H") {
-		return spec, nil
+		return spec, "", nil
 	}
 	fields := strings.Fields(spec)
 	names := fieldNames5
@@ -53,30 +60,53 @@ func resolveHash(spec string, o parseOptions) (string, error) {
 	case 6:
 		names = append([]string{"second"}, fieldNames5...)
 	default:
-		return spec, nil // robfig says what is wrong
+		return spec, "", nil // robfig says what is wrong
 	}
-	changed := false
+	changed, shiftable := false, true
+	tmpl := make([]string, len(fields))
 	for i, f := range fields {
 		items := strings.Split(f, ",")
+		tItems := make([]string, len(items))
 		for j, it := range items {
+			tItems[j] = it
 			if !hasHash(it) {
 				continue
 			}
 			if !o.hasKey {
-				return "", fmt.Errorf("%q: H in the %s field needs a key to hash (the task's name)", spec, names[i])
+				return "", "", fmt.Errorf("%q: H in the %s field needs a key to hash (the task's name)", spec, names[i])
 			}
 			v, err := hashItem(it, names[i], o.hashKey)
 			if err != nil {
-				return "", fmt.Errorf("%q: %s field %q: %w", spec, names[i], it, err)
+				return "", "", fmt.Errorf("%q: %s field %q: %w", spec, names[i], it, err)
 			}
 			items[j], changed = v, true
+			timeOfDay := names[i] == "second" || names[i] == "minute" || names[i] == "hour"
+			if strings.Contains(it, "/") || !timeOfDay || len(items) > 1 {
+				shiftable = false
+			}
+			tItems[j] = strconv.Itoa(hashFloor(it, names[i]))
 		}
 		fields[i] = strings.Join(items, ",")
+		tmpl[i] = strings.Join(tItems, ",")
 	}
 	if !changed {
-		return spec, nil
+		return spec, "", nil
 	}
-	return strings.Join(fields, " "), nil
+	if !shiftable {
+		return strings.Join(fields, " "), "", nil
+	}
+	return strings.Join(fields, " "), strings.Join(tmpl, " "), nil
+}
+
+// hashFloor is the lowest value a valid single-value H item can take.
+func hashFloor(item, field string) int {
+	lo := hashFields[field][0]
+	if a, _, ok := strings.Cut(strings.TrimPrefix(item, "H("), "-"); ok && strings.HasPrefix(item, "H(") {
+		if x, err := strconv.Atoi(a); err == nil {
+			return x
+		}
+	}
+	return lo
 }
 
 func hashItem(item, field, key string) (string, error) {

@@ -103,3 +103,30 @@ func TestHashErrors(t *testing.T) {
 		t.Errorf("H without a key: %v", err)
 	}
 }
+
+// In UTC an H spec of single time-of-day values reuses the analysis of its
+// template; it must equal the spec's own.
+func TestHashTemplateAnalysisMatches(t *testing.T) {
+	for _, spec := range []string{"H H * * *", "H * * * *", "H H(8-17) * * 1-5", "0 H 1 * *", "H H H * * *", "H H L * *", "H H * * 5#2"} {
+		for i := range 40 {
+			s, err := Parse(spec, "", HashKey(fmt.Sprintf("tmpl-%d", i)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			own, err := parse(s.Spec(), "", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Resolution() != own.Resolution() || s.MaxGap() != own.MaxGap() {
+				t.Fatalf("%q as %q: resolution %v, window %v; its own analysis says %v, %v",
+					spec, s.Spec(), s.Resolution(), s.MaxGap(), own.Resolution(), own.MaxGap())
+			}
+		}
+	}
+	if _, tmpl, _ := resolveHash("H/15 * * * *", parseOptions{hashKey: "x", hasKey: true}); tmpl != "" {
+		t.Errorf("H/15 has a template %q: its values are no shift of another's", tmpl)
+	}
+	if _, tmpl, _ := resolveHash("0 0 H * *", parseOptions{hashKey: "x", hasKey: true}); tmpl != "" {
+		t.Errorf("H in the day of month has a template %q", tmpl)
+	}
+}

@@ -111,7 +111,7 @@ func Parse(spec, timezone string, opts ...Option) (*Schedule, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	spec, err := resolveHash(strings.TrimSpace(spec), o)
+	spec, template, err := resolveHash(strings.TrimSpace(spec), o)
 	if err != nil {
 		return nil, err
 	}
@@ -119,7 +119,13 @@ func Parse(spec, timezone string, opts ...Option) (*Schedule, error) {
 	if s, ok := scheduleCache.Load(key); ok {
 		return s.(*Schedule), nil
 	}
-	s, err := parse(spec, timezone)
+	var like *Schedule
+	if template != "" && template != spec && (timezone == "" || timezone == "UTC") {
+		if like, err = Parse(template, timezone); err != nil {
+			like = nil // spec's own parse says what is wrong
+		}
+	}
+	s, err := parse(spec, timezone, like)
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +133,10 @@ func Parse(spec, timezone string, opts ...Option) (*Schedule, error) {
 	return actual.(*Schedule), nil
 }
 
-func parse(spec, timezone string) (*Schedule, error) {
+// parse parses spec; like, if not nil, is a schedule whose fires are
+// spec's shifted by a constant in UTC (see resolveHash), whose resolution
+// and window spec shares.
+func parse(spec, timezone string, like *Schedule) (*Schedule, error) {
 	loc, err := LoadLocation(timezone)
 	if err != nil {
 		return nil, err
@@ -178,6 +187,10 @@ func parse(spec, timezone string) (*Schedule, error) {
 	}
 	if s.Next(sampleAnchor).IsZero() {
 		return nil, fmt.Errorf("%q never fires (no fire time within 8 years)", spec)
+	}
+	if like != nil && s.zones == nil {
+		s.res, s.maxGap = like.res, like.maxGap
+		return s, nil
 	}
 	straddle := s.straddlingGaps()
 	s.res = s.cronResolution(straddle)
