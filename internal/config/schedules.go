@@ -74,7 +74,7 @@ func readSchedule(t table, name, zone string, zoneOK bool) (spec string, sched *
 		t.wrapf("active_until", err)
 		return spec, nil
 	}
-	if !until.IsZero() && combined.Next(from.Add(-time.Second)).IsZero() {
+	if !from.IsZero() && !until.IsZero() && combined.Next(from.Add(-time.Second)).IsZero() {
 		t.errorf("active_until", "no fire time of %q between active_from and active_until", spec)
 	}
 	if !zoneOK {
