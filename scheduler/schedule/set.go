@@ -74,7 +74,7 @@ func unionAnalysis(parts []*Schedule) (Resolution, time.Duration) {
 	minGap := time.Duration(1<<63 - 1)
 	until := sampleAnchor.AddDate(maxGapSampleYears, 0, 0)
 	prev := unionNext(parts, sampleAnchor)
-	for i := 0; i < maxGapSampleFires && res < Second && !prev.IsZero() && prev.Before(until); i++ {
+	for i := 0; len(parts) > 1 && i < maxGapSampleFires && res < Second && !prev.IsZero() && prev.Before(until); i++ {
 		next := unionNext(parts, prev)
 		if next.IsZero() {
 			break
