@@ -33,6 +33,18 @@ func (l *loop) atCapacity() bool {
 // closes.
 func (l *loop) capRun(r *run) {
 	r.state = capped
+	if len(l.capped) == cap(l.capped) && len(l.capped) > 0 {
+		// A replica full for long must not keep the runs that left the
+		// list meanwhile (taken by a peer, settled, ended) alive in it.
+		kept := l.capped[:0]
+		for _, x := range l.capped {
+			if x.state == capped {
+				kept = append(kept, x)
+			}
+		}
+		clear(l.capped[len(kept):])
+		l.capped = kept
+	}
 	l.capped = append(l.capped, r)
 	l.s.stats.Capacity.Waiting.Add(1)
 	l.schedule(r, r.slot.Deadline.Sub(l.s.now()))
