@@ -46,7 +46,7 @@ const (
 )
 
 func (s runState) String() string {
-	names := [...]string{"none", "deferring", "claiming", "running", "handingOff", "waiting", "settled", "ended", "capped"}
+	names := [...]string{"none", "deferring", "claiming", "running", "handingOff", "waiting", "settled", "capped", "ended"}
 	if int(s) < len(names) {
 		return names[s]
 	}
