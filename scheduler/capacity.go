@@ -33,6 +33,11 @@ func (l *loop) atCapacity() bool {
 // closes.
 func (l *loop) capRun(r *run) {
 	r.state = capped
+	l.s.stats.Capacity.Waiting.Add(1)
+	l.schedule(r, r.slot.Deadline.Sub(l.s.now()))
+	if r.listed { // capped before, and still in the list: keeps its place
+		return
+	}
 	if len(l.capped) == cap(l.capped) && len(l.capped) > 0 {
 		// A replica full for long must not keep the runs that left the
 		// list meanwhile (taken by a peer, settled, ended) alive in it.
@@ -40,14 +45,15 @@ func (l *loop) capRun(r *run) {
 		for _, x := range l.capped {
 			if x.state == capped {
 				kept = append(kept, x)
+			} else {
+				x.listed = false
 			}
 		}
 		clear(l.capped[len(kept):])
 		l.capped = kept
 	}
 	l.capped = append(l.capped, r)
-	l.s.stats.Capacity.Waiting.Add(1)
-	l.schedule(r, r.slot.Deadline.Sub(l.s.now()))
+	r.listed = true
 }
 
 // uncap takes r out of the capped state, as a notice or its wake moves it
@@ -65,6 +71,7 @@ func (l *loop) admit() {
 	for ; i < len(l.capped) && !l.atCapacity(); i++ {
 		r := l.capped[i]
 		l.capped[i] = nil
+		r.listed = false
 		if r.state != capped {
 			continue
 		}

@@ -84,3 +84,18 @@ func TestCappedRunMissedForCapacity(t *testing.T) {
 		t.Errorf("waiting gauge %d, want 0", w)
 	}
 }
+
+// A run capped again after a peer's claim keeps its one place in the list.
+func TestCappedAgainKeepsItsPlace(t *testing.T) {
+	l := testLoop(t, lock.NewMemory(time.Now))
+	l.s.maxRunning = 1
+	l.attemptStarted()
+	r := l.newRun(&l.s.Tasks()[0], time.Now().Truncate(time.Hour))
+	l.advance(r, false)
+	l.onNotice(r, lock.Taken) // waiting for the holder's lease
+	l.unschedule(r)
+	l.advance(r, false) // its wake: still full
+	if r.state != capped || len(l.capped) != 1 {
+		t.Errorf("state %v, %d entries in the capped list; want capped, 1", r.state, len(l.capped))
+	}
+}

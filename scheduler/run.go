@@ -92,6 +92,7 @@ type run struct {
 	// replica is still waiting for (see loop.keepDeferring).
 	deferUntil time.Time
 	wakeAt     time.Time // in the wake heap: when onWake is due
+	listed     bool      // in the loop's capped list (capacity.go)
 	index      int       // in the wake heap; -1 if not in it
 	log        *slog.Logger
 }
