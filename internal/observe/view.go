@@ -2,6 +2,7 @@ package observe
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"sync"
 	"time"
@@ -57,15 +58,38 @@ func (rep StatusReport) first(n int) StatusReport {
 // shared holds reads of one kind (the overview, a task's detail), one per
 // key, each made at most once per ttl whoever asks: requests that arrive
 // while a key is being read wait for that read instead of starting their
-// own. Keys come from the configuration (a task's name, a bounded n), so
-// the map is as small as the fleet; reads past ttl are dropped as new ones
-// are made.
+// own. Some keys come from the client (a history cursor), so what a
+// shared holds is bounded, not the keys: a new read needs a place in
+// gate (at most MaxReads reads of the store in flight across every
+// shared of a server; a request that finds none gets ErrBusy at once,
+// never a queue), and at most maxKept ended reads are kept for reuse,
+// the oldest dropped first.
 type shared[T any] struct {
-	ttl time.Duration
+	ttl  time.Duration
+	gate readGate
 
 	mu    sync.Mutex
 	reads map[string]*sharedRead[T]
 }
+
+// MaxReads bounds the reads of the store that the status endpoints make
+// at once, however many clients ask: each costs up to a page's worth of
+// memory (maxPageBytes of history, or MaxPerPage tasks' slots), and
+// replicas need the store and the CPU for their slots.
+const MaxReads = 4
+
+// maxKept bounds the ended reads a shared keeps for reuse within its ttl.
+const maxKept = 16
+
+// ErrBusy: every place for a read of the store is taken (see MaxReads);
+// the client should retry in a second (the responses say Retry-After).
+var ErrBusy = errors.New("observe: too many reads of the store in flight; retry in a second")
+
+// readGate is the places for reads in flight: a send takes one, a receive
+// gives it back.
+type readGate chan struct{}
+
+func newReadGate() readGate { return make(readGate, MaxReads) }
 
 // sharedRead is one read; val and err are written before done is closed,
 // and only read after.
@@ -77,28 +101,37 @@ type sharedRead[T any] struct {
 }
 
 // get returns the read of key at most s.ttl old, making it with load if
-// there is none; it returns ctx's error if ctx ends first. load runs
-// under pageTimeout, not ctx: others may wait for it.
+// there is none and s.gate has a place (ErrBusy if not); it returns ctx's
+// error if ctx ends first. load runs under pageTimeout, not ctx: others
+// may wait for it.
 func (s *shared[T]) get(ctx context.Context, key string, load func(context.Context) (T, error)) (T, error) {
+	var zero T
 	s.mu.Lock()
 	r := s.reads[key]
 	if r == nil || r.stale(s.ttl) {
+		select {
+		case s.gate <- struct{}{}:
+		default:
+			s.mu.Unlock()
+			return zero, ErrBusy
+		}
 		if s.reads == nil {
 			s.reads = map[string]*sharedRead[T]{}
 		}
-		for k, old := range s.reads {
-			if old.stale(s.ttl) {
-				delete(s.reads, k)
-			}
-		}
+		s.forget()
 		r = &sharedRead[T]{done: make(chan struct{})}
 		s.reads[key] = r
 		s.mu.Unlock()
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pageTimeout)
-		r.val, r.err = load(rctx)
-		cancel()
-		r.at = time.Now()
-		close(r.done)
+		func() {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pageTimeout)
+			defer func() { // even if load panics: a place lost is lost for good
+				cancel()
+				r.at = time.Now()
+				close(r.done)
+				<-s.gate
+			}()
+			r.val, r.err = load(rctx)
+		}()
 	} else {
 		s.mu.Unlock()
 	}
@@ -106,8 +139,30 @@ func (s *shared[T]) get(ctx context.Context, key string, load func(context.Conte
 	case <-r.done:
 		return r.val, r.err
 	case <-ctx.Done():
-		var zero T
 		return zero, ctx.Err()
+	}
+}
+
+// forget drops the stale reads, and the oldest ended ones beyond
+// maxKept-1 (making room for one more); s.mu is held.
+func (s *shared[T]) forget() {
+	ended := 0
+	for k, old := range s.reads {
+		switch {
+		case old.stale(s.ttl):
+			delete(s.reads, k)
+		case old.ended():
+			ended++
+		}
+	}
+	for ; ended >= maxKept; ended-- {
+		oldest := ""
+		for k, r := range s.reads {
+			if r.ended() && (oldest == "" || r.at.Before(s.reads[oldest].at)) {
+				oldest = k
+			}
+		}
+		delete(s.reads, oldest)
 	}
 }
 
@@ -117,6 +172,16 @@ func (s *shared[T]) has(key string) bool {
 	defer s.mu.Unlock()
 	r := s.reads[key]
 	return r != nil && !r.stale(s.ttl)
+}
+
+// ended reports whether r's read is over.
+func (r *sharedRead[T]) ended() bool {
+	select {
+	case <-r.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // stale reports whether r ended more than ttl ago.
