@@ -302,13 +302,14 @@ const (
 )
 
 // RecentEach returns up to ns[i] of tasks[i]'s entries, newest first, for
-// every i (none where ns[i] ≤ 0): one XREVRANGE with COUNT per task,
-// pipelined about readBatchEntries entries to a round trip, readParallel
-// round trips at a time, so that the status of many tasks costs a few
-// round trips, not one per task. An error names the first task whose read
-// failed.
-func (h *RedisHistory) RecentEach(ctx context.Context, tasks []string, ns []int) ([][]scheduler.HistoryEntry, error) {
-	out := make([][]scheduler.HistoryEntry, len(tasks))
+// every i (none where ns[i] ≤ 0), and errs[i], the error of tasks[i]'s
+// read, if any: one history_read.lua per task, pipelined about
+// readBatchEntries entries to a round trip, readParallel round trips at a
+// time, so that the status of many tasks costs a few round trips, not one
+// per task. A task whose key is not a stream fails alone; a round trip
+// that fails fails its tasks.
+func (h *RedisHistory) RecentEach(ctx context.Context, tasks []string, ns []int) (out [][]scheduler.HistoryEntry, errs []error) {
+	out, errs = make([][]scheduler.HistoryEntry, len(tasks)), make([]error, len(tasks))
 	type span struct{ from, to int }
 	var spans []span
 	from, sum := 0, 0
@@ -320,32 +321,30 @@ func (h *RedisHistory) RecentEach(ctx context.Context, tasks []string, ns []int)
 		sum += max(ns[i], 0)
 	}
 	spans = append(spans, span{from, len(tasks)})
-	errs := make([]error, len(spans))
 	sem := make(chan struct{}, readParallel)
 	var wg sync.WaitGroup
-	for k, sp := range spans {
+	for _, sp := range spans {
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			errs[k] = h.readEach(ctx, tasks[sp.from:sp.to], ns[sp.from:sp.to], out[sp.from:sp.to])
+			h.readEach(ctx, tasks[sp.from:sp.to], ns[sp.from:sp.to], out[sp.from:sp.to], errs[sp.from:sp.to])
 		}()
 	}
 	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
+	return out, errs
 }
 
-// readEach is one round trip of RecentEach, into out. A script cache
-// that lost history_read.lua (a restart, SCRIPT FLUSH) costs a second one.
-func (h *RedisHistory) readEach(ctx context.Context, tasks []string, ns []int, out [][]scheduler.HistoryEntry) error {
+// readEach is one round trip of RecentEach, into out and errs. A script
+// cache that lost history_read.lua (a restart, SCRIPT FLUSH) costs a
+// second one.
+func (h *RedisHistory) readEach(ctx context.Context, tasks []string, ns []int, out [][]scheduler.HistoryEntry, errs []error) {
 	cmds := make([]*redis.Cmd, len(tasks))
 	if err := h.loadOnce(ctx); err != nil {
-		return err
+		for i := range tasks {
+			errs[i] = err
+		}
+		return
 	}
 	for try := 0; ; try++ {
 		p := h.rdb.Pipeline()
@@ -355,7 +354,7 @@ func (h *RedisHistory) readEach(ctx context.Context, tasks []string, ns []int, o
 			}
 		}
 		if p.Len() == 0 {
-			return nil
+			return
 		}
 		_, _ = p.Exec(ctx) // each command carries its own error
 		if try > 0 || !slices.ContainsFunc(cmds, func(c *redis.Cmd) bool {
@@ -364,20 +363,21 @@ func (h *RedisHistory) readEach(ctx context.Context, tasks []string, ns []int, o
 			break
 		}
 		if err := readScript.Load(ctx, h.rdb).Err(); err != nil {
-			return fmt.Errorf("history: load the read script: %w", err)
+			for i := range tasks {
+				errs[i] = fmt.Errorf("history: load the read script: %w", err)
+			}
+			return
 		}
 	}
 	for i, c := range cmds {
 		if c == nil {
 			continue
 		}
-		es, err := decodeReply(c, HistoryKey(h.prefix, tasks[i]))
-		if err != nil {
-			return fmt.Errorf("history: read %s: %w", tasks[i], err)
+		out[i], errs[i] = decodeReply(c, HistoryKey(h.prefix, tasks[i]))
+		if errs[i] != nil {
+			errs[i] = fmt.Errorf("history: read %s: %w", tasks[i], errs[i])
 		}
-		out[i] = es
 	}
-	return nil
 }
 
 // loadOnce loads history_read.lua into the script cache unless it did

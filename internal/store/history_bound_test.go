@@ -102,9 +102,9 @@ func TestRedisHistoryCutsPlantedEntry(t *testing.T) {
 		t.Fatalf("RecentBefore = %d entries, %v", len(page), err)
 	}
 	checkBounded(t, page, key, want...)
-	each, err := h.RecentEach(ctx, []string{"t"}, []int{10})
-	if err != nil || len(each) != 1 {
-		t.Fatalf("RecentEach = %v, %v", each, err)
+	each, errs := h.RecentEach(ctx, []string{"t"}, []int{10})
+	if errs[0] != nil || len(each) != 1 {
+		t.Fatalf("RecentEach = %v, %v", each, errs)
 	}
 	checkBounded(t, each[0], key, want...)
 
@@ -113,8 +113,8 @@ func TestRedisHistoryCutsPlantedEntry(t *testing.T) {
 	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if each, err := h.RecentEach(ctx, []string{"t"}, []int{10}); err != nil || len(each[0]) != 3 {
-		t.Fatalf("RecentEach after SCRIPT FLUSH = %v, %v", each, err)
+	if each, errs := h.RecentEach(ctx, []string{"t"}, []int{10}); errs[0] != nil || len(each[0]) != 3 {
+		t.Fatalf("RecentEach after SCRIPT FLUSH = %v, %v", each, errs)
 	}
 }
 
