@@ -15,7 +15,8 @@ import (
 // statusRoutes serves the fleet's state, every read shared for ViewTTL
 // (see shared):
 //   - /api/v1/tasks, the JSON of `slotd status -json`, ?n= slots per task
-//     up to MaxSlots;
+//     up to MaxSlots, a page of tasks at a time (?page=, ?per= tasks, by
+//     default and at most MaxPerPage);
 //   - /, the overview: every task counted by state, and a page of them,
 //     failing first (?q= part of a name, ?state=, ?page=, ?per=);
 //   - /tasks/{name}, a task's page: its schedule, next fire times, recent
@@ -47,7 +48,12 @@ func statusRoutes(mux *http.ServeMux, d Daemon) {
 	mux.HandleFunc("GET /api/v1/tasks", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), pageTimeout)
 		defer cancel()
-		rep, err := v.get(ctx, slots(r))
+		f := filterOf(r.URL.Query()) // ?page=, ?per=
+		per := f.Per
+		if r.URL.Query().Get("per") == "" {
+			per = MaxPerPage
+		}
+		rep, err := v.get(ctx, slots(r), f.Page, per)
 		writeJSON(w, rep, err)
 	})
 	mux.HandleFunc("GET /api/v1/tasks/{name}", func(w http.ResponseWriter, r *http.Request) {

@@ -71,6 +71,12 @@ type SlotStatus struct {
 type StatusReport struct {
 	Now   time.Time    `json:"now"` // by the store's clock
 	Tasks []TaskStatus `json:"tasks"`
+	// A page of /api/v1/tasks: the tasks configured, this page (1-based)
+	// and how many there are (absent from `slotd status -json`, which
+	// reads every task).
+	Total int `json:"total,omitempty"`
+	Page  int `json:"page,omitempty"`
+	Pages int `json:"pages,omitempty"`
 }
 
 // historyReaders bounds the history reads of one view in flight at once

@@ -3,7 +3,7 @@ package observe
 import (
 	"context"
 	"errors"
-	"strconv"
+	"fmt"
 	"sync"
 	"time"
 
@@ -16,38 +16,53 @@ import (
 // per second, however many ask.
 const ViewTTL = time.Second
 
-// view is the fleet view of /api/v1/tasks, read at most once per ViewTTL
-// (see shared). A view read for n slots per task serves every request for
-// n or fewer.
+// view is the fleet view of /api/v1/tasks, a page of tasks at a time,
+// each page read at most once per ViewTTL (see shared). A page read for n
+// slots per task serves every request of that page for n or fewer.
 type view struct {
 	tasks func() []scheduler.Task
 	store lock.Store
 	hist  scheduler.History
-	reads shared[StatusReport] // keyed by slots per task
+	reads shared[StatusReport] // keyed by slots per task and the page
 }
 
-// get returns the view with n slots per task, at most ViewTTL old.
-func (v *view) get(ctx context.Context, n int) (StatusReport, error) {
-	// Reads are made for a multiple of DefaultSlots, so that requests
-	// cycling through n cost a few reads a second, not one each; a fresh
-	// read for more slots serves too.
-	roundUp := func(n int) int { return (n + DefaultSlots - 1) / DefaultSlots * DefaultSlots }
+// get returns page (1-based) of per tasks, with n slots per task, at most
+// ViewTTL old: the store reads only that page's tasks' keys, so a request
+// costs per × n slots however large the fleet.
+func (v *view) get(ctx context.Context, n, page, per int) (StatusReport, error) {
+	// Reads are made for 1 slot or a multiple of DefaultSlots, so that
+	// requests cycling through n cost a few reads a second, not one each;
+	// a fresh read for more slots serves too.
+	roundUp := func(n int) int {
+		if n <= 1 {
+			return 1
+		}
+		return (n + DefaultSlots - 1) / DefaultSlots * DefaultSlots
+	}
+	tasks := v.tasks()
+	pages := max(1, (len(tasks)+per-1)/per)
+	page = min(max(page, 1), pages)
+	key := func(read int) string { return fmt.Sprintf("%d/%d/%d", read, page, per) }
 	read := roundUp(n)
-	for more := roundUp(MaxSlots); more > read; more -= DefaultSlots {
-		if v.reads.has(strconv.Itoa(more)) {
+	for more := roundUp(MaxSlots); more > read; more = roundUp(more - DefaultSlots) {
+		if v.reads.has(key(more)) {
 			read = more
 			break
 		}
 	}
-	rep, err := v.reads.get(ctx, strconv.Itoa(read), func(ctx context.Context) (StatusReport, error) {
-		return Report(ctx, v.tasks(), v.store, v.hist, read)
+	rep, err := v.reads.get(ctx, key(read), func(ctx context.Context) (StatusReport, error) {
+		from := (page - 1) * per
+		rep, err := Report(ctx, tasks[min(from, len(tasks)):min(from+per, len(tasks))], v.store, v.hist, read)
+		rep.Total, rep.Page, rep.Pages = len(tasks), page, pages
+		return rep, err
 	})
 	return rep.first(n), err
 }
 
 // first returns rep with at most n slots per task, sharing rep's slots.
 func (rep StatusReport) first(n int) StatusReport {
-	out := StatusReport{Now: rep.Now, Tasks: make([]TaskStatus, len(rep.Tasks))}
+	out := rep
+	out.Tasks = make([]TaskStatus, len(rep.Tasks))
 	for i, t := range rep.Tasks {
 		t.Slots = t.Slots[:min(n, len(t.Slots))]
 		out.Tasks[i] = t
