@@ -71,10 +71,19 @@ const (
 	readFieldsCap = 16
 )
 
+// ReadPageBudget is about the most bytes of values a page of history
+// (RecentBefore) holds: a page of entries with large outputs ends early,
+// its last entry the one that passed it, so that reading it costs Redis
+// and the daemon about this much, however many entries were asked for.
+// It is twice observe.MaxPageBytes, so that the page the status endpoints
+// cut from it ends before it does and says where the next one begins.
+const ReadPageBudget = 2 << 20
+
 // readArgs are history_read.lua's ARGV for a page of n entries at or
-// below end.
-func readArgs(end string, n int) []any {
-	return []any{end, n, readValueCap, readOutputCap, readNameCap, readFieldsCap}
+// below end, within budget bytes (0: none), the newest keep of which keep
+// their output.
+func readArgs(end string, n, budget, keep int) []any {
+	return []any{end, n, readValueCap, readOutputCap, readNameCap, readFieldsCap, budget, keep}
 }
 
 // RedisHistory keeps each task's history in a capped Redis stream,
@@ -255,7 +264,7 @@ func (h *RedisHistory) Recent(ctx context.Context, task string, n int) ([]schedu
 	if n <= 0 {
 		return nil, nil
 	}
-	es, err := h.read(ctx, task, "+", n)
+	es, err := h.read(ctx, task, "+", n, 0)
 	if err != nil {
 		return nil, fmt.Errorf("history: read %s: %w", task, err)
 	}
@@ -263,10 +272,10 @@ func (h *RedisHistory) Recent(ctx context.Context, task string, n int) ([]schedu
 }
 
 // read is one page of task's stream: up to n entries at or below end,
-// newest first, bounded.
-func (h *RedisHistory) read(ctx context.Context, task, end string, n int) ([]scheduler.HistoryEntry, error) {
+// newest first, bounded, within budget (0: none).
+func (h *RedisHistory) read(ctx context.Context, task, end string, n, budget int) ([]scheduler.HistoryEntry, error) {
 	key := HistoryKey(h.prefix, task)
-	return decodeReply(readScript.Run(ctx, h.rdb, []string{key}, readArgs(end, n)...), key)
+	return decodeReply(readScript.Run(ctx, h.rdb, []string{key}, readArgs(end, n, budget, n)...), key)
 }
 
 // decodeReply decodes history_read.lua's reply for the stream key.
@@ -294,9 +303,13 @@ func decodeReply(c *redis.Cmd, key string) ([]scheduler.HistoryEntry, error) {
 	return out, nil
 }
 
-// Bounds of RecentEach: the entries asked for in one round trip, and the
-// round trips in flight at once (their replies are decoded in parallel).
+// Bounds of RecentEach: the entries asked for in one round trip, the
+// round trips in flight at once (their replies are decoded in parallel),
+// and how many of each task's newest entries come with their output (the
+// status shows a slot's last attempt: the newest is the one whose output
+// matters; a task's page reads every output).
 const (
+	statusOutputs    = 1
 	readBatchEntries = 4096
 	readParallel     = 4
 )
@@ -350,7 +363,7 @@ func (h *RedisHistory) readEach(ctx context.Context, tasks []string, ns []int, o
 		p := h.rdb.Pipeline()
 		for i, task := range tasks {
 			if ns[i] > 0 {
-				cmds[i] = readScript.EvalSha(ctx, p, []string{HistoryKey(h.prefix, task)}, readArgs("+", ns[i])...)
+				cmds[i] = readScript.EvalSha(ctx, p, []string{HistoryKey(h.prefix, task)}, readArgs("+", ns[i], 0, statusOutputs)...)
 			}
 		}
 		if p.Len() == 0 {
@@ -415,7 +428,7 @@ func (h *RedisHistory) RecentBefore(ctx context.Context, task, before string, n 
 	if n <= 0 {
 		return nil, nil
 	}
-	es, err := h.read(ctx, task, end, n)
+	es, err := h.read(ctx, task, end, n, ReadPageBudget)
 	if err != nil {
 		return nil, fmt.Errorf("history: read %s before %s: %w", task, before, err)
 	}
