@@ -75,9 +75,10 @@ const (
 // (RecentBefore) holds: a page of entries with large outputs ends early,
 // its last entry the one that passed it, so that reading it costs Redis
 // and the daemon about this much, however many entries were asked for.
-// It is twice observe.MaxPageBytes, so that the page the status endpoints
-// cut from it ends before it does and says where the next one begins.
-const ReadPageBudget = 2 << 20
+// It is observe.MaxPageBytes and an output more, so that the page the
+// status endpoints cut from it (counting more than the values) ends
+// before it does and says where the next one begins.
+const ReadPageBudget = 1<<20 + scheduler.MaxHistoryOutput
 
 // readArgs are history_read.lua's ARGV for a page of n entries at or
 // below end, within budget bytes (0: none), the newest keep of which keep
