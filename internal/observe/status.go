@@ -141,11 +141,12 @@ func readSlots(ctx context.Context, tasks []scheduler.Task, store lock.Store, no
 		}
 		if p, err := c.Paused(ctx, names, false); err == nil && len(p) == len(tasks) {
 			r.paused = p
-		} else if ctx.Err() == nil {
-			// One task's key of another type fails the whole read: read
-			// each task's alone, so that the error is that task's. It costs
-			// a round trip per task, only while the store holds such a key
-			// (and the API reads a page of tasks at a time).
+		} else if k := lock.Classify(err); ctx.Err() == nil && (k == lock.KindNone || k == lock.KindOther) {
+			// One task's key of another type (not the store: it answered)
+			// fails the whole read: read each task's alone, so that the
+			// error is that task's. It costs a round trip per task, only
+			// while the store holds such a key (and the API reads a page of
+			// tasks at a time).
 			for i := range names {
 				if p, err := c.Paused(ctx, names[i:i+1], false); err != nil {
 					r.pauseErrs[i] = fmt.Errorf("pause state: %w", err)
