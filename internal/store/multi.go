@@ -61,7 +61,7 @@ func (m *MultiHistory) Append(ctx context.Context, task string, e scheduler.Hist
 // Recent implements scheduler.History: the newest n entries among every store that
 // answers; an error only when none does.
 func (m *MultiHistory) Recent(ctx context.Context, task string, n int) ([]scheduler.HistoryEntry, error) {
-	return m.RecentBefore(ctx, task, "", n)
+	return m.merge(n, func(h scheduler.History) ([]scheduler.HistoryEntry, error) { return h.Recent(ctx, task, n) })
 }
 
 // pager is a history that reads a page below a cursor (observe.HistoryPager).
@@ -76,15 +76,24 @@ type pager interface {
 // stores' clocks agree), so a page costs n entries per store however deep
 // it is.
 func (m *MultiHistory) RecentBefore(ctx context.Context, task, before string, n int) ([]scheduler.HistoryEntry, error) {
+	return m.merge(n, func(h scheduler.History) ([]scheduler.HistoryEntry, error) {
+		if p, ok := h.(pager); ok {
+			return p.RecentBefore(ctx, task, before, n)
+		}
+		if before == "" {
+			return h.Recent(ctx, task, n)
+		}
+		return nil, fmt.Errorf("history: read %s before %s: the store cannot read a page", task, before)
+	})
+}
+
+// merge reads every store with read, in parallel, and merges what those
+// that answer return: the newest n, each entry once; an error only when
+// no store answers.
+func (m *MultiHistory) merge(n int, read func(scheduler.History) ([]scheduler.HistoryEntry, error)) ([]scheduler.HistoryEntry, error) {
 	got := make([][]scheduler.HistoryEntry, len(m.hs))
 	if err := failed(m.eachHistory(func(i int, h scheduler.History) (err error) {
-		if p, ok := h.(pager); ok {
-			got[i], err = p.RecentBefore(ctx, task, before, n)
-		} else if before == "" {
-			got[i], err = h.Recent(ctx, task, n)
-		} else {
-			err = fmt.Errorf("history: read %s before %s: the store cannot read a page", task, before)
-		}
+		got[i], err = read(h)
 		return err
 	})); err != nil {
 		return nil, err
