@@ -23,6 +23,7 @@ import (
 	"github.com/slotd/slotd/internal/store"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/scheduler"
+	"github.com/slotd/slotd/tasks"
 )
 
 // rss is the process's resident set, in bytes, from /proc.
@@ -43,7 +44,9 @@ func rss(t *testing.T) int64 {
 // A measurement, not a check (docs/performance.md): 32 clients for
 // SLOTD_FLOOD (default 20s) ask a task's history pages, each with a
 // cursor of its own, of a task whose 1000 entries each hold 64 KiB of
-// output, in Redis; it logs the process's peak RSS and the answers.
+// output, in Redis, while the same process runs a task of a second; it
+// logs the process's peak RSS, the answers, and the task's attempts and
+// missed slots.
 // Run with SLOTD_MEASURE=1.
 func TestMeasureReadFloodRSS(t *testing.T) {
 	if os.Getenv("SLOTD_MEASURE") == "" {
@@ -73,9 +76,17 @@ func TestMeasureReadFloodRSS(t *testing.T) {
 	st := lock.NewRedis(rdb, "slotd")
 	hist := store.NewRedisHistory(rdb, "slotd", time.Hour)
 	t.Cleanup(hist.Close)
-	sched := scheduler.New([]scheduler.Task{task}, st, scheduler.WithReplica("r1"), scheduler.WithLogger(slog.New(slog.DiscardHandler)))
+	// A task of a second, run by the same process meanwhile: what the
+	// flood costs the slots.
+	tick := statusTask(t, "tick", "@every 1s", 3, time.Hour)
+	tick.Job = tasks.TaskFunc(func(context.Context) error { return nil })
+	sched := scheduler.New([]scheduler.Task{task, tick}, st, scheduler.WithReplica("r1"), scheduler.WithLogger(slog.New(slog.DiscardHandler)))
 	hs := httptest.NewServer(observe.Handler(observe.Daemon{Scheduler: sched, Store: st, History: hist, Replica: "r1"}))
 	t.Cleanup(hs.Close)
+	sctx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- sched.Run(sctx) }()
+	defer func() { stop(); <-ran }()
 
 	base := rss(t)
 	var peak atomic.Int64
@@ -118,6 +129,11 @@ func TestMeasureReadFloodRSS(t *testing.T) {
 		answers = append(answers, fmt.Sprintf("%v: %d", k, v.(*atomic.Int64).Load()))
 		return true
 	})
-	t.Logf("32 clients for %v, history pages of 200 × 64 KiB entries with cursors of their own: RSS %.0f MB before, peak %.0f MB; answers %v",
-		dur, float64(base)/(1<<20), float64(peak.Load())/(1<<20), answers)
+	ts := sched.Stats().Task("tick")
+	var runs uint64
+	for i := range ts.Runs {
+		runs += ts.Runs[i].Load()
+	}
+	t.Logf("32 clients for %v, history pages of 200 × 64 KiB entries with cursors of their own: RSS %.0f MB before, peak %.0f MB; answers %v; a 1 s task meanwhile: %d attempts, %d slots missed",
+		dur, float64(base)/(1<<20), float64(peak.Load())/(1<<20), answers, runs, ts.Missed.Load())
 }
