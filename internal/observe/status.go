@@ -340,6 +340,12 @@ func latestPerSlot(es []scheduler.HistoryEntry, n int) map[string]*scheduler.His
 			last[e.Slot] = e
 		}
 	}
+	// Keep copies: a pointer into es would keep every entry read (and its
+	// output) for as long as the view is.
+	for slot, e := range last {
+		c := *e
+		last[slot] = &c
+	}
 	return last
 }
 
