@@ -21,6 +21,7 @@ import (
 //	slotd:triggers:{<task>}          pending triggers: unix seconds, scored by the trigger's unix ms (TTL TriggerTTL)
 //	slotd:trigger:{<task>}:<key>     an idempotency key: the unix second of the trigger it started (TTL TriggerTTL)
 //	slotd:paused:{<task>}            "paused" or "resumed" (TTL PauseTTL, renewed by every live replica)
+//	slotd:paused:{<task>}:config     the config's paused value last applied, "paused" or "resumed" (as the state)
 //	slotd:running:{<task>}           "<slot id> run:<owner>:<attempt>": the attempt that runs the task (TTL lease)
 //	slotd:control:{<task>}           no key: the message published on the release channel when any of them changes
 //	slotd:controls                   the epoch: INCR after each trigger and pause change (TTL PauseTTL)
@@ -47,10 +48,18 @@ type Controls interface {
 	// it claims it.
 	ArmTrigger(ctx context.Context, slot Slot, doneTTL time.Duration) error
 	// SetPaused writes task's pause state: Pause, Resume, or Seed (pause
-	// unless a state is recorded: a config's paused = true). It reports
-	// whether the task is paused after the write, and wakes the replicas
-	// if it changed.
+	// unless a state is recorded: a replica that knows the task paused
+	// writes back a pause the store lost). It reports whether the task is
+	// paused after the write, and wakes the replicas if it changed.
 	SetPaused(ctx context.Context, task string, op PauseOp) (bool, error)
+	// Configure applies the config's paused value of each of tasks
+	// (paused[i]) and reports whether each is paused after. A change of
+	// the value is an operator's act, as Kubernetes' suspend: a value
+	// unlike the one last applied (kept beside the state) pauses or
+	// resumes the task; the same value changes nothing, so a later pause
+	// or resume stands. With no value applied yet, a recorded state
+	// stands, and a task without one is paused if its value says so.
+	Configure(ctx context.Context, tasks []string, paused []bool) ([]bool, error)
 	// Paused reads the pause state of each of tasks, in order; with renew
 	// it also renews the TTL of each state recorded (live replicas do, so
 	// that a pause lasts while any replica lives; status pages only read).
@@ -153,6 +162,18 @@ func IsTrigger(id string) bool { return strings.HasSuffix(id, "t") }
 func ControlKeys(prefix, task string) (triggers, paused, running, notice string) {
 	tag := "{" + task + "}"
 	return prefix + ":triggers:" + tag, prefix + ":paused:" + tag, prefix + ":running:" + tag, prefix + ":control:" + tag
+}
+
+// PauseConfigKey is the key of the config's paused value last applied
+// to task (Controls.Configure), beside its pause state.
+func PauseConfigKey(prefix, task string) string { return prefix + ":paused:{" + task + "}:config" }
+
+// pauseValue is a pause state as the store spells it.
+func pauseValue(paused bool) string {
+	if paused {
+		return "paused"
+	}
+	return "resumed"
 }
 
 // EpochKey is the key of the controls' epoch under prefix.

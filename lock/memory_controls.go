@@ -133,6 +133,46 @@ func (m *Memory) SetPaused(ctx context.Context, task string, op PauseOp) (bool, 
 	return want == "paused", nil
 }
 
+// Configure implements Controls; it is pause.lua's "config" for each task.
+func (m *Memory) Configure(ctx context.Context, tasks []string, paused []bool) ([]bool, error) {
+	if len(paused) != len(tasks) {
+		return nil, fmt.Errorf("lock: configure %d tasks with %d values", len(tasks), len(paused))
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("lock: configure pause of %d tasks: %w", len(tasks), err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	out := make([]bool, len(tasks))
+	bumped := false
+	for i, task := range tasks {
+		_, key, _, notice := ControlKeys("slotd", task)
+		cfg, file := PauseConfigKey("slotd", task), pauseValue(paused[i])
+		e, had := m.get(key, now)
+		applied, wasApplied := m.get(cfg, now)
+		m.set(cfg, file, PauseTTL, now)
+		want := file
+		switch {
+		case wasApplied && applied.value != file:
+		case had:
+			want = e.value
+		case !paused[i]:
+			continue // nothing recorded, nothing to pause
+		}
+		m.set(key, want, PauseTTL, now)
+		out[i] = want == "paused"
+		if !had || e.value != want {
+			m.watch.notify(notice, Released)
+			if !bumped {
+				bumped = true
+				m.bump(now)
+			}
+		}
+	}
+	return out, nil
+}
+
 // Paused implements Controls.
 func (m *Memory) Paused(ctx context.Context, tasks []string, renew bool) ([]bool, error) {
 	if err := ctx.Err(); err != nil {
@@ -157,6 +197,9 @@ func (m *Memory) Paused(ctx context.Context, tasks []string, renew bool) ([]bool
 		}
 		if renew {
 			m.set(key, e.value, PauseTTL, now)
+			if c, ok := m.get(PauseConfigKey("slotd", task), now); ok {
+				m.set(PauseConfigKey("slotd", task), c.value, PauseTTL, now)
+			}
 		}
 	}
 	return out, nil
