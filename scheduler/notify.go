@@ -88,6 +88,17 @@ func (s *Scheduler) notify(ctx context.Context, e slotEnd) {
 		log.Info("on_failure hook left to a peer: shutting down")
 		return
 	}
+	// At most max_hooks at once: twenty failing tasks with a slow hook
+	// must not grow into hundreds of processes. Taken before the marker,
+	// so that a hook dropped here stays a peer's to run.
+	select {
+	case s.hooks <- struct{}{}:
+		defer func() { <-s.hooks }()
+	default:
+		counts.Add(stats.NotifyDropped)
+		log.Warn("on_failure hook dropped: this replica already runs max_hooks hooks; left to a peer", "max_hooks", cap(s.hooks))
+		return
+	}
 	octx, cancel := context.WithTimeout(ctx, onceTimeout)
 	first, err := o.Once(octx, e.slot, onceFailure, s.owner, e.t.DoneTTL)
 	cancel()

@@ -54,6 +54,7 @@ type Config struct {
 	ShutdownGrace time.Duration    // [daemon] shutdown_grace; default 30s
 	MaxClockSkew  time.Duration    // [daemon] max_clock_skew; default 1s: readiness fails and a warning is logged beyond it
 	EnvDrop       []string         // [daemon] env_drop: variables exec tasks must not inherit
+	MaxHooks      int              // [daemon] max_hooks: on_failure hooks run at once per replica; default 8
 	RedisURL      string           // [redis] url; "" = embedded in-memory store (one replica)
 	URLEnv        string           // [redis] url_env: the variable the URL came from; exec tasks do not inherit it
 	Prefix        string           // [redis] prefix; default "slotd"
@@ -75,7 +76,7 @@ type Config struct {
 // The keys of each table, for unknown-key errors.
 var (
 	topKeys      = []string{"daemon", "redis", "http", "log", "plugins", "defaults", "task", "zookeeper", "etcd"}
-	daemonKeys   = []string{"replica", "shutdown_grace", "max_clock_skew", "env_drop"}
+	daemonKeys   = []string{"replica", "shutdown_grace", "max_clock_skew", "env_drop", "max_hooks"}
 	redisKeys    = append([]string{"url", "prefix", "url_env"}, redisModeKeys...)
 	httpKeys     = []string{"listen", "token_file", "token_env"}
 	logKeys      = []string{"level", "format"}
@@ -142,6 +143,7 @@ func Parse(data []byte, source string, log *slog.Logger) (*Config, error) {
 		Source:        source,
 		ShutdownGrace: scheduler.DefaultShutdownGrace,
 		MaxClockSkew:  scheduler.DefaultMaxClockSkew,
+		MaxHooks:      scheduler.DefaultMaxHooks,
 		Prefix:        DefaultPrefix,
 		Listen:        DefaultListen,
 		LogLevel:      slog.LevelInfo,
@@ -189,6 +191,9 @@ func (c *Config) readDaemon(t table) {
 	}
 	if d, ok := t.positive("max_clock_skew"); ok {
 		c.MaxClockSkew = d
+	}
+	if o := t.integer("max_hooks", 1, 10000, "on_failure hooks run at once per replica"); o.set && !o.bad {
+		c.MaxHooks = o.v
 	}
 	c.readEnvDrop(t)
 }

@@ -140,6 +140,7 @@ var configKeys = map[string]string{
 	"ShutdownGrace": "daemon.shutdown_grace",
 	"MaxClockSkew":  "daemon.max_clock_skew",
 	"EnvDrop":       "daemon.env_drop",
+	"MaxHooks":      "daemon.max_hooks",
 	"RedisURL":      "redis.url",
 	"URLEnv":        "redis.url_env",
 	"Prefix":        "redis.prefix",
