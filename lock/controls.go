@@ -158,6 +158,17 @@ func TriggerSlot(task string, at time.Time, window time.Duration) Slot {
 // IsTrigger reports whether id is a triggered slot's id.
 func IsTrigger(id string) bool { return strings.HasSuffix(id, "t") }
 
+// ShownAttempt is attempt, a count of the slot id's attempts as the store
+// keeps it, as a task, a hook, the history and the pages show it: 1 to
+// max_attempts. A triggered slot counts from TriggerBase, for its tokens
+// only: its attempt TriggerBase+1 is shown as 1.
+func ShownAttempt(id string, attempt int) int {
+	if IsTrigger(id) && attempt > TriggerBase {
+		return attempt - TriggerBase
+	}
+	return attempt
+}
+
 // ControlKeys returns task's control keys under prefix.
 func ControlKeys(prefix, task string) (triggers, paused, running, notice string) {
 	tag := "{" + task + "}"
