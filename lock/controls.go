@@ -19,7 +19,7 @@ import (
 // the tag {<task>:<slot id>}, so no script touches both):
 //
 //	slotd:triggers:{<task>}          pending triggers: unix seconds, scored by the trigger's unix ms (TTL TriggerTTL)
-//	slotd:trigger:{<task>}:<key>     an idempotency key: the unix second of the trigger it started (TTL TriggerTTL)
+//	slotd:trigger-keys:{<task>}      idempotency keys: each request's key, scored by the unix second of the trigger it started (TTL TriggerTTL, at most MaxTriggerKeys)
 //	slotd:paused:{<task>}            "paused" or "resumed" (TTL PauseTTL, renewed by every live replica)
 //	slotd:paused:{<task>}:config     the config's paused value last applied, "paused" or "resumed" (as the state)
 //	slotd:running:{<task>}           "<slot id> run:<owner>:<attempt>": the attempt that runs the task (TTL lease)
@@ -36,7 +36,8 @@ type Controls interface {
 	// wakes the replicas. Triggers of one task in one second are one
 	// trigger (the second answers Coalesced). With a non-empty key, a
 	// request repeating a key seen within TriggerTTL starts nothing and
-	// answers the trigger the key first started (Repeated). A trigger
+	// answers the trigger the key first started (Repeated); a task keeps
+	// its MaxTriggerKeys latest keys. A trigger
 	// stays pending for window (its slot's window), then is dropped.
 	Trigger(ctx context.Context, task, key string, window time.Duration) (Trigger, error)
 	// Triggers lists the pending triggers of each of tasks, in order,
@@ -95,6 +96,11 @@ const (
 	// TriggerTTL bounds how long a pending trigger and an idempotency key
 	// are kept.
 	TriggerTTL = 24 * time.Hour
+	// MaxTriggerKeys bounds the idempotency keys kept per task: a client
+	// that sends a new key with every request cannot grow the store
+	// without bound. The oldest key goes first; a request repeating it
+	// then starts a run again.
+	MaxTriggerKeys = 1000
 	// PauseTTL is the pause state's TTL. Every live replica renews it at
 	// each clock check; if the whole fleet is down longer than this, the
 	// state is gone and each task starts as its config says.
@@ -190,8 +196,8 @@ func pauseValue(paused bool) string {
 // EpochKey is the key of the controls' epoch under prefix.
 func EpochKey(prefix string) string { return prefix + ":controls" }
 
-// idemKey is the key of idempotency key k of task.
-func idemKey(prefix, task, k string) string { return prefix + ":trigger:{" + task + "}:" + k }
+// triggerKeys is the key of task's idempotency keys.
+func triggerKeys(prefix, task string) string { return prefix + ":trigger-keys:{" + task + "}" }
 
 // occupant is the running record of owner's attempt of slot.
 func occupant(slot Slot, owner Owner) string { return slot.ID + " " + owner.value() }

@@ -12,7 +12,8 @@ import (
 var _ Controls = (*Memory)(nil)
 
 // Trigger implements Controls; it is trigger.lua. The pending triggers are
-// kept as one value, "<sec>@<ms> ...", oldest first.
+// kept as one value, "<sec>@<ms> ...", oldest first; the idempotency keys
+// as another, a line "<sec> <quoted key>" each, oldest first.
 func (m *Memory) Trigger(ctx context.Context, task, key string, window time.Duration) (Trigger, error) {
 	if err := ctx.Err(); err != nil {
 		return Trigger{}, fmt.Errorf("lock: trigger %s: %w", task, err)
@@ -21,12 +22,21 @@ func (m *Memory) Trigger(ctx context.Context, task, key string, window time.Dura
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()
-	idem := ""
+	idem := triggerKeys("slotd", task)
+	var seen []string
 	if key != "" {
-		idem = idemKey("slotd", task, key)
-		if e, ok := m.get(idem, now); ok {
-			sec, _ := strconv.ParseInt(e.value, 10, 64)
-			return Trigger{Result: Repeated, Time: time.Unix(sec, 0).UTC()}, nil
+		e, _ := m.get(idem, now)
+		oldest := now.Add(-TriggerTTL).Unix()
+		for _, line := range strings.Split(e.value, "\n") {
+			s, q, ok := strings.Cut(line, " ")
+			sec, err := strconv.ParseInt(s, 10, 64)
+			if !ok || err != nil || sec < oldest {
+				continue
+			}
+			if k, err := strconv.Unquote(q); err == nil && k == key {
+				return Trigger{Result: Repeated, Time: time.Unix(sec, 0).UTC()}, nil
+			}
+			seen = append(seen, line)
 		}
 	}
 	list := m.triggers(triggers, now)
@@ -43,8 +53,9 @@ func (m *Memory) Trigger(ctx context.Context, task, key string, window time.Dura
 		parts[i] = strconv.FormatInt(t[0], 10) + "@" + strconv.FormatInt(t[1], 10)
 	}
 	m.set(triggers, strings.Join(parts, " "), TriggerTTL, now)
-	if idem != "" {
-		m.set(idem, strconv.FormatInt(sec, 10), TriggerTTL, now)
+	if key != "" {
+		seen = append(seen[max(0, len(seen)-MaxTriggerKeys+1):], strconv.FormatInt(sec, 10)+" "+strconv.Quote(key))
+		m.set(idem, strings.Join(seen, "\n"), TriggerTTL, now)
 	}
 	if out.Result == Started {
 		m.watch.notify(notice, Released)

@@ -32,10 +32,12 @@ var _ Controls = (*Redis)(nil)
 func (r *Redis) Trigger(ctx context.Context, task, key string, window time.Duration) (Trigger, error) {
 	triggers, _, _, notice := ControlKeys(r.prefix, task)
 	keys := []string{triggers}
+	args := []any{window.Milliseconds(), TriggerTTL.Milliseconds(), r.channel, notice}
 	if key != "" {
-		keys = append(keys, idemKey(r.prefix, task, key))
+		keys = append(keys, triggerKeys(r.prefix, task))
+		args = append(args, key, MaxTriggerKeys)
 	}
-	res, err := triggerScript.Run(ctx, r.rdb, keys, window.Milliseconds(), TriggerTTL.Milliseconds(), r.channel, notice).Slice()
+	res, err := triggerScript.Run(ctx, r.rdb, keys, args...).Slice()
 	if err == nil && len(res) != 2 {
 		err = fmt.Errorf("unexpected reply %v", res)
 	}

@@ -3,6 +3,7 @@ package locktest
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -30,6 +31,7 @@ var controls = []struct {
 	run  func(*testing.T, Harness, lock.Controls)
 }{
 	{"TriggerIsIdempotentByKey", testTriggerIdempotent},
+	{"TriggerKeysCappedPerTask", testTriggerKeysCapped},
 	{"TriggeredTokensExceedSameSecondSlot", testTriggerTokens},
 	{"PauseSeedResume", testPause},
 	{"ConfigureAppliesChangedValues", testConfigure},
@@ -74,6 +76,26 @@ func testTriggerIdempotent(t *testing.T, h Harness, c lock.Controls) {
 	}
 	if got := all[1]; len(got) != want || !got[0].Equal(first.Time) {
 		t.Fatalf("Triggers = %v; want %d starting at %v", got, want, first.Time)
+	}
+}
+
+// testTriggerKeysCapped: a task keeps its lock.MaxTriggerKeys latest
+// idempotency keys; a client sending a new key with every request cannot
+// grow the store without bound.
+func testTriggerKeysCapped(t *testing.T, h Harness, c lock.Controls) {
+	ctx := context.Background()
+	task := UniqueSlot(t, h).Task
+	key := func(i int) string { return "k" + strconv.Itoa(i) }
+	for i := range lock.MaxTriggerKeys + 1 {
+		if tr, err := c.Trigger(ctx, task, key(i), time.Hour); err != nil || tr.Result == lock.Repeated {
+			t.Fatalf("trigger with new key %s = %+v, %v", key(i), tr, err)
+		}
+	}
+	if tr, err := c.Trigger(ctx, task, key(1), time.Hour); err != nil || tr.Result != lock.Repeated {
+		t.Fatalf("key %s, among the latest %d: %+v, %v; want repeated", key(1), lock.MaxTriggerKeys, tr, err)
+	}
+	if tr, err := c.Trigger(ctx, task, key(0), time.Hour); err != nil || tr.Result == lock.Repeated {
+		t.Fatalf("key %s, the oldest of %d: %+v, %v; want it dropped", key(0), lock.MaxTriggerKeys+1, tr, err)
 	}
 }
 
