@@ -35,6 +35,7 @@ type controller struct {
 	names      []string
 	paused     map[string]bool
 	configured map[string]bool // each task's paused value from the config, as last applied in the store
+	unapplied  bool            // a Configure failed: follow again at the next clock check
 	watches    map[string]*lock.Watch
 	seen       map[string]time.Time // triggered slots passed to the loop, by task and slot id: their deadline
 }
@@ -103,10 +104,11 @@ func (c *controller) follow(ctx context.Context) (added, moved []string) {
 		return added, nil
 	}
 	states, err := c.c.Configure(cctx, apply, values)
+	c.unapplied = err != nil
 	if err != nil {
-		// Tried again at the next reload; meanwhile each task is as its
-		// config says until the clock check's read corrects it.
-		c.s.log.Warn("could not apply the configured pause states in the store", "tasks", len(apply), "err", err)
+		// Tried again at the next clock check; meanwhile each task is as
+		// this replica last knew it (an added one, as its config says).
+		c.s.log.Warn("could not apply the configured pause states in the store; trying again at the next clock check", "tasks", len(apply), "err", err)
 		return added, nil
 	}
 	for j, name := range apply {
@@ -157,6 +159,10 @@ func (c *controller) run(ctx context.Context) {
 			c.read(ctx, added)
 		case <-t.C():
 			t = c.s.clock.NewTimer(every)
+			if c.unapplied {
+				_, moved := c.follow(ctx)
+				c.post(moved)
+			}
 			e, err := c.epoch(ctx)
 			if err == nil && e == epoch && c.s.clock.Now().Sub(swept) < lock.ControlsSweep {
 				continue
