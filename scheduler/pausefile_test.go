@@ -2,6 +2,8 @@ package scheduler_test
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -127,4 +129,30 @@ func TestPauseWrittenBackAfterStoreLoss(t *testing.T) {
 	if rs := l.snapshot(); len(rs) != before {
 		t.Fatalf("%d runs after the store lost the pause:\n%s", len(rs)-before, dump(rs[before:]))
 	}
+}
+
+// failingConfigure is the embedded store whose first Configure fails, as
+// a store that does not answer at start.
+type failingConfigure struct {
+	*lock.Memory
+	failed atomic.Bool
+}
+
+func (f *failingConfigure) Configure(ctx context.Context, tasks []string, paused []bool) ([]bool, error) {
+	if !f.failed.Swap(true) {
+		return nil, errors.New("store down")
+	}
+	return f.Memory.Configure(ctx, tasks, paused)
+}
+
+// A configured pause the store could not take at start is applied at the
+// next clock check, not only at the next reload.
+func TestConfigPausedAppliedAfterStoreFailure(t *testing.T) {
+	store := &failingConfigure{Memory: lock.NewMemory(nil)}
+	task := testTask(t, "tick", "@every 1s", newLedger().job(ok), func(d *scheduler.Task) { d.Paused = true })
+	startReplica(t, "r1", store, time.Second, []scheduler.Task{task}, scheduler.WithClockCheck(200*time.Millisecond))
+	await(t, "the configured pause in the store", 10*time.Second, func() bool {
+		p, err := store.Paused(context.Background(), []string{"tick"}, false)
+		return err == nil && p[0]
+	})
 }
