@@ -74,14 +74,14 @@ func (c *controller) follow(ctx context.Context) (added, moved []string) {
 	list := c.s.Tasks()
 	keep := make(map[string]bool, len(list))
 	var apply []string
-	var values []bool
+	value := map[string]bool{} // the config's paused of each task in apply
 	c.names = c.names[:0]
 	for i := range list {
 		t := &list[i]
 		keep[t.Name] = true
 		c.names = append(c.names, t.Name)
 		if v, ok := c.configured[t.Name]; !ok || v != t.Paused {
-			apply, values = append(apply, t.Name), append(values, t.Paused)
+			apply, value[t.Name] = append(apply, t.Name), t.Paused
 		}
 		if _, ok := c.watches[t.Name]; ok {
 			continue
@@ -103,19 +103,26 @@ func (c *controller) follow(ctx context.Context) (added, moved []string) {
 	if len(apply) == 0 {
 		return added, nil
 	}
-	states, err := c.c.Configure(cctx, apply, values)
-	c.unapplied = err != nil
-	if err != nil {
-		// Tried again at the next clock check; meanwhile each task is as
-		// this replica last knew it (an added one, as its config says).
-		c.s.log.Warn("could not apply the configured pause states in the store; trying again at the next clock check", "tasks", len(apply), "err", err)
-		return added, nil
-	}
-	for j, name := range apply {
-		if was, ok := c.configured[name]; ok && was != values[j] {
-			c.s.log.Info("the config's paused changed: applied fleet-wide", "task", name, "paused", values[j])
+	// A task not applied is tried again at the next clock check;
+	// meanwhile it is as this replica last knew it (an added one, as its
+	// config says).
+	states, done := readEach(apply, func(ns []string) ([]bool, error) {
+		vs := make([]bool, len(ns))
+		for i, n := range ns {
+			vs[i] = value[n]
 		}
-		c.configured[name] = values[j]
+		return c.c.Configure(cctx, ns, vs)
+	}, c.s.log.With("then", "trying again at the next clock check"), "configured pause")
+	c.unapplied = false
+	for j, name := range apply {
+		if !done[j] {
+			c.unapplied = true
+			continue
+		}
+		if was, ok := c.configured[name]; ok && was != value[name] {
+			c.s.log.Info("the config's paused changed: applied fleet-wide", "task", name, "paused", value[name])
+		}
+		c.configured[name] = value[name]
 		if states[j] != c.paused[name] {
 			c.paused[name] = states[j]
 			moved = append(moved, name)
@@ -254,24 +261,20 @@ func (c *controller) read(ctx context.Context, names []string) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, controlsTimeout)
 	defer cancel()
-	if paused, err := c.c.Paused(cctx, names, true); err != nil {
-		c.s.log.Warn("could not read the tasks' pause states", "err", err)
-	} else {
-		for j, name := range names {
-			if !paused[j] && c.paused[name] && c.writeBack(cctx, name) {
-				paused[j] = true
-			}
-			if paused[j] != c.paused[name] {
-				c.paused[name] = paused[j]
-				c.inbox.post(event{kind: controlled, task: tasks[name], done: paused[j]})
-			}
+	paused, read := readEach(names, func(ns []string) ([]bool, error) { return c.c.Paused(cctx, ns, true) }, c.s.log, "pause state")
+	for j, name := range names {
+		if !read[j] {
+			continue
+		}
+		if !paused[j] && c.paused[name] && c.writeBack(cctx, name) {
+			paused[j] = true
+		}
+		if paused[j] != c.paused[name] {
+			c.paused[name] = paused[j]
+			c.inbox.post(event{kind: controlled, task: tasks[name], done: paused[j]})
 		}
 	}
-	triggers, err := c.c.Triggers(cctx, names)
-	if err != nil {
-		c.s.log.Warn("could not read the tasks' triggers", "err", err)
-		return
-	}
+	triggers, _ := readEach(names, func(ns []string) ([][]time.Time, error) { return c.c.Triggers(cctx, ns) }, c.s.log, "triggers")
 	now := c.s.now()
 	for k, d := range c.seen {
 		if !now.Before(d) {
