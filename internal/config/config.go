@@ -55,6 +55,7 @@ type Config struct {
 	MaxClockSkew  time.Duration    // [daemon] max_clock_skew; default 1s: readiness fails and a warning is logged beyond it
 	EnvDrop       []string         // [daemon] env_drop: variables exec tasks must not inherit
 	MaxRunning    int              // [daemon] max_running: attempts this replica runs at once; 0: no cap
+	MaxHooks      int              // [daemon] max_hooks: on_failure hooks run at once per replica; default 8
 	RedisURL      string           // [redis] url; "" = embedded in-memory store (one replica)
 	URLEnv        string           // [redis] url_env: the variable the URL came from; exec tasks do not inherit it
 	Prefix        string           // [redis] prefix; default "slotd"
@@ -76,7 +77,7 @@ type Config struct {
 // The keys of each table, for unknown-key errors.
 var (
 	topKeys      = []string{"daemon", "redis", "http", "log", "plugins", "defaults", "task", "zookeeper", "etcd"}
-	daemonKeys   = []string{"replica", "shutdown_grace", "max_clock_skew", "env_drop", "max_running"}
+	daemonKeys   = []string{"replica", "shutdown_grace", "max_clock_skew", "env_drop", "max_running", "max_hooks"}
 	redisKeys    = append([]string{"url", "prefix", "url_env"}, redisModeKeys...)
 	httpKeys     = []string{"listen", "token_file", "token_env"}
 	logKeys      = []string{"level", "format"}
@@ -143,6 +144,7 @@ func Parse(data []byte, source string, log *slog.Logger) (*Config, error) {
 		Source:        source,
 		ShutdownGrace: scheduler.DefaultShutdownGrace,
 		MaxClockSkew:  scheduler.DefaultMaxClockSkew,
+		MaxHooks:      scheduler.DefaultMaxHooks,
 		Prefix:        DefaultPrefix,
 		Listen:        DefaultListen,
 		LogLevel:      slog.LevelInfo,
@@ -190,6 +192,9 @@ func (c *Config) readDaemon(t table) {
 	}
 	if d, ok := t.positive("max_clock_skew"); ok {
 		c.MaxClockSkew = d
+	}
+	if o := t.integer("max_hooks", 1, 10000, "on_failure hooks run at once per replica"); o.set && !o.bad {
+		c.MaxHooks = o.v
 	}
 	c.readEnvDrop(t)
 	c.readMaxRunning(t)
