@@ -94,11 +94,12 @@ var logLevels = map[string]slog.Level{
 	"error": slog.LevelError,
 }
 
-// Load reads the configuration file at path, once and at most MaxFileSize
-// bytes of it (whatever kind of file it is), and validates it as Parse
-// does. Every problem in the file is reported, each prefixed with the path.
+// Load reads the configuration file at path, once — a regular file, at
+// most MaxFileSize bytes, within FileReadTimeout, unchanged while it was
+// read (readFile) — and validates it as Parse does. Every problem in the
+// file is reported, each prefixed with the path.
 func Load(path string, log *slog.Logger) (*Config, error) {
-	data, err := readLimited(path)
+	data, _, err := readFile(path, MaxFileSize)
 	if err != nil {
 		return nil, fmt.Errorf("load config: %w", err)
 	}

@@ -20,7 +20,7 @@ func (c *Config) readToken(t table) {
 		t.errorf("token_env", "set either token_file or token_env, not both")
 		return
 	case hasFile:
-		b, err := readLimited(file)
+		b, _, err := readFile(file, MaxNamedFileSize)
 		if err != nil {
 			t.errorf("token_file", "%v", err)
 			return
