@@ -99,11 +99,24 @@ var logLevels = map[string]slog.Level{
 // read (readFile) — and validates it as Parse does. Every problem in the
 // file is reported, each prefixed with the path.
 func Load(path string, log *slog.Logger) (*Config, error) {
+	return load(path, log, false)
+}
+
+// LoadReadOnly is Load for the commands that only read the fleet (status,
+// history, rerun, validate): it checks the [http] token keys but does not
+// read the token, so that an operator who may read the fleet needs no
+// access to the write endpoints' secret. Its Config's Token is "";
+// Config.ReadToken reads it on demand.
+func LoadReadOnly(path string, log *slog.Logger) (*Config, error) {
+	return load(path, log, true)
+}
+
+func load(path string, log *slog.Logger, readOnly bool) (*Config, error) {
 	data, _, err := readFile(path, MaxFileSize)
 	if err != nil {
 		return nil, fmt.Errorf("load config: %w", err)
 	}
-	return Parse(data, path, log)
+	return parseConfig(data, path, log, readOnly)
 }
 
 // Parse parses and validates a TOML configuration; source names it in
@@ -113,6 +126,10 @@ func Load(path string, log *slog.Logger) (*Config, error) {
 // fix the file in one go. A file past MaxFileSize, MaxDepth or MaxKeys is
 // rejected before it is decoded.
 func Parse(data []byte, source string, log *slog.Logger) (*Config, error) {
+	return parseConfig(data, source, log, false)
+}
+
+func parseConfig(data []byte, source string, log *slog.Logger, readOnly bool) (*Config, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -152,7 +169,7 @@ func Parse(data []byte, source string, log *slog.Logger) (*Config, error) {
 	cfg.readDaemon(top.sub("daemon", daemonKeys))
 	cfg.readRedis(top.sub("redis", redisKeys))
 	cfg.readEtcd(top.sub("etcd", etcdKeys))
-	cfg.readHTTP(top.sub("http", httpKeys))
+	cfg.readHTTP(top.sub("http", httpKeys), readOnly)
 	cfg.readLog(top.sub("log", logKeys))
 	cfg.readHTTPPool(top.sub("plugins", pluginsKeys).sub("http", httpPoolKeys))
 	defTable := top.sub("defaults", defaultKeys)
@@ -218,8 +235,8 @@ func (c *Config) readEnvDrop(t table) {
 
 func badNameRune(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }
 
-func (c *Config) readHTTP(t table) {
-	c.readToken(t)
+func (c *Config) readHTTP(t table, readOnly bool) {
+	c.readToken(t, readOnly)
 	v, ok := t.str("listen")
 	if !ok {
 		return

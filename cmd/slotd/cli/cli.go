@@ -139,6 +139,18 @@ func loadConfig(path string, log *slog.Logger, stderr io.Writer) (*config.Config
 	return cfg, true
 }
 
+// loadReadOnly is loadConfig for the commands that do not send the write
+// endpoints' bearer token: the token is not read (config.LoadReadOnly), so
+// that reading the fleet needs no access to the write secret.
+func loadReadOnly(path string, log *slog.Logger, stderr io.Writer) (*config.Config, bool) {
+	cfg, err := config.LoadReadOnly(path, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "slotd: %v\n", err)
+		return nil, false
+	}
+	return cfg, true
+}
+
 var discard = slog.New(slog.DiscardHandler)
 
 func cmdValidate(args []string, stdout, stderr io.Writer) int {
@@ -149,8 +161,16 @@ func cmdValidate(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exitUsage
 	}
-	cfg, ok := loadConfig(path, discard, stderr)
+	cfg, ok := loadReadOnly(path, discard, stderr)
 	if !ok {
+		return exitUsage
+	}
+	// The token is checked if this user may read it; one who may not
+	// (the secret is the daemon's) still validates the rest.
+	if _, key, err := cfg.ReadToken(); errors.Is(err, config.ErrTokenUnreadable) {
+		fmt.Fprintf(stderr, "slotd validate: warning: %s: http.%s: %v; not checked (slotd run needs it)\n", cfg.Source, key, err)
+	} else if err != nil {
+		fmt.Fprintf(stderr, "slotd: %s: http.%s: %v\n", cfg.Source, key, err)
 		return exitUsage
 	}
 	now := time.Now()

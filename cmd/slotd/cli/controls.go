@@ -37,7 +37,7 @@ func cmdTrigger(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if !ok {
 		return exitUsage
 	}
-	cfg, ok := loadConfig(path, discard, stderr)
+	cfg, ok := loadReadOnly(path, discard, stderr)
 	if !ok {
 		return exitUsage
 	}
@@ -76,7 +76,7 @@ func cmdPause(ctx context.Context, name string, args []string, stdout, stderr io
 	if !ok {
 		return exitUsage
 	}
-	cfg, ok := loadConfig(path, discard, stderr)
+	cfg, ok := loadReadOnly(path, discard, stderr)
 	if !ok {
 		return exitUsage
 	}
@@ -153,11 +153,16 @@ func cmdReload(ctx context.Context, args []string, stdout, stderr io.Writer) int
 // token and hdr (name, value pairs), and returns the answer's body. It
 // says why on stderr and returns the exit code if the call fails.
 func callAPI(ctx context.Context, name string, cfg *config.Config, path string, stderr io.Writer, hdr ...string) ([]byte, int) {
+	// The token is read here, by the commands that send it, only.
+	token, key, err := cfg.ReadToken()
 	switch {
 	case cfg.Listen == "off":
 		fmt.Fprintf(stderr, "slotd %s: %s has [http] listen = \"off\": the daemon has no API to ask\n", name, cfg.Source)
 		return nil, exitUsage
-	case cfg.Token == "":
+	case err != nil:
+		fmt.Fprintf(stderr, "slotd %s: %s: http.%s: %v\n", name, cfg.Source, key, err)
+		return nil, exitUsage
+	case token == "":
 		fmt.Fprintf(stderr, "slotd %s: %s sets no [http] token_file or token_env: the daemon's write endpoints are disabled\n", name, cfg.Source)
 		return nil, exitUsage
 	}
@@ -169,7 +174,7 @@ func callAPI(ctx context.Context, name string, cfg *config.Config, path string, 
 		fmt.Fprintf(stderr, "slotd %s: %v\n", name, err)
 		return nil, exitUsage
 	}
-	req.Header.Set("Authorization", "Bearer "+cfg.Token)
+	req.Header.Set("Authorization", "Bearer "+token)
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}

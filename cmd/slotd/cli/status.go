@@ -70,7 +70,7 @@ func parseCommand(name string, args []string, stderr io.Writer, names []string, 
 // openShared loads the configuration at path and connects to its Redis.
 // It prints why not and returns the exit code if it cannot.
 func openShared(ctx context.Context, name, path string, stderr io.Writer) (*config.Config, *store.Backend, int) {
-	cfg, ok := loadConfig(path, discard, stderr)
+	cfg, ok := loadReadOnly(path, discard, stderr)
 	if !ok {
 		return nil, nil, exitUsage
 	}
