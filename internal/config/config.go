@@ -1,6 +1,7 @@
 package config
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -70,6 +71,14 @@ type Config struct {
 	LogFormat string           // [log] format: auto|text|json; default auto
 	HTTPPool  tasks.HTTPPool   // [plugins.http]: the http plugin's connection pool, one per process
 	Tasks     []scheduler.Task // [[task]], in file order
+
+	// AllowedHosts are the Host names the HTTP server answers besides
+	// loopback names, IP literals and the listen host ([http]
+	// allowed_hosts, lower case; "*.example.com" matches subdomains).
+	AllowedHosts []string
+	// HTTPTLS is TLS on the listener ([http] tls_cert_file and
+	// tls_key_file, read at load); nil: plain HTTP.
+	HTTPTLS *tls.Config
 }
 
 // The keys of each table, for unknown-key errors.
@@ -77,7 +86,7 @@ var (
 	topKeys      = []string{"daemon", "redis", "http", "log", "plugins", "defaults", "task", "zookeeper", "etcd"}
 	daemonKeys   = []string{"replica", "shutdown_grace", "max_clock_skew", "env_drop"}
 	redisKeys    = append([]string{"url", "prefix", "url_env"}, redisModeKeys...)
-	httpKeys     = []string{"listen", "token_file", "token_env"}
+	httpKeys     = []string{"listen", "token_file", "token_env", "allowed_hosts", "tls_cert_file", "tls_key_file"}
 	logKeys      = []string{"level", "format"}
 	pluginsKeys  = []string{"http"}
 	httpPoolKeys = []string{"max_idle_per_host", "idle_timeout", "max_conns_per_host"}
@@ -237,6 +246,7 @@ func badNameRune(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r
 
 func (c *Config) readHTTP(t table, readOnly bool) {
 	c.readToken(t, readOnly)
+	c.readHTTPServer(t)
 	v, ok := t.str("listen")
 	if !ok {
 		return

@@ -6,6 +6,7 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -294,11 +295,17 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, o options, h
 		if err != nil {
 			return fmt.Errorf("http listen: %w", err)
 		}
-		srv := observe.NewServer(observe.Handler(observe.Daemon{
+		scheme := "http"
+		if cfg.HTTPTLS != nil {
+			// Under observe.Serve's connection limit, so that a
+			// handshake counts as a connection like any other.
+			ln, scheme = tls.NewListener(ln, cfg.HTTPTLS), "https"
+		}
+		srv := observe.NewServer(observe.CheckHost(observe.Handler(observe.Daemon{
 			Scheduler: sched, Gatherer: reg, Store: b.Store, History: b.History,
 			Replica: cfg.Replica, MaxClockSkew: cfg.MaxClockSkew, Token: cfg.Token,
 			Reload: reloads.Reload,
-		}))
+		}), cfg.Listen, cfg.AllowedHosts))
 		served := make(chan struct{})
 		go func() {
 			defer close(served)
@@ -306,7 +313,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, o options, h
 				log.Error("http server", "err", err)
 			}
 		}()
-		log.Info("http listening", "addr", ln.Addr().String())
+		log.Info("http listening", "addr", ln.Addr().String(), "scheme", scheme)
 		defer func() {
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()

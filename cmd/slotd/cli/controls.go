@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -167,6 +168,11 @@ func callAPI(ctx context.Context, name string, cfg *config.Config, path string, 
 		return nil, exitUsage
 	}
 	url := "http://" + dialAddr(cfg.Listen) + path
+	client := http.DefaultClient
+	if cfg.HTTPTLS != nil {
+		url = "https://" + dialAddr(cfg.Listen) + path
+		client = pinnedClient(cfg.HTTPTLS)
+	}
 	ctx, cancel := context.WithTimeout(ctx, commandTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
@@ -178,7 +184,7 @@ func callAPI(ctx context.Context, name string, cfg *config.Config, path string, 
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		var op *net.OpError
 		if errors.As(err, &op) {
@@ -208,6 +214,26 @@ func callAPI(ctx context.Context, name string, cfg *config.Config, path string, 
 
 // dialAddr is the address to reach a daemon listening on listen: an
 // unspecified host (":9464", "0.0.0.0:9464") is reached on loopback.
+// pinnedClient is the client of a daemon whose listener has TLS conf:
+// the command reads the same file, so it trusts exactly the certificate
+// the daemon serves (pinned, whatever its names or issuer: the daemon is
+// reached at a loopback address its certificate may not name).
+func pinnedClient(conf *tls.Config) *http.Client {
+	want := conf.Certificates[0].Certificate[0]
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.TLSClientConfig = &tls.Config{
+		MinVersion:         tls.VersionTLS12,
+		InsecureSkipVerify: true, // replaced by the pin below
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 || !bytes.Equal(cs.PeerCertificates[0].Raw, want) {
+				return errors.New("the daemon's certificate is not the one [http] tls_cert_file names")
+			}
+			return nil
+		},
+	}
+	return &http.Client{Transport: t}
+}
+
 func dialAddr(listen string) string {
 	host, port, err := net.SplitHostPort(listen)
 	if err != nil {

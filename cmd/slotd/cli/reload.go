@@ -164,6 +164,8 @@ var configKeys = map[string]string{
 	"Token":         "http token (the contents of token_file or token_env)",
 	"TokenFile":     "http.token_file",
 	"TokenEnv":      "http.token_env",
+	"AllowedHosts":  "http.allowed_hosts",
+	"HTTPTLS":       "http TLS (tls_cert_file, tls_key_file and their contents)",
 	"LogLevel":      "log.level",
 	"LogFormat":     "log.format",
 }
