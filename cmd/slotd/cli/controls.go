@@ -99,6 +99,7 @@ func cmdPause(ctx context.Context, name string, args []string, stdout, stderr io
 		}
 		paused = rep.Paused
 	} else {
+		quietRedis()
 		b, err := store.Open(ctx, cfg, discard, store.WithMaxRetries(1))
 		if err != nil {
 			fmt.Fprintf(stderr, "slotd: %s: %v\n", path, err)
