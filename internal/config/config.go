@@ -1,6 +1,7 @@
 package config
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -72,6 +73,14 @@ type Config struct {
 	LogFormat string           // [log] format: auto|text|json; default auto
 	HTTPPool  tasks.HTTPPool   // [plugins.http]: the http plugin's connection pool, one per process
 	Tasks     []scheduler.Task // [[task]], in file order
+
+	// AllowedHosts are the Host names the HTTP server answers besides
+	// loopback names, IP literals and the listen host ([http]
+	// allowed_hosts, lower case; "*.example.com" matches subdomains).
+	AllowedHosts []string
+	// HTTPTLS is TLS on the listener ([http] tls_cert_file and
+	// tls_key_file, read at load); nil: plain HTTP.
+	HTTPTLS *tls.Config
 }
 
 // The keys of each table, for unknown-key errors.
@@ -79,7 +88,7 @@ var (
 	topKeys      = []string{"daemon", "redis", "http", "log", "plugins", "defaults", "task", "zookeeper", "etcd"}
 	daemonKeys   = []string{"replica", "shutdown_grace", "max_clock_skew", "env_drop", "max_running", "max_hooks"}
 	redisKeys    = append([]string{"url", "prefix", "url_env"}, redisModeKeys...)
-	httpKeys     = []string{"listen", "token_file", "token_env"}
+	httpKeys     = []string{"listen", "token_file", "token_env", "allowed_hosts", "tls_cert_file", "tls_key_file"}
 	logKeys      = []string{"level", "format"}
 	pluginsKeys  = []string{"http"}
 	httpPoolKeys = []string{"max_idle_per_host", "idle_timeout", "max_conns_per_host"}
@@ -96,15 +105,29 @@ var logLevels = map[string]slog.Level{
 	"error": slog.LevelError,
 }
 
-// Load reads the configuration file at path, once and at most MaxFileSize
-// bytes of it (whatever kind of file it is), and validates it as Parse
-// does. Every problem in the file is reported, each prefixed with the path.
+// Load reads the configuration file at path, once — a regular file, at
+// most MaxFileSize bytes, within FileReadTimeout, unchanged while it was
+// read (readFile) — and validates it as Parse does. Every problem in the
+// file is reported, each prefixed with the path.
 func Load(path string, log *slog.Logger) (*Config, error) {
-	data, err := readLimited(path)
+	return load(path, log, false)
+}
+
+// LoadReadOnly is Load for the commands that only read the fleet (status,
+// history, rerun, validate): it checks the [http] token keys but does not
+// read the token, so that an operator who may read the fleet needs no
+// access to the write endpoints' secret. Its Config's Token is "";
+// Config.ReadToken reads it on demand.
+func LoadReadOnly(path string, log *slog.Logger) (*Config, error) {
+	return load(path, log, true)
+}
+
+func load(path string, log *slog.Logger, readOnly bool) (*Config, error) {
+	data, _, err := readFile(path, MaxFileSize)
 	if err != nil {
 		return nil, fmt.Errorf("load config: %w", err)
 	}
-	return Parse(data, path, log)
+	return parseConfig(data, path, log, readOnly)
 }
 
 // Parse parses and validates a TOML configuration; source names it in
@@ -114,6 +137,10 @@ func Load(path string, log *slog.Logger) (*Config, error) {
 // fix the file in one go. A file past MaxFileSize, MaxDepth or MaxKeys is
 // rejected before it is decoded.
 func Parse(data []byte, source string, log *slog.Logger) (*Config, error) {
+	return parseConfig(data, source, log, false)
+}
+
+func parseConfig(data []byte, source string, log *slog.Logger, readOnly bool) (*Config, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -154,7 +181,7 @@ func Parse(data []byte, source string, log *slog.Logger) (*Config, error) {
 	cfg.readDaemon(top.sub("daemon", daemonKeys))
 	cfg.readRedis(top.sub("redis", redisKeys))
 	cfg.readEtcd(top.sub("etcd", etcdKeys))
-	cfg.readHTTP(top.sub("http", httpKeys))
+	cfg.readHTTP(top.sub("http", httpKeys), readOnly)
 	cfg.readLog(top.sub("log", logKeys))
 	cfg.readHTTPPool(top.sub("plugins", pluginsKeys).sub("http", httpPoolKeys))
 	defTable := top.sub("defaults", defaultKeys)
@@ -224,8 +251,9 @@ func (c *Config) readEnvDrop(t table) {
 
 func badNameRune(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }
 
-func (c *Config) readHTTP(t table) {
-	c.readToken(t)
+func (c *Config) readHTTP(t table, readOnly bool) {
+	c.readToken(t, readOnly)
+	c.readHTTPServer(t)
 	v, ok := t.str("listen")
 	if !ok {
 		return

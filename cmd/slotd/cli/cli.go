@@ -6,6 +6,7 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -139,6 +140,18 @@ func loadConfig(path string, log *slog.Logger, stderr io.Writer) (*config.Config
 	return cfg, true
 }
 
+// loadReadOnly is loadConfig for the commands that do not send the write
+// endpoints' bearer token: the token is not read (config.LoadReadOnly), so
+// that reading the fleet needs no access to the write secret.
+func loadReadOnly(path string, log *slog.Logger, stderr io.Writer) (*config.Config, bool) {
+	cfg, err := config.LoadReadOnly(path, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "slotd: %v\n", err)
+		return nil, false
+	}
+	return cfg, true
+}
+
 var discard = slog.New(slog.DiscardHandler)
 
 func cmdValidate(args []string, stdout, stderr io.Writer) int {
@@ -149,8 +162,16 @@ func cmdValidate(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exitUsage
 	}
-	cfg, ok := loadConfig(path, discard, stderr)
+	cfg, ok := loadReadOnly(path, discard, stderr)
 	if !ok {
+		return exitUsage
+	}
+	// The token is checked if this user may read it; one who may not
+	// (the secret is the daemon's) still validates the rest.
+	if _, key, err := cfg.ReadToken(); errors.Is(err, config.ErrTokenUnreadable) {
+		fmt.Fprintf(stderr, "slotd validate: warning: %s: http.%s: %v; not checked (slotd run needs it)\n", cfg.Source, key, err)
+	} else if err != nil {
+		fmt.Fprintf(stderr, "slotd: %s: http.%s: %v\n", cfg.Source, key, err)
 		return exitUsage
 	}
 	now := time.Now()
@@ -284,11 +305,17 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, o options, h
 		if err != nil {
 			return fmt.Errorf("http listen: %w", err)
 		}
-		srv := observe.NewServer(observe.Handler(observe.Daemon{
+		scheme := "http"
+		if cfg.HTTPTLS != nil {
+			// Under observe.Serve's connection limit, so that a
+			// handshake counts as a connection like any other.
+			ln, scheme = tls.NewListener(ln, cfg.HTTPTLS), "https"
+		}
+		srv := observe.NewServer(observe.CheckHost(observe.Handler(observe.Daemon{
 			Scheduler: sched, Gatherer: reg, Store: b.Store, History: b.History,
 			Replica: cfg.Replica, MaxClockSkew: cfg.MaxClockSkew, Token: cfg.Token,
 			Reload: reloads.Reload,
-		}))
+		}), cfg.Listen, cfg.AllowedHosts))
 		served := make(chan struct{})
 		go func() {
 			defer close(served)
@@ -296,7 +323,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, o options, h
 				log.Error("http server", "err", err)
 			}
 		}()
-		log.Info("http listening", "addr", ln.Addr().String())
+		log.Info("http listening", "addr", ln.Addr().String(), "scheme", scheme)
 		defer func() {
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
