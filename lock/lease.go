@@ -189,7 +189,7 @@ func (l *Lease) finish(ctx context.Context, op string, persist bool, f func(cont
 		held := l.valid()
 		if !held && persist && !l.isLost() { // ran out between two of the watchdog's looks
 			l.stop()
-			l.lose(errNoRenewal)
+			l.lose(errNoRenewal) // unless the watchdog, stopping, found it first
 		}
 		if !held {
 			until = time.Now().Add(l.ttl / 3)
