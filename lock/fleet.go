@@ -113,7 +113,7 @@ func (r *Redis) live(ctx context.Context, replica string, ttlMS int64) ([]string
 	key := r.prefix + ":fleet"
 	live, err := liveScript.Run(ctx, r.rdb, []string{key}, replica, ttlMS, r.doneCh).StringSlice()
 	if err != nil {
-		return nil, fmt.Errorf("lock: live replicas (key %s): %w", key, err)
+		return nil, redisErr(fmt.Errorf("lock: live replicas (key %s): %w", key, err))
 	}
 	return live, nil
 }
@@ -125,7 +125,7 @@ func (r *Redis) announce(ctx context.Context, replica, instance string, ttlMS in
 		err = fmt.Errorf("unexpected reply %v", res)
 	}
 	if err != nil {
-		return Presence{}, fmt.Errorf("lock: announce replica %q (key %s): %w", replica, key, err)
+		return Presence{}, redisErr(fmt.Errorf("lock: announce replica %q (key %s): %w", replica, key, err))
 	}
 	other, _ := res[0].(string)
 	ms, _ := res[1].(int64)
@@ -140,7 +140,7 @@ func (r *Redis) Started(ctx context.Context, now time.Time) (time.Time, error) {
 	p.PExpire(ctx, key, FirstStartTTL)
 	get := p.Get(ctx, key)
 	if _, err := p.Exec(ctx); err != nil {
-		return time.Time{}, fmt.Errorf("lock: first start (key %s): %w", key, err)
+		return time.Time{}, redisErr(fmt.Errorf("lock: first start (key %s): %w", key, err))
 	}
 	return parseFirstStart(key, get.Val())
 }
@@ -153,7 +153,7 @@ func (r *Redis) FirstStart(ctx context.Context) (time.Time, error) {
 	if _, err := p.Exec(ctx); errors.Is(err, redis.Nil) {
 		return time.Time{}, nil
 	} else if err != nil {
-		return time.Time{}, fmt.Errorf("lock: first start (key %s): %w", key, err)
+		return time.Time{}, redisErr(fmt.Errorf("lock: first start (key %s): %w", key, err))
 	}
 	return parseFirstStart(key, get.Val())
 }

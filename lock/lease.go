@@ -103,8 +103,9 @@ func (l *Lease) Lost() bool { return l.isLost() }
 // It returns ErrLeaseLost if the lease was lost (no renewal confirmed in
 // time, or the slot taken) before the slot could be completed, the last
 // error if ctx ended first, ErrNotHeld or ErrForeign from the store as they
-// are, and ErrNotReplicated, without retrying, if the slot was marked done
-// but not acknowledged by the replicas WithMinReplicasAck asks for.
+// are, and, without retrying, a StoreError that is Applied (the store
+// marked the slot done but could not confirm it, as a Redis store whose
+// replicas did not acknowledge the write).
 func (l *Lease) Complete(ctx context.Context, doneTTL time.Duration) error {
 	defer l.cancel(context.Canceled)
 	// The holder retries its own call, which collides with no peer's: the
@@ -124,7 +125,7 @@ func (l *Lease) Complete(ctx context.Context, doneTTL time.Duration) error {
 			return fmt.Errorf("lock: complete %s attempt %d: %w (last try: %w)", l.slot, l.owner.Attempt, ErrLeaseLost, err)
 		}
 		err = l.completeOnce(ctx, until, doneTTL)
-		if err == nil || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrForeign) || errors.Is(err, ErrNotReplicated) {
+		if err == nil || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrForeign) || applied(err) {
 			l.stop()
 			return err
 		}
@@ -139,14 +140,14 @@ func (l *Lease) Complete(ctx context.Context, doneTTL time.Duration) error {
 }
 
 // completeOnce sends one completion, never while a renewal is under way, and
-// stops the renewals once the slot is done (or done but not replicated).
+// stops the renewals once the slot is done (or done but not confirmed).
 func (l *Lease) completeOnce(ctx context.Context, until time.Time, doneTTL time.Duration) error {
 	l.op.Lock()
 	defer l.op.Unlock()
 	cctx, cancel := context.WithDeadline(ctx, until)
 	defer cancel()
 	err := l.store.Complete(cctx, l.slot, l.owner, doneTTL)
-	if err == nil || errors.Is(err, ErrNotReplicated) {
+	if err == nil || applied(err) {
 		l.completed = true
 	}
 	return err
@@ -178,7 +179,7 @@ func (l *Lease) finish(ctx context.Context, op string, f func(context.Context) e
 		cctx, cancel := context.WithDeadline(ctx, until)
 		err := f(cctx)
 		cancel()
-		if err == nil || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrForeign) || errors.Is(err, ErrNotReplicated) {
+		if err == nil || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrForeign) || applied(err) {
 			return err
 		}
 		left := time.Until(until)

@@ -39,7 +39,7 @@ func (r *Redis) Once(ctx context.Context, slot Slot, event, value string, ttl ti
 	pipe := r.rdb.Pipeline()
 	set := pipe.SetNX(ctx, OnceKey(r.prefix, slot, event), value, ttl)
 	if _, err := pipe.Exec(ctx); err != nil {
-		return false, fmt.Errorf("lock: once %s %s: %w", slot, event, err)
+		return false, redisErr(fmt.Errorf("lock: once %s %s: %w", slot, event, err))
 	}
 	return set.Val(), nil
 }

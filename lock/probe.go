@@ -36,7 +36,7 @@ func (r *Redis) Probe(ctx context.Context, replica string, ttl time.Duration) er
 	key := ProbeKey(r.prefix, replica)
 	ms := max(ttl.Milliseconds(), 1)
 	if err := probeScript.Run(ctx, r.rdb, []string{key}, replica, strconv.FormatInt(ms, 10)).Err(); err != nil {
-		return fmt.Errorf("lock: probe %s: %w", key, err)
+		return redisErr(fmt.Errorf("lock: probe %s: %w", key, err))
 	}
 	return nil
 }

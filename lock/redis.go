@@ -88,12 +88,12 @@ func (r *Redis) Claim(ctx context.Context, slot Slot, replica string, p Policy) 
 func (r *Redis) claimReply(cmd *redis.Cmd, slot Slot, sent time.Time) (Claim, error) {
 	res, err := cmd.Slice()
 	if err != nil {
-		return Claim{}, fmt.Errorf("lock: claim %s: %w", slot, err)
+		return Claim{}, redisErr(fmt.Errorf("lock: claim %s: %w", slot, err))
 	}
 	c, err := decodeClaim(res)
 	if err != nil {
 		state, attempts := Keys(r.prefix, slot)
-		return Claim{}, fmt.Errorf("lock: claim %s (keys %s, %s): %w", slot, state, attempts, err)
+		return Claim{}, redisErr(fmt.Errorf("lock: claim %s (keys %s, %s): %w", slot, state, attempts, err))
 	}
 	c.Sent = sent
 	return c, nil
@@ -179,7 +179,7 @@ func (r *Redis) Release(ctx context.Context, slot Slot, owner Owner) error {
 func (r *Redis) compare(ctx context.Context, op string, slot Slot, owner Owner, s *redis.Script, keys []string, args ...any) error {
 	n, err := r.batch.run(ctx, s, keys, args...).Int()
 	if err != nil {
-		return fmt.Errorf("lock: %s %s attempt %d: %w", op, slot, owner.Attempt, err)
+		return redisErr(fmt.Errorf("lock: %s %s attempt %d: %w", op, slot, owner.Attempt, err))
 	}
 	if n != 1 {
 		return fmt.Errorf("lock: %s %s attempt %d: %w", op, slot, owner.Attempt, ErrNotHeld)
@@ -199,7 +199,7 @@ func (r *Redis) Rerun(ctx context.Context, slot Slot, force bool) (Rerun, error)
 		err = fmt.Errorf("unexpected reply %v", res)
 	}
 	if err != nil {
-		return Rerun{}, fmt.Errorf("lock: rerun %s: %w", slot, err)
+		return Rerun{}, redisErr(fmt.Errorf("lock: rerun %s: %w", slot, err))
 	}
 	kind, _ := res[0].(string)
 	prev, _ := res[1].(string)
@@ -231,7 +231,7 @@ func (r *Redis) States(ctx context.Context, slots []Slot) ([]State, error) {
 		rs[i] = reads{get: p.Get(ctx, state), ttl: p.PTTL(ctx, state), cnt: p.Get(ctx, attempts)}
 	}
 	if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("lock: state of %d slots: %w", len(slots), err)
+		return nil, redisErr(fmt.Errorf("lock: state of %d slots: %w", len(slots), err))
 	}
 	out := make([]State, len(slots))
 	var errs []error
@@ -240,7 +240,7 @@ func (r *Redis) States(ctx context.Context, slots []Slot) ([]State, error) {
 		c, cerr := rd.cnt.Result()
 		st, err := decodeState(v, verr == nil, c, cerr == nil, rd.ttl.Val())
 		if err != nil {
-			errs = append(errs, fmt.Errorf("lock: state %s: %w", slots[i], err))
+			errs = append(errs, redisErr(fmt.Errorf("lock: state %s: %w", slots[i], err)))
 		}
 		out[i] = st
 	}
@@ -252,7 +252,7 @@ func (r *Redis) States(ctx context.Context, slots []Slot) ([]State, error) {
 func (r *Redis) Time(ctx context.Context) (time.Time, error) {
 	t, err := r.rdb.Time(ctx).Result()
 	if err != nil {
-		return time.Time{}, fmt.Errorf("lock: time: %w", err)
+		return time.Time{}, redisErr(fmt.Errorf("lock: time: %w", err))
 	}
 	return t.UTC(), nil
 }

@@ -40,7 +40,7 @@ func (r *Redis) Trigger(ctx context.Context, task, key string, window time.Durat
 		err = fmt.Errorf("unexpected reply %v", res)
 	}
 	if err != nil {
-		return Trigger{}, fmt.Errorf("lock: trigger %s (key %s): %w", task, triggers, err)
+		return Trigger{}, redisErr(fmt.Errorf("lock: trigger %s (key %s): %w", task, triggers, err))
 	}
 	kind, _ := res[0].(string)
 	sec, _ := res[1].(int64)
@@ -70,7 +70,7 @@ func (r *Redis) Triggers(ctx context.Context, tasks []string) ([][]time.Time, er
 		zs[i] = p.ZRange(ctx, triggers, 0, -1)
 	}
 	if _, err := p.Exec(ctx); err != nil {
-		return nil, fmt.Errorf("lock: triggers of %d tasks: %w", len(tasks), err)
+		return nil, redisErr(fmt.Errorf("lock: triggers of %d tasks: %w", len(tasks), err))
 	}
 	out := make([][]time.Time, len(tasks))
 	for i, z := range zs {
@@ -100,7 +100,7 @@ func parseTriggers(task, key string, members []string) ([]time.Time, error) {
 func (r *Redis) ArmTrigger(ctx context.Context, slot Slot, doneTTL time.Duration) error {
 	state, attempts := Keys(r.prefix, slot)
 	if err := armScript.Run(ctx, r.rdb, []string{attempts, baseKey(state)}, TriggerBase, doneTTL.Milliseconds()).Err(); err != nil {
-		return fmt.Errorf("lock: arm trigger %s (key %s): %w", slot, attempts, err)
+		return redisErr(fmt.Errorf("lock: arm trigger %s (key %s): %w", slot, attempts, err))
 	}
 	return nil
 }
@@ -117,7 +117,7 @@ func (r *Redis) SetPaused(ctx context.Context, task string, op PauseOp) (bool, e
 		err = fmt.Errorf("unexpected reply %v", res)
 	}
 	if err != nil {
-		return false, fmt.Errorf("lock: %s %s (key %s): %w", arg, task, paused, err)
+		return false, redisErr(fmt.Errorf("lock: %s %s (key %s): %w", arg, task, paused, err))
 	}
 	if res[1] == 1 {
 		r.bump(ctx)
@@ -145,7 +145,7 @@ func (r *Redis) Epoch(ctx context.Context) (int64, error) {
 	if _, err := p.Exec(ctx); errors.Is(err, redis.Nil) {
 		return 0, nil
 	} else if err != nil {
-		return 0, fmt.Errorf("lock: controls epoch (key %s): %w", key, err)
+		return 0, redisErr(fmt.Errorf("lock: controls epoch (key %s): %w", key, err))
 	}
 	n, err := g.Int64()
 	if err != nil {
@@ -167,7 +167,7 @@ func (r *Redis) Paused(ctx context.Context, tasks []string, renew bool) ([]bool,
 		}
 	}
 	if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("lock: pause state of %d tasks: %w", len(tasks), err)
+		return nil, redisErr(fmt.Errorf("lock: pause state of %d tasks: %w", len(tasks), err))
 	}
 	out := make([]bool, len(tasks))
 	for i, g := range gets {
@@ -180,7 +180,7 @@ func (r *Redis) Paused(ctx context.Context, tasks []string, renew bool) ([]bool,
 			_, key, _, _ := ControlKeys(r.prefix, tasks[i])
 			return nil, fmt.Errorf("lock: pause state of %s (key %s): %w: %q", tasks[i], key, ErrForeign, v)
 		default:
-			return nil, fmt.Errorf("lock: pause state of %s: %w", tasks[i], err)
+			return nil, redisErr(fmt.Errorf("lock: pause state of %s: %w", tasks[i], err))
 		}
 	}
 	return out, nil
@@ -198,7 +198,7 @@ func (r *Redis) Occupy(ctx context.Context, slot Slot, owner Owner, lease time.D
 		err = fmt.Errorf("unexpected reply %v", res)
 	}
 	if err != nil {
-		return Occupancy{}, fmt.Errorf("lock: occupy %s attempt %d (key %s): %w", slot, owner.Attempt, running, err)
+		return Occupancy{}, redisErr(fmt.Errorf("lock: occupy %s attempt %d (key %s): %w", slot, owner.Attempt, running, err))
 	}
 	kind, _ := res[0].(string)
 	v, _ := res[1].(string)

@@ -116,18 +116,18 @@ func (r *Redis) claimAcked(ctx context.Context, slot Slot, replica string, p Pol
 	sent := time.Now()
 	conn, err := r.pinned(ctx, state)
 	if err != nil {
-		return Claim{}, fmt.Errorf("lock: claim %s: %w", slot, err)
+		return Claim{}, redisErr(fmt.Errorf("lock: claim %s: %w", slot, err))
 	}
 	defer conn.Close()
 	keys, args := claimArgs(r.prefix, slot, replica, p, "") // no Taken notices under WithMinReplicasAck
 	res, err := runOne(ctx, conn, claimScript, keys, args...).Slice()
 	if err != nil {
 		r.noteMoved(ctx, err)
-		return Claim{}, fmt.Errorf("lock: claim %s: %w", slot, err)
+		return Claim{}, redisErr(fmt.Errorf("lock: claim %s: %w", slot, err))
 	}
 	c, err := decodeClaim(res)
 	if err != nil {
-		return Claim{}, fmt.Errorf("lock: claim %s (keys %s, %s): %w", slot, state, attempts, err)
+		return Claim{}, redisErr(fmt.Errorf("lock: claim %s (keys %s, %s): %w", slot, state, attempts, err))
 	}
 	c.Sent = sent
 	if c.Result != Won {
@@ -147,9 +147,9 @@ func (r *Redis) claimAcked(ctx context.Context, slot Slot, replica string, p Pol
 	defer cancel()
 	owner := Owner{Replica: replica, Attempt: c.Attempt}
 	if rerr := r.Release(rctx, slot, owner); rerr != nil {
-		return Claim{}, fmt.Errorf("lock: claim %s attempt %d: %w; release: %v (the lease runs out by itself)", slot, c.Attempt, err, rerr)
+		return Claim{}, redisErr(fmt.Errorf("lock: claim %s attempt %d: %w; release: %v (the lease runs out by itself)", slot, c.Attempt, err, rerr))
 	}
-	return Claim{}, fmt.Errorf("lock: claim %s attempt %d: %w; released", slot, c.Attempt, err)
+	return Claim{}, redisErr(fmt.Errorf("lock: claim %s attempt %d: %w; released", slot, c.Attempt, err))
 }
 
 // completeAcked is Complete under WithMinReplicasAck: the complete script,
@@ -158,25 +158,32 @@ func (r *Redis) completeAcked(ctx context.Context, slot Slot, owner Owner, doneT
 	state, attempts := Keys(r.prefix, slot)
 	conn, err := r.pinned(ctx, state)
 	if err != nil {
-		return fmt.Errorf("lock: complete %s attempt %d: %w", slot, owner.Attempt, err)
+		return redisErr(fmt.Errorf("lock: complete %s attempt %d: %w", slot, owner.Attempt, err))
 	}
 	defer conn.Close()
 	n, err := runOne(ctx, conn, completeScript, []string{state, attempts, baseKey(state)},
 		owner.value(), owner.donePrefix(), doneTTL.Milliseconds(), r.doneCh).Int()
 	if err != nil {
 		r.noteMoved(ctx, err)
-		return fmt.Errorf("lock: complete %s attempt %d: %w", slot, owner.Attempt, err)
+		return redisErr(fmt.Errorf("lock: complete %s attempt %d: %w", slot, owner.Attempt, err))
 	}
 	if n != 1 {
 		return fmt.Errorf("lock: complete %s attempt %d: %w", slot, owner.Attempt, ErrNotHeld)
 	}
 	acks, waited, err := r.wait(ctx, conn, r.ack.timeout)
 	if err != nil {
-		return fmt.Errorf("lock: complete %s attempt %d: done on the master; %w: wait: %v", slot, owner.Attempt, ErrNotReplicated, err)
+		return notReplicated(fmt.Errorf("lock: complete %s attempt %d: done on the master; %w: wait: %v", slot, owner.Attempt, ErrNotReplicated, err))
 	}
 	if acks < r.ack.n {
-		return fmt.Errorf("lock: complete %s attempt %d: done on the master; %w: %d of %d replicas within %v",
-			slot, owner.Attempt, ErrNotReplicated, acks, r.ack.n, waited)
+		return notReplicated(fmt.Errorf("lock: complete %s attempt %d: done on the master; %w: %d of %d replicas within %v",
+			slot, owner.Attempt, ErrNotReplicated, acks, r.ack.n, waited))
 	}
 	return nil
+}
+
+// notReplicated is the StoreError of a complete that marked the slot done
+// on the master but was not acknowledged by enough replicas: applied, so
+// that the lease does not retry it.
+func notReplicated(err error) error {
+	return &StoreError{Kind: KindNoReplicas, Store: "redis", Code: "NOREPLICAS", Fix: noReplicasFix, Applied: true, Err: err}
 }

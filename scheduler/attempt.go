@@ -139,9 +139,10 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 		defer ccancel()
 		ferr := lease.Complete(cctx, t.DoneTTL)
 		s.noteWrite("complete", ferr)
-		if errors.Is(ferr, lock.ErrNotReplicated) {
-			// Done on the master; a failover before the replicas catch up
-			// could lose the marker and let a peer run the slot again.
+		if se := (*lock.StoreError)(nil); errors.As(ferr, &se) && se.Applied {
+			// Done, but not confirmed (on Redis: on the master; a failover
+			// before the replicas catch up could lose the marker and let a
+			// peer run the slot again).
 			log().Warn("slot marked done, but not acknowledged by min_replicas_ack replicas", "err", ferr)
 			ferr = nil
 		}

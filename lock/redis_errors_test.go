@@ -1,0 +1,60 @@
+package lock
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The Redis store classes Redis's error replies by their code, through
+// its own wrapping and a Redlock's joined node errors, with the fix to
+// name for each refusal; an error it cannot class passes unchanged.
+func TestRedisErr(t *testing.T) {
+	oom := errors.New("OOM command not allowed when used memory > 'maxmemory'. script: 0a3d, on @user_script:1.")
+	for _, c := range []struct {
+		name string
+		err  error
+		want ErrorKind
+		code string
+	}{
+		{"oom wrapped", fmt.Errorf("lock: claim t:1 (keys a, b): %w", oom), KindOOM, "OOM"},
+		{"noperm", errors.New("NOPERM this user has no permissions to access one of the keys used as arguments"), KindNoPerm, "NOPERM"},
+		{"readonly", errors.New("READONLY You can't write against a read only replica."), KindReadOnly, "READONLY"},
+		{"misconf", errors.New("MISCONF Redis is configured to save RDB snapshots"), KindMisconf, "MISCONF"},
+		{"redlock joined", fmt.Errorf("lock: claim t:1: %w: %w", ErrNoQuorum,
+			errors.Join(errors.New("1 of 3"), fmt.Errorf("node 0: %w", io.EOF), fmt.Errorf("node 1: %w", oom))), KindOOM, "OOM"},
+		{"not replicated", fmt.Errorf("lock: claim t:1: %w", ErrNotReplicated), KindNoReplicas, "NOREPLICAS"},
+		{"closed", redis.ErrClosed, KindConn, "conn"},
+		{"store closed", errClosed, KindConn, "conn"},
+		{"pool timeout", redis.ErrPoolTimeout, KindTimeout, "timeout"},
+		{"noscript", errors.New("NOSCRIPT No matching script."), KindNoScript, "NOSCRIPT"},
+		{"auth", errors.New("WRONGPASS invalid username-password pair"), KindAuth, "WRONGPASS"},
+		{"loading", errors.New("LOADING Redis is loading the dataset in memory"), KindUnavailable, "LOADING"},
+		{"eof", io.EOF, KindConn, ""},
+		{"other", errors.New("unexpected reply [1 2]"), KindOther, ""},
+	} {
+		err := redisErr(c.err)
+		if got := Classify(err); got != c.want {
+			t.Errorf("%s: Classify(redisErr(%v)) = %q, want %q", c.name, c.err, got, c.want)
+		}
+		se := (*StoreError)(nil)
+		if !errors.As(err, &se) {
+			if c.code != "" {
+				t.Errorf("%s: redisErr(%v) is no StoreError", c.name, c.err)
+			}
+			continue
+		}
+		if se.Code != c.code || se.Store != "redis" || (se.Fix != "") != c.want.Refusal() || se.Err != c.err {
+			t.Errorf("%s: redisErr = %+v, want code %s, store redis, a fix iff a refusal, and Err the error", c.name, se, c.code)
+		}
+		if redisErr(err) != err {
+			t.Errorf("%s: a StoreError is wrapped again", c.name)
+		}
+	}
+	if redisErr(nil) != nil {
+		t.Error("redisErr(nil) is not nil")
+	}
+}
