@@ -26,6 +26,7 @@ import (
 	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler"
 	"github.com/slotd/slotd/scheduler/schedule"
 )
@@ -132,7 +133,7 @@ func pageFleet(t *testing.T, extra int) http.Handler {
 	var mu sync.Mutex
 	var offset time.Duration
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return time.Now().Add(offset) }
-	st := lock.NewMemory(clock)
+	st := memlock.New(clock)
 	hist := scheduler.NewMemoryHistory(0)
 	ctx := context.Background()
 	cur := time.Now().UTC().Truncate(time.Hour)

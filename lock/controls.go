@@ -2,7 +2,6 @@ package lock
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -148,37 +147,3 @@ func TriggerSlot(task string, at time.Time, window time.Duration) Slot {
 
 // IsTrigger reports whether id is a triggered slot's id.
 func IsTrigger(id string) bool { return strings.HasSuffix(id, "t") }
-
-// ControlKeys returns task's control keys under prefix.
-func ControlKeys(prefix, task string) (triggers, paused, running, notice string) {
-	tag := "{" + task + "}"
-	return prefix + ":triggers:" + tag, prefix + ":paused:" + tag, prefix + ":running:" + tag, prefix + ":control:" + tag
-}
-
-// EpochKey is the key of the controls' epoch under prefix.
-func EpochKey(prefix string) string { return prefix + ":controls" }
-
-// idemKey is the key of idempotency key k of task.
-func idemKey(prefix, task, k string) string { return prefix + ":trigger:{" + task + "}:" + k }
-
-// occupant is the running record of owner's attempt of slot.
-func occupant(slot Slot, owner Owner) string { return slot.ID + " " + owner.value() }
-
-// occupantSlot is the slot id in a running record.
-func occupantSlot(v string) string {
-	id, _, _ := strings.Cut(v, " ")
-	return id
-}
-
-// pauseArg is op as the scripts spell it.
-func pauseArg(op PauseOp) (string, error) {
-	switch op {
-	case Pause:
-		return "pause", nil
-	case Resume:
-		return "resume", nil
-	case Seed:
-		return "seed", nil
-	}
-	return "", fmt.Errorf("lock: unknown pause operation %d", op)
-}

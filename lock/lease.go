@@ -7,11 +7,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/slotd/slotd/lock/internal/keepalive"
 	"github.com/slotd/slotd/retry"
 )
 
-// Lease is a won claim kept alive by exactly one watchdog (a keptLease,
-// which a Mutex's hold shares), which waits on a timer between renewals (no
+// Lease is a won claim kept alive by exactly one watchdog (package
+// keepalive, which a mutex.Mutex's hold shares), which waits on a timer between renewals (no
 // goroutine of its own until it renews).
 //
 // The watchdog renews every lease/3. The lease is taken to be valid until
@@ -22,7 +23,9 @@ import (
 // ErrLeaseLost and stops: the task must stop before a peer can have taken the
 // slot over.
 type Lease struct {
-	keptLease
+	kept  keepalive.Lease
+	ttl   time.Duration
+	done  <-chan struct{} // closed when the watchdog has ended
 	store Store
 	slot  Slot
 	owner Owner
@@ -70,18 +73,47 @@ func Hold(parent context.Context, s Store, slot Slot, replica string, c Claim, l
 		}
 		return err
 	}
-	l.keep(parent, lease, c.Sent, renew, hooks.Renewed, func(why error) error {
+	l.ttl = lease
+	l.kept.Keep(parent, lease, leaseMargin(s, lease), c.Sent, renew, gone, hooks.Renewed, func(why error) error {
 		if hooks.Lost != nil {
 			hooks.Lost(why)
 		}
 		return fmt.Errorf("%w: %s: %w", ErrLeaseLost, l.slot, why)
 	})
+	l.done = l.kept.Done()
 	return l
 }
 
+// gone: a renewal found the slot someone else's.
+func gone(err error) bool { return errors.Is(err, ErrNotHeld) }
+
+// leaseMargin is how long before a lease could run out its holder gives it
+// up: a tenth of the lease, for the work to stop and for clock drift
+// between this host and the store, and never less than the margin the
+// store asks for (a Redlock store: its drift allowance, so that the lease
+// is held against at most its validity).
+func leaseMargin(s Store, ttl time.Duration) time.Duration {
+	m := ttl / 10
+	if d, ok := s.(interface {
+		LeaseMargin(time.Duration) time.Duration
+	}); ok {
+		m = max(m, d.LeaseMargin(ttl))
+	}
+	return m
+}
+
+// The watchdog's state, under the names Complete and finish use.
+var errNoRenewal = keepalive.ErrNoRenewal
+
+func (l *Lease) validUntil() time.Time               { return l.kept.ValidUntil() }
+func (l *Lease) isLost() bool                        { return l.kept.Lost() }
+func (l *Lease) lose(why error)                      { l.kept.Lose(why) }
+func (l *Lease) cancel(cause error)                  { l.kept.Cancel(cause) }
+func (l *Lease) stop() (until time.Time, valid bool) { return l.kept.Stop() }
+
 // Context is cancelled with cause ErrLeaseLost when the lease is lost, and
 // when the parent given to Hold is done.
-func (l *Lease) Context() context.Context { return l.ctx }
+func (l *Lease) Context() context.Context { return l.kept.Context() }
 
 // Token is the attempt's fencing token.
 func (l *Lease) Token() int64 { return l.token }

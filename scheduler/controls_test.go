@@ -11,6 +11,7 @@ import (
 
 	"github.com/slotd/slotd/internal/stats"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler"
 	"github.com/slotd/slotd/tasks"
 )
@@ -187,7 +188,7 @@ func TestPauseHoldsAcrossRestart(t *testing.T) {
 // paused = true in the config starts the task paused, on the embedded
 // store too; an operator's resume starts it.
 func TestConfigPausedStartsPaused(t *testing.T) {
-	store := lock.NewMemory(nil)
+	store := memlock.New(nil)
 	l := newLedger()
 	task := testTask(t, "tick", "@every 1s", l.job(ok), func(t *scheduler.Task) { t.Paused = true })
 	r := startReplica(t, "r1", store, time.Second, []scheduler.Task{task}, scheduler.WithClockCheck(200*time.Millisecond))

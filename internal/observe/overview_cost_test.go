@@ -17,12 +17,15 @@ import (
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/internal/store"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler"
+
+	// bigFleet is the number of tasks of the overview's cost test: 10,000,
+	// and a quarter of that under the race detector, which checks the
+	// concurrency, not the scale, and is slow.
+	"github.com/slotd/slotd/lock/redislock"
 )
 
-// bigFleet is the number of tasks of the overview's cost test: 10,000,
-// and a quarter of that under the race detector, which checks the
-// concurrency, not the scale, and is slow.
 var bigFleet = map[bool]int{false: 10_000, true: 2_500}[raceDetector]
 
 // seedBigFleet makes bigFleet hourly tasks on st and hist as a fleet in
@@ -136,7 +139,7 @@ func TestOverviewCost(t *testing.T) {
 		t.Skip("10,000 tasks")
 	}
 	t.Run("memory", func(t *testing.T) {
-		st, hist := lock.NewMemory(nil), scheduler.NewMemoryHistory(0)
+		st, hist := memlock.New(nil), scheduler.NewMemoryHistory(0)
 		tasks, want := seedBigFleet(t, st, hist)
 		f := &costFleet{h: bigHandler(tasks, st, hist)}
 		checkOverview(t, f, want)
@@ -145,7 +148,7 @@ func TestOverviewCost(t *testing.T) {
 		srv := redistest.Start(t)
 		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 		t.Cleanup(func() { rdb.Close() })
-		st := lock.NewRedis(rdb, "slotd")
+		st := redislock.New(rdb, "slotd")
 		t.Cleanup(func() { st.Close() })
 		hist := store.NewRedisHistory(rdb, "slotd", time.Hour)
 		t.Cleanup(hist.Close)
@@ -159,7 +162,7 @@ func TestOverviewCost(t *testing.T) {
 		srv := redistest.Start(t)
 		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 		t.Cleanup(func() { rdb.Close() })
-		st := lock.NewRedis(rdb, "slotd")
+		st := redislock.New(rdb, "slotd")
 		t.Cleanup(func() { st.Close() })
 		hist := store.NewRedisHistory(rdb, "slotd", time.Hour)
 		t.Cleanup(hist.Close)

@@ -20,6 +20,7 @@ import (
 	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/redislock"
 	"github.com/slotd/slotd/scheduler"
 	"github.com/slotd/slotd/tasks"
 )
@@ -54,7 +55,7 @@ func startLive(t *testing.T, opt *redis.Options) *liveDaemon {
 	t.Helper()
 	opt.ContextTimeoutEnabled = true
 	rdb := redis.NewClient(opt)
-	store := lock.NewRedis(rdb, "slotd")
+	store := redislock.New(rdb, "slotd")
 	task := statusTask(t, "tick", "@every 1s", 3, time.Minute)
 	task.Job = tasks.TaskFunc(func(context.Context) error { return nil })
 	logs := &syncBuffer{}

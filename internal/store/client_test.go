@@ -14,6 +14,7 @@ import (
 	"github.com/slotd/slotd/internal/config"
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/redislock"
 )
 
 func parseRedis(t *testing.T, keys string) *config.Config {
@@ -31,7 +32,7 @@ func claimOnce(t *testing.T, cfg *config.Config, rdb redis.UniversalClient) (loc
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	store := lock.NewRedis(rdb, cfg.Prefix, redisStoreOptions(cfg)...)
+	store := redislock.New(rdb, cfg.Prefix, redisStoreOptions(cfg)...)
 	defer store.Close()
 	now, err := store.Time(ctx)
 	if err != nil {
@@ -86,7 +87,7 @@ func TestNewRedisClient(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer rdb.Close()
-		store := lock.NewRedis(rdb, cfg.Prefix)
+		store := redislock.New(rdb, cfg.Prefix)
 		defer store.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -110,7 +111,7 @@ func TestNewRedisClient(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer rdb.Close()
-		if _, err := claimOnce(t, cfg, rdb); !errors.Is(err, lock.ErrNotReplicated) {
+		if _, err := claimOnce(t, cfg, rdb); !errors.Is(err, redislock.ErrNotReplicated) {
 			t.Fatalf("claim on a master without replicas: %v, want ErrNotReplicated", err)
 		}
 	})

@@ -12,6 +12,7 @@ import (
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/etcdlock"
+	"github.com/slotd/slotd/lock/redislock"
 )
 
 // BenchmarkBurst is a burst of n slots all due at once, raced for by three
@@ -41,7 +42,7 @@ func BenchmarkBurst(b *testing.B) {
 			srv := redistest.Start(b)
 			var stores []lock.Store
 			for range 3 {
-				r := lock.NewRedis(srv.Client(), "slotd")
+				r := redislock.New(srv.Client(), "slotd")
 				b.Cleanup(func() { r.Close() })
 				stores = append(stores, r)
 			}

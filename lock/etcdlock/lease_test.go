@@ -226,4 +226,4 @@ func mustWin(t *testing.T, h locktest.Harness, s lock.Slot, replica string) lock
 	return c
 }
 
-func stateKey(s lock.Slot) string { st, _ := lock.Keys("slotd", s); return st }
+func stateKey(s lock.Slot) string { st, _ := etcdlock.Keys("slotd", s); return st }

@@ -19,6 +19,7 @@ import (
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/internal/store"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/redislock"
 	"github.com/slotd/slotd/scheduler"
 )
 
@@ -29,7 +30,7 @@ type shared struct {
 	path  string
 	cfg   *config.Config
 	rdb   *redis.Client
-	store *lock.Redis
+	store *redislock.Store
 	hist  *store.RedisHistory
 	now   time.Time // the Redis clock at start
 }
@@ -76,7 +77,7 @@ format = "json"
 		t.Fatal(err)
 	}
 	rdb := srv.Client()
-	s := &shared{t: t, path: path, cfg: cfg, rdb: rdb, store: lock.NewRedis(rdb, "slotd"),
+	s := &shared{t: t, path: path, cfg: cfg, rdb: rdb, store: redislock.New(rdb, "slotd"),
 		hist: store.NewRedisHistory(rdb, "slotd", time.Hour)}
 	if s.now, err = s.store.Time(context.Background()); err != nil {
 		t.Fatal(err)
@@ -284,7 +285,7 @@ func TestRerunCommand(t *testing.T) {
 	}
 
 	running := s.latest("backup")
-	runKey, runAttempts := lock.Keys("slotd", running)
+	runKey, runAttempts := redislock.Keys("slotd", running)
 	s.claim(running, "r2")
 	r := runCLI(t, "rerun", "-config", s.path, "backup", running.ID)
 	if r.code != 1 || !strings.Contains(r.stderr, "running") || !strings.Contains(r.stderr, "-force") {
@@ -303,7 +304,7 @@ func TestRerunCommand(t *testing.T) {
 	awaitRelease(t, ps, runKey)
 
 	done := s.latest("report")
-	doneKey, doneAttempts := lock.Keys("slotd", done)
+	doneKey, doneAttempts := redislock.Keys("slotd", done)
 	s.done(done, "r1")
 	r = runCLI(t, "rerun", "-config", s.path, "report", done.ID)
 	if r.code != 0 {
