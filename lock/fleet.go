@@ -9,12 +9,6 @@ import (
 // which process instance holds each replica id, and when the fleet first
 // started. Redis and Redlock implement it; Memory, one process's own store,
 // does not (there is no fleet to know about).
-//
-// Keys (prefix "slotd"):
-//
-//	slotd:replica:{<replica id>}  the instance nonce of the live process with that id (TTL: Announce's)
-//	slotd:fleet                   sorted set: the live replica ids → when each expires, unix ms
-//	slotd:first-start             the fleet's first start, unix ms (TTL FirstStartTTL, renewed by Started)
 type Fleet interface {
 	// Announce claims replica for the process instance (a nonce of its
 	// own) for ttl, or renews its claim. If another instance holds the id,

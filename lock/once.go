@@ -11,11 +11,6 @@ import (
 // marker. Redis, Redlock and Memory implement it; it is optional, and a
 // store without it leaves such events to no replica (the scheduler counts
 // them as unsupported).
-//
-// Key (prefix "slotd"; the slot's hash tag, so it lives on the slot's
-// shard):
-//
-//	slotd:{<task>:<slot id>}:once:<event>  value: who set it (TTL: Once's)
 type Oncer interface {
 	// Once sets slot's marker for event, holding value, for ttl, unless
 	// it is set; it reports whether this call set it. An error means the

@@ -9,7 +9,7 @@ import (
 // TIME may still refuse every claim (OOM, NOPERM, READONLY; see
 // ErrorKind.Refusal). Redis and Redlock implement it; Memory needs none.
 type Prober interface {
-	// Probe writes the key ProbeKey(prefix, replica) with ttl, as a claim
+	// Probe writes a key of replica's with ttl, as a claim
 	// writes a slot's keys (one script). The error's Classify says why
 	// the store refused.
 	Probe(ctx context.Context, replica string, ttl time.Duration) error

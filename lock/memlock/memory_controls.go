@@ -3,12 +3,13 @@ package memlock
 import (
 	"context"
 	"fmt"
-	"github.com/slotd/slotd/lock"
-	"github.com/slotd/slotd/lock/internal/schema"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/internal/schema"
 )
 
 var _ lock.Controls = (*Store)(nil)

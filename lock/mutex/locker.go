@@ -1,18 +1,10 @@
-package mutex
-
-import (
-	"errors"
-	"fmt"
-	"github.com/slotd/slotd/lock"
-	"github.com/slotd/slotd/lock/internal/quorum"
-	"github.com/slotd/slotd/lock/internal/redisx"
-	"sync"
-	"time"
-)
-
-// The general-purpose lock: the slot protocol's machinery (owner-checked Lua,
-// a watchdog that cancels a context before the lease can run out, pub/sub
-// wake-ups, fencing) for any resource a task plugin names.
+// Package mutex is a general-purpose lock on Redis, for any resource a
+// task plugin names, built of the slot protocol's machinery: TryLock; Lock,
+// woken by pub/sub; reentrancy by an owner id carried in the context; a
+// watchdog that cancels the holder's context before the lease can run out;
+// fencing tokens; and Do, which runs a function under the lock. On one
+// server, Sentinel, Cluster, or a Redlock quorum of independent servers
+// (NewRedlockLocker). slotd's engine does not use it.
 //
 // Keys (prefix "slotd"; the braces are a Redis Cluster hash tag, so that one
 // lock's two keys share a shard and one script can touch both):
@@ -20,6 +12,18 @@ import (
 //	slotd:lock:{<name>}        hash: owner, count (reentrant acquisitions), token; TTL the lock's ttl
 //	slotd:lock:{<name>}:fence  fencing counter; TTL max(ttl, fence TTL), refreshed by every acquire and renew
 //	slotd:lock:released        pub/sub channel; message = lock key
+package mutex
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/internal/quorum"
+	"github.com/slotd/slotd/lock/internal/redisx"
+)
 
 // Client is the part of go-redis that a Locker needs; a *redis.Client,
 // *redis.ClusterClient or sentinel failover client all satisfy it.

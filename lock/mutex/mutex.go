@@ -6,11 +6,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/slotd/slotd/lock"
-	"github.com/slotd/slotd/lock/internal/keepalive"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/internal/keepalive"
 )
 
 // MutexOption configures one acquisition.

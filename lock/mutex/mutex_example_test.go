@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
 	"github.com/slotd/slotd/lock/mutex"
 	"github.com/slotd/slotd/lock/redislock"
 )

@@ -5,12 +5,12 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"github.com/slotd/slotd/lock/internal/quorum"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/internal/quorum"
 	"github.com/slotd/slotd/retry"
 )
 

@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/slotd/slotd/internal/redistest"
-
 	"github.com/slotd/slotd/lock/locktest"
 	"github.com/slotd/slotd/lock/redislock"
 )

@@ -9,8 +9,17 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
 	"github.com/slotd/slotd/lock"
 )
+
+// The fleet (lock.Fleet) on Redis.
+//
+// Keys (prefix "slotd"):
+//
+//	slotd:replica:{<replica id>}  the instance nonce of the live process with that id (TTL: Announce's)
+//	slotd:fleet                   sorted set: the live replica ids → when each expires, unix ms
+//	slotd:first-start             the fleet's first start, unix ms (TTL FirstStartTTL, renewed by Started)
 
 var (
 	//go:embed announce.lua

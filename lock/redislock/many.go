@@ -2,8 +2,9 @@ package redislock
 
 import (
 	"context"
-	"github.com/slotd/slotd/lock"
 	"time"
+
+	"github.com/slotd/slotd/lock"
 )
 
 // ClaimMany claims every request in as few round trips as the batcher

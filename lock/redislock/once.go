@@ -3,9 +3,17 @@ package redislock
 import (
 	"context"
 	"fmt"
-	"github.com/slotd/slotd/lock"
 	"time"
+
+	"github.com/slotd/slotd/lock"
 )
+
+// One-time markers (lock.Oncer) on Redis.
+//
+// Key (prefix "slotd"; the slot's hash tag, so it lives on the slot's
+// shard):
+//
+//	slotd:{<task>:<slot id>}:once:<event>  value: who set it (TTL: Once's)
 
 // Once implements Oncer with one SET NX PX, the marker's whole life.
 func (r *Store) Once(ctx context.Context, slot lock.Slot, event, value string, ttl time.Duration) (bool, error) {

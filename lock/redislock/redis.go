@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/internal/redisx"
 	"github.com/slotd/slotd/lock/internal/schema"

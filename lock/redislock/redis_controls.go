@@ -9,9 +9,23 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/internal/schema"
 )
+
+// The operator controls (lock.Controls) on Redis.
+//
+// Keys (prefix "slotd"; each per-task key has the hash tag {<task>}, so one
+// script touches one task's keys on one Cluster shard; a slot's keys have
+// the tag {<task>:<slot id>}, so no script touches both):
+//
+//	slotd:triggers:{<task>}          pending triggers: unix seconds, scored by the trigger's unix ms (TTL TriggerTTL)
+//	slotd:trigger:{<task>}:<key>     an idempotency key: the unix second of the trigger it started (TTL TriggerTTL)
+//	slotd:paused:{<task>}            "paused" or "resumed" (TTL PauseTTL, renewed by every live replica)
+//	slotd:running:{<task>}           "<slot id> run:<owner>:<attempt>": the attempt that runs the task (TTL lease)
+//	slotd:control:{<task>}           no key: the message published on the release channel when any of them changes
+//	slotd:controls                   the epoch: INCR after each trigger and pause change (TTL PauseTTL)
 
 var (
 	//go:embed trigger.lua

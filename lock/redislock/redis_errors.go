@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
 	"github.com/slotd/slotd/lock"
 )
 

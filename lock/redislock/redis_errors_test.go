@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+
 	"github.com/slotd/slotd/lock"
 )
 

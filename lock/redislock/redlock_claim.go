@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"time"
+
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/internal/quorum"
 	"github.com/slotd/slotd/lock/internal/schema"
-	"slices"
-	"time"
 )
 
 // A Redlock claim: one round of the claim script on every master, and the

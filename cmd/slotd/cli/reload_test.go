@@ -16,7 +16,6 @@ import (
 
 	"github.com/slotd/slotd/internal/config"
 	"github.com/slotd/slotd/internal/observe"
-
 	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler"
 )

@@ -2,9 +2,10 @@ package cli
 
 import (
 	"context"
-	"github.com/slotd/slotd/lock/redislock"
 	"strings"
 	"testing"
+
+	"github.com/slotd/slotd/lock/redislock"
 )
 
 // rerun of a free slot (no state, no attempts) with no daemon running did

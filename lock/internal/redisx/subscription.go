@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/internal/notify"
 	"github.com/slotd/slotd/lock/internal/quorum"
