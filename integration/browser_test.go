@@ -163,7 +163,7 @@ func pageFleet(t *testing.T, extra int) http.Handler {
 		if err != nil || c.Result != lock.Won {
 			t.Fatalf("claim %s: %+v %v", slot, c, err)
 		}
-		owner := lock.Owner{Replica: "r1", Attempt: c.Attempt}
+		owner := lock.Owner{ID: "r1", Attempt: c.Attempt}
 		e := scheduler.HistoryEntry{Slot: slot.ID, SlotTime: slot.Time, Attempt: c.Attempt, Token: lock.Token(slot.Time, c.Attempt),
 			Replica: "r1", Outcome: outcome, Started: clock(), Duration: 1500 * time.Millisecond, Error: errText,
 			Output: strings.Join(output, "")}

@@ -54,11 +54,11 @@ type LeaseHooks struct {
 // lease it was claimed with. The lease's Context is derived from parent. If
 // the claim's reply came back too late to leave any validity (counted from
 // Claim.Sent), the lease is lost, and Context done, before Hold returns.
-func Hold(parent context.Context, s Store, slot Slot, replica string, c Claim, lease time.Duration, hooks LeaseHooks) *Lease {
+func Hold(parent context.Context, s Store, slot Slot, owner string, c Claim, lease time.Duration, hooks LeaseHooks) *Lease {
 	l := &Lease{
 		store: s,
 		slot:  slot,
-		owner: Owner{Replica: replica, Attempt: c.Attempt},
+		owner: Owner{ID: owner, Attempt: c.Attempt},
 		token: Token(slot.Time, c.Attempt),
 	}
 	renew := func(ctx context.Context) error {

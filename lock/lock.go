@@ -107,13 +107,13 @@ type Claim struct {
 // Owner identifies one attempt: the process that claimed it and its
 // attempt number.
 //
-// Replica is the owner id the claim was made with. slotd's scheduler makes
-// it unique per process, "<replica id>#<instance nonce>" (OwnerID), so that
-// two processes started with one replica id never renew, complete or
-// release each other's claims. The lock scripts treat it as opaque; State
-// and Claim split it again (Holder, Instance).
+// ID is the owner id the claim was made with — not the replica id: slotd's
+// scheduler makes it unique per process, "<replica id>#<instance nonce>"
+// (OwnerID), so that two processes started with one replica id never
+// renew, complete or release each other's claims. The stores treat it as
+// opaque; State and Claim split it again (Holder, Instance).
 type Owner struct {
-	Replica string
+	ID      string
 	Attempt int
 }
 
@@ -157,10 +157,10 @@ func ReadState(ctx context.Context, s Store, slot Slot) (State, error) {
 
 // Store is the slot protocol. Every store package implements it.
 type Store interface {
-	// Claim tries to take slot for replica. A result other than Won is not an
-	// error. An error means the outcome is unknown: the caller must not run
+	// Claim tries to take slot for the owner id owner (see Owner.ID). A
+	// result other than Won is not an error. An error means the outcome is unknown: the caller must not run
 	// the task (the lease, if any, simply expires).
-	Claim(ctx context.Context, slot Slot, replica string, p Policy) (Claim, error)
+	Claim(ctx context.Context, slot Slot, owner string, p Policy) (Claim, error)
 	// Renew extends owner's lease. ErrNotHeld if owner does not hold slot.
 	Renew(ctx context.Context, slot Slot, owner Owner, lease time.Duration) error
 	// Complete marks slot done by owner for doneTTL. It succeeds again if

@@ -7,9 +7,9 @@ import (
 
 // ClaimRequest is one claim of a ClaimMany.
 type ClaimRequest struct {
-	Slot    Slot
-	Replica string
-	Policy  Policy
+	Slot   Slot
+	Owner  string // the owner id (see Owner.ID)
+	Policy Policy
 }
 
 // ClaimReply is the answer to one ClaimRequest: a Claim, or the error
@@ -60,7 +60,7 @@ func claimEach(ctx context.Context, s Store, reqs []ClaimRequest, f func(int, Cl
 				defer func() { <-sem; wg.Done() }()
 				var a answer
 				a.i = i
-				a.r.Claim, a.r.Err = s.Claim(ctx, q.Slot, q.Replica, q.Policy)
+				a.r.Claim, a.r.Err = s.Claim(ctx, q.Slot, q.Owner, q.Policy)
 				answers <- a
 			}()
 		}

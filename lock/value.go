@@ -25,7 +25,7 @@ func (v Value) String() string {
 	if v.foreign {
 		return v.raw
 	}
-	run := v.Owner.Replica + ":" + strconv.Itoa(v.Owner.Attempt)
+	run := v.Owner.ID + ":" + strconv.Itoa(v.Owner.Attempt)
 	if !v.Done {
 		return "run:" + run
 	}
@@ -63,7 +63,7 @@ func ParseValue(s string) (Value, error) {
 	if err != nil || n < 1 {
 		return foreign()
 	}
-	v.Owner = Owner{Replica: rest[:i], Attempt: n}
+	v.Owner = Owner{ID: rest[:i], Attempt: n}
 	return v, nil
 }
 
@@ -80,7 +80,7 @@ func (v Value) State() State {
 	if v.Done {
 		st.Status, st.Finished = "done", v.Finished
 	}
-	st.Holder, st.Instance = splitOwner(v.Owner.Replica)
+	st.Holder, st.Instance = splitOwner(v.Owner.ID)
 	return st
 }
 

@@ -269,7 +269,7 @@ func TestForbidAfterHolderCrash(t *testing.T) {
 	crashed := lock.Slot{Task: task.Name, ID: "19990101000000"}
 	ctx := context.Background()
 	planted := time.Now() // before the record's TTL starts
-	if o, err := controls(t, stores[0]).Occupy(ctx, crashed, lock.Owner{Replica: "dead#0", Attempt: 1}, 2*time.Second, false); err != nil || !o.Taken {
+	if o, err := controls(t, stores[0]).Occupy(ctx, crashed, lock.Owner{ID: "dead#0", Attempt: 1}, 2*time.Second, false); err != nil || !o.Taken {
 		t.Fatal(o, err)
 	}
 	r := startReplica(t, "r1", stores[0], time.Second, []scheduler.Task{task})
@@ -357,7 +357,7 @@ func TestReplaceAfterHolderCrash(t *testing.T) {
 	if err != nil || c.Result != lock.Won {
 		t.Fatal(c, err)
 	}
-	if o, err := controls(t, stores[0]).Occupy(ctx, crashed, lock.Owner{Replica: "dead#0", Attempt: c.Attempt}, 2*time.Second, false); err != nil || !o.Taken {
+	if o, err := controls(t, stores[0]).Occupy(ctx, crashed, lock.Owner{ID: "dead#0", Attempt: c.Attempt}, 2*time.Second, false); err != nil || !o.Taken {
 		t.Fatal(o, err)
 	}
 	startReplica(t, "r1", stores[0], time.Second, []scheduler.Task{task})

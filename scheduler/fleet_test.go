@@ -66,7 +66,7 @@ func TestSameReplicaIDDistinctOwners(t *testing.T) {
 	if err != nil || c.Result != lock.Won {
 		t.Fatalf("claim: %v %v", c.Result, err)
 	}
-	err = store.Renew(context.Background(), slot, lock.Owner{Replica: lock.OwnerID("dup", b.Instance()), Attempt: c.Attempt}, pol.Lease)
+	err = store.Renew(context.Background(), slot, lock.Owner{ID: lock.OwnerID("dup", b.Instance()), Attempt: c.Attempt}, pol.Lease)
 	if !errors.Is(err, lock.ErrNotHeld) {
 		t.Fatalf("renew by the other instance of dup: %v, want ErrNotHeld", err)
 	}

@@ -93,7 +93,7 @@ func (s *served) seed() (done, failed lock.Slot) {
 		if err != nil || c.Result != lock.Won {
 			s.t.Fatalf("claim %s: %+v %v", slot, c, err)
 		}
-		owner := lock.Owner{Replica: "r1", Attempt: c.Attempt}
+		owner := lock.Owner{ID: "r1", Attempt: c.Attempt}
 		e := scheduler.HistoryEntry{Slot: slot.ID, SlotTime: slot.Time, Attempt: 1, Token: lock.Token(slot.Time, 1),
 			Replica: "r1", Started: now, Duration: time.Second}
 		if i == 0 {

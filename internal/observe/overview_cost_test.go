@@ -74,7 +74,7 @@ func seedBigFleet(t *testing.T, st lock.Store, hist scheduler.History) ([]schedu
 				at = at.Add(-time.Hour)
 			}
 			idx = append(idx, i)
-			reqs = append(reqs, lock.ClaimRequest{Slot: task.Slot(at), Replica: "r1", Policy: task.Policy})
+			reqs = append(reqs, lock.ClaimRequest{Slot: task.Slot(at), Owner: "r1", Policy: task.Policy})
 		}
 		type won struct {
 			i     int
@@ -86,7 +86,7 @@ func seedBigFleet(t *testing.T, st lock.Store, hist scheduler.History) ([]schedu
 			if r.Err != nil || r.Result != lock.Won {
 				t.Fatalf("claim %s: %+v %v", reqs[k].Slot, r.Claim, r.Err)
 			}
-			wins = append(wins, won{idx[k], reqs[k].Slot, lock.Owner{Replica: "r1", Attempt: r.Attempt}})
+			wins = append(wins, won{idx[k], reqs[k].Slot, lock.Owner{ID: "r1", Attempt: r.Attempt}})
 		})
 		work := make(chan won)
 		var wg sync.WaitGroup

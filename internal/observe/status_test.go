@@ -44,7 +44,7 @@ func (f *fleet) attempt(task *scheduler.Task, slot time.Time, replica string, at
 	if outcome == "" {
 		return
 	}
-	owner := lock.Owner{Replica: replica, Attempt: c.Attempt}
+	owner := lock.Owner{ID: replica, Attempt: c.Attempt}
 	f.now = at.Add(2 * time.Second)
 	if outcome == "success" {
 		err = f.store.Complete(ctx, s, owner, task.DoneTTL)

@@ -274,7 +274,7 @@ func TestPagesEscapeTaskNames(t *testing.T) {
 	if err != nil || c.Result != lock.Won {
 		t.Fatal(c, err)
 	}
-	if err := st.Release(ctx, slot, lock.Owner{Replica: "r1", Attempt: c.Attempt}); err != nil {
+	if err := st.Release(ctx, slot, lock.Owner{ID: "r1", Attempt: c.Attempt}); err != nil {
 		t.Fatal(err)
 	}
 	if err := hist.Append(ctx, name, scheduler.HistoryEntry{Slot: slot.ID, Attempt: 1, Outcome: "failure", Started: time.Now(), Error: `<svg onload=alert(2)>`}); err != nil {
@@ -311,7 +311,7 @@ func TestLatestAttemptByNumber(t *testing.T) {
 		if err != nil || c.Result != lock.Won {
 			t.Fatal(c, err)
 		}
-		if err := st.Release(ctx, slot, lock.Owner{Replica: "r1", Attempt: c.Attempt}); err != nil {
+		if err := st.Release(ctx, slot, lock.Owner{ID: "r1", Attempt: c.Attempt}); err != nil {
 			t.Fatal(err)
 		}
 		e := scheduler.HistoryEntry{Slot: slot.ID, Attempt: k + 1, Outcome: "failure", Started: now.Add(skew), Error: fmt.Sprintf("attempt %d", k+1)}

@@ -98,7 +98,7 @@ func TestNewRedisClient(t *testing.T) {
 		c, err := claimOnce(t, cfg, rdb) // held by the claim above, as replica "r"
 		if err == nil {
 			slot := lock.Slot{Task: strings.ReplaceAll(t.Name(), "/", "."), ID: "1", Time: c.Now.Add(-time.Second), Deadline: c.Now.Add(time.Hour)}
-			err = store.Complete(ctx, slot, lock.Owner{Replica: c.Holder, Attempt: c.Attempt}, time.Hour)
+			err = store.Complete(ctx, slot, lock.Owner{ID: c.Holder, Attempt: c.Attempt}, time.Hour)
 		}
 		if err != nil || c.Holder != "r" {
 			t.Fatalf("claim (holder %q) and complete as the ACL user: %v", c.Holder, err)

@@ -105,7 +105,7 @@ func TestEvictionDropsSlotState(t *testing.T) {
 		if err != nil || c.Result != lock.Won {
 			t.Fatalf("claim %d: %+v %v", i, c, err)
 		}
-		if err := s.Complete(ctx, slots[i], lock.Owner{Replica: "r1", Attempt: c.Attempt}, p.DoneTTL); err != nil {
+		if err := s.Complete(ctx, slots[i], lock.Owner{ID: "r1", Attempt: c.Attempt}, p.DoneTTL); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -79,7 +79,7 @@ func burst(b *testing.B, stores []lock.Store, n int) {
 				defer wg.Done()
 				reqs := make([]lock.ClaimRequest, n)
 				for i := range reqs {
-					reqs[i] = lock.ClaimRequest{Slot: slots[i], Replica: fmt.Sprintf("r%d", r), Policy: p}
+					reqs[i] = lock.ClaimRequest{Slot: slots[i], Owner: fmt.Sprintf("r%d", r), Policy: p}
 				}
 				// each winner completes its slot as soon as it knows, on a
 				// goroutine of its own, as the engine runs an attempt
@@ -101,7 +101,7 @@ func burst(b *testing.B, stores []lock.Store, n int) {
 					cw.Add(1)
 					go func() {
 						defer cw.Done()
-						if err := s.Complete(ctx, slots[i], lock.Owner{Replica: fmt.Sprintf("r%d", r), Attempt: 1}, p.DoneTTL); err != nil {
+						if err := s.Complete(ctx, slots[i], lock.Owner{ID: fmt.Sprintf("r%d", r), Attempt: 1}, p.DoneTTL); err != nil {
 							b.Error(err)
 						}
 					}()

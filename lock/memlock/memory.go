@@ -105,7 +105,7 @@ func (m *Store) Claim(ctx context.Context, slot lock.Slot, replica string, p loc
 	if base > 0 {
 		m.set(schema.BaseKey(state), strconv.Itoa(base), p.DoneTTL, now)
 	}
-	owner := lock.Owner{Replica: replica, Attempt: n}
+	owner := lock.Owner{ID: replica, Attempt: n}
 	m.set(state, schema.Run(owner), p.Lease, now)
 	c.Result, c.Attempt = lock.Won, n
 	return c, nil

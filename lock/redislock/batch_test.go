@@ -123,7 +123,7 @@ func gatedStore(t *testing.T, g *gate) (*Store, *redis.Client) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := lock.Owner{Replica: "w", Attempt: c.Attempt}
+	o := lock.Owner{ID: "w", Attempt: c.Attempt}
 	if err := r.Renew(ctx, warm, o, p.Lease); err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +260,7 @@ func TestRedisSendsQueuedRenewalBeforeClaims(t *testing.T) {
 	const claims = 2*defaultMaxBatch + 10
 	reqs := make([]lock.ClaimRequest, claims)
 	for i := range reqs {
-		reqs[i] = lock.ClaimRequest{Slot: batchSlot(200+i, now), Replica: "r", Policy: p}
+		reqs[i] = lock.ClaimRequest{Slot: batchSlot(200+i, now), Owner: "r", Policy: p}
 	}
 	won := make(chan int, 1)
 	go func() {
@@ -274,7 +274,7 @@ func TestRedisSendsQueuedRenewalBeforeClaims(t *testing.T) {
 	}()
 	awaitQueue(t, r, claims)
 	renewed := make(chan error, 1)
-	go func() { renewed <- r.Renew(ctx, own, lock.Owner{Replica: "r", Attempt: c.Attempt}, p.Lease) }()
+	go func() { renewed <- r.Renew(ctx, own, lock.Owner{ID: "r", Attempt: c.Attempt}, p.Lease) }()
 	awaitQueue(t, r, claims+1)
 	close(g.open)
 	if err := <-renewed; err != nil {
@@ -378,7 +378,7 @@ func TestRedisPipelineReloadsFlushedScripts(t *testing.T) {
 	if err != nil || c.Result != lock.Won {
 		t.Fatalf("claim after SCRIPT FLUSH: %v %v", c.Result, err)
 	}
-	if err := r.Complete(ctx, slot, lock.Owner{Replica: "r", Attempt: c.Attempt}, p.DoneTTL); err != nil {
+	if err := r.Complete(ctx, slot, lock.Owner{ID: "r", Attempt: c.Attempt}, p.DoneTTL); err != nil {
 		t.Fatalf("complete after SCRIPT FLUSH: %v", err)
 	}
 	if st, err := lock.ReadState(ctx, r, slot); err != nil || st.Status != "done" {
@@ -405,7 +405,7 @@ func TestRedisPipelineLoadsFlushedScriptOnce(t *testing.T) {
 		if err != nil || c.Result != lock.Won {
 			t.Fatalf("claim: %v %v", c.Result, err)
 		}
-		owners[i] = lock.Owner{Replica: "r", Attempt: c.Attempt}
+		owners[i] = lock.Owner{ID: "r", Attempt: c.Attempt}
 	}
 	g.armed.Store(true)
 	wg := fillFlights(t, r, g, now, p)
@@ -467,7 +467,7 @@ func TestRedisEveryRoundTripHasADeadline(t *testing.T) {
 	for i := range 3 {
 		wg.Go(func() { _, _ = r.Claim(context.Background(), batchSlot(100+i, now), "r", p) })
 		wg.Go(func() {
-			_ = r.Release(context.Background(), batchSlot(200+i, now), lock.Owner{Replica: "r", Attempt: 1})
+			_ = r.Release(context.Background(), batchSlot(200+i, now), lock.Owner{ID: "r", Attempt: 1})
 		})
 	}
 	awaitQueue(t, r, 6)
@@ -503,7 +503,7 @@ func claimRenewComplete(t *testing.T, ctx context.Context, r *Store) {
 	if err != nil || c.Result != lock.Won {
 		t.Fatalf("claim: %v %v", c.Result, err)
 	}
-	o := lock.Owner{Replica: "r", Attempt: c.Attempt}
+	o := lock.Owner{ID: "r", Attempt: c.Attempt}
 	if err := r.Renew(ctx, slot, o, p.Lease); err != nil {
 		t.Fatal(err)
 	}
@@ -594,7 +594,7 @@ func TestClaimManyAnswersEachInFewRoundTrips(t *testing.T) {
 	const n, foreign = 500, 7
 	reqs := make([]lock.ClaimRequest, n)
 	for i := range reqs {
-		reqs[i] = lock.ClaimRequest{Slot: batchSlot(i, now), Replica: "r", Policy: p}
+		reqs[i] = lock.ClaimRequest{Slot: batchSlot(i, now), Owner: "r", Policy: p}
 	}
 	mem := memlock.New(time.Now)
 	for _, s := range []lock.Store{r, mem} {
@@ -686,9 +686,9 @@ func TestWatchOnChange(t *testing.T) {
 				err = errors.New("claim: " + c.Result.String())
 			}
 			if err == nil && done {
-				err = s.Complete(ctx, slot, lock.Owner{Replica: "r", Attempt: c.Attempt}, p.DoneTTL)
+				err = s.Complete(ctx, slot, lock.Owner{ID: "r", Attempt: c.Attempt}, p.DoneTTL)
 			} else if err == nil {
-				err = s.Release(ctx, slot, lock.Owner{Replica: "r", Attempt: c.Attempt})
+				err = s.Release(ctx, slot, lock.Owner{ID: "r", Attempt: c.Attempt})
 			}
 			if err != nil {
 				t.Fatalf("%T: %v", s, err)

@@ -59,7 +59,7 @@ func BenchmarkLock(b *testing.B) {
 		if err != nil || c.Result != lock.Won {
 			return fmt.Errorf("claim: %v %v", c.Result, err)
 		}
-		return r.Release(ctx, slot, lock.Owner{Replica: "r", Attempt: c.Attempt})
+		return r.Release(ctx, slot, lock.Owner{ID: "r", Attempt: c.Attempt})
 	}
 	held := benchSlot(now)
 	long := p
@@ -68,7 +68,7 @@ func BenchmarkLock(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	owner := lock.Owner{Replica: "r", Attempt: c.Attempt}
+	owner := lock.Owner{ID: "r", Attempt: c.Attempt}
 	renew := func() error { return r.Renew(ctx, held, owner, p.Lease) }
 	rawRenew := func() error { return rdb.PExpire(ctx, "slotd:{bench:"+held.ID+"}", p.Lease).Err() }
 
@@ -118,6 +118,6 @@ func claimComplete(ctx context.Context, s lock.Store, p lock.Policy, now time.Ti
 		if err != nil || c.Result != lock.Won {
 			return fmt.Errorf("claim: %v %v", c.Result, err)
 		}
-		return s.Complete(ctx, slot, lock.Owner{Replica: "r", Attempt: c.Attempt}, p.DoneTTL)
+		return s.Complete(ctx, slot, lock.Owner{ID: "r", Attempt: c.Attempt}, p.DoneTTL)
 	}
 }

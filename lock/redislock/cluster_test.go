@@ -115,7 +115,7 @@ func TestClusterReleaseWakesAcrossShards(t *testing.T) {
 		if err != nil || cl.Result != lock.Won {
 			t.Fatalf("claim on %s: %v, %v", addr, cl.Result, err)
 		}
-		if err := r.Release(ctx, slot, lock.Owner{Replica: "a", Attempt: cl.Attempt}); err != nil {
+		if err := r.Release(ctx, slot, lock.Owner{ID: "a", Attempt: cl.Attempt}); err != nil {
 			t.Fatal(err)
 		}
 		select {
@@ -207,7 +207,7 @@ func TestMinReplicasAck(t *testing.T) {
 		t.Fatalf("claim after SIGCONT = %v, %v; want won", c.Result, err)
 	}
 	replica.Signal(syscall.SIGSTOP)
-	err = r.Complete(ctx, done, lock.Owner{Replica: "a", Attempt: c.Attempt}, policy.DoneTTL)
+	err = r.Complete(ctx, done, lock.Owner{ID: "a", Attempt: c.Attempt}, policy.DoneTTL)
 	if !errors.Is(err, redislock.ErrNotReplicated) {
 		t.Fatalf("complete with the replica stalled: %v, want ErrNotReplicated", err)
 	}
@@ -343,7 +343,7 @@ func TestSentinelStoreFollowsFailover(t *testing.T) {
 				t.Fatalf("claim again = %v, %v", c.Result, err)
 			}
 		}
-		if err := r.Release(ctx, slot, lock.Owner{Replica: "b", Attempt: c.Attempt}); err != nil {
+		if err := r.Release(ctx, slot, lock.Owner{ID: "b", Attempt: c.Attempt}); err != nil {
 			t.Fatal(err)
 		}
 		select {

@@ -31,7 +31,7 @@ func TestOwnerInstanceIsPartOfTheLease(t *testing.T) {
 			if err != nil || c.Result != lock.Won {
 				t.Fatalf("claim: %v %v", c.Result, err)
 			}
-			other := lock.Owner{Replica: lock.OwnerID("r1", "bbbb"), Attempt: c.Attempt}
+			other := lock.Owner{ID: lock.OwnerID("r1", "bbbb"), Attempt: c.Attempt}
 			if err := s.Renew(ctx, slot, other, pol.Lease); !errors.Is(err, lock.ErrNotHeld) {
 				t.Errorf("renew by r1#bbbb: %v, want ErrNotHeld", err)
 			}
@@ -49,7 +49,7 @@ func TestOwnerInstanceIsPartOfTheLease(t *testing.T) {
 			if err != nil || held.Result != lock.Held || held.Holder != "r1" || held.Instance != "aaaa" {
 				t.Errorf("claim by r1#bbbb: %+v, %v: want held by r1 instance aaaa", held, err)
 			}
-			mine := lock.Owner{Replica: lock.OwnerID("r1", "aaaa"), Attempt: c.Attempt}
+			mine := lock.Owner{ID: lock.OwnerID("r1", "aaaa"), Attempt: c.Attempt}
 			if err := s.Renew(ctx, slot, mine, pol.Lease); err != nil {
 				t.Errorf("renew by the holder: %v", err)
 			}

@@ -59,7 +59,7 @@ func TestFusedCallsAnswerEachSlot(t *testing.T) {
 		// after checks slot i's state after the call succeeded.
 		after func(st lock.State) bool
 	}
-	owner := lock.Owner{Replica: "r", Attempt: 1}
+	owner := lock.Owner{ID: "r", Attempt: 1}
 	ops := []op{
 		{"claim", func(r *Store, i int, slot lock.Slot) error {
 			c, err := r.Claim(context.Background(), slot, "r", p)
@@ -100,7 +100,7 @@ func TestFusedCallsAnswerEachSlot(t *testing.T) {
 					if !mine(i) {
 						replica = "peer"
 					}
-					reqs = append(reqs, lock.ClaimRequest{Slot: batchSlot(100+i, now), Replica: replica, Policy: p})
+					reqs = append(reqs, lock.ClaimRequest{Slot: batchSlot(100+i, now), Owner: replica, Policy: p})
 				}
 			}
 			g.armed.Store(false) // the setup is neither held nor counted
@@ -176,7 +176,7 @@ func TestClusterClaimsAreNotFused(t *testing.T) {
 	const n = 300
 	reqs := make([]lock.ClaimRequest, n)
 	for i := range reqs {
-		reqs[i] = lock.ClaimRequest{Slot: batchSlot(i, now), Replica: "r", Policy: p}
+		reqs[i] = lock.ClaimRequest{Slot: batchSlot(i, now), Owner: "r", Policy: p}
 	}
 	// Warm the scripts on every master, so that the count sees no NOSCRIPT.
 	if err := rdb.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
@@ -203,7 +203,7 @@ func TestClusterClaimsAreNotFused(t *testing.T) {
 	}
 	errs := make(chan error, n)
 	for i := range n {
-		go func() { errs <- r.Release(ctx, reqs[i].Slot, lock.Owner{Replica: "r", Attempt: 1}) }()
+		go func() { errs <- r.Release(ctx, reqs[i].Slot, lock.Owner{ID: "r", Attempt: 1}) }()
 	}
 	for range n {
 		if err := <-errs; err != nil {
@@ -220,7 +220,7 @@ func TestFusedCallOfWrongArityFailsAlone(t *testing.T) {
 	r, _ := gatedStore(t, g)
 	now := time.Now()
 	ctx := context.Background()
-	owner := lock.Owner{Replica: "r", Attempt: 1}
+	owner := lock.Owner{ID: "r", Attempt: 1}
 	errs, evalsha := fusedBurst(t, r, g, now, 3, func(i int, slot lock.Slot) error {
 		if i == 1 {
 			return r.batch.run(ctx, releaseScript, []string{"k1", "k2"}, schema.Run(owner)).Err()

@@ -17,7 +17,7 @@ func (r *Store) ClaimMany(ctx context.Context, reqs []lock.ClaimRequest, f func(
 	sreqs := make([]scriptReq, len(reqs))
 	taken := r.batch.takenChannel()
 	for i, q := range reqs {
-		keys, args := claimArgs(r.prefix, q.Slot, q.Replica, q.Policy, taken)
+		keys, args := claimArgs(r.prefix, q.Slot, q.Owner, q.Policy, taken)
 		sreqs[i] = scriptReq{script: claimScript, keys: keys, args: args}
 	}
 	sent := time.Now()

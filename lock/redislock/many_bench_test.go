@@ -50,7 +50,7 @@ func BenchmarkClaimMany(b *testing.B) {
 		for i := range reqs {
 			reqs[i] = make([]lock.ClaimRequest, len(slots))
 			for j, s := range slots {
-				reqs[i][j] = lock.ClaimRequest{Slot: s, Replica: "r" + string(rune('0'+i)), Policy: p}
+				reqs[i][j] = lock.ClaimRequest{Slot: s, Owner: "r" + string(rune('0'+i)), Policy: p}
 			}
 		}
 		won := make([]int, replicas)

@@ -48,7 +48,7 @@ func TestClaimStopsAtMaxAttempts(t *testing.T) {
 	if err != nil || c.Result != lock.Won || c.Attempt != lock.MaxAttempts {
 		t.Fatalf("claim at %d attempts = %+v, %v; want won as attempt %d", lock.MaxAttempts-1, c, err, lock.MaxAttempts)
 	}
-	if err := r.Release(ctx, slot, lock.Owner{Replica: "a", Attempt: c.Attempt}); err != nil {
+	if err := r.Release(ctx, slot, lock.Owner{ID: "a", Attempt: c.Attempt}); err != nil {
 		t.Fatal(err)
 	}
 	if c, err = r.Claim(ctx, slot, "a", p); err != nil || c.Result != lock.Exhausted || c.Attempt != lock.MaxAttempts {

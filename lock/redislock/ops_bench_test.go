@@ -43,11 +43,11 @@ func BenchmarkOps(b *testing.B) {
 	if err != nil || c.Result != lock.Won {
 		b.Fatalf("claim: %v %v", c.Result, err)
 	}
-	heldOwner := lock.Owner{Replica: "r", Attempt: c.Attempt}
+	heldOwner := lock.Owner{ID: "r", Attempt: c.Attempt}
 	if err := rdb.Set(ctx, "raw:held", "owner", time.Hour).Err(); err != nil {
 		b.Fatal(err)
 	}
-	owner := lock.Owner{Replica: "r", Attempt: 1}
+	owner := lock.Owner{ID: "r", Attempt: 1}
 
 	type op struct {
 		name  string

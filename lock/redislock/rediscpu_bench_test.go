@@ -63,7 +63,7 @@ func BenchmarkRedisCPU(b *testing.B) {
 		slots := freshSlots(now, n)
 		reqs := make([]lock.ClaimRequest, n)
 		for i, s := range slots {
-			reqs[i] = lock.ClaimRequest{Slot: s, Replica: "r", Policy: p}
+			reqs[i] = lock.ClaimRequest{Slot: s, Owner: "r", Policy: p}
 		}
 		r.ClaimMany(ctx, reqs, func(i int, rep lock.ClaimReply) {
 			if rep.Err != nil || rep.Claim.Result != lock.Won {
@@ -85,7 +85,7 @@ func BenchmarkRedisCPU(b *testing.B) {
 		us := measure(b, func(n int) {
 			errs := make(chan error, n)
 			for _, s := range slots[next : next+n] {
-				go func() { errs <- r.Complete(ctx, s, lock.Owner{Replica: "r", Attempt: 1}, p.DoneTTL) }()
+				go func() { errs <- r.Complete(ctx, s, lock.Owner{ID: "r", Attempt: 1}, p.DoneTTL) }()
 			}
 			for range n {
 				if err := <-errs; err != nil {

@@ -99,7 +99,7 @@ func (r *Redlock) align(ctx context.Context, slot lock.Slot, replica string, p l
 		return won
 	}
 	state, attempts := Keys(r.nodes[0].prefix, slot)
-	want := schema.Run(lock.Owner{Replica: replica, Attempt: top})
+	want := schema.Run(lock.Owner{ID: replica, Attempt: top})
 	res := all(ctx, r, p.Lease, func(ctx context.Context, n *Store) (bool, error) {
 		i := slices.Index(r.nodes, n)
 		switch {
@@ -109,7 +109,7 @@ func (r *Redlock) align(ctx context.Context, slot lock.Slot, replica string, p l
 			return true, nil
 		}
 		ok, err := redlockAlignScript.Run(ctx, n.rdb, []string{state, attempts},
-			schema.Run(lock.Owner{Replica: replica, Attempt: att[i]}), want, top, p.DoneTTL.Milliseconds()).Int()
+			schema.Run(lock.Owner{ID: replica, Attempt: att[i]}), want, top, p.DoneTTL.Milliseconds()).Int()
 		return ok == 1, err
 	})
 	won = 0
@@ -137,7 +137,7 @@ func (r *Redlock) undo(ctx context.Context, slot lock.Slot, replica string, p lo
 			return false, nil
 		}
 		ok, err := redlockUnclaimScript.Run(ctx, n.rdb, []string{state, attempts},
-			schema.Run(lock.Owner{Replica: replica, Attempt: a}), a).Int()
+			schema.Run(lock.Owner{ID: replica, Attempt: a}), a).Int()
 		return ok == 1, err
 	})
 }

@@ -159,7 +159,7 @@ func TestRedlockTwoOfFiveDown(t *testing.T) {
 	if c, err := r.Claim(ctx, slot, "b", policy); err != nil || c.Result != lock.Held || c.Holder != "a" {
 		t.Fatalf("second claim = %+v, %v; want held by a", c, err)
 	}
-	own := lock.Owner{Replica: "a", Attempt: 1}
+	own := lock.Owner{ID: "a", Attempt: 1}
 	if err := r.Renew(ctx, slot, own, policy.Lease); err != nil {
 		t.Fatalf("renew on 3 of 5: %v", err)
 	}
@@ -175,7 +175,7 @@ func TestRedlockTwoOfFiveDown(t *testing.T) {
 	if err != nil || b.Result != lock.Won || b.Attempt != 2 {
 		t.Fatalf("claim after the release = %+v, %v; want won attempt 2", b, err)
 	}
-	if err := r.Complete(ctx, slot, lock.Owner{Replica: "b", Attempt: 2}, policy.DoneTTL); err != nil {
+	if err := r.Complete(ctx, slot, lock.Owner{ID: "b", Attempt: 2}, policy.DoneTTL); err != nil {
 		t.Fatalf("complete on 3 of 5: %v", err)
 	}
 	if c, err := r.Claim(ctx, slot, "c", policy); err != nil || c.Result != lock.Done || c.Holder != "b" || c.Attempt != 2 {
@@ -248,7 +248,7 @@ func TestRedlockTokensGrowPastEmptyNodes(t *testing.T) {
 					round, i, states[i], attempts[i], want, c.Attempt)
 			}
 		}
-		if err := r.Release(ctx, slot, lock.Owner{Replica: replica, Attempt: c.Attempt}); err != nil {
+		if err := r.Release(ctx, slot, lock.Owner{ID: replica, Attempt: c.Attempt}); err != nil {
 			t.Fatal(err)
 		}
 		for _, i := range restart {
@@ -465,7 +465,7 @@ func TestRedlockClaimMany(t *testing.T) {
 	const n = 100
 	reqs := make([]lock.ClaimRequest, n)
 	for i := range reqs {
-		reqs[i] = lock.ClaimRequest{Slot: redlockSlot(t), Replica: "r", Policy: policy}
+		reqs[i] = lock.ClaimRequest{Slot: redlockSlot(t), Owner: "r", Policy: policy}
 	}
 	replies := make([]lock.ClaimReply, n)
 	lock.ClaimMany(ctx, r, reqs, func(i int, rep lock.ClaimReply) { replies[i] = rep })

@@ -148,7 +148,7 @@ func (r *Store) claimAcked(ctx context.Context, slot lock.Slot, replica string, 
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(p.Lease/3, time.Second))
 	defer cancel()
-	owner := lock.Owner{Replica: replica, Attempt: c.Attempt}
+	owner := lock.Owner{ID: replica, Attempt: c.Attempt}
 	if rerr := r.Release(rctx, slot, owner); rerr != nil {
 		return lock.Claim{}, redisErr(fmt.Errorf("lock: claim %s attempt %d: %w; release: %v (the lease runs out by itself)", slot, c.Attempt, err, rerr))
 	}

@@ -58,7 +58,7 @@ func TestDigestAuthKeepsNodesTheUsers(t *testing.T) {
 	if _, _, err := client("slotd:secret").Get(a.RunPath(slot)); err != nil {
 		t.Errorf("a client of the store's user read the run node: %v", err)
 	}
-	if err := a.Complete(ctx, slot, lock.Owner{Replica: "a", Attempt: 1}, p.DoneTTL); err != nil {
+	if err := a.Complete(ctx, slot, lock.Owner{ID: "a", Attempt: 1}, p.DoneTTL); err != nil {
 		t.Fatal(err)
 	}
 	if c, err := b.Claim(ctx, slot, "b", p); err != nil || c.Result != lock.Done {

@@ -122,7 +122,7 @@ func (s *Store) Claim(ctx context.Context, slot lock.Slot, replica string, p loc
 			sn = node{data: d.encode(), stat: &zk.Stat{}, exists: true}
 		}
 		n := d.attempts + 1
-		owner := lock.Owner{Replica: replica, Attempt: n}
+		owner := lock.Owner{ID: replica, Attempt: n}
 		next := slotData{attempts: n, base: d.base, ttl: d.ttl}
 		msent := time.Now()
 		res, err := call(ctx, func() ([]zk.MultiResponse, error) {

@@ -28,7 +28,7 @@ func (s *Store) ClaimMany(ctx context.Context, reqs []lock.ClaimRequest, f func(
 			go func() {
 				defer func() { <-sem }()
 				var r lock.ClaimReply
-				r.Claim, r.Err = s.Claim(ctx, req.Slot, req.Replica, req.Policy)
+				r.Claim, r.Err = s.Claim(ctx, req.Slot, req.Owner, req.Policy)
 				replies <- reply{i, r}
 			}()
 		}

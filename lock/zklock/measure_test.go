@@ -73,7 +73,7 @@ func measureStore(t *testing.T, name string, stores []lock.Store, n int, p lock.
 				defer wg.Done()
 				mine := make([]lock.ClaimRequest, n)
 				for i, q := range reqs {
-					q.Replica = fmt.Sprint("r", r)
+					q.Owner = fmt.Sprint("r", r)
 					mine[(i+r*n/len(stores))%n] = q // each replica in its own order
 				}
 				var done sync.WaitGroup
@@ -93,7 +93,7 @@ func measureStore(t *testing.T, name string, stores []lock.Store, n int, p lock.
 					sem <- struct{}{}
 					go func() {
 						defer func() { <-sem; done.Done() }()
-						if err := s.Complete(cctx, mine[i].Slot, lock.Owner{Replica: mine[i].Replica, Attempt: reply.Attempt}, p.DoneTTL); err != nil {
+						if err := s.Complete(cctx, mine[i].Slot, lock.Owner{ID: mine[i].Owner, Attempt: reply.Attempt}, p.DoneTTL); err != nil {
 							failed.Add(1)
 						}
 					}()

@@ -124,7 +124,7 @@ func TestLostSessionCancelsBeforePeerWins(t *testing.T) {
 	cut.set(false)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		err := a.Renew(ctx, slot, lock.Owner{Replica: "a", Attempt: ca.Attempt}, p.Lease)
+		err := a.Renew(ctx, slot, lock.Owner{ID: "a", Attempt: ca.Attempt}, p.Lease)
 		if errors.Is(err, lock.ErrNotHeld) {
 			break
 		}
@@ -203,7 +203,7 @@ func TestClaimWithLostReplyIsFoundAgain(t *testing.T) {
 	if c, err := b.Claim(ctx, slot, "b", p); err != nil || c.Result != lock.Held || c.Holder != "a" {
 		t.Fatalf("peer's claim = %+v, %v; want held by a", c, err)
 	}
-	if err := a.Complete(ctx, slot, lock.Owner{Replica: "a", Attempt: 1}, p.DoneTTL); err != nil {
+	if err := a.Complete(ctx, slot, lock.Owner{ID: "a", Attempt: 1}, p.DoneTTL); err != nil {
 		t.Fatalf("completing the found claim: %v", err)
 	}
 	if c, err := b.Claim(ctx, slot, "b", p); err != nil || c.Result != lock.Done || c.Attempt != 1 {
@@ -259,7 +259,7 @@ func TestNodesExpire(t *testing.T) {
 	if err != nil || c.Result != lock.Won {
 		t.Fatalf("claim = %+v, %v", c, err)
 	}
-	if err := s.Complete(ctx, slot, lock.Owner{Replica: "r", Attempt: 1}, p.DoneTTL); err != nil {
+	if err := s.Complete(ctx, slot, lock.Owner{ID: "r", Attempt: 1}, p.DoneTTL); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -314,7 +314,7 @@ func TestDoneMarkerSurvivesLeaderKill(t *testing.T) {
 		if err != nil || c.Result != lock.Won {
 			t.Fatalf("claim %d = %+v, %v", i, c, err)
 		}
-		if err := a.Complete(ctx, slot, lock.Owner{Replica: "a", Attempt: c.Attempt}, p.DoneTTL); err != nil {
+		if err := a.Complete(ctx, slot, lock.Owner{ID: "a", Attempt: c.Attempt}, p.DoneTTL); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -353,7 +353,7 @@ func TestFailedReleaseFreedByNextClaim(t *testing.T) {
 	}
 	gone, stop := context.WithCancel(ctx)
 	stop()
-	if err := a.Release(gone, slot, lock.Owner{Replica: "a", Attempt: 1}); err == nil {
+	if err := a.Release(gone, slot, lock.Owner{ID: "a", Attempt: 1}); err == nil {
 		t.Fatal("release with its context ended: no error")
 	}
 	if c, err := b.Claim(ctx, slot, "b", p); err != nil || c.Result != lock.Held || c.Holder != "a" {

@@ -59,7 +59,7 @@ func TestRedlockBackendAndCommands(t *testing.T) {
 	if err != nil || c.Result != lock.Won {
 		t.Fatalf("claim on 3 masters = %+v, %v", c, err)
 	}
-	if err := b.Store.Complete(ctx, slot, lock.Owner{Replica: "r1", Attempt: c.Attempt}, task.DoneTTL); err != nil {
+	if err := b.Store.Complete(ctx, slot, lock.Owner{ID: "r1", Attempt: c.Attempt}, task.DoneTTL); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.History.Append(ctx, "report", scheduler.HistoryEntry{Slot: slot.ID, SlotTime: slot.Time, Attempt: c.Attempt,

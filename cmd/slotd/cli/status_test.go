@@ -114,7 +114,7 @@ func (s *shared) claim(slot lock.Slot, replica string) lock.Owner {
 	if err != nil || c.Result != lock.Won {
 		s.t.Fatalf("claim %s: %+v, %v", slot, c, err)
 	}
-	return lock.Owner{Replica: replica, Attempt: c.Attempt}
+	return lock.Owner{ID: replica, Attempt: c.Attempt}
 }
 
 // done claims and completes slot for replica, recording the attempt.
@@ -131,7 +131,7 @@ func (s *shared) record(slot lock.Slot, o lock.Owner, outcome, errText string) {
 	s.t.Helper()
 	err := s.hist.Append(context.Background(), slot.Task, scheduler.HistoryEntry{
 		Slot: slot.ID, SlotTime: slot.Time, Attempt: o.Attempt, Token: lock.Token(slot.Time, o.Attempt),
-		Replica: o.Replica, Outcome: outcome, Started: s.now, Duration: 1500 * time.Millisecond, Error: errText,
+		Replica: o.ID, Outcome: outcome, Started: s.now, Duration: 1500 * time.Millisecond, Error: errText,
 	})
 	if err != nil {
 		s.t.Fatal(err)
@@ -225,9 +225,9 @@ func lineWith(s, sub string) string {
 func TestHistoryCommand(t *testing.T) {
 	s := newShared(t)
 	slot := s.latest("report")
-	s.record(slot, lock.Owner{Replica: "r1", Attempt: 1}, "failure", "exit status 1\nline two")
-	s.record(slot, lock.Owner{Replica: "r2", Attempt: 2}, "timeout", "scheduler: task timed out")
-	s.record(slot, lock.Owner{Replica: "r3", Attempt: 3}, "success", "")
+	s.record(slot, lock.Owner{ID: "r1", Attempt: 1}, "failure", "exit status 1\nline two")
+	s.record(slot, lock.Owner{ID: "r2", Attempt: 2}, "timeout", "scheduler: task timed out")
+	s.record(slot, lock.Owner{ID: "r3", Attempt: 3}, "success", "")
 
 	r := runCLI(t, "history", "-config", s.path, "-n", "2", "report")
 	if r.code != 0 {

@@ -106,6 +106,6 @@ func ParseState(value string) (lock.State, error) {
 // SplitOwner splits an owner id into the replica id and the instance
 // nonce, as State does (see lock.OwnerID).
 func SplitOwner(id string) (replica, instance string) {
-	st := lock.Value{Owner: lock.Owner{Replica: id, Attempt: 1}}.State()
+	st := lock.Value{Owner: lock.Owner{ID: id, Attempt: 1}}.State()
 	return st.Holder, st.Instance
 }
