@@ -87,29 +87,11 @@ func readTask(m map[string]any, n int, seen map[string]int, defaults rawPolicy, 
 	} else if !t.has("timezone") {
 		tzOK = true
 	}
-	spec, specOK := t.str("schedule")
-	task.Spec = spec
-	switch {
-	case !t.has("schedule"):
-		t.errorf("schedule", "required (a cron spec such as \"0 * * * *\", or \"@every 5m\")")
-	case specOK:
-		// With a bad zone, the spec is still checked (in UTC), so that
-		// its own errors are reported too; the task gets no schedule.
-		zone := tz
-		if !tzOK {
-			zone = ""
-		}
-		s, err := schedule.Parse(spec, zone)
-		if err != nil {
-			t.wrapf("schedule", err)
-		} else if tzOK {
-			task.Schedule = s
-		}
-		if strings.HasPrefix(strings.TrimSpace(spec), "@every") && tz != "" && tz != "UTC" {
-			t.errorf("timezone", "%q has no effect on %q: @every fires at multiples of its duration since the Unix epoch, the same instants in every zone; remove timezone (or use a cron spec to fire on %s's wall clock)",
-				tz, spec, tz)
-		}
+	zone := tz
+	if !tzOK {
+		zone = ""
 	}
+	task.Spec, task.Schedule = readSchedule(t, name, zone, tzOK)
 
 	task.Plugin, task.Params, task.Job = readPlugin(t, "[task.params]", log.With("task", name))
 
@@ -119,6 +101,11 @@ func readTask(m map[string]any, n int, seen map[string]int, defaults rawPolicy, 
 	task.CatchupLimit = pol.CatchupLimit
 	task.OutputTail = pol.OutputTail
 	task.Concurrency = pol.Concurrency
+	if task.Schedule != nil || pol.Deadline > 0 {
+		task.Jitter = readJitter(t, task.Window())
+	} else {
+		task.Jitter = readJitter(t, 0)
+	}
 	if v, ok := m["paused"]; ok {
 		if b, isBool := v.(bool); isBool {
 			task.Paused = b
