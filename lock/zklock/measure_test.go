@@ -22,7 +22,7 @@ import (
 // on this machine in the same run. It prints how long until every slot was
 // done; it asserts that each slot was won once.
 //
-//	SLOTD_MEASURE=1 go test -count=1 -run TestMeasureStoreBurst -v -timeout 20m ./lock/zookeeper/
+//	SLOTD_MEASURE=1 go test -count=1 -run TestMeasureStoreBurst -v -timeout 20m ./lock/zklock/
 func TestMeasureStoreBurst(t *testing.T) {
 	if os.Getenv("SLOTD_MEASURE") == "" {
 		t.Skip("set SLOTD_MEASURE=1 to measure")
