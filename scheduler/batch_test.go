@@ -43,7 +43,7 @@ type tripLog struct {
 
 func newTripLog(t *testing.T) *tripLog {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join("..", "lock", "*.lua"))
+	files, err := filepath.Glob(filepath.Join("..", "lock", "redislock", "*.lua"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("lock scripts: %v %v", files, err)
 	}
