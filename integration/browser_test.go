@@ -26,6 +26,7 @@ import (
 	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler"
 	"github.com/slotd/slotd/scheduler/schedule"
 )
@@ -132,7 +133,7 @@ func pageFleet(t *testing.T, extra int) http.Handler {
 	var mu sync.Mutex
 	var offset time.Duration
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return time.Now().Add(offset) }
-	st := lock.NewMemory(clock)
+	st := memlock.New(clock)
 	hist := scheduler.NewMemoryHistory(0)
 	ctx := context.Background()
 	cur := time.Now().UTC().Truncate(time.Hour)
@@ -162,7 +163,7 @@ func pageFleet(t *testing.T, extra int) http.Handler {
 		if err != nil || c.Result != lock.Won {
 			t.Fatalf("claim %s: %+v %v", slot, c, err)
 		}
-		owner := lock.Owner{Replica: "r1", Attempt: c.Attempt}
+		owner := lock.Owner{ID: "r1", Attempt: c.Attempt}
 		e := scheduler.HistoryEntry{Slot: slot.ID, SlotTime: slot.Time, Attempt: c.Attempt, Token: lock.Token(slot.Time, c.Attempt),
 			Replica: "r1", Outcome: outcome, Started: clock(), Duration: 1500 * time.Millisecond, Error: errText,
 			Output: strings.Join(output, "")}

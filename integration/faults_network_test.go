@@ -30,6 +30,7 @@ import (
 
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/redislock"
 )
 
 // netProxy is one toxiproxy proxy, in-process, from a free loopback port to
@@ -130,7 +131,7 @@ func TestLateClaimReplyIsNotAWin(t *testing.T) {
 			rdb := redis.NewClient(&redis.Options{Addr: px.Addr(), ContextTimeoutEnabled: true,
 				ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, MaxRetries: -1, PoolSize: 1})
 			t.Cleanup(func() { rdb.Close() })
-			store := lock.NewRedis(rdb, "slotd")
+			store := redislock.New(rdb, "slotd")
 			defer store.Close()
 			now := time.Now().Truncate(time.Second)
 			p := lock.Policy{Lease: lease, DoneTTL: time.Minute, MaxAttempts: 3}
@@ -144,7 +145,7 @@ func TestLateClaimReplyIsNotAWin(t *testing.T) {
 			}
 
 			slot := lock.Slot{Task: "late", ID: "1", Time: now.Add(-time.Second), Deadline: now.Add(time.Minute)}
-			state, _ := lock.Keys("slotd", slot)
+			state, _ := redislock.Keys("slotd", slot)
 			px.add("slow_reply", "latency", "downstream", map[string]any{"latency": tc.delay.Milliseconds()})
 			c, err := store.Claim(ctx, slot, "r1", p)
 			arrived := time.Now()
@@ -199,7 +200,7 @@ func TestLateClaimReplyIsNotAWin(t *testing.T) {
 			}
 			// Nothing was written for the late claim; after its key expires a
 			// peer wins the slot as attempt 2, with a higher token.
-			peer := lock.NewRedis(direct, "slotd")
+			peer := redislock.New(direct, "slotd")
 			defer peer.Close()
 			var c2 lock.Claim
 			awaitPoll(t, "a peer's claim to win", 2*lease+5*time.Second,

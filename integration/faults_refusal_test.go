@@ -49,7 +49,7 @@ catchup = "none"`,
 	refusedAt := time.Now()
 	body, took := awaitStatus(t, addr, "/readyz", http.StatusServiceUnavailable, 15*time.Second)
 	t.Logf("/readyz 503 %v after maxmemory was reached: %s", took, strings.TrimSpace(body))
-	for _, want := range []string{"Redis refuses writes", "OOM", "raise maxmemory or free memory"} {
+	for _, want := range []string{"the store refuses writes", "redis OOM", "raise maxmemory or free memory"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/readyz body %q lacks %q", body, want)
 		}
@@ -62,7 +62,7 @@ catchup = "none"`,
 		t.Errorf(`slotd_store_errors_total{kind="oom"} = %v, want >= 1`, v)
 	}
 	r.awaitLog("the fix in the log", 5*time.Second, func(l logRec) bool {
-		return strings.Contains(l.msg(), "Redis refuses writes: OOM — raise maxmemory or free memory; slotd cannot claim")
+		return strings.Contains(l.msg(), "the store refuses writes: redis OOM — raise maxmemory or free memory; slotd cannot claim")
 	})
 	if !r.running() {
 		t.Fatalf("slotd exited while Redis refused writes")

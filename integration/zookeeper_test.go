@@ -16,7 +16,7 @@ import (
 
 	"github.com/slotd/slotd/internal/zktest"
 	"github.com/slotd/slotd/lock"
-	zklock "github.com/slotd/slotd/lock/zookeeper"
+	zklock "github.com/slotd/slotd/lock/zklock"
 )
 
 // zkConfig is a daemon configuration for one replica on the ensemble

@@ -2,7 +2,6 @@ package lock
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -13,18 +12,6 @@ import (
 // slot of a task is running (for the concurrency policies forbid and
 // replace). Redis and Memory implement it; a store that does not (Redlock)
 // offers no operator controls.
-//
-// Keys (prefix "slotd"; each per-task key has the hash tag {<task>}, so one
-// script touches one task's keys on one Cluster shard; a slot's keys have
-// the tag {<task>:<slot id>}, so no script touches both):
-//
-//	slotd:triggers:{<task>}          pending triggers: unix seconds, scored by the trigger's unix ms (TTL TriggerTTL)
-//	slotd:trigger-keys:{<task>}      idempotency keys: each request's key, scored by the unix second of the trigger it started (TTL TriggerTTL, at most MaxTriggerKeys)
-//	slotd:paused:{<task>}            "paused" or "resumed" (TTL PauseTTL, renewed by every live replica)
-//	slotd:paused:{<task>}:config     the config's paused value last applied, "paused" or "resumed" (as the state)
-//	slotd:running:{<task>}           "<slot id> run:<owner>:<attempt>": the attempt that runs the task (TTL lease)
-//	slotd:control:{<task>}           no key: the message published on the release channel when any of them changes
-//	slotd:controls                   the epoch: INCR after each trigger and pause change (TTL PauseTTL)
 //
 // A triggered run is a slot of its own (TriggerSlot): its id is the trigger
 // time in UTC to the second followed by "t", which no schedule's slot id
@@ -173,50 +160,4 @@ func ShownAttempt(id string, attempt int) int {
 		return attempt - TriggerBase
 	}
 	return attempt
-}
-
-// ControlKeys returns task's control keys under prefix.
-func ControlKeys(prefix, task string) (triggers, paused, running, notice string) {
-	tag := "{" + task + "}"
-	return prefix + ":triggers:" + tag, prefix + ":paused:" + tag, prefix + ":running:" + tag, prefix + ":control:" + tag
-}
-
-// PauseConfigKey is the key of the config's paused value last applied
-// to task (Controls.Configure), beside its pause state.
-func PauseConfigKey(prefix, task string) string { return prefix + ":paused:{" + task + "}:config" }
-
-// pauseValue is a pause state as the store spells it.
-func pauseValue(paused bool) string {
-	if paused {
-		return "paused"
-	}
-	return "resumed"
-}
-
-// EpochKey is the key of the controls' epoch under prefix.
-func EpochKey(prefix string) string { return prefix + ":controls" }
-
-// triggerKeys is the key of task's idempotency keys.
-func triggerKeys(prefix, task string) string { return prefix + ":trigger-keys:{" + task + "}" }
-
-// occupant is the running record of owner's attempt of slot.
-func occupant(slot Slot, owner Owner) string { return slot.ID + " " + owner.value() }
-
-// occupantSlot is the slot id in a running record.
-func occupantSlot(v string) string {
-	id, _, _ := strings.Cut(v, " ")
-	return id
-}
-
-// pauseArg is op as the scripts spell it.
-func pauseArg(op PauseOp) (string, error) {
-	switch op {
-	case Pause:
-		return "pause", nil
-	case Resume:
-		return "resume", nil
-	case Seed:
-		return "seed", nil
-	}
-	return "", fmt.Errorf("lock: unknown pause operation %d", op)
 }

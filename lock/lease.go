@@ -7,11 +7,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/slotd/slotd/lock/internal/keepalive"
 	"github.com/slotd/slotd/retry"
 )
 
-// Lease is a won claim kept alive by exactly one watchdog (a keptLease,
-// which a Mutex's hold shares), which waits on a timer between renewals (no
+// Lease is a won claim kept alive by exactly one watchdog (package
+// keepalive, which a mutex.Mutex's hold shares), which waits on a timer between renewals (no
 // goroutine of its own until it renews).
 //
 // The watchdog renews every lease/3. The lease is taken to be valid until
@@ -22,7 +23,9 @@ import (
 // ErrLeaseLost and stops: the task must stop before a peer can have taken the
 // slot over.
 type Lease struct {
-	keptLease
+	kept  keepalive.Lease
+	ttl   time.Duration
+	done  <-chan struct{} // closed when the watchdog has ended
 	store Store
 	slot  Slot
 	owner Owner
@@ -55,11 +58,11 @@ type LeaseHooks struct {
 // lease it was claimed with. The lease's Context is derived from parent. If
 // the claim's reply came back too late to leave any validity (counted from
 // Claim.Sent), the lease is lost, and Context done, before Hold returns.
-func Hold(parent context.Context, s Store, slot Slot, replica string, c Claim, lease time.Duration, hooks LeaseHooks) *Lease {
+func Hold(parent context.Context, s Store, slot Slot, owner string, c Claim, lease time.Duration, hooks LeaseHooks) *Lease {
 	l := &Lease{
 		store: s,
 		slot:  slot,
-		owner: Owner{Replica: replica, Attempt: c.Attempt},
+		owner: Owner{ID: owner, Attempt: c.Attempt},
 		token: Token(slot.Time, c.Attempt),
 	}
 	renew := func(ctx context.Context) error {
@@ -74,18 +77,48 @@ func Hold(parent context.Context, s Store, slot Slot, replica string, c Claim, l
 		}
 		return err
 	}
-	l.keep(parent, lease, c.Sent, renew, hooks.Renewed, func(why error) error {
+	l.ttl = lease
+	l.kept.Keep(parent, lease, leaseMargin(s, lease), c.Sent, renew, gone, hooks.Renewed, func(why error) error {
 		if hooks.Lost != nil {
 			hooks.Lost(why)
 		}
 		return fmt.Errorf("%w: %s: %w", ErrLeaseLost, l.slot, why)
 	})
+	l.done = l.kept.Done()
 	return l
 }
 
+// gone: a renewal found the slot someone else's.
+func gone(err error) bool { return errors.Is(err, ErrNotHeld) }
+
+// leaseMargin is how long before a lease could run out its holder gives it
+// up: a tenth of the lease, for the work to stop and for clock drift
+// between this host and the store, and never less than the margin the
+// store asks for (a Redlock store: its drift allowance, so that the lease
+// is held against at most its validity).
+func leaseMargin(s Store, ttl time.Duration) time.Duration {
+	m := ttl / 10
+	if d, ok := s.(interface {
+		LeaseMargin(time.Duration) time.Duration
+	}); ok {
+		m = max(m, d.LeaseMargin(ttl))
+	}
+	return m
+}
+
+// The watchdog's state, under the names Complete and finish use.
+var errNoRenewal = keepalive.ErrNoRenewal
+
+func (l *Lease) validUntil() time.Time               { return l.kept.ValidUntil() }
+func (l *Lease) isLost() bool                        { return l.kept.Lost() }
+func (l *Lease) lose(why error)                      { l.kept.Lose(why) }
+func (l *Lease) cancel(cause error)                  { l.kept.Cancel(cause) }
+func (l *Lease) stop() (until time.Time, valid bool) { return l.kept.Stop() }
+func (l *Lease) renewSoon()                          { l.kept.RenewSoon() }
+
 // Context is cancelled with cause ErrLeaseLost when the lease is lost, and
 // when the parent given to Hold is done.
-func (l *Lease) Context() context.Context { return l.ctx }
+func (l *Lease) Context() context.Context { return l.kept.Context() }
 
 // Token is the attempt's fencing token.
 func (l *Lease) Token() int64 { return l.token }
@@ -124,9 +157,10 @@ func (l *Lease) RenewSoon() { l.renewSoon() }
 // the lease was lost before Complete was called (the task was cancelled:
 // its slot must not be marked done); ErrNotHeld or ErrForeign from the
 // store as they are, wrapped with ErrLeaseLost if the lease was lost
-// meanwhile; the last error if ctx ended first; and ErrNotReplicated,
-// without retrying, if the slot was marked done but not acknowledged by the
-// replicas WithMinReplicasAck asks for.
+// meanwhile; the last error if ctx ended first; and, without retrying, a
+// StoreError that is Applied (the store marked the slot done but could not
+// confirm it, as a Redis store whose replicas did not acknowledge the
+// write).
 func (l *Lease) Complete(ctx context.Context, doneTTL time.Duration) error {
 	if !l.valid() {
 		defer l.cancel(context.Canceled)
@@ -138,7 +172,7 @@ func (l *Lease) Complete(ctx context.Context, doneTTL time.Duration) error {
 	}
 	return l.finish(ctx, "complete", true, func(ctx context.Context) error {
 		err := l.store.Complete(ctx, l.slot, l.owner, doneTTL)
-		if err == nil || errors.Is(err, ErrNotReplicated) {
+		if err == nil || applied(err) {
 			l.completed = true // no renewal after this: it would find the done marker
 		}
 		return err
@@ -169,7 +203,7 @@ func (l *Lease) valid() bool { return !l.isLost() && time.Now().Before(l.validUn
 // finish is the one retry loop of Complete and Release: it sends op, never
 // while a renewal is under way, and again after an error of unknown
 // outcome, with backoff, until the store answers it (nil, ErrNotHeld,
-// ErrForeign, ErrNotReplicated) or ctx ends. While the lease is valid each
+// ErrForeign, an Applied StoreError) or ctx ends. While the lease is valid each
 // try is bounded by its validity; after it, a try is bounded by a third of
 // the lease, and there is none after the first unless persist (a
 // completion: see Complete). With persist the watchdog renews until op
@@ -195,7 +229,7 @@ func (l *Lease) finish(ctx context.Context, op string, persist bool, f func(cont
 			until = time.Now().Add(l.ttl / 3)
 		}
 		err := l.try(ctx, until, f)
-		if err == nil || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrForeign) || errors.Is(err, ErrNotReplicated) {
+		if err == nil || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrForeign) || applied(err) {
 			return l.wrap(op, err)
 		}
 		wait, lostAt := backoff.Delay(n), (<-chan struct{})(nil)

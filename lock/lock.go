@@ -7,8 +7,8 @@
 // Releases it (peers watching the slot are woken to retry). A per-slot counter
 // caps the attempts and yields the fencing token.
 //
-// Guarantees, for every Store implementation (Redis, Redlock and Memory
-// pass one conformance suite):
+// Guarantees, for every Store implementation (each store's package runs
+// the conformance suite, package locktest):
 //   - at most one holder per slot while its lease is valid;
 //   - renew, complete and release change nothing unless the caller is the
 //     current holder (each is one atomic compare-then-write);
@@ -17,37 +17,18 @@
 //   - a claim before the slot time by the store's clock (minus
 //     Policy.Tolerance) or at or after the deadline is refused.
 //
-// Keys (prefix "slotd"; the braces are a Redis Cluster hash tag so one slot's
-// keys share a shard):
-//
-//	slotd:{<task>:<slot id>}           "run:<owner>:<attempt>" (TTL lease) or
-//	                                   "done:<owner>:<attempt>:<unix ms>" (TTL done TTL);
-//	                                   <owner> is "<replica>#<instance nonce>" (see Owner)
-//	slotd:{<task>:<slot id>}:attempts  INCR per claim (TTL >= done TTL)
-//	slotd:{<task>:<slot id>}:base      attempts before the last operator rerun, if any
-//	slotd:{<task>:<slot id>}:once:<event>  a one-time marker (see Oncer, once.go)
-//	slotd:probe:{<replica>}            the replica id, written by Prober.Probe with a TTL
-//	slotd:released                     pub/sub channel: a slot was released or rerun; message = state key
-//	slotd:done                         pub/sub channel: slots were marked done; message = state keys, one a line;
-//	                                   or claims were won: "taken", then state keys, one a line
-//	slotd:fleet                        see Fleet
-//	slotd:replica:{<replica id>}       see Fleet (fleet.go)
-//	slotd:first-start                  see Fleet
-//
-// The package also offers the same machinery for locking any resource of
-// one's own (see Locker and Mutex in mutex.go): TryLock, Lock woken by
-// pub/sub, reentrancy by an owner id carried in the context, a watchdog
-// that cancels the holder's context when the lease is lost, fencing tokens,
-// and Do, which runs a function under the lock; on one server, Sentinel,
-// Cluster, or a Redlock quorum of independent servers (NewRedlockLocker).
+// The stores are packages of their own, as database/sql's drivers are:
+// redislock (one Redis server, Sentinel, Cluster, or a Redlock quorum of
+// independent servers), etcdlock, zklock and memlock (this process's
+// memory). Each keeps its own layout of keys; they share the state value
+// (Value), and each classes its own failures as a StoreError. Package
+// mutex offers the same machinery for locking any resource of one's own.
 package lock
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -126,34 +107,19 @@ type Claim struct {
 // Owner identifies one attempt: the process that claimed it and its
 // attempt number.
 //
-// Replica is the owner id the claim was made with. slotd's scheduler makes
-// it unique per process, "<replica id>#<instance nonce>" (OwnerID), so that
-// two processes started with one replica id never renew, complete or
-// release each other's claims. The lock scripts treat it as opaque; State
-// and Claim split it again (Holder, Instance).
+// ID is the owner id the claim was made with — not the replica id: slotd's
+// scheduler makes it unique per process, "<replica id>#<instance nonce>"
+// (OwnerID), so that two processes started with one replica id never
+// renew, complete or release each other's claims. The stores treat it as
+// opaque; State and Claim split it again (Holder, Instance).
 type Owner struct {
-	Replica string
+	ID      string
 	Attempt int
 }
 
 // OwnerID is the owner id of process instance of replica:
 // "<replica>#<instance>".
 func OwnerID(replica, instance string) string { return replica + "#" + instance }
-
-// splitOwner undoes OwnerID; an owner id without '#' (written before
-// instance nonces) is all replica. Replica ids may contain '#': the nonce
-// is what follows the last one.
-func splitOwner(id string) (replica, instance string) {
-	if i := strings.LastIndexByte(id, '#'); i >= 0 {
-		return id[:i], id[i+1:]
-	}
-	return id, ""
-}
-
-func (o Owner) value() string { return "run:" + o.Replica + ":" + strconv.Itoa(o.Attempt) }
-func (o Owner) donePrefix() string {
-	return "done:" + o.Replica + ":" + strconv.Itoa(o.Attempt) + ":"
-}
 
 // Token is the fencing token of an attempt: slot_unix_seconds*1000 + attempt.
 // Slot times of one task are at least a second apart and attempts are capped
@@ -189,12 +155,12 @@ func ReadState(ctx context.Context, s Store, slot Slot) (State, error) {
 	return sts[0], err
 }
 
-// Store is the slot protocol. Redis, Redlock and Memory implement it.
+// Store is the slot protocol. Every store package implements it.
 type Store interface {
-	// Claim tries to take slot for replica. A result other than Won is not an
-	// error. An error means the outcome is unknown: the caller must not run
+	// Claim tries to take slot for the owner id owner (see Owner.ID). A
+	// result other than Won is not an error. An error means the outcome is unknown: the caller must not run
 	// the task (the lease, if any, simply expires).
-	Claim(ctx context.Context, slot Slot, replica string, p Policy) (Claim, error)
+	Claim(ctx context.Context, slot Slot, owner string, p Policy) (Claim, error)
 	// Renew extends owner's lease. ErrNotHeld if owner does not hold slot.
 	Renew(ctx context.Context, slot Slot, owner Owner, lease time.Duration) error
 	// Complete marks slot done by owner for doneTTL. It succeeds again if
@@ -228,70 +194,4 @@ type Rerun struct {
 	Attempts int           // attempts made so far (the new base)
 	TTL      time.Duration // refused: the state's remaining TTL
 	Woken    int64         // cleared: subscribers notified (Redis) or watchers woken (Memory)
-}
-
-// Keys returns the state and attempts keys of slot under prefix.
-func Keys(prefix string, slot Slot) (state, attempts string) {
-	state = prefix + ":{" + slot.Task + ":" + slot.ID + "}"
-	return state, state + ":attempts"
-}
-
-// baseKey holds the attempts counted before the slot's last rerun.
-func baseKey(state string) string { return state + ":base" }
-
-// decodeState builds a State from a slot's raw keys: the state value (if
-// present), the attempts counter (if present) and the state's TTL.
-func decodeState(value string, hasValue bool, attempts string, hasAttempts bool, ttl time.Duration) (State, error) {
-	st := State{Status: "free"}
-	var err error
-	if hasValue {
-		if st, err = parseValue(value); err == nil {
-			st.TTL = ttl
-		}
-	}
-	if hasAttempts {
-		n, aerr := strconv.Atoi(attempts)
-		if aerr != nil {
-			return st, errors.Join(err, fmt.Errorf("attempts %w: %q", ErrForeign, attempts))
-		}
-		st.Attempts = n
-	}
-	return st, err
-}
-
-// parseValue reads "run:<owner>:<attempt>" or
-// "done:<owner>:<attempt>:<unix ms>". Replica ids may contain colons, so
-// the numbers are taken from the right; the owner is split by splitOwner.
-func parseValue(v string) (st State, err error) {
-	st.Value = v
-	kind, rest, _ := strings.Cut(v, ":")
-	switch kind {
-	case "run":
-		st.Status = "running"
-	case "done":
-		st.Status = "done"
-		i := strings.LastIndexByte(rest, ':')
-		if i < 0 {
-			return State{Status: "foreign", Value: v}, fmt.Errorf("%w: %q", ErrForeign, v)
-		}
-		ms, err := strconv.ParseInt(rest[i+1:], 10, 64)
-		if err != nil {
-			return State{Status: "foreign", Value: v}, fmt.Errorf("%w: %q", ErrForeign, v)
-		}
-		st.Finished = time.UnixMilli(ms).UTC()
-		rest = rest[:i]
-	default:
-		return State{Status: "foreign", Value: v}, fmt.Errorf("%w: %q", ErrForeign, v)
-	}
-	i := strings.LastIndexByte(rest, ':')
-	if i <= 0 {
-		return State{Status: "foreign", Value: v}, fmt.Errorf("%w: %q", ErrForeign, v)
-	}
-	n, err := strconv.Atoi(rest[i+1:])
-	if err != nil || n < 1 {
-		return State{Status: "foreign", Value: v}, fmt.Errorf("%w: %q", ErrForeign, v)
-	}
-	st.Holder, st.Instance = splitOwner(rest[:i])
-	st.Attempt = n
-	return st, nil
 }

@@ -3,14 +3,13 @@ package lock
 import (
 	"context"
 	"sync"
-	"time"
 )
 
 // ClaimRequest is one claim of a ClaimMany.
 type ClaimRequest struct {
-	Slot    Slot
-	Replica string
-	Policy  Policy
+	Slot   Slot
+	Owner  string // the owner id (see Owner.ID)
+	Policy Policy
 }
 
 // ClaimReply is the answer to one ClaimRequest: a Claim, or the error
@@ -61,7 +60,7 @@ func claimEach(ctx context.Context, s Store, reqs []ClaimRequest, f func(int, Cl
 				defer func() { <-sem; wg.Done() }()
 				var a answer
 				a.i = i
-				a.r.Claim, a.r.Err = s.Claim(ctx, q.Slot, q.Replica, q.Policy)
+				a.r.Claim, a.r.Err = s.Claim(ctx, q.Slot, q.Owner, q.Policy)
 				answers <- a
 			}()
 		}
@@ -70,27 +69,5 @@ func claimEach(ctx context.Context, s Store, reqs []ClaimRequest, f func(int, Cl
 	}()
 	for a := range answers {
 		f(a.i, a.r)
-	}
-}
-
-// ClaimMany claims every request in as few round trips as the batcher
-// allows; see the package function ClaimMany.
-func (r *Redis) ClaimMany(ctx context.Context, reqs []ClaimRequest, f func(int, ClaimReply)) {
-	if r.ack.n > 0 { // WAIT needs the connection that wrote: one call each
-		claimEach(ctx, r, reqs, f)
-		return
-	}
-	sreqs := make([]scriptReq, len(reqs))
-	taken := r.batch.takenChannel()
-	for i, q := range reqs {
-		keys, args := claimArgs(r.prefix, q.Slot, q.Replica, q.Policy, taken)
-		sreqs[i] = scriptReq{script: claimScript, keys: keys, args: args}
-	}
-	sent := time.Now()
-	calls := r.batch.queue(ctx, sreqs...)
-	for i, c := range calls {
-		var rep ClaimReply
-		rep.Claim, rep.Err = r.claimReply(wait(c), reqs[i].Slot, sent)
-		f(i, rep)
 	}
 }

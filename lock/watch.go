@@ -1,6 +1,9 @@
 package lock
 
-import "sync/atomic"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // Change is what a slot's watch reports.
 type Change uint8
@@ -14,7 +17,7 @@ const (
 	// Taken: a claim of the slot was won (by any replica, the watcher's own
 	// included). A hint, sent by a Redis store only, once it has announced
 	// a replica: one notice per round trip of claims, naming every slot it
-	// won (claim.lua publishes it; see batcher.takenChannel).
+	// won (see package redislock).
 	Taken
 )
 
@@ -22,10 +25,15 @@ const (
 // Signals do not queue beyond one: a waiter that was busy sees one pending
 // signal, which is all it needs to claim again.
 type Watch struct {
-	c     chan struct{}
-	fn    atomic.Pointer[func(Change)] // set by OnChange: called instead of signalling c
-	stop  func()
-	relay *Watch // set: signals go to relay instead (a Redlock node's watch)
+	c    chan struct{}
+	fn   atomic.Pointer[func(Change)] // set by OnChange: called instead of signalling c
+	stop func()
+}
+
+// NewWatch returns a Watch for a store to deliver to with Notify; stop
+// runs once, on the first Stop.
+func NewWatch(stop func()) *Watch {
+	return &Watch{c: make(chan struct{}, 1), stop: sync.OnceFunc(stop)}
 }
 
 // C is the channel on which releases are signalled.
@@ -46,14 +54,10 @@ func (w *Watch) Stop() { w.stop() }
 // quorum's), nor does Memory report Taken (it has one process).
 func (w *Watch) OnChange(f func(Change)) { w.fn.Store(&f) }
 
-// notify delivers a change; only OnChange hears a completion or a claim.
-func (w *Watch) notify(c Change) {
-	if w.relay != nil {
-		if c == Released {
-			w.relay.notify(Released)
-		}
-		return
-	}
+// Notify delivers a change of the watched slot: Released (a release or an
+// operator's rerun) wakes C, or calls the OnChange function; Completed and
+// Taken only reach an OnChange function. The store calls it.
+func (w *Watch) Notify(c Change) {
 	if f := w.fn.Load(); f != nil {
 		(*f)(c)
 		return
@@ -64,43 +68,5 @@ func (w *Watch) notify(c Change) {
 	select {
 	case w.c <- struct{}{}:
 	default:
-	}
-}
-
-// watchers is the registry behind Watch, shared by both stores: keys are
-// state keys, and one notification wakes every watcher of that key. A key
-// has one watcher per watching replica in practice, so a slice (not a set)
-// keeps the ten thousand keys of a burst small.
-type watchers struct {
-	m map[string][]*Watch
-}
-
-func (ws *watchers) add(key string, w *Watch) {
-	if ws.m == nil {
-		ws.m = map[string][]*Watch{}
-	}
-	ws.m[key] = append(ws.m[key], w)
-}
-
-func (ws *watchers) remove(key string, w *Watch) {
-	set := ws.m[key]
-	for i, x := range set {
-		if x == w {
-			set[i] = set[len(set)-1]
-			set[len(set)-1] = nil
-			set = set[:len(set)-1]
-			break
-		}
-	}
-	if len(set) == 0 {
-		delete(ws.m, key)
-	} else {
-		ws.m[key] = set
-	}
-}
-
-func (ws *watchers) notify(key string, c Change) {
-	for _, w := range ws.m[key] {
-		w.notify(c)
 	}
 }

@@ -18,21 +18,21 @@ import (
 // and Redlock's own (docs/model.md, Scope). A new script must be added
 // either here or to scripts.sha256 (and to the model).
 var notMirrored = map[string]bool{
-	"lock/announce.lua":        true, // replica presence, not the slot protocol
-	"lock/probe.lua":           true, // the readiness write probe, on a key of its own
-	"lock/live.lua":            true, // the fleet's live set: who claims first, not whether it is safe
-	"lock/mutex_acquire.lua":   true,
-	"lock/mutex_fence.lua":     true,
-	"lock/mutex_release.lua":   true,
-	"lock/mutex_renew.lua":     true,
-	"lock/redlock_align.lua":   true,
-	"lock/redlock_unclaim.lua": true,
+	"lock/redislock/announce.lua":        true, // replica presence, not the slot protocol
+	"lock/redislock/probe.lua":           true, // the readiness write probe, on a key of its own
+	"lock/redislock/live.lua":            true, // the fleet's live set: who claims first, not whether it is safe
+	"lock/mutex/mutex_acquire.lua":       true,
+	"lock/mutex/mutex_fence.lua":         true,
+	"lock/mutex/mutex_release.lua":       true,
+	"lock/mutex/mutex_renew.lua":         true,
+	"lock/redislock/redlock_align.lua":   true,
+	"lock/redislock/redlock_unclaim.lua": true,
 	// Operator controls (lock.Controls): keys of a task's own, not a slot's;
 	// arm.lua only starts a triggered slot's counter, as a rerun's base would.
-	"lock/trigger.lua": true,
-	"lock/arm.lua":     true,
-	"lock/pause.lua":   true,
-	"lock/occupy.lua":  true,
+	"lock/redislock/trigger.lua": true,
+	"lock/redislock/arm.lua":     true,
+	"lock/redislock/pause.lua":   true,
+	"lock/redislock/occupy.lua":  true,
 }
 
 // TestScriptsMirrored fails when a Lua script the model mirrors changed
@@ -65,9 +65,13 @@ func TestScriptsMirrored(t *testing.T) {
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
-	all, err := filepath.Glob("../lock/*.lua")
-	if err != nil {
-		t.Fatal(err)
+	var all []string
+	for _, dir := range []string{"../lock/redislock", "../lock/mutex"} {
+		lua, err := filepath.Glob(dir + "/*.lua")
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, lua...)
 	}
 	sort.Strings(all)
 	for _, p := range all {

@@ -1,6 +1,6 @@
 /*
- * slot.pml: slotd's slot protocol (lock/*.lua, lock/lease.go,
- * lock/keepalive.go, scheduler/scheduler.go) as a Promela model for spin.
+ * slot.pml: slotd's slot protocol (lock/redislock/*.lua, lock/lease.go,
+ * lock/internal/keepalive/keepalive.go, scheduler/scheduler.go) as a Promela model for spin.
  * See docs/model.md. Run everything with model/check.
  *
  * One slot of one task. A store (one Redis server: the state key, the

@@ -205,9 +205,10 @@ func (a *attempt) succeeded(ctx, hard context.Context, entry HistoryEntry) {
 	defer ccancel()
 	ferr := a.lease.Complete(cctx, a.t.DoneTTL)
 	s.noteWrite("complete", ferr)
-	if errors.Is(ferr, lock.ErrNotReplicated) {
-		// Done on the master; a failover before the replicas catch up
-		// could lose the marker and let a peer run the slot again.
+	if se := (*lock.StoreError)(nil); errors.As(ferr, &se) && se.Applied {
+		// Done, but not confirmed (on Redis: on the master; a failover
+		// before the replicas catch up could lose the marker and let a
+		// peer run the slot again).
 		a.log().Warn("slot marked done, but not acknowledged by min_replicas_ack replicas", "err", ferr)
 		ferr = nil
 	}

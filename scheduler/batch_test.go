@@ -19,7 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slotd/slotd/internal/redistest"
-	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/redislock"
 	"github.com/slotd/slotd/scheduler"
 	"github.com/slotd/slotd/tasks"
 )
@@ -43,7 +43,7 @@ type tripLog struct {
 
 func newTripLog(t *testing.T) *tripLog {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join("..", "lock", "*.lua"))
+	files, err := filepath.Glob(filepath.Join("..", "lock", "redislock", "*.lua"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("lock scripts: %v %v", files, err)
 	}
@@ -161,14 +161,14 @@ func (l *tripLog) names() map[string]int {
 // loggedStore is a Redis store on a new server whose client records its
 // round trips in l, subscribed and with the scripts loaded (as a replica's
 // first calls would leave them) before l records.
-func loggedStore(t *testing.T, l *tripLog) *lock.Redis {
+func loggedStore(t *testing.T, l *tripLog) *redislock.Store {
 	t.Helper()
 	return loggedStores(t, l, 1)[0]
 }
 
 // loggedStores is n stores, as n replicas would have, on one new server
 // and one client that records in l.
-func loggedStores(t *testing.T, l *tripLog, n int) []*lock.Redis {
+func loggedStores(t *testing.T, l *tripLog, n int) []*redislock.Store {
 	t.Helper()
 	srv := redistest.Start(t)
 	l.addr = srv.Addr
@@ -182,9 +182,9 @@ func loggedStores(t *testing.T, l *tripLog, n int) []*lock.Redis {
 			t.Fatal(err)
 		}
 	}
-	stores := make([]*lock.Redis, n)
+	stores := make([]*redislock.Store, n)
 	for i := range stores {
-		r := lock.NewRedis(rdb, "slotd")
+		r := redislock.New(rdb, "slotd")
 		if err := r.Subscribe(ctx); err != nil {
 			t.Fatal(err)
 		}

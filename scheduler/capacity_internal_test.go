@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/memlock"
 )
 
 // A replica at max_running parks a run about to claim as capped; a peer's
@@ -14,7 +15,7 @@ func TestCappedTransitions(t *testing.T) {
 	if capped.String() != "capped" || ended.String() != "ended" {
 		t.Fatalf("state names: %v, %v", capped, ended)
 	}
-	l := testLoop(t, lock.NewMemory(time.Now))
+	l := testLoop(t, memlock.New(time.Now))
 	l.s.maxRunning = 1
 	l.attemptStarted() // the one attempt the cap allows
 	task := &l.s.Tasks()[0]
@@ -65,7 +66,7 @@ func TestCappedTransitions(t *testing.T) {
 
 // A capped run whose window closes is missed for capacity.
 func TestCappedRunMissedForCapacity(t *testing.T) {
-	l := testLoop(t, lock.NewMemory(time.Now))
+	l := testLoop(t, memlock.New(time.Now))
 	l.s.maxRunning = 1
 	l.attemptStarted()
 	task := &l.s.Tasks()[0]
@@ -87,7 +88,7 @@ func TestCappedRunMissedForCapacity(t *testing.T) {
 
 // A run capped again after a peer's claim keeps its one place in the list.
 func TestCappedAgainKeepsItsPlace(t *testing.T) {
-	l := testLoop(t, lock.NewMemory(time.Now))
+	l := testLoop(t, memlock.New(time.Now))
 	l.s.maxRunning = 1
 	l.attemptStarted()
 	r := l.newRun(&l.s.Tasks()[0], time.Now().Truncate(time.Hour))

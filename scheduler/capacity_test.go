@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler"
 	"github.com/slotd/slotd/tasks"
 )
@@ -133,7 +133,7 @@ func TestMaxRunningOnTheEmbeddedStore(t *testing.T) {
 	g := newGate()
 	hold := testTask(t, "hold", "@every 1s", l.job(g.job), nil)
 	tick := testTask(t, "tick", "@every 1s", l.job(ok), nil)
-	solo := startReplica(t, "solo", lock.NewMemory(nil), time.Second, []scheduler.Task{hold, tick}, scheduler.WithMaxRunning(1))
+	solo := startReplica(t, "solo", memlock.New(nil), time.Second, []scheduler.Task{hold, tick}, scheduler.WithMaxRunning(1))
 	var blocked time.Time
 	select {
 	case blocked = <-g.entered:

@@ -8,6 +8,7 @@ import (
 
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/redislock"
 	"github.com/slotd/slotd/scheduler"
 	"github.com/slotd/slotd/tasks"
 )
@@ -23,7 +24,7 @@ func TestCompleteRetriedThroughOOM(t *testing.T) {
 	defer rdb.Close()
 	var stores []lock.Store
 	for range 2 {
-		r := lock.NewRedis(srv.Client(), "slotd")
+		r := redislock.New(srv.Client(), "slotd")
 		if err := r.Subscribe(context.Background()); err != nil {
 			t.Fatal(err)
 		}

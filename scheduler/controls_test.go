@@ -12,6 +12,8 @@ import (
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/internal/stats"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/memlock"
+	"github.com/slotd/slotd/lock/redislock"
 	"github.com/slotd/slotd/scheduler"
 	"github.com/slotd/slotd/tasks"
 )
@@ -188,7 +190,7 @@ func TestPauseHoldsAcrossRestart(t *testing.T) {
 // paused = true in the config starts the task paused, on the embedded
 // store too; an operator's resume starts it.
 func TestConfigPausedStartsPaused(t *testing.T) {
-	store := lock.NewMemory(nil)
+	store := memlock.New(nil)
 	l := newLedger()
 	task := testTask(t, "tick", "@every 1s", l.job(ok), func(t *scheduler.Task) { t.Paused = true })
 	r := startReplica(t, "r1", store, time.Second, []scheduler.Task{task}, scheduler.WithClockCheck(200*time.Millisecond))
@@ -269,7 +271,7 @@ func TestForbidAfterHolderCrash(t *testing.T) {
 	crashed := lock.Slot{Task: task.Name, ID: "19990101000000"}
 	ctx := context.Background()
 	planted := time.Now() // before the record's TTL starts
-	if o, err := controls(t, stores[0]).Occupy(ctx, crashed, lock.Owner{Replica: "dead#0", Attempt: 1}, 2*time.Second, false); err != nil || !o.Taken {
+	if o, err := controls(t, stores[0]).Occupy(ctx, crashed, lock.Owner{ID: "dead#0", Attempt: 1}, 2*time.Second, false); err != nil || !o.Taken {
 		t.Fatal(o, err)
 	}
 	r := startReplica(t, "r1", stores[0], time.Second, []scheduler.Task{task})
@@ -357,7 +359,7 @@ func TestReplaceAfterHolderCrash(t *testing.T) {
 	if err != nil || c.Result != lock.Won {
 		t.Fatal(c, err)
 	}
-	if o, err := controls(t, stores[0]).Occupy(ctx, crashed, lock.Owner{Replica: "dead#0", Attempt: c.Attempt}, 2*time.Second, false); err != nil || !o.Taken {
+	if o, err := controls(t, stores[0]).Occupy(ctx, crashed, lock.Owner{ID: "dead#0", Attempt: c.Attempt}, 2*time.Second, false); err != nil || !o.Taken {
 		t.Fatal(o, err)
 	}
 	startReplica(t, "r1", stores[0], time.Second, []scheduler.Task{task})
@@ -463,12 +465,12 @@ func TestBadControlKeyCostsItsTaskAlone(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client()
 	ctx := context.Background()
-	store := lock.NewRedis(rdb, "slotd")
+	store := redislock.New(rdb, "slotd")
 	if err := store.Subscribe(ctx); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	triggers, paused, _, _ := lock.ControlKeys("slotd", "bad")
+	triggers, paused, _, _ := redislock.ControlKeys("slotd", "bad")
 	for _, key := range []string{triggers, paused} {
 		if err := rdb.SAdd(ctx, key, "planted").Err(); err != nil {
 			t.Fatal(err)

@@ -11,14 +11,17 @@ import (
 
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler"
 	"github.com/slotd/slotd/tasks"
+
+	// Issue 16 item 8: catchup = "latest" at first start ran a leap-day task's
+	// 2024 slot and an @every 9223372036s task's 1970 slot, both windows still
+	// open. catchup_limit (config default 24h) bounds catch-up; without it
+	// (the old behaviour) both run, which shows the test sees the catch-up.
+	"github.com/slotd/slotd/lock/redislock"
 )
 
-// Issue 16 item 8: catchup = "latest" at first start ran a leap-day task's
-// 2024 slot and an @every 9223372036s task's 1970 slot, both windows still
-// open. catchup_limit (config default 24h) bounds catch-up; without it
-// (the old behaviour) both run, which shows the test sees the catch-up.
 func TestCatchupLimit(t *testing.T) {
 	for _, tc := range []struct {
 		name, spec string
@@ -32,7 +35,7 @@ func TestCatchupLimit(t *testing.T) {
 				task := testTask(t, tc.name, tc.spec, l.job(ok), func(t *scheduler.Task) {
 					t.Catchup, t.CatchupLimit, t.DoneTTL = "latest", limit, 24*time.Hour
 				})
-				rep := startReplica(t, "solo", lock.NewMemory(nil), time.Second, []scheduler.Task{task})
+				rep := startReplica(t, "solo", memlock.New(nil), time.Second, []scheduler.Task{task})
 				if limit == 0 {
 					rs := l.await(t, "the caught-up slot without a limit", 10*time.Second, func(rs []record) bool { return len(rs) > 0 })
 					t.Logf("without catchup_limit: caught up slot %s (%v)", rs[0].run.Slot, rs[0].run.SlotTime)
@@ -51,7 +54,7 @@ func TestCatchupLimit(t *testing.T) {
 // Issue 16 item 7: two processes with one replica id must not share lease
 // owners. Each scheduler owns its claims as <replica>#<instance>.
 func TestSameReplicaIDDistinctOwners(t *testing.T) {
-	store := lock.NewMemory(nil)
+	store := memlock.New(nil)
 	a := scheduler.New(nil, store, scheduler.WithReplica("dup"))
 	b := scheduler.New(nil, store, scheduler.WithReplica("dup"))
 	if a.Instance() == "" || a.Instance() == b.Instance() {
@@ -63,7 +66,7 @@ func TestSameReplicaIDDistinctOwners(t *testing.T) {
 	if err != nil || c.Result != lock.Won {
 		t.Fatalf("claim: %v %v", c.Result, err)
 	}
-	err = store.Renew(context.Background(), slot, lock.Owner{Replica: lock.OwnerID("dup", b.Instance()), Attempt: c.Attempt}, pol.Lease)
+	err = store.Renew(context.Background(), slot, lock.Owner{ID: lock.OwnerID("dup", b.Instance()), Attempt: c.Attempt}, pol.Lease)
 	if !errors.Is(err, lock.ErrNotHeld) {
 		t.Fatalf("renew by the other instance of dup: %v, want ErrNotHeld", err)
 	}
@@ -74,12 +77,12 @@ func TestSameReplicaIDDistinctOwners(t *testing.T) {
 func TestDuplicateReplicaRefused(t *testing.T) {
 	srv := redistest.Start(t)
 	store := func() lock.Store {
-		r := lock.NewRedis(srv.Client(), "slotd")
+		r := redislock.New(srv.Client(), "slotd")
 		t.Cleanup(func() { r.Close() })
 		return r
 	}
 	first := startReplica(t, "dup", store(), time.Second, nil, scheduler.WithClockCheck(200*time.Millisecond))
-	key := lock.ReplicaKey("slotd", "dup")
+	key := redislock.ReplicaKey("slotd", "dup")
 	deadline := time.Now().Add(5 * time.Second)
 	for srv.Client().Get(context.Background(), key).Val() != first.sched.Instance() {
 		if time.Now().After(deadline) {
@@ -111,11 +114,11 @@ func TestDuplicateReplicaRefused(t *testing.T) {
 // the same id for longer than its TTL.
 func TestStaleReplicaIDTakenOver(t *testing.T) {
 	srv := redistest.Start(t)
-	key := lock.ReplicaKey("slotd", "dup")
+	key := redislock.ReplicaKey("slotd", "dup")
 	if err := srv.Client().Set(context.Background(), key, "crashed", 700*time.Millisecond).Err(); err != nil {
 		t.Fatal(err)
 	}
-	r := lock.NewRedis(srv.Client(), "slotd")
+	r := redislock.New(srv.Client(), "slotd")
 	defer r.Close()
 	s := scheduler.New(nil, r, scheduler.WithReplica("dup"), scheduler.WithClockCheck(200*time.Millisecond),
 		scheduler.WithLogger(slog.New(slog.NewTextHandler(testWriter{t}, nil))))
@@ -145,7 +148,7 @@ func TestStaleReplicaIDTakenOver(t *testing.T) {
 func TestCleanShutdownLeavesFleetAtOnce(t *testing.T) {
 	srv := redistest.Start(t)
 	store := func() lock.Store {
-		r := lock.NewRedis(srv.Client(), "slotd")
+		r := redislock.New(srv.Client(), "slotd")
 		if err := r.Subscribe(context.Background()); err != nil { // Live is listed with Taken notices only
 			t.Fatal(err)
 		}
@@ -202,7 +205,7 @@ func TestCleanShutdownLeavesFleetAtOnce(t *testing.T) {
 func TestJoinAndLeaveHeardAtOnce(t *testing.T) {
 	srv := redistest.Start(t)
 	store := func() lock.Store {
-		r := lock.NewRedis(srv.Client(), "slotd")
+		r := redislock.New(srv.Client(), "slotd")
 		if err := r.Subscribe(context.Background()); err != nil {
 			t.Fatal(err)
 		}

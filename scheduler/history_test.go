@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler"
 	"github.com/slotd/slotd/tasks"
 )
@@ -74,7 +75,7 @@ func awaitHistory(t *testing.T, h scheduler.History, task, what string, cond fun
 // The scheduler records each attempt: a failure with its error, then the
 // retry's success, with the slot facts of each.
 func TestSchedulerRecordsAttempts(t *testing.T) {
-	store := lock.NewMemory(nil)
+	store := memlock.New(nil)
 	hist := scheduler.NewMemoryHistory(0)
 	l := newLedger()
 	task := testTask(t, "flaky", "@every 1s", l.job(func(_ context.Context, r tasks.Run) error {
@@ -143,7 +144,7 @@ func (h *stuckHistory) Recent(context.Context, string, int) ([]scheduler.History
 // A history that hangs and fails neither holds up nor fails the slot: the
 // next slot runs while the first append still hangs.
 func TestHistoryFailureDoesNotHoldSlot(t *testing.T) {
-	store := lock.NewMemory(nil)
+	store := memlock.New(nil)
 	hist := &stuckHistory{called: make(chan struct{}, 1), release: make(chan struct{})}
 	l := newLedger()
 	task := testTask(t, "tick", "@every 1s", l.job(ok), nil)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler"
 	"github.com/slotd/slotd/scheduler/schedule"
 )
@@ -24,7 +25,7 @@ func TestJitterDelaysEverySlotAlikeAcrossReplicas(t *testing.T) {
 }
 
 func TestJitterOnTheEmbeddedStore(t *testing.T) {
-	testJitter(t, []lock.Store{lock.NewMemory(nil)})
+	testJitter(t, []lock.Store{memlock.New(nil)})
 }
 
 func testJitter(t *testing.T, stores []lock.Store) {

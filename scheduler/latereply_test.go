@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler"
 )
 
@@ -30,7 +31,7 @@ func (s *lateReplyStore) Claim(ctx context.Context, slot lock.Slot, replica stri
 		return lock.Claim{}, err
 	}
 	c, err := s.Store.Claim(ctx, slot, replica, p) // held by the peer
-	if err2 := s.Store.Complete(ctx, slot, lock.Owner{Replica: "peer", Attempt: peer.Attempt}, p.DoneTTL); err2 != nil {
+	if err2 := s.Store.Complete(ctx, slot, lock.Owner{ID: "peer", Attempt: peer.Attempt}, p.DoneTTL); err2 != nil {
 		return lock.Claim{}, err2
 	}
 	// The reply is delayed past the window's end (a fault injected on
@@ -43,7 +44,7 @@ func (s *lateReplyStore) Claim(ctx context.Context, slot lock.Slot, replica stri
 // then completed, is not counted missed: the reply is read before the slot
 // is judged (issue 26 item 12; SlotdSlotsMissed fired falsely).
 func TestLateHeldReplyIsNotMissed(t *testing.T) {
-	store := &lateReplyStore{Store: lock.NewMemory(nil)}
+	store := &lateReplyStore{Store: memlock.New(nil)}
 	l := newLedger()
 	task := testTask(t, "tick", "@every 2s", l.job(ok), nil)
 	r := startReplica(t, "r1", store, time.Second, []scheduler.Task{task})

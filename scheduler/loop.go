@@ -271,7 +271,7 @@ func (l *loop) sendClaims() {
 	reqs := make([]lock.ClaimRequest, len(runs))
 	lease := runs[0].t.Lease
 	for i, r := range runs {
-		reqs[i] = lock.ClaimRequest{Slot: r.slot, Replica: l.s.owner, Policy: r.t.Policy}
+		reqs[i] = lock.ClaimRequest{Slot: r.slot, Owner: l.s.owner, Policy: r.t.Policy}
 		lease = min(lease, r.t.Lease)
 	}
 	store, inbox := l.s.store, &l.inbox
@@ -283,7 +283,7 @@ func (l *loop) sendClaims() {
 		defer cancel()
 		if len(reqs) == 1 {
 			var reply lock.ClaimReply
-			reply.Claim, reply.Err = store.Claim(cctx, reqs[0].Slot, reqs[0].Replica, reqs[0].Policy)
+			reply.Claim, reply.Err = store.Claim(cctx, reqs[0].Slot, reqs[0].Owner, reqs[0].Policy)
 			inbox.post(event{kind: claimed, run: runs[0], reply: reply})
 			return
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/internal/stats"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/redislock"
 	"github.com/slotd/slotd/scheduler"
 	"github.com/slotd/slotd/tasks"
 )
@@ -43,7 +44,7 @@ func notifyStores(t *testing.T, n int) (*redistest.Server, []lock.Store) {
 	srv := redistest.Start(t)
 	var out []lock.Store
 	for range n {
-		r := lock.NewRedis(srv.Client(), "slotd")
+		r := redislock.New(srv.Client(), "slotd")
 		if err := r.Subscribe(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -154,7 +155,7 @@ func TestMissedSlotNotifiesOnce(t *testing.T) {
 	// The slot 3 to 4 s from now, on a 2 s schedule with a 1 s window.
 	slotAt := time.Now().Truncate(2 * time.Second).Add(4 * time.Second)
 	slotID := slotAt.UTC().Format("20060102150405")
-	state, _ := lock.Keys("slotd", lock.Slot{Task: "blocked", ID: slotID})
+	state, _ := redislock.Keys("slotd", lock.Slot{Task: "blocked", ID: slotID})
 	if err := srv.Client().Set(context.Background(), state, "not slotd's", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler"
 	"github.com/slotd/slotd/tasks"
 )
@@ -16,7 +16,7 @@ import (
 // tasks.OutputFrom, bounded by the task's OutputTail; a task with
 // OutputTail 0 keeps none.
 func TestAttemptOutputInHistory(t *testing.T) {
-	store := lock.NewMemory(nil)
+	store := memlock.New(nil)
 	hist := scheduler.NewMemoryHistory(0)
 	chatty := tasks.TaskFunc(func(ctx context.Context) error {
 		out := tasks.OutputFrom(ctx)
@@ -69,7 +69,7 @@ func TestExecOutputInHistory(t *testing.T) {
 		tk.MaxAttempts = 1
 	})
 	hist := scheduler.NewMemoryHistory(0)
-	startReplica(t, "r1", lock.NewMemory(nil), time.Second, []scheduler.Task{task}, scheduler.WithHistory(hist))
+	startReplica(t, "r1", memlock.New(nil), time.Second, []scheduler.Task{task}, scheduler.WithHistory(hist))
 	es := awaitHistory(t, hist, "cmd", "a failed attempt", func(es []scheduler.HistoryEntry) bool { return len(es) > 0 })
 	e := es[0]
 	if e.Outcome != "failure" || !strings.HasSuffix(e.Output, "x\n<b>done</b> 1\n") ||

@@ -9,6 +9,8 @@ import (
 
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/memlock"
+	"github.com/slotd/slotd/lock/redislock"
 	"github.com/slotd/slotd/scheduler"
 )
 
@@ -85,7 +87,7 @@ func TestConfigPausedChangeActsWithoutControls(t *testing.T) {
 	task := func(p bool) scheduler.Task {
 		return testTask(t, "tick", "@every 1s", l.job(ok), func(d *scheduler.Task) { d.Paused = p })
 	}
-	r := startReplica(t, "r1", pausedOnly{lock.NewMemory(nil)}, time.Second, []scheduler.Task{task(true)},
+	r := startReplica(t, "r1", pausedOnly{memlock.New(nil)}, time.Second, []scheduler.Task{task(true)},
 		scheduler.WithClockCheck(200*time.Millisecond))
 	await(t, "a skipped slot", 10*time.Second, func() bool { return skipped(r, "tick") >= 1 })
 	reloadOnce(t, r.sched, task(false))
@@ -104,7 +106,7 @@ func TestConfigPausedChangeActsWithoutControls(t *testing.T) {
 // run.
 func TestPauseWrittenBackAfterStoreLoss(t *testing.T) {
 	srv := redistest.Start(t)
-	store := lock.NewRedis(srv.Client(), "slotd")
+	store := redislock.New(srv.Client(), "slotd")
 	t.Cleanup(func() { store.Close() })
 	l := newLedger()
 	task := testTask(t, "tick", "@every 1s", l.job(ok), nil)
@@ -134,7 +136,7 @@ func TestPauseWrittenBackAfterStoreLoss(t *testing.T) {
 // failingConfigure is the embedded store whose first Configure fails, as
 // a store that does not answer at start.
 type failingConfigure struct {
-	*lock.Memory
+	*memlock.Store
 	failed atomic.Bool
 }
 
@@ -142,13 +144,13 @@ func (f *failingConfigure) Configure(ctx context.Context, tasks []string, paused
 	if !f.failed.Swap(true) {
 		return nil, errors.New("store down")
 	}
-	return f.Memory.Configure(ctx, tasks, paused)
+	return f.Store.Configure(ctx, tasks, paused)
 }
 
 // A configured pause the store could not take at start is applied at the
 // next clock check, not only at the next reload.
 func TestConfigPausedAppliedAfterStoreFailure(t *testing.T) {
-	store := &failingConfigure{Memory: lock.NewMemory(nil)}
+	store := &failingConfigure{Store: memlock.New(nil)}
 	task := testTask(t, "tick", "@every 1s", newLedger().job(ok), func(d *scheduler.Task) { d.Paused = true })
 	startReplica(t, "r1", store, time.Second, []scheduler.Task{task}, scheduler.WithClockCheck(200*time.Millisecond))
 	await(t, "the configured pause in the store", 10*time.Second, func() bool {

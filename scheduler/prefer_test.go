@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/memlock"
 )
 
 // Every replica that sees the same live set picks the same one preferred
@@ -15,7 +16,7 @@ func TestPreferredClaimantIsOnePerSlot(t *testing.T) {
 	live := []string{"r1", "r2", "r3"}
 	reps := make([]*Scheduler, len(live))
 	for i, id := range live {
-		reps[i] = New(nil, lock.NewMemory(time.Now), WithReplica(id))
+		reps[i] = New(nil, memlock.New(time.Now), WithReplica(id))
 		reps[i].setLive([]string{"r3", "r1", "r2"}) // any order
 	}
 	const n = 3000
@@ -40,12 +41,12 @@ func TestPreferredClaimantIsOnePerSlot(t *testing.T) {
 	}
 
 	slot := lock.Slot{Task: "t", ID: "20261125"}
-	outsider := New(nil, lock.NewMemory(time.Now), WithReplica("r4"))
+	outsider := New(nil, memlock.New(time.Now), WithReplica("r4"))
 	outsider.setLive(live)
 	if outsider.preferred(slot) {
 		t.Error("a replica missing from the live set is preferred")
 	}
-	alone := New(nil, lock.NewMemory(time.Now), WithReplica("r4"))
+	alone := New(nil, memlock.New(time.Now), WithReplica("r4"))
 	if !alone.preferred(slot) {
 		t.Error("without a live set a replica defers")
 	}
@@ -60,7 +61,7 @@ func TestPreferredClaimantIsOnePerSlot(t *testing.T) {
 func TestPreferredClaimantMovesOnlyTheLeaversSlots(t *testing.T) {
 	before, after := []string{"a", "b", "c", "d"}, []string{"a", "b", "d"}
 	for _, id := range after {
-		s := New(nil, lock.NewMemory(time.Now), WithReplica(id))
+		s := New(nil, memlock.New(time.Now), WithReplica(id))
 		for i := range 1000 {
 			slot := lock.Slot{Task: fmt.Sprintf("t%d", i), ID: "20261125"}
 			s.setLive(before)
@@ -96,7 +97,7 @@ func deferredRun(t *testing.T, l *loop) *run {
 // A deferring run told the slot was taken waits as if its claim had found
 // the slot held, for most of a lease, without claiming.
 func TestDeferringRunToldTakenWaits(t *testing.T) {
-	l := testLoop(t, lock.NewMemory(time.Now))
+	l := testLoop(t, memlock.New(time.Now))
 	r := deferredRun(t, l)
 	l.onNotice(r, lock.Taken)
 	if r.state != waiting || len(l.claims) != 0 || r.last != lock.Held {
@@ -117,7 +118,7 @@ func TestDeferringRunToldTakenWaits(t *testing.T) {
 
 // A deferring run settles on a completion and claims at once on a release.
 func TestDeferringRunActsOnCompletionAndRelease(t *testing.T) {
-	l := testLoop(t, lock.NewMemory(time.Now))
+	l := testLoop(t, memlock.New(time.Now))
 	r := deferredRun(t, l)
 	l.onNotice(r, lock.Completed)
 	if r.state != settled || len(l.claims) != 0 {
@@ -136,7 +137,7 @@ func TestDeferringRunActsOnCompletionAndRelease(t *testing.T) {
 // claims are pending it waits until they are answered, and then until
 // its peers' Taken notices have stopped coming, within its limit.
 func TestDeferringRunClaimsWhenNotTold(t *testing.T) {
-	l := testLoop(t, lock.NewMemory(time.Now))
+	l := testLoop(t, memlock.New(time.Now))
 	r := deferredRun(t, l)
 
 	l.pending = 5
@@ -201,7 +202,7 @@ func TestDeferLimit(t *testing.T) {
 // are pending at every turn (sustained load): the list drops those that
 // have claimed or been told meanwhile as it grows.
 func TestHeldBackRunsDoNotPileUp(t *testing.T) {
-	l := testLoop(t, lock.NewMemory(time.Now))
+	l := testLoop(t, memlock.New(time.Now))
 	r := deferredRun(t, l)
 	for range 10000 {
 		l.holdBack(&run{state: ended, index: -1})

@@ -12,7 +12,7 @@ import (
 	"github.com/slotd/slotd/internal/zktest"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/etcdlock"
-	zklock "github.com/slotd/slotd/lock/zookeeper"
+	"github.com/slotd/slotd/lock/zklock"
 	"github.com/slotd/slotd/scheduler"
 )
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler"
 )
 
@@ -68,7 +69,7 @@ func TestReloadAddsChangesAndRemovesTasks(t *testing.T) {
 	kept, oldJob, newJob := newLedger(), newLedger(), newLedger()
 	every := func(d *scheduler.Task) { d.Deadline = 10 * time.Second }
 	tick := func() scheduler.Task { return testTask(t, "tick", "@every 1s", kept.job(ok), every) }
-	r := startReplica(t, "r0", lock.NewMemory(time.Now), time.Second, []scheduler.Task{tick()})
+	r := startReplica(t, "r0", memlock.New(time.Now), time.Second, []scheduler.Task{tick()})
 	kept.await(t, "a first tick", 10*time.Second, func(rs []record) bool { return len(rs) > 0 })
 
 	addedAt := time.Now()
@@ -181,7 +182,7 @@ func TestReloadChurnKeepsEverySlotOnce(t *testing.T) {
 // (changed or not), an added task configured paused = true starts paused,
 // and the added task hears its triggers and its resume.
 func TestReloadKeepsControls(t *testing.T) {
-	store := lock.NewMemory(nil)
+	store := memlock.New(nil)
 	ctx := context.Background()
 	a, b := newLedger(), newLedger()
 	taskA := testTask(t, "a", "@every 1s", a.job(ok), nil)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/redislock"
 	"github.com/slotd/slotd/scheduler"
 	"github.com/slotd/slotd/tasks"
 )
@@ -20,7 +21,7 @@ func TestCompleteNotAcknowledgedIsASuccess(t *testing.T) {
 	srv := redistest.Start(t)
 	rep := redistest.StartReplica(t, srv)
 	t.Cleanup(func() { rep.Signal(syscall.SIGCONT) })
-	store := lock.NewRedis(srv.Client(), "slotd", lock.WithMinReplicasAck(1, 200*time.Millisecond))
+	store := redislock.New(srv.Client(), "slotd", redislock.WithMinReplicasAck(1, 200*time.Millisecond))
 	t.Cleanup(func() { store.Close() })
 	l := newLedger()
 	stall := func(context.Context, tasks.Run) error {

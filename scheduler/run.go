@@ -8,6 +8,7 @@ import (
 
 	"github.com/slotd/slotd/internal/stats"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/redislock"
 	"github.com/slotd/slotd/tasks"
 )
 
@@ -439,7 +440,7 @@ func (r *run) logger(s *Scheduler) *slog.Logger {
 // Redlock's random delay, so that contenders that split one round do not
 // collide again in the next; Backoff.Delay(0) alone would be exactly Min.
 func (s *Scheduler) claimRetry(err error, failures int) time.Duration {
-	if errors.Is(err, lock.ErrNoQuorum) {
+	if errors.Is(err, redislock.ErrNoQuorum) {
 		return s.backoff.Delay(failures + 1)
 	}
 	return s.backoff.Delay(failures)

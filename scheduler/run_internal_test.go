@@ -8,12 +8,15 @@ import (
 	"time"
 
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler/schedule"
 	"github.com/slotd/slotd/tasks"
+
+	// testLoop is a loop with no goroutine of its own: the test is the owner
+	// and calls the transitions itself, one event at a time.
+	"github.com/slotd/slotd/lock/redislock"
 )
 
-// testLoop is a loop with no goroutine of its own: the test is the owner
-// and calls the transitions itself, one event at a time.
 func testLoop(t *testing.T, store lock.Store) *loop {
 	t.Helper()
 	sched, err := schedule.Parse("0 * * * *", "")
@@ -56,7 +59,7 @@ func runAfter(t *testing.T, l *loop, reply lock.ClaimReply, want runState) *run 
 // the holder's completion notice: it waits now until a little after its
 // deadline, without a claim.
 func TestCompletionSettlesWaitingRun(t *testing.T) {
-	l := testLoop(t, lock.NewMemory(time.Now))
+	l := testLoop(t, memlock.New(time.Now))
 	r := runAfter(t, l, lock.ClaimReply{Claim: lock.Claim{Result: lock.Held, Wait: time.Hour}}, waiting)
 	if r.index < 0 {
 		t.Fatal("a waiting run has no wake time")
@@ -74,7 +77,7 @@ func TestCompletionSettlesWaitingRun(t *testing.T) {
 // A run already settled (its claim found the slot done) ignores a
 // completion notice; a rerun makes it claim again.
 func TestCompletionLeavesSettledRun(t *testing.T) {
-	l := testLoop(t, lock.NewMemory(time.Now))
+	l := testLoop(t, memlock.New(time.Now))
 	r := runAfter(t, l, lock.ClaimReply{Claim: lock.Claim{Result: lock.Done}}, settled)
 	at := r.wakeAt
 	l.onNotice(r, lock.Completed)
@@ -93,7 +96,7 @@ func TestCompletionLeavesSettledRun(t *testing.T) {
 // release notice (its own, published as it released, may arrive after the
 // attempt's end): only the pause's end or a completion moves it.
 func TestHandoffIgnoresReleaseNotice(t *testing.T) {
-	l := testLoop(t, lock.NewMemory(time.Now))
+	l := testLoop(t, memlock.New(time.Now))
 	l.s.handoff.Min, l.s.handoff.Max = time.Hour, time.Hour
 	r := l.newRun(&l.s.Tasks()[0], time.Now().Truncate(time.Hour))
 	r.state = running // as a won claim leaves it
@@ -124,7 +127,7 @@ func TestHandoffIgnoresReleaseNotice(t *testing.T) {
 func TestRerunAfterPeerCompletionIsClaimed(t *testing.T) {
 	for _, during := range []runState{running, handingOff} {
 		t.Run(during.String(), func(t *testing.T) {
-			l := testLoop(t, lock.NewMemory(time.Now))
+			l := testLoop(t, memlock.New(time.Now))
 			l.s.handoff.Min, l.s.handoff.Max = time.Hour, time.Hour
 			r := l.newRun(&l.s.Tasks()[0], time.Now().Truncate(time.Hour))
 			r.state = running            // as a won claim leaves it
@@ -157,7 +160,7 @@ func TestRerunAfterPeerCompletionIsClaimed(t *testing.T) {
 // The handoff pause ends in a claim; the last allowed attempt's failure
 // settles the run instead (exhausted).
 func TestHandoffEndsInClaimUnlessExhausted(t *testing.T) {
-	l := testLoop(t, lock.NewMemory(time.Now))
+	l := testLoop(t, memlock.New(time.Now))
 	r := l.newRun(&l.s.Tasks()[0], time.Now().Truncate(time.Hour))
 	r.state = running
 	l.onAttempted(r, lock.Claim{Result: lock.Won, Attempt: 1}, false, nil)
@@ -178,7 +181,7 @@ func TestHandoffEndsInClaimUnlessExhausted(t *testing.T) {
 // rerun announced in between wakes it, and it ends without claiming: no
 // attempt starts after the deadline.
 func TestRerunAfterDeadlineClaimsNothing(t *testing.T) {
-	store := lock.NewMemory(time.Now)
+	store := memlock.New(time.Now)
 	l := testLoop(t, store)
 	r := l.newRun(&l.s.Tasks()[0], time.Now().Truncate(time.Hour))
 	r.slot.Deadline = time.Now().Add(100 * time.Millisecond)
@@ -210,7 +213,7 @@ func TestRerunAfterDeadlineClaimsNothing(t *testing.T) {
 // Notices go through the mailbox: a watch's notice reaches the loop as an
 // event, and one about a run that has ended changes nothing.
 func TestNoticeAfterEndIsIgnored(t *testing.T) {
-	store := lock.NewMemory(time.Now)
+	store := memlock.New(time.Now)
 	l := testLoop(t, store)
 	r := runAfter(t, l, lock.ClaimReply{Claim: lock.Claim{Result: lock.Held, Wait: time.Hour}}, waiting)
 	l.end(r)
@@ -225,7 +228,7 @@ func TestNoticeAfterEndIsIgnored(t *testing.T) {
 // At shutdown every waiting or settled run ends at once; a run whose
 // attempt is still going ends when the attempt does.
 func TestShutdownEndsIdleRuns(t *testing.T) {
-	l := testLoop(t, lock.NewMemory(time.Now))
+	l := testLoop(t, memlock.New(time.Now))
 	ctx, cancel := context.WithCancel(context.Background())
 	l.ctx = ctx
 	w := runAfter(t, l, lock.ClaimReply{Claim: lock.Claim{Result: lock.Held, Wait: time.Hour}}, waiting)
@@ -247,7 +250,7 @@ func TestShutdownEndsIdleRuns(t *testing.T) {
 // A claim queued in the turn in which shutdown begins is not sent: it
 // could win a slot that no attempt would then run.
 func TestShutdownSendsNoQueuedClaim(t *testing.T) {
-	store := lock.NewMemory(time.Now)
+	store := memlock.New(time.Now)
 	l := testLoop(t, store)
 	ctx, cancel := context.WithCancel(context.Background())
 	l.ctx = ctx
@@ -276,7 +279,7 @@ func TestShutdownSendsNoQueuedClaim(t *testing.T) {
 // floor, growing.
 func TestClaimRetryJitteredAfterNoQuorum(t *testing.T) {
 	s := New(nil, nil)
-	noQuorum := fmt.Errorf("claim: %w", lock.ErrNoQuorum)
+	noQuorum := fmt.Errorf("claim: %w", redislock.ErrNoQuorum)
 	seen := map[time.Duration]bool{}
 	for range 200 {
 		d := s.claimRetry(noQuorum, 0)

@@ -17,12 +17,15 @@ import (
 	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/redislock"
 	"github.com/slotd/slotd/scheduler"
 	"github.com/slotd/slotd/scheduler/schedule"
 	"github.com/slotd/slotd/tasks"
+
+	// ledger records every attempt the replicas start and finish.
+	"github.com/slotd/slotd/lock/memlock"
 )
 
-// ledger records every attempt the replicas start and finish.
 type ledger struct {
 	mu      sync.Mutex
 	entries []record
@@ -168,7 +171,7 @@ func redisStores(t *testing.T, n int) []lock.Store {
 	srv := redistest.Start(t)
 	var out []lock.Store
 	for range n {
-		r := lock.NewRedis(srv.Client(), "slotd")
+		r := redislock.New(srv.Client(), "slotd")
 		if err := r.Subscribe(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -324,7 +327,7 @@ func TestPanicIsAFailure(t *testing.T) {
 		}
 		return nil
 	}), nil)
-	rep := startReplica(t, "solo", lock.NewMemory(nil), time.Second, []scheduler.Task{task})
+	rep := startReplica(t, "solo", memlock.New(nil), time.Second, []scheduler.Task{task})
 	l.await(t, "a retry after the panic", 10*time.Second, func(rs []record) bool {
 		for _, r := range rs {
 			if r.run.Attempt == 2 && r.done {
@@ -347,7 +350,7 @@ func TestTimeoutCancelsTask(t *testing.T) {
 		causes <- context.Cause(ctx)
 		return ctx.Err()
 	}), func(t *scheduler.Task) { t.Timeout = 100 * time.Millisecond; t.MaxAttempts = 1 })
-	rep := startReplica(t, "solo", lock.NewMemory(nil), time.Second, []scheduler.Task{task})
+	rep := startReplica(t, "solo", memlock.New(nil), time.Second, []scheduler.Task{task})
 	select {
 	case c := <-causes:
 		if !errors.Is(c, scheduler.ErrTimeout) {
@@ -466,7 +469,7 @@ func TestCatchupLatest(t *testing.T) {
 	l := newLedger()
 	hourly := testTask(t, "hourly", "0 * * * *", l.job(ok), func(t *scheduler.Task) { t.Catchup = "latest" })
 	none := testTask(t, "hourly-none", "0 * * * *", l.job(ok), nil)
-	store := lock.NewMemory(nil)
+	store := memlock.New(nil)
 	rep := startReplica(t, "solo", store, time.Second, []scheduler.Task{hourly, none})
 	rs := l.await(t, "the current hour's slot", 10*time.Second, func(rs []record) bool { return len(rs) > 0 && rs[0].done })
 	now := time.Now().UTC()
@@ -526,7 +529,7 @@ func TestRerunOfDoneSlotRunsAgain(t *testing.T) {
 func testRerunOfDoneSlot(t *testing.T, replicas int) {
 	l := newLedger()
 	task := testTask(t, "hourly", "0 * * * *", l.job(ok), func(t *scheduler.Task) { t.Catchup = "latest" })
-	store := lock.NewMemory(nil)
+	store := memlock.New(nil)
 	for i := range replicas {
 		startReplica(t, fmt.Sprintf("r%d", i+1), store, time.Second, []scheduler.Task{task})
 	}
@@ -639,7 +642,7 @@ func TestLoneReplicaFiresAfterClockStepsBack(t *testing.T) {
 	l := newLedger()
 	clock := &steppingClock{}
 	task := testTask(t, "lone", "@every 1s", l.job(ok), nil)
-	startReplica(t, "solo", lock.NewMemory(nil), time.Second, []scheduler.Task{task},
+	startReplica(t, "solo", memlock.New(nil), time.Second, []scheduler.Task{task},
 		scheduler.WithClock(clock), scheduler.WithClockCheck(2*time.Second))
 	l.await(t, "a first slot", 10*time.Second, func(rs []record) bool { return len(rs) > 0 && rs[0].done })
 	clock.d.Store(int64(-time.Hour))
@@ -691,7 +694,7 @@ func TestSuccessNotRerunWhenCompleteFails(t *testing.T) {
 		t.Lease = time.Second
 	})
 	hist := scheduler.NewMemoryHistory(0)
-	rep := startReplica(t, "solo", &failingComplete{Store: lock.NewMemory(nil)}, time.Second, []scheduler.Task{task}, scheduler.WithHistory(hist))
+	rep := startReplica(t, "solo", &failingComplete{Store: memlock.New(nil)}, time.Second, []scheduler.Task{task}, scheduler.WithHistory(hist))
 	l.await(t, "the attempt", 10*time.Second, func(rs []record) bool { return len(rs) > 0 && rs[0].done })
 	// Completion is retried past the lease (1s) until the store answers
 	// that the slot is no longer held; then the replica gives the slot up
@@ -745,7 +748,7 @@ func TestLeaseLossAsksTaskToStopAtOnce(t *testing.T) {
 	slow := testTask(t, "slow", "0 * * * *", l.job(wait), func(t *scheduler.Task) {
 		t.Catchup, t.Timeout = "latest", 500*time.Millisecond
 	})
-	startReplica(t, "solo", &failingRenew{Store: lock.NewMemory(nil), task: "lost"}, time.Second, []scheduler.Task{lost, slow})
+	startReplica(t, "solo", &failingRenew{Store: memlock.New(nil), task: "lost"}, time.Second, []scheduler.Task{lost, slow})
 	for range 2 {
 		select {
 		case c := <-causes:

@@ -52,10 +52,10 @@ func (s *Scheduler) probe(ctx context.Context) {
 func (s *Scheduler) logRefusal(prev, cur stats.StoreCall) {
 	switch {
 	case cur.Kind.Refusal():
-		s.log.Error("Redis refuses writes: "+cur.Kind.Code()+" — "+cur.Kind.Fix()+"; slotd cannot claim",
-			"kind", cur.Kind.String(), "op", cur.Op, "err", cur.Err)
+		s.log.Error("the store refuses writes: "+cur.Store+" "+cur.Code+" — "+cur.Fix+"; slotd cannot claim",
+			"store", cur.Store, "kind", cur.Kind.String(), "op", cur.Op, "err", cur.Err)
 	case prev.Kind.Refusal() && cur.Kind == lock.KindNone:
-		s.log.Info("Redis takes writes again", "was", prev.Kind.String(), "op", cur.Op)
+		s.log.Info("the store takes writes again", "store", prev.Store, "was", prev.Kind.String(), "op", cur.Op)
 	}
 }
 

@@ -9,7 +9,7 @@ import (
 
 	"github.com/slotd/slotd/internal/zktest"
 	"github.com/slotd/slotd/lock"
-	zklock "github.com/slotd/slotd/lock/zookeeper"
+	zklock "github.com/slotd/slotd/lock/zklock"
 	"github.com/slotd/slotd/scheduler"
 )
 

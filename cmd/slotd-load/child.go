@@ -184,7 +184,7 @@ func noteClaim(cmd redis.Cmder) {
 		return
 	}
 	// The batcher fuses concurrent claims into one call: 3 keys and 7
-	// arguments per slot, laid end to end (lock/claim.lua's header).
+	// arguments per slot, laid end to end (lock/redislock/claim.lua's header).
 	a := cmd.Args()
 	nkeys, _ := a[2].(int)
 	n := nkeys / 3

@@ -110,14 +110,29 @@ func TestScheduleMathIsALeaf(t *testing.T) {
 	}
 }
 
+// The slot protocol names no store: package lock, and its tests, depend on
+// no store's client, directly or through another package (the stores are
+// packages of their own, lock/redislock, lock/etcdlock, ...).
+func TestLockImportsNoStoreClient(t *testing.T) {
+	clients := []string{"github.com/redis/go-redis", "go.etcd.io/etcd", "github.com/go-zookeeper/zk"}
+	for path := range list(t, "-deps", "-test", mod+"/lock") {
+		for _, c := range clients {
+			if len(hasPrefix([]string{path}, c)) > 0 {
+				t.Errorf("package lock or its tests depend on %s: the protocol must not know a store's client", path)
+			}
+		}
+	}
+}
+
 // One package reads the configuration file format, and Redis clients are
-// built only where the store is assembled (lock holds the scripts; config
+// built only where the store is assembled (lock/redislock and lock/mutex
+// hold the scripts, lock/internal/redisx their shared plumbing; config
 // validates URLs with the parser the clients use; the command line routes
 // go-redis's logger and takes hooks for the load tool).
 func TestOneOwnerPerDependency(t *testing.T) {
 	owners := map[string][]string{
 		"github.com/BurntSushi/toml": {mod + "/internal/config", mod + "/tasks"},
-		"github.com/redis/go-redis":  {mod + "/lock", mod + "/internal/store", mod + "/internal/config", mod + "/cmd/slotd/cli", mod + "/internal/redistest", mod + "/cmd/slotd-load", mod + "/integration"},
+		"github.com/redis/go-redis":  {mod + "/lock/redislock", mod + "/lock/mutex", mod + "/lock/internal/redisx", mod + "/internal/store", mod + "/internal/config", mod + "/cmd/slotd/cli", mod + "/internal/redistest", mod + "/cmd/slotd-load", mod + "/integration"},
 	}
 	pkgs := list(t, "./...")
 	for path, p := range pkgs {

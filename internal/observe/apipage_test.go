@@ -13,13 +13,14 @@ import (
 
 	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler"
 )
 
 // pageStore is a Memory store that counts the slots and tasks whose
 // keys a read asks for.
 type pageStore struct {
-	*lock.Memory
+	*memlock.Store
 	mu           sync.Mutex
 	slots, names int
 }
@@ -28,14 +29,14 @@ func (s *pageStore) States(ctx context.Context, slots []lock.Slot) ([]lock.State
 	s.mu.Lock()
 	s.slots += len(slots)
 	s.mu.Unlock()
-	return s.Memory.States(ctx, slots)
+	return s.Store.States(ctx, slots)
 }
 
 func (s *pageStore) Paused(ctx context.Context, tasks []string, renew bool) ([]bool, error) {
 	s.mu.Lock()
 	s.names += len(tasks)
 	s.mu.Unlock()
-	return s.Memory.Paused(ctx, tasks, renew)
+	return s.Store.Paused(ctx, tasks, renew)
 }
 
 // pageHistory counts the entries asked of it.
@@ -66,7 +67,7 @@ func (s *pageStore) take() (slots, names int) {
 // and ?page= select another page at the same cost, and say where they are.
 func TestTasksAPIReadsOnlyItsPage(t *testing.T) {
 	const fleet = 10_000
-	st := &pageStore{Memory: lock.NewMemory(nil)}
+	st := &pageStore{Store: memlock.New(nil)}
 	hist := &pageHistory{MemoryHistory: scheduler.NewMemoryHistory(0)}
 	tasks := make([]scheduler.Task, fleet)
 	for i := range tasks {

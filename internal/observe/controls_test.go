@@ -15,6 +15,7 @@ import (
 
 	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler"
 )
 
@@ -22,9 +23,9 @@ const testToken = "0123456789abcdef-test-token"
 
 // writeServer is the handler of a daemon over a Memory store, with token
 // (none if "") and reload.
-func writeServer(t *testing.T, token string, reload func(context.Context) error) (http.Handler, *lock.Memory) {
+func writeServer(t *testing.T, token string, reload func(context.Context) error) (http.Handler, *memlock.Store) {
 	t.Helper()
-	store := lock.NewMemory(nil)
+	store := memlock.New(nil)
 	tasks := []scheduler.Task{statusTask(t, "report", "@every 1h", 3, 48*time.Hour)}
 	sched := scheduler.New(tasks, store, scheduler.WithReplica("r1"), scheduler.WithLogger(slog.New(slog.DiscardHandler)))
 	return observe.Handler(observe.Daemon{Scheduler: sched, Store: store, Replica: "r1", Token: token, Reload: reload}), store

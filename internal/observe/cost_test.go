@@ -20,6 +20,7 @@ import (
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/internal/store"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/redislock"
 	"github.com/slotd/slotd/scheduler"
 )
 
@@ -61,7 +62,7 @@ func newCostFleet(t *testing.T) *costFleet {
 			t.Fatal(err)
 		}
 	}
-	st := lock.NewRedis(rdb, "slotd")
+	st := redislock.New(rdb, "slotd")
 	hist := store.NewRedisHistory(rdb, "slotd", time.Hour)
 	t.Cleanup(hist.Close)
 	sched := scheduler.New(tasks, st, scheduler.WithReplica("r1"), scheduler.WithLogger(slog.New(slog.DiscardHandler)))

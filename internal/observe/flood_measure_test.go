@@ -22,6 +22,7 @@ import (
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/internal/store"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/redislock"
 	"github.com/slotd/slotd/scheduler"
 	"github.com/slotd/slotd/tasks"
 )
@@ -73,7 +74,7 @@ func TestMeasureReadFloodRSS(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	st := lock.NewRedis(rdb, "slotd")
+	st := redislock.New(rdb, "slotd")
 	hist := store.NewRedisHistory(rdb, "slotd", time.Hour)
 	t.Cleanup(hist.Close)
 	// A task of a second, run by the same process meanwhile: what the

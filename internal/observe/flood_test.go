@@ -11,7 +11,8 @@ import (
 	"time"
 
 	"github.com/slotd/slotd/internal/observe"
-	"github.com/slotd/slotd/lock"
+
+	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler"
 )
 
@@ -55,7 +56,7 @@ func TestReadFloodIsCapped(t *testing.T) {
 	hist := &gatedHistory{MemoryHistory: scheduler.NewMemoryHistory(0), hold: observe.MaxReads,
 		entered: make(chan struct{}), release: make(chan struct{})}
 	task := statusTask(t, "report", "@every 1h", 3, 48*time.Hour)
-	st := lock.NewMemory(nil)
+	st := memlock.New(nil)
 	sched := scheduler.New([]scheduler.Task{task}, st, scheduler.WithReplica("r1"), scheduler.WithLogger(slog.New(slog.DiscardHandler)))
 	h := observe.Handler(observe.Daemon{Scheduler: sched, Store: st, History: hist, Replica: "r1"})
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler"
 )
 
@@ -92,7 +93,7 @@ func (s *served) seed() (done, failed lock.Slot) {
 		if err != nil || c.Result != lock.Won {
 			s.t.Fatalf("claim %s: %+v %v", slot, c, err)
 		}
-		owner := lock.Owner{Replica: "r1", Attempt: c.Attempt}
+		owner := lock.Owner{ID: "r1", Attempt: c.Attempt}
 		e := scheduler.HistoryEntry{Slot: slot.ID, SlotTime: slot.Time, Attempt: 1, Token: lock.Token(slot.Time, 1),
 			Replica: "r1", Started: now, Duration: time.Second}
 		if i == 0 {
@@ -112,7 +113,7 @@ func (s *served) seed() (done, failed lock.Slot) {
 
 // /api/v1/tasks is the status JSON, computed live.
 func TestTasksAPI(t *testing.T) {
-	s := newServed(t, lock.NewMemory(nil))
+	s := newServed(t, memlock.New(nil))
 	done, failed := s.seed()
 	res, body := s.get("/api/v1/tasks?n=2")
 	if res.StatusCode != http.StatusOK || !strings.HasPrefix(res.Header.Get("Content-Type"), "application/json") {
@@ -151,7 +152,7 @@ func TestTasksAPI(t *testing.T) {
 // linking to its page, every value escaped, refreshing itself; a task's
 // page shows its slots with their phases.
 func TestStatusPage(t *testing.T) {
-	s := newServed(t, lock.NewMemory(nil))
+	s := newServed(t, memlock.New(nil))
 	done, failed := s.seed()
 	res, body := s.get("/")
 	if res.StatusCode != http.StatusOK || res.Header.Get("Content-Type") != "text/html; charset=utf-8" {
@@ -205,7 +206,7 @@ func TestStatusPage(t *testing.T) {
 // When the store does not answer, both say so with 503; the page escapes
 // the error too.
 func TestStatusStoreDown(t *testing.T) {
-	s := newServed(t, downTime{lock.NewMemory(nil)})
+	s := newServed(t, downTime{memlock.New(nil)})
 	res, body := s.get("/api/v1/tasks")
 	var e struct{ Error string }
 	if res.StatusCode != http.StatusServiceUnavailable || json.Unmarshal([]byte(body), &e) != nil || !strings.Contains(e.Error, "<down>") {
@@ -233,7 +234,7 @@ func (downTime) Time(context.Context) (time.Time, error) {
 // engine's, the store's and clock's gauges and every task's, as one valid text-format scrape, and the same gzipped to a
 // scraper that asks for it.
 func TestMetricsEndpoint(t *testing.T) {
-	s := newServed(t, lock.NewMemory(time.Now))
+	s := newServed(t, memlock.New(time.Now))
 	res, body := s.get("/metrics")
 	if res.StatusCode != http.StatusOK || !strings.HasPrefix(res.Header.Get("Content-Type"), "text/plain; version=0.0.4") {
 		t.Fatalf("GET /metrics: %s, Content-Type %q", res.Status, res.Header.Get("Content-Type"))
@@ -291,7 +292,7 @@ func TestMetricsEndpoint(t *testing.T) {
 // /healthz answers while the process serves; /readyz only once the store
 // has answered a check (the scheduler here has not run one).
 func TestHealthAndReadiness(t *testing.T) {
-	s := newServed(t, lock.NewMemory(nil))
+	s := newServed(t, memlock.New(nil))
 	if res, body := s.get("/healthz"); res.StatusCode != http.StatusOK || body != "ok\n" {
 		t.Errorf("GET /healthz: %s %q", res.Status, body)
 	}
@@ -302,7 +303,7 @@ func TestHealthAndReadiness(t *testing.T) {
 
 // Probe is healthy on a 2xx answer only, and tells a bad URL apart.
 func TestProbe(t *testing.T) {
-	s := newServed(t, lock.NewMemory(nil))
+	s := newServed(t, memlock.New(nil))
 	srv := httptest.NewServer(s.h)
 	defer srv.Close()
 	ctx := context.Background()

@@ -115,7 +115,7 @@ func writeText(w io.Writer, set *stats.Set, up bool, skew time.Duration) error {
 	t.header("slotd_clock_skew_seconds", helpClockSkew, "gauge")
 	t.plain("slotd_clock_skew_seconds", skew.Seconds())
 	t.header("slotd_store_errors_total", helpStoreErrors, "counter")
-	for _, k := range lock.ErrorKinds {
+	for k := lock.KindNone + 1; k < lock.NumErrorKinds; k++ {
 		t.labelled("slotd_store_errors_total", "kind", k.String(), float64(set.Store.Errors[k].Load()))
 	}
 	t.header("slotd_notifications_total", helpNotifications, "counter")

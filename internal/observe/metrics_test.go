@@ -73,8 +73,10 @@ func TestMetricsExposition(t *testing.T) {
 	set.Capacity.Max.Store(8)
 	set.Capacity.Running.Store(8)
 	set.Capacity.Waiting.Store(3)
-	set.Store.Wrote("claim", errors.New("OOM command not allowed when used memory > 'maxmemory'."), time.Unix(0, 0))
-	set.Store.Probed(fmt.Errorf("lock: probe: %w", errors.New("NOPERM this user has no permissions")), time.Unix(0, 0))
+	set.Store.Wrote("claim", &lock.StoreError{Kind: lock.KindOOM, Store: "redis", Code: "OOM",
+		Err: errors.New("OOM command not allowed when used memory > 'maxmemory'.")}, time.Unix(0, 0))
+	set.Store.Probed(fmt.Errorf("lock: probe: %w", &lock.StoreError{Kind: lock.KindNoPerm, Store: "redis", Code: "NOPERM",
+		Err: errors.New("NOPERM this user has no permissions")}), time.Unix(0, 0))
 	set.Store.Wrote("renew", context.DeadlineExceeded, time.Unix(0, 0))
 	set.Store.Wrote("release", lock.ErrNotHeld, time.Unix(0, 0)) // an answer, not an error of the store
 	st.Running.Add(1)

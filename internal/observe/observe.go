@@ -87,8 +87,8 @@ func Handler(d Daemon) http.Handler {
 		case refused:
 			// Before "unreachable": the probe's refusal also clears ok, and
 			// the operator needs the class and the fix, not a guess.
-			http.Error(w, fmt.Sprintf("not ready: Redis refuses writes (%s on %s): %s; slotd cannot claim\n%s",
-				refusal.Kind.Code(), refusal.Op, refusal.Kind.Fix(), refusal.Err), http.StatusServiceUnavailable)
+			http.Error(w, fmt.Sprintf("not ready: the store refuses writes (%s %s on %s): %s; slotd cannot claim\n%s",
+				refusal.Store, refusal.Code, refusal.Op, refusal.Fix, refusal.Err), http.StatusServiceUnavailable)
 		case !ok:
 			http.Error(w, "not ready: store unreachable", http.StatusServiceUnavailable)
 		case d.MaxClockSkew > 0 && skew.Abs() > d.MaxClockSkew:

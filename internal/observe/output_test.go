@@ -9,6 +9,7 @@ import (
 
 	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler"
 )
 
@@ -16,7 +17,7 @@ import (
 // and on the page where attempts are shown, escaped: it is the task's own
 // text, attacker-controlled.
 func TestOutputShownEscaped(t *testing.T) {
-	s := newServed(t, lock.NewMemory(nil))
+	s := newServed(t, memlock.New(nil))
 	task := s.task("backup")
 	at, _ := task.Schedule.Latest(time.Now())
 	slot := task.Slot(at)

@@ -17,12 +17,15 @@ import (
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/internal/store"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler"
+
+	// bigFleet is the number of tasks of the overview's cost test: 10,000,
+	// and a quarter of that under the race detector, which checks the
+	// concurrency, not the scale, and is slow.
+	"github.com/slotd/slotd/lock/redislock"
 )
 
-// bigFleet is the number of tasks of the overview's cost test: 10,000,
-// and a quarter of that under the race detector, which checks the
-// concurrency, not the scale, and is slow.
 var bigFleet = map[bool]int{false: 10_000, true: 2_500}[raceDetector]
 
 // seedBigFleet makes bigFleet hourly tasks on st and hist as a fleet in
@@ -71,7 +74,7 @@ func seedBigFleet(t *testing.T, st lock.Store, hist scheduler.History) ([]schedu
 				at = at.Add(-time.Hour)
 			}
 			idx = append(idx, i)
-			reqs = append(reqs, lock.ClaimRequest{Slot: task.Slot(at), Replica: "r1", Policy: task.Policy})
+			reqs = append(reqs, lock.ClaimRequest{Slot: task.Slot(at), Owner: "r1", Policy: task.Policy})
 		}
 		type won struct {
 			i     int
@@ -83,7 +86,7 @@ func seedBigFleet(t *testing.T, st lock.Store, hist scheduler.History) ([]schedu
 			if r.Err != nil || r.Result != lock.Won {
 				t.Fatalf("claim %s: %+v %v", reqs[k].Slot, r.Claim, r.Err)
 			}
-			wins = append(wins, won{idx[k], reqs[k].Slot, lock.Owner{Replica: "r1", Attempt: r.Attempt}})
+			wins = append(wins, won{idx[k], reqs[k].Slot, lock.Owner{ID: "r1", Attempt: r.Attempt}})
 		})
 		work := make(chan won)
 		var wg sync.WaitGroup
@@ -136,7 +139,7 @@ func TestOverviewCost(t *testing.T) {
 		t.Skip("10,000 tasks")
 	}
 	t.Run("memory", func(t *testing.T) {
-		st, hist := lock.NewMemory(nil), scheduler.NewMemoryHistory(0)
+		st, hist := memlock.New(nil), scheduler.NewMemoryHistory(0)
 		tasks, want := seedBigFleet(t, st, hist)
 		f := &costFleet{h: bigHandler(tasks, st, hist)}
 		checkOverview(t, f, want)
@@ -145,7 +148,7 @@ func TestOverviewCost(t *testing.T) {
 		srv := redistest.Start(t)
 		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 		t.Cleanup(func() { rdb.Close() })
-		st := lock.NewRedis(rdb, "slotd")
+		st := redislock.New(rdb, "slotd")
 		t.Cleanup(func() { st.Close() })
 		hist := store.NewRedisHistory(rdb, "slotd", time.Hour)
 		t.Cleanup(hist.Close)
@@ -159,7 +162,7 @@ func TestOverviewCost(t *testing.T) {
 		srv := redistest.Start(t)
 		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 		t.Cleanup(func() { rdb.Close() })
-		st := lock.NewRedis(rdb, "slotd")
+		st := redislock.New(rdb, "slotd")
 		t.Cleanup(func() { st.Close() })
 		hist := store.NewRedisHistory(rdb, "slotd", time.Hour)
 		t.Cleanup(hist.Close)

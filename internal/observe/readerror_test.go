@@ -13,7 +13,8 @@ import (
 	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/internal/store"
-	"github.com/slotd/slotd/lock"
+
+	"github.com/slotd/slotd/lock/redislock"
 	"github.com/slotd/slotd/scheduler"
 )
 
@@ -26,7 +27,7 @@ func TestWrongTypeKeysArePerTask(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client()
 	ctx := context.Background()
-	st := lock.NewRedis(rdb, "slotd")
+	st := redislock.New(rdb, "slotd")
 	hist := store.NewRedisHistory(rdb, "slotd", time.Hour)
 	t.Cleanup(hist.Close)
 	var tasks []scheduler.Task
@@ -40,8 +41,8 @@ func TestWrongTypeKeysArePerTask(t *testing.T) {
 		t.Fatal(err)
 	}
 	at, _ := tasks[0].Schedule.Latest(now)
-	state, _ := lock.Keys("slotd", tasks[0].Slot(at))
-	_, paused, _, _ := lock.ControlKeys("slotd", "pause")
+	state, _ := redislock.Keys("slotd", tasks[0].Slot(at))
+	_, paused, _, _ := redislock.ControlKeys("slotd", "pause")
 	for _, key := range []string{state, store.HistoryKey("slotd", "stream"), paused} {
 		if err := rdb.SAdd(ctx, key, "planted").Err(); err != nil {
 			t.Fatal(err)

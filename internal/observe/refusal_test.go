@@ -20,6 +20,7 @@ import (
 	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/redislock"
 	"github.com/slotd/slotd/scheduler"
 	"github.com/slotd/slotd/tasks"
 )
@@ -54,7 +55,7 @@ func startLive(t *testing.T, opt *redis.Options) *liveDaemon {
 	t.Helper()
 	opt.ContextTimeoutEnabled = true
 	rdb := redis.NewClient(opt)
-	store := lock.NewRedis(rdb, "slotd")
+	store := redislock.New(rdb, "slotd")
 	task := statusTask(t, "tick", "@every 1s", 3, time.Minute)
 	task.Job = tasks.TaskFunc(func(context.Context) error { return nil })
 	logs := &syncBuffer{}
@@ -135,12 +136,12 @@ func (d *liveDaemon) metric(series string) float64 {
 }
 
 // refused checks what a replica facing a refusal of kind shows: /readyz
-// 503 naming the code and the fix, slotd_redis_up 0, the error counted
-// under kind, and a log line naming the fix.
-func (d *liveDaemon) refused(kind lock.ErrorKind) {
+// 503 naming the store, its code and the fix, slotd_redis_up 0, the error
+// counted under kind, and a log line naming the fix.
+func (d *liveDaemon) refused(kind lock.ErrorKind, code, fix string) {
 	d.t.Helper()
-	body := d.awaitReady(http.StatusServiceUnavailable, "Redis refuses writes", kind.Code())
-	for _, want := range []string{"Redis refuses writes", kind.Code(), kind.Fix(), "cannot claim"} {
+	body := d.awaitReady(http.StatusServiceUnavailable, "the store refuses writes", code)
+	for _, want := range []string{"the store refuses writes (redis " + code, fix, "cannot claim"} {
 		if !strings.Contains(body, want) {
 			d.t.Errorf("/readyz body %q lacks %q", body, want)
 		}
@@ -151,7 +152,7 @@ func (d *liveDaemon) refused(kind lock.ErrorKind) {
 	if n := d.metric(`slotd_store_errors_total{kind="` + kind.String() + `"}`); n < 1 {
 		d.t.Errorf(`slotd_store_errors_total{kind=%q} = %v, want >= 1`, kind, n)
 	}
-	line := "Redis refuses writes: " + kind.Code() + " — " + kind.Fix() + "; slotd cannot claim"
+	line := "the store refuses writes: redis " + code + " — " + fix // the fix, in part
 	if !strings.Contains(d.log.String(), line) {
 		d.t.Errorf("log lacks %q:\n%s", line, d.log.String())
 	}
@@ -159,9 +160,9 @@ func (d *liveDaemon) refused(kind lock.ErrorKind) {
 
 // recovered checks that the replica is ready again, says so, and has
 // claimed since.
-func (d *liveDaemon) recovered(kind lock.ErrorKind) {
+func (d *liveDaemon) recovered(code string) {
 	d.t.Helper()
-	d.awaitReady(http.StatusOK, "ready", "after fixing "+kind.Code())
+	d.awaitReady(http.StatusOK, "ready", "after fixing "+code)
 	if up := d.metric("slotd_redis_up"); up != 1 {
 		d.t.Errorf("slotd_redis_up = %v after the fix, want 1", up)
 	}
@@ -172,7 +173,7 @@ func (d *liveDaemon) recovered(kind lock.ErrorKind) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if !strings.Contains(d.log.String(), "Redis takes writes again") {
+	if !strings.Contains(d.log.String(), "the store takes writes again") {
 		d.t.Errorf("no log of the recovery:\n%s", d.log.String())
 	}
 }
@@ -201,9 +202,9 @@ func TestReadinessRedisOOM(t *testing.T) {
 		admin.Set(context.Background(), "filler:"+string(rune('a'+i%26))+strings.Repeat("x", i), strings.Repeat("v", 1000), 0)
 	}
 	configSet(t, admin, "maxmemory", "1")
-	d.refused(lock.KindOOM)
+	d.refused(lock.KindOOM, "OOM", "raise maxmemory or free memory")
 	configSet(t, admin, "maxmemory", "0")
-	d.recovered(lock.KindOOM)
+	d.recovered("OOM")
 }
 
 // An ACL user without rights on the prefix's keys answers TIME but is
@@ -216,14 +217,14 @@ func TestReadinessRedisNoPerm(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := startLive(t, &redis.Options{Addr: srv.Addr, Username: "slotd", Password: "s3cret"})
-	d.refused(lock.KindNoPerm)
+	d.refused(lock.KindNoPerm, "NOPERM", "grant the Redis ACL user slotd's commands")
 	if _, body := d.get("/readyz"); strings.Contains(body, "s3cret") {
 		t.Errorf("/readyz quotes the password: %q", body)
 	}
 	if err := admin.Do(ctx, "ACL", "SETUSER", "slotd", "~slotd:*").Err(); err != nil {
 		t.Fatal(err)
 	}
-	d.recovered(lock.KindNoPerm)
+	d.recovered("NOPERM")
 }
 
 // A URL pointing at a read-only replica answers TIME but is refused every
@@ -232,9 +233,9 @@ func TestReadinessRedisReadOnly(t *testing.T) {
 	master := redistest.Start(t)
 	replica := redistest.StartReplica(t, master)
 	d := startLive(t, &redis.Options{Addr: replica.Addr})
-	d.refused(lock.KindReadOnly)
+	d.refused(lock.KindReadOnly, "READONLY", "point slotd at the master")
 	if err := replica.Client().Do(context.Background(), "REPLICAOF", "NO", "ONE").Err(); err != nil {
 		t.Fatal(err)
 	}
-	d.recovered(lock.KindReadOnly)
+	d.recovered("READONLY")
 }

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/slotd/slotd/internal/observe"
-	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler"
 )
 
@@ -18,7 +18,7 @@ import (
 // listed and exported, one it removes is not (before the scheduler runs,
 // as when SIGHUP comes while the daemon starts).
 func TestStatusFollowsReload(t *testing.T) {
-	store := lock.NewMemory(time.Now)
+	store := memlock.New(time.Now)
 	sched := scheduler.New([]scheduler.Task{statusTask(t, "old", "@every 24h", 3, 48*time.Hour)}, store,
 		scheduler.WithLogger(slog.New(slog.DiscardHandler)))
 	h := observe.Handler(observe.Daemon{Scheduler: sched, Store: store, Replica: "r1"})

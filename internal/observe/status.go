@@ -10,6 +10,7 @@ import (
 
 	"github.com/slotd/slotd/internal/stats"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/redislock"
 	"github.com/slotd/slotd/scheduler"
 )
 
@@ -254,7 +255,7 @@ func (r *slotsRead) statuses(lasts []map[string]*scheduler.HistoryEntry, herrs [
 		var errs []error
 		for j := r.first[i]; j < r.first[i+1]; j++ {
 			if st := r.states[j]; st.Status == "foreign" {
-				state, _ := lock.Keys("", r.slots[j]) // the key without the store's prefix
+				state, _ := redislock.Keys("", r.slots[j]) // the key without the store's prefix
 				errs = append(errs, fmt.Errorf("slot %s (key …%s): %w: %q", r.slots[j].ID, state, lock.ErrForeign, st.Value))
 				break // one says it; the slots show the others
 			}

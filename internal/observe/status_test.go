@@ -11,6 +11,7 @@ import (
 
 	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler"
 	"github.com/slotd/slotd/scheduler/schedule"
 )
@@ -19,13 +20,13 @@ import (
 type fleet struct {
 	t     *testing.T
 	now   time.Time
-	store *lock.Memory
+	store *memlock.Store
 	hist  *scheduler.MemoryHistory
 }
 
 func newFleet(t *testing.T, now time.Time) *fleet {
 	f := &fleet{t: t, now: now, hist: scheduler.NewMemoryHistory(0)}
-	f.store = lock.NewMemory(func() time.Time { return f.now })
+	f.store = memlock.New(func() time.Time { return f.now })
 	return f
 }
 
@@ -43,7 +44,7 @@ func (f *fleet) attempt(task *scheduler.Task, slot time.Time, replica string, at
 	if outcome == "" {
 		return
 	}
-	owner := lock.Owner{Replica: replica, Attempt: c.Attempt}
+	owner := lock.Owner{ID: replica, Attempt: c.Attempt}
 	f.now = at.Add(2 * time.Second)
 	if outcome == "success" {
 		err = f.store.Complete(ctx, s, owner, task.DoneTTL)
@@ -199,7 +200,7 @@ func TestStatus(t *testing.T) {
 // A store that cannot answer fails the status, naming the task.
 func TestStatusStoreError(t *testing.T) {
 	task := statusTask(t, "report", "@every 1h", 3, 48*time.Hour)
-	_, err := observe.Status(context.Background(), []scheduler.Task{task}, downStore{lock.NewMemory(nil)}, nil, time.Now(), 3)
+	_, err := observe.Status(context.Background(), []scheduler.Task{task}, downStore{memlock.New(nil)}, nil, time.Now(), 3)
 	if err == nil || !errors.Is(err, errDown) || !strings.Contains(err.Error(), "report") {
 		t.Errorf("Status on a store that is down: %v", err)
 	}

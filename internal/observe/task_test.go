@@ -17,6 +17,7 @@ import (
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/internal/store"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler"
 	"github.com/slotd/slotd/scheduler/schedule"
 )
@@ -26,7 +27,7 @@ import (
 // attempts with a cursor; an unknown task is a 404 naming it, a bad
 // cursor a 400.
 func TestTaskAPI(t *testing.T) {
-	s := newServed(t, lock.NewMemory(nil))
+	s := newServed(t, memlock.New(nil))
 	_, failed := s.seed()
 	ctx := context.Background()
 	for k := 2; k <= 5; k++ { // four more attempts of backup, recorded
@@ -228,7 +229,7 @@ func TestOverviewFilterAndPages(t *testing.T) {
 	for i := range 25 {
 		tasks = append(tasks, statusTask(t, fmt.Sprintf("job-%02d", i), "@every 1h", 3, 48*time.Hour))
 	}
-	st := lock.NewMemory(nil)
+	st := memlock.New(nil)
 	sched := scheduler.New(tasks, st, scheduler.WithLogger(slog.New(slog.DiscardHandler)))
 	h := observe.Handler(observe.Daemon{Scheduler: sched, Store: st})
 	get := func(path string) string {
@@ -265,7 +266,7 @@ func TestPagesEscapeTaskNames(t *testing.T) {
 	const name = `<img src=x onerror=alert(1)>`
 	task := statusTask(t, name, "@every 24h", 3, 47*time.Hour) // see newServed: no missed slot 23:00-24:00
 	task.Deadline = 47 * time.Hour
-	st, hist := lock.NewMemory(nil), scheduler.NewMemoryHistory(0)
+	st, hist := memlock.New(nil), scheduler.NewMemoryHistory(0)
 	ctx := context.Background()
 	at, _ := task.Schedule.Latest(time.Now())
 	slot := task.Slot(at)
@@ -273,7 +274,7 @@ func TestPagesEscapeTaskNames(t *testing.T) {
 	if err != nil || c.Result != lock.Won {
 		t.Fatal(c, err)
 	}
-	if err := st.Release(ctx, slot, lock.Owner{Replica: "r1", Attempt: c.Attempt}); err != nil {
+	if err := st.Release(ctx, slot, lock.Owner{ID: "r1", Attempt: c.Attempt}); err != nil {
 		t.Fatal(err)
 	}
 	if err := hist.Append(ctx, name, scheduler.HistoryEntry{Slot: slot.ID, Attempt: 1, Outcome: "failure", Started: time.Now(), Error: `<svg onload=alert(2)>`}); err != nil {
@@ -300,7 +301,7 @@ func TestPagesEscapeTaskNames(t *testing.T) {
 func TestLatestAttemptByNumber(t *testing.T) {
 	task := statusTask(t, "job", "@every 1h", 3, 48*time.Hour)
 	task.Deadline = 47 * time.Hour
-	st, hist := lock.NewMemory(nil), scheduler.NewMemoryHistory(0)
+	st, hist := memlock.New(nil), scheduler.NewMemoryHistory(0)
 	ctx := context.Background()
 	now := time.Now()
 	at, _ := task.Schedule.Latest(now)
@@ -310,7 +311,7 @@ func TestLatestAttemptByNumber(t *testing.T) {
 		if err != nil || c.Result != lock.Won {
 			t.Fatal(c, err)
 		}
-		if err := st.Release(ctx, slot, lock.Owner{Replica: "r1", Attempt: c.Attempt}); err != nil {
+		if err := st.Release(ctx, slot, lock.Owner{ID: "r1", Attempt: c.Attempt}); err != nil {
 			t.Fatal(err)
 		}
 		e := scheduler.HistoryEntry{Slot: slot.ID, Attempt: k + 1, Outcome: "failure", Started: now.Add(skew), Error: fmt.Sprintf("attempt %d", k+1)}

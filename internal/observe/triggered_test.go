@@ -10,6 +10,7 @@ import (
 	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/redislock"
 	"github.com/slotd/slotd/scheduler"
 )
 
@@ -19,7 +20,7 @@ import (
 // task's latest, with its attempts counted from 1, and the task is failing.
 func TestStatusShowsTriggeredSlots(t *testing.T) {
 	srv := redistest.Start(t)
-	store := lock.NewRedis(srv.Client(), "slotd")
+	store := redislock.New(srv.Client(), "slotd")
 	defer store.Close()
 	ctx := context.Background()
 	yearly := statusTask(t, "yearly", "0 0 1 1 *", 2, 48*time.Hour)
@@ -36,7 +37,7 @@ func TestStatusShowsTriggeredSlots(t *testing.T) {
 		if err != nil || c.Result != lock.Won {
 			t.Fatalf("claim = %+v, %v", c, err)
 		}
-		if err := store.Release(ctx, slot, lock.Owner{Replica: "r1#x", Attempt: c.Attempt}); err != nil {
+		if err := store.Release(ctx, slot, lock.Owner{ID: "r1#x", Attempt: c.Attempt}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/internal/redistest"
-	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/redislock"
 	"github.com/slotd/slotd/scheduler"
 )
 
@@ -19,7 +19,7 @@ import (
 // still missed.
 func TestStatusSlotsBeforeFirstStartUnscheduled(t *testing.T) {
 	srv := redistest.Start(t)
-	store := lock.NewRedis(srv.Client(), "slotd")
+	store := redislock.New(srv.Client(), "slotd")
 	defer store.Close()
 	ctx := context.Background()
 	first := time.Date(2026, 3, 2, 10, 20, 0, 0, time.UTC)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/memlock"
 )
 
 // countingStore counts the fleet reads (States calls) and makes each
@@ -34,7 +35,7 @@ func (c *countingStore) States(ctx context.Context, slots []lock.Slot) ([]lock.S
 // concurrent requests of the overview's pages, whatever their filter; a
 // read serves for ViewTTL, and ?n= is capped at MaxSlots.
 func TestStatusViewShared(t *testing.T) {
-	st := &countingStore{Store: lock.NewMemory(nil)}
+	st := &countingStore{Store: memlock.New(nil)}
 	s := newServed(t, st)
 	for _, paths := range [][]string{
 		{"/api/v1/tasks", "/api/v1/tasks?n=3"},
@@ -90,7 +91,7 @@ func TestStatusViewShared(t *testing.T) {
 // the pages' style sheet, by hash, and forms to this server; a task's page
 // adds its one script, by hash, and calls to this server.
 func TestSecurityHeaders(t *testing.T) {
-	s := newServed(t, lock.NewMemory(nil))
+	s := newServed(t, memlock.New(nil))
 	s.seed()
 	for _, path := range []string{"/", "/tasks/report", "/tasks/nosuchtask", "/api/v1/tasks", "/api/v1/tasks/report", "/healthz", "/metrics", "/nosuchpage"} {
 		res, body := s.get(path)

@@ -1,6 +1,7 @@
 package stats
 
 import (
+	"errors"
 	"sync/atomic"
 	"time"
 
@@ -11,8 +12,11 @@ import (
 type StoreCall struct {
 	Op   string         // "claim", "renew", "complete", "release" or "probe"
 	Kind lock.ErrorKind // lock.KindNone: the store took it
-	Err  string         // the error, if any
-	At   time.Time      // when it came back, on the engine's clock
+	// Store, Code and Fix are the lock.StoreError's, if err was one:
+	// which store refused, its own code ("OOM"), and what an operator does.
+	Store, Code, Fix string
+	Err              string    // the error, if any
+	At               time.Time // when it came back, on the engine's clock
 }
 
 // Store counts the store's errors by kind and keeps the result of the
@@ -55,7 +59,11 @@ func (s *Store) record(p *atomic.Pointer[StoreCall], op string, err error, at ti
 		return prev, prev.Kind != lock.KindNone
 	}
 	s.Errors[k].Inc()
-	p.Store(&StoreCall{Op: op, Kind: k, Err: err.Error(), At: at})
+	c := &StoreCall{Op: op, Kind: k, Code: k.String(), Err: err.Error(), At: at}
+	if se := (*lock.StoreError)(nil); errors.As(err, &se) {
+		c.Store, c.Code, c.Fix = se.Store, se.Code, se.Fix
+	}
+	p.Store(c)
 	return prev, prev.Kind != k
 }
 

@@ -13,7 +13,8 @@ import (
 func TestStoreWrote(t *testing.T) {
 	var s Store
 	at := time.Unix(100, 0)
-	oom := errors.New("OOM command not allowed when used memory > 'maxmemory'.")
+	oom := &lock.StoreError{Kind: lock.KindOOM, Store: "redis", Code: "OOM", Fix: "raise maxmemory",
+		Err: errors.New("OOM command not allowed when used memory > 'maxmemory'.")}
 	steps := []struct {
 		err     error
 		changed bool
@@ -32,8 +33,12 @@ func TestStoreWrote(t *testing.T) {
 			t.Errorf("step %d (%v): changed %v kind %q, want %v %q", i, st.err, changed, s.LastWrite().Kind, st.changed, st.kind)
 		}
 	}
-	if n := s.Errors[lock.KindOOM].Load(); n != 2 {
-		t.Errorf("oom errors %d, want 2", n)
+	s.Wrote("claim", oom, at)
+	if w := s.LastWrite(); w.Store != "redis" || w.Code != "OOM" || w.Fix != "raise maxmemory" {
+		t.Errorf("a refusal recorded as %+v, want the StoreError's store, code and fix", w)
+	}
+	if n := s.Errors[lock.KindOOM].Load(); n != 3 {
+		t.Errorf("oom errors %d, want 3", n)
 	}
 	if p := s.LastProbe(); p.Op != "" {
 		t.Errorf("probe recorded without a probe: %+v", p)

@@ -11,9 +11,11 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
 	"github.com/slotd/slotd/internal/config"
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/redislock"
 )
 
 func parseRedis(t *testing.T, keys string) *config.Config {
@@ -31,7 +33,7 @@ func claimOnce(t *testing.T, cfg *config.Config, rdb redis.UniversalClient) (loc
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	store := lock.NewRedis(rdb, cfg.Prefix, redisStoreOptions(cfg)...)
+	store := redislock.New(rdb, cfg.Prefix, redisStoreOptions(cfg)...)
 	defer store.Close()
 	now, err := store.Time(ctx)
 	if err != nil {
@@ -86,7 +88,7 @@ func TestNewRedisClient(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer rdb.Close()
-		store := lock.NewRedis(rdb, cfg.Prefix)
+		store := redislock.New(rdb, cfg.Prefix)
 		defer store.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -96,7 +98,7 @@ func TestNewRedisClient(t *testing.T) {
 		c, err := claimOnce(t, cfg, rdb) // held by the claim above, as replica "r"
 		if err == nil {
 			slot := lock.Slot{Task: strings.ReplaceAll(t.Name(), "/", "."), ID: "1", Time: c.Now.Add(-time.Second), Deadline: c.Now.Add(time.Hour)}
-			err = store.Complete(ctx, slot, lock.Owner{Replica: c.Holder, Attempt: c.Attempt}, time.Hour)
+			err = store.Complete(ctx, slot, lock.Owner{ID: c.Holder, Attempt: c.Attempt}, time.Hour)
 		}
 		if err != nil || c.Holder != "r" {
 			t.Fatalf("claim (holder %q) and complete as the ACL user: %v", c.Holder, err)
@@ -110,7 +112,7 @@ func TestNewRedisClient(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer rdb.Close()
-		if _, err := claimOnce(t, cfg, rdb); !errors.Is(err, lock.ErrNotReplicated) {
+		if _, err := claimOnce(t, cfg, rdb); !errors.Is(err, redislock.ErrNotReplicated) {
 			t.Fatalf("claim on a master without replicas: %v, want ErrNotReplicated", err)
 		}
 	})

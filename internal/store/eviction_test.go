@@ -12,6 +12,7 @@ import (
 
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/redislock"
 	"github.com/slotd/slotd/scheduler"
 	"github.com/slotd/slotd/scheduler/schedule"
 	"github.com/slotd/slotd/tasks"
@@ -92,7 +93,7 @@ func TestEvictionDropsSlotState(t *testing.T) {
 	srv := redistest.Start(t, "--maxmemory-policy", "allkeys-lru")
 	rdb := srv.Client()
 	ctx := context.Background()
-	s := lock.NewRedis(rdb, "slotd")
+	s := redislock.New(rdb, "slotd")
 	defer s.Close()
 	p := lock.Policy{Lease: 10 * time.Second, DoneTTL: time.Hour, MaxAttempts: 3}
 	now := time.Now().Truncate(time.Second)
@@ -104,7 +105,7 @@ func TestEvictionDropsSlotState(t *testing.T) {
 		if err != nil || c.Result != lock.Won {
 			t.Fatalf("claim %d: %+v %v", i, c, err)
 		}
-		if err := s.Complete(ctx, slots[i], lock.Owner{Replica: "r1", Attempt: c.Attempt}, p.DoneTTL); err != nil {
+		if err := s.Complete(ctx, slots[i], lock.Owner{ID: "r1", Attempt: c.Attempt}, p.DoneTTL); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -169,7 +170,7 @@ func TestDataLossRerunsSlotWithSameToken(t *testing.T) {
 	}
 	daemon := func(replica string) tasks.Run {
 		rdb := srv.Client()
-		s := lock.NewRedis(rdb, "slotd")
+		s := redislock.New(rdb, "slotd")
 		defer s.Close()
 		logs := &lockedBuffer{}
 		d := scheduler.New([]scheduler.Task{task}, s, scheduler.WithReplica(replica),
@@ -201,7 +202,7 @@ func TestDataLossRerunsSlotWithSameToken(t *testing.T) {
 		}
 	}
 	first := daemon("r1")
-	st, err := lock.ReadState(context.Background(), lock.NewRedis(srv.Client(), "slotd"),
+	st, err := lock.ReadState(context.Background(), redislock.New(srv.Client(), "slotd"),
 		lock.Slot{Task: "hourly", ID: first.Slot, Time: first.SlotTime, Deadline: first.SlotTime.Add(time.Hour)})
 	if err != nil || st.Status != "done" {
 		t.Fatalf("slot %s after the first run: %+v %v, want done", first.Slot, st, err)

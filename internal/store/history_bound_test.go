@@ -15,7 +15,7 @@ import (
 	"github.com/slotd/slotd/internal/etcdtest"
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/internal/zktest"
-	zklock "github.com/slotd/slotd/lock/zookeeper"
+	zklock "github.com/slotd/slotd/lock/zklock"
 	"github.com/slotd/slotd/scheduler"
 )
 

@@ -10,6 +10,7 @@ import (
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/internal/store"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/redislock"
 	"github.com/slotd/slotd/scheduler"
 	"github.com/slotd/slotd/scheduler/schedule"
 	"github.com/slotd/slotd/tasks"
@@ -54,7 +55,7 @@ func TestHistoryOutput(t *testing.T) {
 func TestExecOutputInRedisHistory(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client()
-	st := lock.NewRedis(rdb, "slotd")
+	st := redislock.New(rdb, "slotd")
 	t.Cleanup(func() { st.Close() })
 	hist := store.NewRedisHistory(rdb, "slotd", time.Hour)
 	t.Cleanup(hist.Close)

@@ -32,12 +32,15 @@ import (
 	"github.com/slotd/slotd/internal/config"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/etcdlock"
-	zklock "github.com/slotd/slotd/lock/zookeeper"
+	"github.com/slotd/slotd/lock/memlock"
+	zklock "github.com/slotd/slotd/lock/zklock"
 	"github.com/slotd/slotd/scheduler"
+
+	// replicasAckTimeout bounds each WAIT of min_replicas_ack; the lock package
+	// caps it further at a quarter of the lease for a claim.
+	"github.com/slotd/slotd/lock/redislock"
 )
 
-// replicasAckTimeout bounds each WAIT of min_replicas_ack; the lock package
-// caps it further at a quarter of the lease for a claim.
 const replicasAckTimeout = time.Second
 
 // subscribeTimeout bounds the first subscription to release notifications
@@ -112,7 +115,7 @@ func Open(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Opt
 	}
 	if cfg.Embedded() {
 		log.Warn("no [redis] url, addrs or redlock: using the embedded in-memory store; slots are not shared with other replicas")
-		return &Backend{Store: lock.NewMemory(nil), History: scheduler.NewMemoryHistory(0)}, nil
+		return &Backend{Store: memlock.New(nil), History: scheduler.NewMemoryHistory(0)}, nil
 	}
 	b, err := openRedis(cfg, o.maxRetries)
 	if err != nil {
@@ -147,12 +150,12 @@ func openRedis(cfg *config.Config, maxRetries int) (*Backend, error) {
 			return nil, err
 		}
 		b.clients = []redis.UniversalClient{rdb}
-		b.setRedis(lock.NewRedis(rdb, cfg.Prefix, redisStoreOptions(cfg)...))
+		b.setRedis(redislock.New(rdb, cfg.Prefix, redisStoreOptions(cfg)...))
 		h := NewRedisHistory(rdb, cfg.Prefix, HistoryTTL(cfg))
 		b.History, b.hists = h, []*RedisHistory{h}
 		return b, nil
 	}
-	nodes := make([]lock.Client, 0, len(cfg.Redis.Redlock))
+	nodes := make([]redislock.Client, 0, len(cfg.Redis.Redlock))
 	hists := make([]scheduler.History, 0, len(cfg.Redis.Redlock))
 	for i := range cfg.Redis.Redlock {
 		c, err := newRedlockClient(cfg, i, maxRetries)
@@ -165,7 +168,7 @@ func openRedis(cfg *config.Config, maxRetries int) (*Backend, error) {
 		h := NewRedisHistory(c, cfg.Prefix, HistoryTTL(cfg))
 		hists, b.hists = append(hists, h), append(b.hists, h)
 	}
-	s, err := lock.NewRedlock(nodes, cfg.Prefix)
+	s, err := redislock.NewRedlock(nodes, cfg.Prefix)
 	if err != nil {
 		_ = b.Close()
 		return nil, err
@@ -200,10 +203,10 @@ func (b *Backend) Close() error {
 }
 
 // redisStoreOptions are the lock options cfg asks for.
-func redisStoreOptions(cfg *config.Config) []lock.RedisOption {
-	var opts []lock.RedisOption
+func redisStoreOptions(cfg *config.Config) []redislock.Option {
+	var opts []redislock.Option
 	if n := cfg.Redis.MinReplicasAck; n > 0 {
-		opts = append(opts, lock.WithMinReplicasAck(n, replicasAckTimeout))
+		opts = append(opts, redislock.WithMinReplicasAck(n, replicasAckTimeout))
 	}
 	return opts
 }

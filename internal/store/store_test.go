@@ -10,11 +10,14 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slotd/slotd/internal/redistest"
-	"github.com/slotd/slotd/lock"
+
+	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler"
+
+	// countHook counts the commands a client sends.
+	"github.com/slotd/slotd/lock/redislock"
 )
 
-// countHook counts the commands a client sends.
 type countHook struct{ n atomic.Int32 }
 
 func (h *countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -37,7 +40,7 @@ func TestOpenEmbedded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := b.Store.(*lock.Memory); !ok {
+	if _, ok := b.Store.(*memlock.Store); !ok {
 		t.Errorf("Store is %T, want *lock.Memory", b.Store)
 	}
 	if _, ok := b.History.(*scheduler.MemoryHistory); !ok {
@@ -59,7 +62,7 @@ func TestOpenRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	if _, ok := b.Store.(*lock.Redis); !ok {
+	if _, ok := b.Store.(*redislock.Store); !ok {
 		t.Errorf("Store is %T, want *lock.Redis", b.Store)
 	}
 	if _, ok := b.History.(*RedisHistory); !ok {

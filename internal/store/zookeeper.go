@@ -15,7 +15,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/slotd/slotd/internal/config"
-	zklock "github.com/slotd/slotd/lock/zookeeper"
+	zklock "github.com/slotd/slotd/lock/zklock"
 	"github.com/slotd/slotd/scheduler"
 )
 

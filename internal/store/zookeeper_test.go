@@ -11,7 +11,7 @@ import (
 	"github.com/slotd/slotd/internal/store"
 	"github.com/slotd/slotd/internal/zktest"
 	"github.com/slotd/slotd/lock"
-	zklock "github.com/slotd/slotd/lock/zookeeper"
+	zklock "github.com/slotd/slotd/lock/zklock"
 	"github.com/slotd/slotd/scheduler"
 )
 

@@ -12,6 +12,7 @@ import (
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/etcdlock"
+	"github.com/slotd/slotd/lock/redislock"
 )
 
 // BenchmarkBurst is a burst of n slots all due at once, raced for by three
@@ -41,7 +42,7 @@ func BenchmarkBurst(b *testing.B) {
 			srv := redistest.Start(b)
 			var stores []lock.Store
 			for range 3 {
-				r := lock.NewRedis(srv.Client(), "slotd")
+				r := redislock.New(srv.Client(), "slotd")
 				b.Cleanup(func() { r.Close() })
 				stores = append(stores, r)
 			}
@@ -78,7 +79,7 @@ func burst(b *testing.B, stores []lock.Store, n int) {
 				defer wg.Done()
 				reqs := make([]lock.ClaimRequest, n)
 				for i := range reqs {
-					reqs[i] = lock.ClaimRequest{Slot: slots[i], Replica: fmt.Sprintf("r%d", r), Policy: p}
+					reqs[i] = lock.ClaimRequest{Slot: slots[i], Owner: fmt.Sprintf("r%d", r), Policy: p}
 				}
 				// each winner completes its slot as soon as it knows, on a
 				// goroutine of its own, as the engine runs an attempt
@@ -100,7 +101,7 @@ func burst(b *testing.B, stores []lock.Store, n int) {
 					cw.Add(1)
 					go func() {
 						defer cw.Done()
-						if err := s.Complete(ctx, slots[i], lock.Owner{Replica: fmt.Sprintf("r%d", r), Attempt: 1}, p.DoneTTL); err != nil {
+						if err := s.Complete(ctx, slots[i], lock.Owner{ID: fmt.Sprintf("r%d", r), Attempt: 1}, p.DoneTTL); err != nil {
 							b.Error(err)
 						}
 					}()

@@ -57,7 +57,7 @@ func (s *Store) won(ctx context.Context, c lock.Claim, slot lock.Slot, replica s
 	}
 	c.Sent = minTime(c.Sent, from)
 	state, _, _ := s.keys(slot)
-	s.holds.add(state, lock.RunValue(lock.Owner{Replica: replica, Attempt: c.Attempt}), t.id, p.Lease, c.Sent)
+	s.holds.add(state, lock.Value{Owner: lock.Owner{ID: replica, Attempt: c.Attempt}}.String(), t.id, p.Lease, c.Sent)
 	return c, nil
 }
 
@@ -148,7 +148,7 @@ func firstClaimThen(s *Store, slot lock.Slot, replica string, run, done clientv3
 	state, attempts, _ := s.keys(slot)
 	return []clientv3.Op{
 		clientv3.OpPut(attempts, "1", clientv3.WithLease(done)),
-		clientv3.OpPut(state, lock.RunValue(lock.Owner{Replica: replica, Attempt: 1}), clientv3.WithLease(run)),
+		clientv3.OpPut(state, lock.Value{Owner: lock.Owner{ID: replica, Attempt: 1}}.String(), clientv3.WithLease(run)),
 	}
 }
 
@@ -215,7 +215,7 @@ func (s *Store) claimFrom(ctx context.Context, c lock.Claim, slot lock.Slot, rep
 		c.Attempt = n + 1
 		then := []clientv3.Op{
 			clientv3.OpPut(attempts, strconv.Itoa(n+1), clientv3.WithLease(done)),
-			clientv3.OpPut(state, lock.RunValue(lock.Owner{Replica: replica, Attempt: n + 1}), clientv3.WithLease(run)),
+			clientv3.OpPut(state, lock.Value{Owner: lock.Owner{ID: replica, Attempt: n + 1}}.String(), clientv3.WithLease(run)),
 		}
 		if b > 0 {
 			then = append(then, clientv3.OpPut(base, strconv.Itoa(b), clientv3.WithLease(done)))
@@ -239,7 +239,7 @@ func (s *Store) claimFrom(ctx context.Context, c lock.Claim, slot lock.Slot, rep
 // would hold the slot for as long as the replica's other slots keep the
 // lease alive; it is this claim now. 0 otherwise.
 func (s *Store) foundAgain(state, replica string, kv *mvccpb.KeyValue, n int) clientv3.LeaseID {
-	value := lock.RunValue(lock.Owner{Replica: replica, Attempt: n})
+	value := lock.Value{Owner: lock.Owner{ID: replica, Attempt: n}}.String()
 	if string(kv.Value) != value || kv.Lease == 0 || !s.leases.live(clientv3.LeaseID(kv.Lease)) {
 		return 0
 	}
@@ -254,7 +254,7 @@ func (s *Store) foundAgain(state, replica string, kv *mvccpb.KeyValue, n int) cl
 // lease is its replica's, renewed with every renewal of its slots, and the
 // watch wakes the waiter when the key goes.
 func held(c lock.Claim, kv *mvccpb.KeyValue, p lock.Policy) (lock.Claim, error) {
-	st, err := lock.ParseValue(string(kv.Value))
+	st, err := parseState(string(kv.Value))
 	if err != nil {
 		return lock.Claim{}, err
 	}

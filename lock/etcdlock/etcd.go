@@ -61,9 +61,9 @@
 // Early by the lower bound of that estimate and as Late by its upper bound;
 // it is resampled every ClockResample.
 //
-// Keys are package lock's (lock.Keys) under the prefix: the state key
+// Keys (see Keys) are under the prefix: the state key
 // "<prefix>:{<task>:<slot id>}", its ":attempts" and ":base", and
-// lock.ProbeKey for Probe.
+// "<prefix>:probe:{<replica>}" for Probe.
 package etcdlock
 
 import (
@@ -172,7 +172,7 @@ func (s *Store) Time(ctx context.Context) (time.Time, error) {
 // Probe implements lock.Prober: it writes lock.ProbeKey(prefix, replica)
 // with ttl, as a claim writes (a quorum must commit it).
 func (s *Store) Probe(ctx context.Context, replica string, ttl time.Duration) error {
-	key := lock.ProbeKey(s.prefix, replica)
+	key := probeKey(s.prefix, replica)
 	err := s.withBucket(ctx, ttl, func(id clientv3.LeaseID) error {
 		_, err := s.cli.Put(ctx, key, replica, clientv3.WithLease(id))
 		return err
@@ -201,7 +201,7 @@ func (s *Store) withBucket(ctx context.Context, ttl time.Duration, f func(client
 
 // keys are a slot's state, attempts and base keys.
 func (s *Store) keys(slot lock.Slot) (state, attempts, base string) {
-	state, attempts = lock.Keys(s.prefix, slot)
+	state, attempts = Keys(s.prefix, slot)
 	return state, attempts, state + ":base"
 }
 

@@ -125,8 +125,8 @@ func harness(t *testing.T, c *etcdtest.Cluster) locktest.Harness {
 			}
 			return out
 		},
-		PlantState:    func(s lock.Slot, v string) { st, _ := lock.Keys("slotd", s); plant(st, v) },
-		PlantAttempts: func(s lock.Slot, v string) { _, at := lock.Keys("slotd", s); plant(at, v) },
+		PlantState:    func(s lock.Slot, v string) { st, _ := etcdlock.Keys("slotd", s); plant(st, v) },
+		PlantAttempts: func(s lock.Slot, v string) { _, at := etcdlock.Keys("slotd", s); plant(at, v) },
 	}
 }
 

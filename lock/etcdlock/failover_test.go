@@ -34,7 +34,7 @@ func TestAcknowledgedCompletionSurvivesLeaderDeath(t *testing.T) {
 			// for as long as a 5s lease would allow
 			for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
 				cctx, cancel := context.WithDeadline(ctx, deadline)
-				err := h.Store.Complete(cctx, s, lock.Owner{Replica: "a#1", Attempt: 1}, policy.DoneTTL)
+				err := h.Store.Complete(cctx, s, lock.Owner{ID: "a#1", Attempt: 1}, policy.DoneTTL)
 				cancel()
 				if err == nil {
 					acked[i] = true

@@ -38,7 +38,7 @@ func TestBurstSharesLeases(t *testing.T) {
 	}
 	reqs := make([]lock.ClaimRequest, len(slots))
 	for i, s := range slots {
-		reqs[i] = lock.ClaimRequest{Slot: s, Replica: "r#1", Policy: policy}
+		reqs[i] = lock.ClaimRequest{Slot: s, Owner: "r#1", Policy: policy}
 	}
 	lock.ClaimMany(ctx, h.Store, reqs, func(i int, r lock.ClaimReply) {
 		if r.Err != nil || r.Result != lock.Won || r.Revision <= 0 {
@@ -49,10 +49,10 @@ func TestBurstSharesLeases(t *testing.T) {
 	// then the completions
 	for _, op := range []func(lock.Slot) error{
 		func(s lock.Slot) error {
-			return h.Store.Renew(ctx, s, lock.Owner{Replica: "r#1", Attempt: 1}, policy.Lease)
+			return h.Store.Renew(ctx, s, lock.Owner{ID: "r#1", Attempt: 1}, policy.Lease)
 		},
 		func(s lock.Slot) error {
-			return h.Store.Complete(ctx, s, lock.Owner{Replica: "r#1", Attempt: 1}, policy.DoneTTL)
+			return h.Store.Complete(ctx, s, lock.Owner{ID: "r#1", Attempt: 1}, policy.DoneTTL)
 		},
 	} {
 		var wg sync.WaitGroup
@@ -95,7 +95,7 @@ func TestReplicaLeaseLostLosesEveryHold(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range slots {
-		if err := h.Store.Renew(ctx, s, lock.Owner{Replica: "a#1", Attempt: 1}, policy.Lease); !errors.Is(err, lock.ErrNotHeld) {
+		if err := h.Store.Renew(ctx, s, lock.Owner{ID: "a#1", Attempt: 1}, policy.Lease); !errors.Is(err, lock.ErrNotHeld) {
 			t.Errorf("renew of %s after the lease's loss: %v, want ErrNotHeld", s, err)
 		}
 		if b := mustWin(t, h, s, "b#1"); lock.Token(s.Time, b.Attempt) <= lock.Token(s.Time, 1) {
@@ -121,7 +121,7 @@ func TestAbandonedHoldFreesAfterItsLease(t *testing.T) {
 	mustWin(t, h, kept, "a#1")
 	won := time.Now()
 	mustWin(t, h, abandoned, "a#1")
-	owner := lock.Owner{Replica: "a#1", Attempt: 1}
+	owner := lock.Owner{ID: "a#1", Attempt: 1}
 	deadline := time.Now().Add(3 * policy.Lease)
 	for freed := false; !freed; {
 		select {
@@ -162,7 +162,7 @@ func TestClaimWithLostReplyIsFoundAgain(t *testing.T) {
 	if again.Attempt != first.Attempt || again.Revision != first.Revision {
 		t.Fatalf("claim found again = %+v, want attempt %d at revision %d", again, first.Attempt, first.Revision)
 	}
-	owner := lock.Owner{Replica: "a#1", Attempt: first.Attempt}
+	owner := lock.Owner{ID: "a#1", Attempt: first.Attempt}
 	if err := h.Store.Renew(ctx, lostReply, owner, policy.Lease); err != nil {
 		t.Fatalf("renew of the claim found again: %v", err)
 	}
@@ -226,4 +226,4 @@ func mustWin(t *testing.T, h locktest.Harness, s lock.Slot, replica string) lock
 	return c
 }
 
-func stateKey(s lock.Slot) string { st, _ := lock.Keys("slotd", s); return st }
+func stateKey(s lock.Slot) string { st, _ := etcdlock.Keys("slotd", s); return st }

@@ -81,11 +81,11 @@ func (s *Store) claimBatch(ctx context.Context, reqs []lock.ClaimRequest, from, 
 	for i := from; i < to; i++ {
 		q := reqs[i]
 		if outside(q.Slot, q.Policy, lo, hi) { // rare: Claim answers early, late, held or done
-			c, err := s.Claim(ctx, q.Slot, q.Replica, q.Policy)
+			c, err := s.Claim(ctx, q.Slot, q.Owner, q.Policy)
 			out(i, lock.ClaimReply{Claim: c, Err: err})
 			continue
 		}
-		t, err := s.leases.forClaim(ctx, q.Replica, q.Policy.Lease)
+		t, err := s.leases.forClaim(ctx, q.Owner, q.Policy.Lease)
 		if err != nil {
 			reply(i, lock.Claim{}, err)
 			continue
@@ -96,7 +96,7 @@ func (s *Store) claimBatch(ctx context.Context, reqs []lock.ClaimRequest, from, 
 			continue
 		}
 		ps = append(ps, pending{i, t, done})
-		ops = append(ops, clientv3.OpTxn(firstClaimIf(s, q.Slot), firstClaimThen(s, q.Slot, q.Replica, t.id, done), readSlot(s, q.Slot)))
+		ops = append(ops, clientv3.OpTxn(firstClaimIf(s, q.Slot), firstClaimThen(s, q.Slot, q.Owner, t.id, done), readSlot(s, q.Slot)))
 	}
 	if len(ops) == 0 {
 		return
@@ -108,7 +108,7 @@ func (s *Store) claimBatch(ctx context.Context, reqs []lock.ClaimRequest, from, 
 		for _, p := range ps {
 			q := reqs[p.i]
 			if isLeaseNotFound(err) { // one lease gone fails the batch: each on its own, which renews it
-				c, err := s.Claim(ctx, q.Slot, q.Replica, q.Policy)
+				c, err := s.Claim(ctx, q.Slot, q.Owner, q.Policy)
 				out(p.i, lock.ClaimReply{Claim: c, Err: err})
 				continue
 			}
@@ -120,7 +120,7 @@ func (s *Store) claimBatch(ctx context.Context, reqs []lock.ClaimRequest, from, 
 		q := reqs[p.i]
 		c := lock.Claim{Now: lo.UTC(), Sent: sent}
 		nested := (*clientv3.TxnResponse)(resp.Responses[k].GetResponseTxn())
-		c, on, err := s.claimFrom(ctx, c, q.Slot, q.Replica, q.Policy, p.t.id, p.done, nested, nil)
+		c, on, err := s.claimFrom(ctx, c, q.Slot, q.Owner, q.Policy, p.t.id, p.done, nested, nil)
 		var t ticket
 		if err == nil && on != 0 {
 			t, err = s.ticketFor(p.t, on)
@@ -129,7 +129,7 @@ func (s *Store) claimBatch(ctx context.Context, reqs []lock.ClaimRequest, from, 
 			if c.Revision == 0 {
 				c.Revision = resp.Header.Revision
 			}
-			c, err = s.won(ctx, c, q.Slot, q.Replica, q.Policy, t)
+			c, err = s.won(ctx, c, q.Slot, q.Owner, q.Policy, t)
 		}
 		reply(p.i, c, err)
 	}

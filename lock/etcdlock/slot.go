@@ -21,7 +21,7 @@ import (
 func (s *Store) Renew(ctx context.Context, slot lock.Slot, owner lock.Owner, lease time.Duration) error {
 	called := time.Now()
 	state, _, _ := s.keys(slot)
-	id, ok := s.holds.lease(state, lock.RunValue(owner))
+	id, ok := s.holds.lease(state, lock.Value{Owner: owner}.String())
 	t, err := s.leases.forRenew(id)
 	if !ok {
 		err = errNoLease
@@ -29,7 +29,7 @@ func (s *Store) Renew(ctx context.Context, slot lock.Slot, owner lock.Owner, lea
 	if err == nil {
 		var resp *clientv3.TxnResponse
 		resp, err = s.txn(ctx, txnReq{key: state, cmps: []clientv3.Cmp{
-			clientv3.Compare(clientv3.Value(state), "=", lock.RunValue(owner)),
+			clientv3.Compare(clientv3.Value(state), "=", lock.Value{Owner: owner}.String()),
 			clientv3.Compare(clientv3.LeaseValue(state), "=", t.id),
 		}})
 		switch {
@@ -75,9 +75,9 @@ func (s *Store) Complete(ctx context.Context, slot lock.Slot, owner lock.Owner, 
 		}
 		var err error
 		resp, err = s.txn(ctx, txnReq{key: state,
-			cmps: []clientv3.Cmp{clientv3.Compare(clientv3.Value(state), "=", lock.RunValue(owner))},
+			cmps: []clientv3.Cmp{clientv3.Compare(clientv3.Value(state), "=", lock.Value{Owner: owner}.String())},
 			then: []clientv3.Op{
-				clientv3.OpPut(state, lock.DoneValue(owner, lo.UnixMilli()), clientv3.WithLease(done)),
+				clientv3.OpPut(state, lock.Value{Owner: owner, Done: true, Finished: time.UnixMilli(lo.UnixMilli())}.String(), clientv3.WithLease(done)),
 				move(attempts), move(base),
 			},
 			els: []clientv3.Op{clientv3.OpGet(state)},
@@ -100,7 +100,7 @@ func (s *Store) Complete(ctx context.Context, slot lock.Slot, owner lock.Owner, 
 
 // doneOf is the prefix of owner's done value.
 func doneOf(owner lock.Owner) string {
-	return strings.TrimSuffix(lock.DoneValue(owner, 0), "0")
+	return strings.TrimSuffix(lock.Value{Owner: owner, Done: true, Finished: time.UnixMilli(0)}.String(), "0")
 }
 
 // Release implements lock.Store: one transaction deletes the state key if
@@ -108,7 +108,7 @@ func doneOf(owner lock.Owner) string {
 func (s *Store) Release(ctx context.Context, slot lock.Slot, owner lock.Owner) error {
 	state, _, _ := s.keys(slot)
 	resp, err := s.txn(ctx, txnReq{key: state,
-		cmps: []clientv3.Cmp{clientv3.Compare(clientv3.Value(state), "=", lock.RunValue(owner))},
+		cmps: []clientv3.Cmp{clientv3.Compare(clientv3.Value(state), "=", lock.Value{Owner: owner}.String())},
 		then: []clientv3.Op{clientv3.OpDelete(state)},
 	})
 	if err != nil {
@@ -218,7 +218,7 @@ func (s *Store) States(ctx context.Context, slots []lock.Slot) ([]lock.State, er
 			st := lock.State{Status: "free"}
 			var err error
 			if sk != nil {
-				if st, err = lock.ParseValue(string(sk.Value)); err == nil {
+				if st, err = parseState(string(sk.Value)); err == nil {
 					ttl, ok := ttls[sk.Lease]
 					if !ok {
 						ttl = s.leaseTTL(ctx, clientv3.LeaseID(sk.Lease))

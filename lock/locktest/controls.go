@@ -122,7 +122,7 @@ func testTriggerTokens(t *testing.T, h Harness, c lock.Controls) {
 	if err := c.ArmTrigger(ctx, trig, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.Store.Release(ctx, trig, lock.Owner{Replica: "a", Attempt: tc.Attempt}); err != nil {
+	if err := h.Store.Release(ctx, trig, lock.Owner{ID: "a", Attempt: tc.Attempt}); err != nil {
 		t.Fatal(err)
 	}
 	if again := mustClaim(t, h, trig, "a", lock.Won); again.Attempt != lock.TriggerBase+2 {
@@ -255,7 +255,7 @@ func testOccupy(t *testing.T, h Harness, c lock.Controls) {
 	a := UniqueSlot(t, h)
 	b := a
 	b.ID += "9"
-	oa, ob := lock.Owner{Replica: "r1#x", Attempt: 1}, lock.Owner{Replica: "r2#y", Attempt: 1}
+	oa, ob := lock.Owner{ID: "r1#x", Attempt: 1}, lock.Owner{ID: "r2#y", Attempt: 1}
 	w := c.WatchTask(a.Task)
 	defer w.Stop()
 	if o, err := c.Occupy(ctx, a, oa, 10*time.Second, false); err != nil || !o.Taken {
@@ -309,7 +309,7 @@ func testControlTTLs(t *testing.T, h Harness, c lock.Controls) {
 	if _, err := c.Configure(ctx, []string{slot.Task, "other-" + slot.Task}, []bool{true, false}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Occupy(ctx, slot, lock.Owner{Replica: "r", Attempt: 1}, time.Minute, false); err != nil {
+	if _, err := c.Occupy(ctx, slot, lock.Owner{ID: "r", Attempt: 1}, time.Minute, false); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.ArmTrigger(ctx, lock.TriggerSlot(slot.Task, slot.Time, time.Hour), time.Hour); err != nil {

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/slotd/slotd/internal/observe"
-	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler"
 )
 
@@ -26,7 +26,7 @@ func TestHealthcheckDefaultURLIsDaemonDefault(t *testing.T) {
 // unhealthy on a non-2xx answer, on no answer, and on a slow answer.
 func TestHealthcheck(t *testing.T) {
 	t.Parallel()
-	store := lock.NewMemory(nil)
+	store := memlock.New(nil)
 	daemon := httptest.NewServer(observe.Handler(observe.Daemon{Scheduler: scheduler.New(nil, store), Store: store}))
 	defer daemon.Close()
 	release := make(chan struct{})

@@ -16,6 +16,7 @@ import (
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/internal/store"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/redislock"
 	"github.com/slotd/slotd/scheduler"
 )
 
@@ -44,7 +45,7 @@ func TestRedlockBackendAndCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	if _, ok := b.Store.(*lock.Redlock); !ok {
+	if _, ok := b.Store.(*redislock.Redlock); !ok {
 		t.Fatalf("store is %T, want *lock.Redlock", b.Store)
 	}
 	task, _ := findTask(cfg, "report")
@@ -58,14 +59,14 @@ func TestRedlockBackendAndCommands(t *testing.T) {
 	if err != nil || c.Result != lock.Won {
 		t.Fatalf("claim on 3 masters = %+v, %v", c, err)
 	}
-	if err := b.Store.Complete(ctx, slot, lock.Owner{Replica: "r1", Attempt: c.Attempt}, task.DoneTTL); err != nil {
+	if err := b.Store.Complete(ctx, slot, lock.Owner{ID: "r1", Attempt: c.Attempt}, task.DoneTTL); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.History.Append(ctx, "report", scheduler.HistoryEntry{Slot: slot.ID, SlotTime: slot.Time, Attempt: c.Attempt,
 		Token: lock.Token(slot.Time, c.Attempt), Replica: "r1", Outcome: "success", Started: now}); err != nil {
 		t.Fatal(err)
 	}
-	state, _ := lock.Keys("slotd", slot)
+	state, _ := redislock.Keys("slotd", slot)
 	for i, s := range srvs {
 		if v := s.Client().Get(ctx, state).Val(); !strings.HasPrefix(v, "done:r1:1:") {
 			t.Errorf("master %d holds %q, want the done marker", i, v)

@@ -18,7 +18,7 @@ import (
 
 	"github.com/slotd/slotd/internal/config"
 	"github.com/slotd/slotd/internal/observe"
-	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler"
 )
 
@@ -51,7 +51,7 @@ plugin = "cli-test-counted"
 	if err != nil {
 		t.Fatal(err)
 	}
-	sched := scheduler.New(cfg.Tasks, lock.NewMemory(time.Now), scheduler.WithLogger(log))
+	sched := scheduler.New(cfg.Tasks, memlock.New(time.Now), scheduler.WithLogger(log))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- sched.Run(ctx) }()

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/redislock"
 )
 
 // rerun of a free slot (no state, no attempts) with no daemon running did
@@ -36,7 +36,7 @@ func TestRerunFreeSlotSaysSo(t *testing.T) {
 
 	done := s.latest("backup")
 	s.done(done, "r1")
-	doneKey, _ := lock.Keys("slotd", done)
+	doneKey, _ := redislock.Keys("slotd", done)
 	waitNoSubscribers(t, s)
 	r = runCLI(t, "rerun", "-config", s.path, "backup", done.ID)
 	if r.code != exitOK || s.exists(doneKey) || !strings.Contains(r.stdout, "cleared slot "+done.ID) ||

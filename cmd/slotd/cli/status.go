@@ -17,7 +17,7 @@ import (
 	"github.com/slotd/slotd/internal/config"
 	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/internal/store"
-	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/redislock"
 	"github.com/slotd/slotd/scheduler"
 )
 
@@ -360,7 +360,7 @@ func cmdRerun(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			slot.ID, task.Name, clean(res.Previous), res.TTL)
 		return exitError
 	case "foreign":
-		state, _ := lock.Keys(cfg.Prefix, slot)
+		state, _ := redislock.Keys(cfg.Prefix, slot)
 		fmt.Fprintf(stderr, "slotd rerun: slot key %s holds a value slotd did not write (%q); refusing. -force deletes it.\n",
 			state, shorten(res.Previous, 80))
 		return exitError

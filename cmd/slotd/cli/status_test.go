@@ -19,6 +19,7 @@ import (
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/internal/store"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/redislock"
 	"github.com/slotd/slotd/scheduler"
 )
 
@@ -29,7 +30,7 @@ type shared struct {
 	path  string
 	cfg   *config.Config
 	rdb   *redis.Client
-	store *lock.Redis
+	store *redislock.Store
 	hist  *store.RedisHistory
 	now   time.Time // the Redis clock at start
 }
@@ -76,7 +77,7 @@ format = "json"
 		t.Fatal(err)
 	}
 	rdb := srv.Client()
-	s := &shared{t: t, path: path, cfg: cfg, rdb: rdb, store: lock.NewRedis(rdb, "slotd"),
+	s := &shared{t: t, path: path, cfg: cfg, rdb: rdb, store: redislock.New(rdb, "slotd"),
 		hist: store.NewRedisHistory(rdb, "slotd", time.Hour)}
 	if s.now, err = s.store.Time(context.Background()); err != nil {
 		t.Fatal(err)
@@ -113,7 +114,7 @@ func (s *shared) claim(slot lock.Slot, replica string) lock.Owner {
 	if err != nil || c.Result != lock.Won {
 		s.t.Fatalf("claim %s: %+v, %v", slot, c, err)
 	}
-	return lock.Owner{Replica: replica, Attempt: c.Attempt}
+	return lock.Owner{ID: replica, Attempt: c.Attempt}
 }
 
 // done claims and completes slot for replica, recording the attempt.
@@ -130,7 +131,7 @@ func (s *shared) record(slot lock.Slot, o lock.Owner, outcome, errText string) {
 	s.t.Helper()
 	err := s.hist.Append(context.Background(), slot.Task, scheduler.HistoryEntry{
 		Slot: slot.ID, SlotTime: slot.Time, Attempt: o.Attempt, Token: lock.Token(slot.Time, o.Attempt),
-		Replica: o.Replica, Outcome: outcome, Started: s.now, Duration: 1500 * time.Millisecond, Error: errText,
+		Replica: o.ID, Outcome: outcome, Started: s.now, Duration: 1500 * time.Millisecond, Error: errText,
 	})
 	if err != nil {
 		s.t.Fatal(err)
@@ -224,9 +225,9 @@ func lineWith(s, sub string) string {
 func TestHistoryCommand(t *testing.T) {
 	s := newShared(t)
 	slot := s.latest("report")
-	s.record(slot, lock.Owner{Replica: "r1", Attempt: 1}, "failure", "exit status 1\nline two")
-	s.record(slot, lock.Owner{Replica: "r2", Attempt: 2}, "timeout", "scheduler: task timed out")
-	s.record(slot, lock.Owner{Replica: "r3", Attempt: 3}, "success", "")
+	s.record(slot, lock.Owner{ID: "r1", Attempt: 1}, "failure", "exit status 1\nline two")
+	s.record(slot, lock.Owner{ID: "r2", Attempt: 2}, "timeout", "scheduler: task timed out")
+	s.record(slot, lock.Owner{ID: "r3", Attempt: 3}, "success", "")
 
 	r := runCLI(t, "history", "-config", s.path, "-n", "2", "report")
 	if r.code != 0 {
@@ -284,7 +285,7 @@ func TestRerunCommand(t *testing.T) {
 	}
 
 	running := s.latest("backup")
-	runKey, runAttempts := lock.Keys("slotd", running)
+	runKey, runAttempts := redislock.Keys("slotd", running)
 	s.claim(running, "r2")
 	r := runCLI(t, "rerun", "-config", s.path, "backup", running.ID)
 	if r.code != 1 || !strings.Contains(r.stderr, "running") || !strings.Contains(r.stderr, "-force") {
@@ -303,7 +304,7 @@ func TestRerunCommand(t *testing.T) {
 	awaitRelease(t, ps, runKey)
 
 	done := s.latest("report")
-	doneKey, doneAttempts := lock.Keys("slotd", done)
+	doneKey, doneAttempts := redislock.Keys("slotd", done)
 	s.done(done, "r1")
 	r = runCLI(t, "rerun", "-config", s.path, "report", done.ID)
 	if r.code != 0 {
@@ -423,8 +424,8 @@ func TestStatusWrongTypeKeyIsPerTask(t *testing.T) {
 	backup := s.latest("backup")
 	s.done(backup, "r1")
 	report := s.latest("report")
-	state, _ := lock.Keys("slotd", report)
-	_, paused, _, _ := lock.ControlKeys("slotd", "report")
+	state, _ := redislock.Keys("slotd", report)
+	_, paused, _, _ := redislock.ControlKeys("slotd", "report")
 	for _, c := range []struct{ what, key, want string }{
 		{"slot key", state, "slot " + report.ID},
 		{"history stream", store.HistoryKey("slotd", "report"), "history: read report"},

@@ -1,0 +1,7 @@
+// Package memlock is slotd's slot protocol (lock.Store) in this process's
+// memory: the embedded store for a single replica trying slotd out, and a
+// fast store for unit tests. It follows the Redis store's Lua scripts step
+// for step, keys included, passes the same conformance suite, implements
+// the operator controls (lock.Controls) and one-time markers (lock.Oncer),
+// and shares nothing between processes.
+package memlock

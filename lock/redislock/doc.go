@@ -1,0 +1,30 @@
+// Package redislock is slotd's slot protocol (lock.Store) on Redis: one
+// server, Sentinel or Cluster (New), or a Redlock quorum of independent
+// masters (NewRedlock). Each state change is one Lua script, one file per
+// script, that checks ownership before it writes; concurrent calls are
+// pipelined and fused (see batcher). It also implements the optional
+// capabilities: operator controls (lock.Controls), the fleet (lock.Fleet),
+// one-time markers (lock.Oncer) and the write probe (lock.Prober). It
+// classes Redis's refusals (OOM, NOPERM, READONLY, MISCONF, NOREPLICAS) as
+// lock.StoreError with the fix to name.
+//
+// It is the one owner of slotd's Redis schema. Keys (prefix "slotd"; the
+// braces are a Redis Cluster hash tag so one slot's keys share a shard):
+//
+//	slotd:{<task>:<slot id>}           "run:<owner>:<attempt>" (TTL lease) or
+//	                                   "done:<owner>:<attempt>:<unix ms>" (TTL done TTL);
+//	                                   <owner> is "<replica>#<instance nonce>" (see lock.Value)
+//	slotd:{<task>:<slot id>}:attempts  INCR per claim (TTL >= done TTL)
+//	slotd:{<task>:<slot id>}:base      attempts before the last operator rerun, if any
+//	slotd:{<task>:<slot id>}:once:<event>  a one-time marker (see OnceKey)
+//	slotd:probe:{<replica>}            the replica id, written by Probe with a TTL
+//	slotd:released                     pub/sub channel: a slot was released or rerun; message = state key
+//	slotd:done                         pub/sub channel: slots were marked done; message = state keys, one a line;
+//	                                   or claims were won: "taken", then state keys, one a line
+//	slotd:fleet                        see fleet.go
+//	slotd:replica:{<replica id>}       see fleet.go
+//	slotd:first-start                  see fleet.go
+//
+// and the operator controls' keys (see redis_controls.go and ControlKeys).
+// The in-memory store (package memlock) mirrors this layout step for step.
+package redislock

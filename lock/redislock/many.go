@@ -1,0 +1,30 @@
+package redislock
+
+import (
+	"context"
+	"time"
+
+	"github.com/slotd/slotd/lock"
+)
+
+// ClaimMany claims every request in as few round trips as the batcher
+// allows; see the package function ClaimMany.
+func (r *Store) ClaimMany(ctx context.Context, reqs []lock.ClaimRequest, f func(int, lock.ClaimReply)) {
+	if r.ack.n > 0 { // WAIT needs the connection that wrote: one call each
+		lock.ClaimMany(ctx, struct{ lock.Store }{r}, reqs, f) // one Store.Claim each
+		return
+	}
+	sreqs := make([]scriptReq, len(reqs))
+	taken := r.batch.takenChannel()
+	for i, q := range reqs {
+		keys, args := claimArgs(r.prefix, q.Slot, q.Owner, q.Policy, taken)
+		sreqs[i] = scriptReq{script: claimScript, keys: keys, args: args}
+	}
+	sent := time.Now()
+	calls := r.batch.queue(ctx, sreqs...)
+	for i, c := range calls {
+		var rep lock.ClaimReply
+		rep.Claim, rep.Err = r.claimReply(wait(c), reqs[i].Slot, sent)
+		f(i, rep)
+	}
+}

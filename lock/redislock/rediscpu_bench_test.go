@@ -1,0 +1,120 @@
+package redislock_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slotd/slotd/lock"
+)
+
+// BenchmarkRedisCPU measures what a slot's state changes cost Redis itself:
+// the server's CPU (INFO cpu, user + sys) per slot, next to a pipelined raw
+// SET NX PX of a fresh key on the same server in the same run, the least
+// a lock costs. Slots go through the store as the engine sends them in a
+// burst, ClaimMany of 256 fresh slots at a time (fused into EVALSHAs by the
+// batcher), then their completions, concurrently:
+//
+//	go test -run '^$' -bench RedisCPU -benchtime 20000x ./lock/
+//
+// redis-µs/slot is the figure issue 18's second target reads (≤ 13 µs for
+// a whole slot: claim, completion and the history append the engine adds);
+// ratio-to-raw is it over the raw SET NX PX's.
+func BenchmarkRedisCPU(b *testing.B) {
+	rdb, r, p := benchEnv(b)
+	ctx := context.Background()
+	const batch = 256
+	run := func(b *testing.B, op func(n int)) {
+		b.Helper()
+		for done := 0; done < b.N; done += batch {
+			n := min(batch, b.N-done)
+			op(n)
+		}
+	}
+	measure := func(b *testing.B, op func(n int)) float64 {
+		b.Helper()
+		before := serverCPU(b, rdb)
+		b.ResetTimer()
+		run(b, op)
+		b.StopTimer()
+		us := (serverCPU(b, rdb) - before) / float64(b.N) * 1e6
+		b.ReportMetric(us, "redis-µs/slot")
+		return us
+	}
+	var raw float64
+	b.Run("raw-setnx", func(b *testing.B) {
+		raw = measure(b, func(n int) {
+			pipe := rdb.Pipeline()
+			for _, k := range freshKeys(n) {
+				pipe.SetNX(ctx, k, "owner", p.Lease)
+			}
+			if _, err := pipe.Exec(ctx); err != nil {
+				b.Fatal(err)
+			}
+		})
+	})
+	claimed := map[int][]lock.Slot{}
+	claim := func(b *testing.B, n int) []lock.Slot {
+		now := time.Now()
+		slots := freshSlots(now, n)
+		reqs := make([]lock.ClaimRequest, n)
+		for i, s := range slots {
+			reqs[i] = lock.ClaimRequest{Slot: s, Owner: "r", Policy: p}
+		}
+		r.ClaimMany(ctx, reqs, func(i int, rep lock.ClaimReply) {
+			if rep.Err != nil || rep.Claim.Result != lock.Won {
+				b.Errorf("claim %s: %+v", slots[i], rep)
+			}
+		})
+		return slots
+	}
+	b.Run("claim", func(b *testing.B) {
+		us := measure(b, func(n int) { claimed[len(claimed)] = claim(b, n) })
+		b.ReportMetric(us/raw, "ratio-to-raw")
+	})
+	b.Run("complete", func(b *testing.B) {
+		var slots []lock.Slot
+		for done := 0; done < b.N; done += batch {
+			slots = append(slots, claim(b, min(batch, b.N-done))...)
+		}
+		next := 0
+		us := measure(b, func(n int) {
+			errs := make(chan error, n)
+			for _, s := range slots[next : next+n] {
+				go func() { errs <- r.Complete(ctx, s, lock.Owner{ID: "r", Attempt: 1}, p.DoneTTL) }()
+			}
+			for range n {
+				if err := <-errs; err != nil {
+					b.Error(err)
+				}
+			}
+			next += n
+		})
+		b.ReportMetric(us/raw, "ratio-to-raw")
+	})
+}
+
+// serverCPU is Redis's own CPU time so far, in seconds.
+func serverCPU(b *testing.B, rdb *redis.Client) float64 {
+	b.Helper()
+	info, err := rdb.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sum float64
+	for _, line := range strings.Split(info, "\r\n") {
+		name, v, ok := strings.Cut(line, ":")
+		if ok && (name == "used_cpu_user" || name == "used_cpu_sys") {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				b.Fatalf("INFO cpu: %q: %v", line, err)
+			}
+			sum += f
+		}
+	}
+	return sum
+}
