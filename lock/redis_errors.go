@@ -19,14 +19,16 @@ var redisCodes = map[string]struct {
 	"MISCONF":     {KindMisconf, "Redis stopped writes after a failed RDB save: fix its disk or persistence settings"},
 	"NOREPLICAS":  {KindNoReplicas, noReplicasFix},
 	"NOSCRIPT":    {KindNoScript, ""},
-	"NOAUTH":      {KindAuth, ""},
-	"WRONGPASS":   {KindAuth, ""},
+	"NOAUTH":      {KindAuth, redisAuthFix},
+	"WRONGPASS":   {KindAuth, redisAuthFix},
 	"LOADING":     {KindUnavailable, ""},
 	"BUSY":        {KindUnavailable, ""},
 	"MASTERDOWN":  {KindUnavailable, ""},
 	"CLUSTERDOWN": {KindUnavailable, ""},
 	"TRYAGAIN":    {KindUnavailable, ""},
 }
+
+const redisAuthFix = "Redis does not authenticate slotd: check the URL's username and password against its ACL (ACL GETUSER)"
 
 const noReplicasFix = "too few Redis replicas acknowledge writes (min-replicas-to-write, min_replicas_ack): bring them back"
 

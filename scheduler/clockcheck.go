@@ -3,6 +3,8 @@ package scheduler
 import (
 	"context"
 	"time"
+
+	"github.com/slotd/slotd/lock"
 )
 
 // clockLoop measures the store's reachability and clock skew, and probes
@@ -36,6 +38,12 @@ func (s *Scheduler) checkClock(ctx context.Context) {
 	st, err := s.store.Time(cctx)
 	t1 := s.clock.Now()
 	if err != nil {
+		if lock.Classify(err).Refusal() {
+			// The clock read is refused as a write would be (ZooKeeper's
+			// is a write; etcd's, a read the user needs a permission
+			// for): the probe would not get further, and its fix is this.
+			s.noteProbe(err)
+		}
 		if s.storeOK.Swap(false) || s.skew.Load() == 0 {
 			s.log.Warn("store unreachable", "err", err)
 		}

@@ -278,10 +278,10 @@ func (s *Store) Time(ctx context.Context) (time.Time, error) {
 			return r.mtime, nil
 		}
 		if !errors.Is(err, zk.ErrNoNode) || try > 0 {
-			return time.Time{}, fmt.Errorf("zklock: time (write %s): %w", path, err)
+			return time.Time{}, zkErr(fmt.Errorf("zklock: time (write %s): %w", path, err))
 		}
 		if _, err := s.createTTL(ctx, "", path, nil, ClockTTL); err != nil {
-			return time.Time{}, fmt.Errorf("zklock: time: %w", err)
+			return time.Time{}, zkErr(fmt.Errorf("zklock: time: %w", err))
 		}
 	}
 }
