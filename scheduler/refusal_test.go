@@ -140,3 +140,52 @@ func TestZooKeeperNoAuthMakesUnready(t *testing.T) {
 	awaitReadyz(t, r, store, http.StatusOK, 10*time.Second, "ready")
 	l.await(t, "a slot run after the fix", 10*time.Second, func(rs []record) bool { return len(rs) >= 1 })
 }
+
+// A replica whose etcd user has no rights on the prefix is not ready, and
+// /readyz names PERMISSION_DENIED and its fix (the clock read is refused
+// already, before the probe); once the role is granted the prefix it is
+// ready again.
+func TestEtcdPermissionDeniedMakesUnready(t *testing.T) {
+	c := etcdtest.Start(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	connect := func(user, pw string) *clientv3.Client {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), Username: user, Password: pw, Logger: zap.NewNop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cli.Close() })
+		return cli
+	}
+	root := connect("", "")
+	for _, step := range []func() error{
+		func() error { _, err := root.UserAdd(ctx, "root", "rootpw"); return err },
+		func() error { _, err := root.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := root.RoleAdd(ctx, "slotd"); return err },
+		func() error { _, err := root.UserAdd(ctx, "slotd", "s3cret"); return err },
+		func() error { _, err := root.UserGrantRole(ctx, "slotd", "slotd"); return err },
+		func() error { _, err := root.AuthEnable(ctx); return err },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	store := etcdlock.New(connect("slotd", "s3cret"), "slotd")
+	t.Cleanup(func() { store.Close() })
+	l := newLedger()
+	r := startReplica(t, "r1", store, time.Second, []scheduler.Task{testTask(t, "perm", "@every 1s", l.job(ok), nil)},
+		scheduler.WithClockCheck(200*time.Millisecond))
+	body := awaitReadyz(t, r, store, http.StatusServiceUnavailable, 10*time.Second,
+		"the store refuses writes (etcd PERMISSION_DENIED", "grant slotd's etcd user a role with readwrite on the prefix", "cannot claim")
+	t.Logf("/readyz without rights on the prefix: %s", strings.TrimSpace(body))
+	if strings.Contains(body, "s3cret") {
+		t.Errorf("/readyz quotes the password: %q", body)
+	}
+
+	admin := connect("root", "rootpw")
+	if _, err := admin.RoleGrantPermission(ctx, "slotd", "slotd", clientv3.GetPrefixRangeEnd("slotd"), clientv3.PermissionType(clientv3.PermReadWrite)); err != nil {
+		t.Fatal(err)
+	}
+	awaitReadyz(t, r, store, http.StatusOK, 10*time.Second, "ready")
+	l.await(t, "a slot run after the grant", 10*time.Second, func(rs []record) bool { return len(rs) >= 1 })
+}

@@ -90,7 +90,8 @@ func TestNoSpaceIsOOM(t *testing.T) {
 // With etcd auth on, a user whose role has no rights on the prefix is
 // refused the probe, the clock read and a claim as a StoreError of kind
 // noperm naming the fix; granting the role readwrite on the prefix lets
-// all three through.
+// all three through; deleting the user makes the probe fail as a
+// StoreError of kind auth.
 func TestPermissionDeniedIsNoPerm(t *testing.T) {
 	c := etcdtest.Start(t, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -146,4 +147,16 @@ func TestPermissionDeniedIsNoPerm(t *testing.T) {
 	if c, err := s.Claim(ctx, openSlot("perm"), "r1", policy); err != nil || c.Result != lock.Won {
 		t.Errorf("claim after the grant = %+v, %v; want won", c, err)
 	}
+
+	// The user deleted under a running store: its token is no longer
+	// valid, and the client's new authentication fails.
+	if _, err := admin.UserDelete(ctx, "slotd"); err != nil {
+		t.Fatal(err)
+	}
+	err = s.Probe(ctx, "r1", 10*time.Second)
+	se = (*lock.StoreError)(nil)
+	if !errors.As(err, &se) || se.Kind != lock.KindAuth || se.Store != "etcd" || !strings.Contains(se.Fix, "[etcd] username") {
+		t.Fatalf("probe after the user's deletion: %v (%+v), want an etcd StoreError of kind auth with the fix", err, se)
+	}
+	t.Logf("probe after the user's deletion: %s %s: %v", se.Kind, se.Code, se)
 }
