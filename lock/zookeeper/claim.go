@@ -31,7 +31,7 @@ func (s *Store) read(ctx context.Context, slot lock.Slot) (sn, run node, err err
 		err = runErr
 	}
 	if err != nil {
-		return node{}, node{}, zkErr(fmt.Errorf("zklock: read %s: %w", slot, err))
+		return node{}, node{}, fmt.Errorf("zklock: read %s: %w", slot, err)
 	}
 	return sn, run, nil
 }
@@ -82,7 +82,7 @@ func (s *Store) Claim(ctx context.Context, slot lock.Slot, replica string, p loc
 	path := s.RunPath(slot)
 	if orphan, ok := s.orphans.Load(path); ok {
 		if err := s.freeOrphan(ctx, path, orphan.(string)); err != nil {
-			return lock.Claim{}, zkErr(fmt.Errorf("zklock: claim %s: freeing the run node of a failed release: %w", slot, err))
+			return lock.Claim{}, fmt.Errorf("zklock: claim %s: freeing the run node of a failed release: %w", slot, err)
 		}
 	}
 	for range maxRaces {
@@ -114,7 +114,7 @@ func (s *Store) Claim(ctx context.Context, slot lock.Slot, replica string, p loc
 			d = slotData{ttl: p.DoneTTL}
 			created, err := s.createTTL(ctx, slot.Task, s.SlotPath(slot), d.encode(), p.DoneTTL)
 			if err != nil {
-				return lock.Claim{}, zkErr(fmt.Errorf("zklock: claim %s: %w", slot, err))
+				return lock.Claim{}, fmt.Errorf("zklock: claim %s: %w", slot, err)
 			}
 			if !created {
 				continue
@@ -139,7 +139,7 @@ func (s *Store) Claim(ctx context.Context, slot lock.Slot, replica string, p loc
 			// whose ctx ended goes on): the next claims of the slot look
 			// for its run node.
 			s.doubt.Store(path, doubt{lock.RunValue(owner), sn.stat.Version})
-			return lock.Claim{}, zkErr(fmt.Errorf("zklock: claim %s: %w", slot, err))
+			return lock.Claim{}, fmt.Errorf("zklock: claim %s: %w", slot, err)
 		}
 		s.doubt.Delete(path) // an earlier claim in doubt checked an older version
 		st := res[0].Stat
@@ -174,7 +174,7 @@ func (s *Store) landed(ctx context.Context, slot lock.Slot, p lock.Policy, sent 
 		)
 	})
 	if err != nil {
-		return lock.Claim{}, zkErr(fmt.Errorf("zklock: claim %s landed at %v, outside its window, and could not be undone: %w", slot, at, err))
+		return lock.Claim{}, fmt.Errorf("zklock: claim %s landed at %v, outside its window, and could not be undone: %w", slot, at, err)
 	}
 	if at.Before(earliest) {
 		return lock.Claim{Result: lock.Early, Wait: earliest.Sub(at), Now: at, Sent: sent}, nil
@@ -196,7 +196,7 @@ func (s *Store) decide(ctx context.Context, slot lock.Slot, inDoubt string, p lo
 	}
 	lo, hi, err := s.now(ctx)
 	if err != nil {
-		return c, sn, run, d, zkErr(fmt.Errorf("zklock: claim %s: %w", slot, err))
+		return c, sn, run, d, fmt.Errorf("zklock: claim %s: %w", slot, err)
 	}
 	c.Now = lo
 	if run.exists {
@@ -218,7 +218,7 @@ func (s *Store) decide(ctx context.Context, slot lock.Slot, inDoubt string, p lo
 	}
 	if sn.exists {
 		if d, err = decodeSlot(sn.data); err != nil {
-			return c, sn, run, d, zkErr(fmt.Errorf("zklock: claim %s: %w", slot, err))
+			return c, sn, run, d, fmt.Errorf("zklock: claim %s: %w", slot, err)
 		}
 		if d.done != "" {
 			st, _ := lock.ParseValue(d.done)

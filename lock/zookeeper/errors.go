@@ -25,8 +25,9 @@ const (
 
 // zkErr wraps err in a *lock.StoreError when it is a ZooKeeper refusal
 // this store classes anywhere in its chain. Any other err, nil included,
-// is returned as it is. Every error a Store method returns passes through
-// it.
+// is returned as it is. Every client call's error passes through it (see
+// call), so that the store's own wrapping keeps the StoreError in its
+// chain.
 func zkErr(err error) error {
 	if err == nil {
 		return nil

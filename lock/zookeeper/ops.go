@@ -18,7 +18,7 @@ import (
 func (s *Store) held(ctx context.Context, op string, slot lock.Slot, owner lock.Owner) (sn, run node, err error) {
 	sn, run, err = s.read(ctx, slot)
 	if err != nil {
-		return sn, run, zkErr(fmt.Errorf("zklock: %s %s attempt %d: %w", op, slot, owner.Attempt, err))
+		return sn, run, fmt.Errorf("zklock: %s %s attempt %d: %w", op, slot, owner.Attempt, err)
 	}
 	if !run.exists || string(run.data) != lock.RunValue(owner) || run.stat.EphemeralOwner != s.conn.SessionID() || !sn.exists {
 		return sn, run, fmt.Errorf("zklock: %s %s attempt %d: %w", op, slot, owner.Attempt, lock.ErrNotHeld)
@@ -50,7 +50,7 @@ func (s *Store) Renew(ctx context.Context, slot lock.Slot, owner lock.Owner, lea
 		case errors.Is(err, zk.ErrSessionExpired):
 			return fmt.Errorf("zklock: renew %s attempt %d: %w (%w)", slot, owner.Attempt, lock.ErrNotHeld, err)
 		case !lost(err):
-			return zkErr(fmt.Errorf("zklock: renew %s attempt %d: %w", slot, owner.Attempt, err))
+			return fmt.Errorf("zklock: renew %s attempt %d: %w", slot, owner.Attempt, err)
 		}
 	}
 	return fmt.Errorf("zklock: renew %s attempt %d: lost %d races in a row", slot, owner.Attempt, maxRaces)
@@ -72,11 +72,11 @@ func (s *Store) Complete(ctx context.Context, slot lock.Slot, owner lock.Owner, 
 		}
 		d, err := decodeSlot(sn.data)
 		if err != nil {
-			return zkErr(fmt.Errorf("zklock: complete %s attempt %d: %w", slot, owner.Attempt, err))
+			return fmt.Errorf("zklock: complete %s attempt %d: %w", slot, owner.Attempt, err)
 		}
 		lo, _, err := s.now(ctx)
 		if err != nil {
-			return zkErr(fmt.Errorf("zklock: complete %s attempt %d: %w", slot, owner.Attempt, err))
+			return fmt.Errorf("zklock: complete %s attempt %d: %w", slot, owner.Attempt, err)
 		}
 		d.done = lock.DoneValue(owner, lo.UnixMilli())
 		_, err = s.multi(ctx,
@@ -88,7 +88,7 @@ func (s *Store) Complete(ctx context.Context, slot lock.Slot, owner lock.Owner, 
 		case errors.Is(err, zk.ErrSessionExpired):
 			return fmt.Errorf("zklock: complete %s attempt %d: %w (%w)", slot, owner.Attempt, lock.ErrNotHeld, err)
 		case !lost(err):
-			return zkErr(fmt.Errorf("zklock: complete %s attempt %d: %w", slot, owner.Attempt, err))
+			return fmt.Errorf("zklock: complete %s attempt %d: %w", slot, owner.Attempt, err)
 		}
 	}
 	return fmt.Errorf("zklock: complete %s attempt %d: lost %d races in a row", slot, owner.Attempt, maxRaces)
@@ -121,7 +121,7 @@ func (s *Store) Release(ctx context.Context, slot lock.Slot, owner lock.Owner) e
 			return fmt.Errorf("zklock: release %s attempt %d: %w (%w)", slot, owner.Attempt, lock.ErrNotHeld, err)
 		case !lost(err):
 			s.orphans.Store(s.RunPath(slot), lock.RunValue(owner))
-			return zkErr(fmt.Errorf("zklock: release %s attempt %d: %w", slot, owner.Attempt, err))
+			return fmt.Errorf("zklock: release %s attempt %d: %w", slot, owner.Attempt, err)
 		}
 	}
 	return fmt.Errorf("zklock: release %s attempt %d: lost %d races in a row", slot, owner.Attempt, maxRaces)
@@ -151,7 +151,7 @@ func (s *Store) Rerun(ctx context.Context, slot lock.Slot, force bool) (lock.Rer
 	for range maxRaces {
 		sn, run, err := s.read(ctx, slot)
 		if err != nil {
-			return lock.Rerun{}, zkErr(fmt.Errorf("zklock: rerun %s: %w", slot, err))
+			return lock.Rerun{}, fmt.Errorf("zklock: rerun %s: %w", slot, err)
 		}
 		var out lock.Rerun
 		d, derr := slotData{}, error(nil)
@@ -190,7 +190,7 @@ func (s *Store) Rerun(ctx context.Context, slot lock.Slot, force bool) (lock.Rer
 				continue
 			}
 			if err != nil {
-				return lock.Rerun{}, zkErr(fmt.Errorf("zklock: rerun %s: %w", slot, err))
+				return lock.Rerun{}, fmt.Errorf("zklock: rerun %s: %w", slot, err)
 			}
 		}
 		out.Cleared, out.Woken = true, int64(s.watch.count(s.SlotPath(slot)))
@@ -214,7 +214,7 @@ func (s *Store) States(ctx context.Context, slots []lock.Slot) ([]lock.State, er
 	sem := make(chan struct{}, statesInFlight)
 	lo, _, err := s.now(ctx)
 	if err != nil {
-		return nil, zkErr(fmt.Errorf("zklock: state of %d slots: %w", len(slots), err))
+		return nil, fmt.Errorf("zklock: state of %d slots: %w", len(slots), err)
 	}
 	for i, slot := range slots {
 		wg.Add(1)
@@ -233,7 +233,7 @@ func (s *Store) States(ctx context.Context, slots []lock.Slot) ([]lock.State, er
 	}
 	wg.Wait()
 	if fatal != nil {
-		return nil, zkErr(fmt.Errorf("zklock: state of %d slots: %w", len(slots), fatal))
+		return nil, fmt.Errorf("zklock: state of %d slots: %w", len(slots), fatal)
 	}
 	return out, errors.Join(errs...)
 }

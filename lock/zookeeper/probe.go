@@ -29,11 +29,11 @@ func (s *Store) Probe(ctx context.Context, replica string, ttl time.Duration) er
 			return nil
 		}
 		if !errors.Is(err, zk.ErrNoNode) || try > 0 {
-			return zkErr(fmt.Errorf("zklock: probe (write %s): %w", path, err))
+			return fmt.Errorf("zklock: probe (write %s): %w", path, err)
 		}
 		created, err := s.createTTL(ctx, "", path, []byte(replica), max(ttl, time.Second))
 		if err != nil {
-			return zkErr(fmt.Errorf("zklock: probe: %w", err))
+			return fmt.Errorf("zklock: probe: %w", err)
 		}
 		if created {
 			return nil
