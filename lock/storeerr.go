@@ -9,7 +9,7 @@ import (
 )
 
 // ErrorKind classes a store error by what an operator must do about it.
-// The refusals (oom, noperm, readonly, misconf, noreplicas) are a store
+// The refusals (oom, noperm, readonly, misconf, noreplicas, auth) are a store
 // that answers but will not take slotd's writes: every claim fails until
 // the operator fixes the store, so a replica facing one is not ready.
 type ErrorKind uint8
@@ -46,10 +46,11 @@ func (k ErrorKind) String() string {
 }
 
 // Refusal reports whether k is a store that answers but refuses writes
-// until an operator acts: oom, noperm, readonly, misconf, noreplicas.
+// until an operator acts: oom, noperm, readonly, misconf, noreplicas,
+// auth.
 func (k ErrorKind) Refusal() bool {
 	switch k {
-	case KindOOM, KindNoPerm, KindReadOnly, KindMisconf, KindNoReplicas:
+	case KindOOM, KindNoPerm, KindReadOnly, KindMisconf, KindNoReplicas, KindAuth:
 		return true
 	}
 	return false

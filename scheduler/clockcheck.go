@@ -67,7 +67,15 @@ func (s *Scheduler) checkClock(ctx context.Context) {
 	st, err := s.store.Time(cctx)
 	t1 := s.clock.Now()
 	if err != nil {
-		if s.storeOK.Swap(false) || s.skew.Load() == 0 {
+		refused := lock.Classify(err).Refusal()
+		if refused {
+			// The clock read is refused as a write would be (ZooKeeper's
+			// is a write; etcd's, a read the user needs a permission
+			// for): the probe would not get further, and its fix, which
+			// noteProbe logs, is this one's.
+			s.noteProbe(err)
+		}
+		if wasOK := s.storeOK.Swap(false); (wasOK || s.skew.Load() == 0) && !refused {
 			s.log.Warn("store unreachable", "err", err)
 		}
 		return

@@ -41,7 +41,12 @@ func (s *Scheduler) probe(ctx context.Context) {
 	if !ok {
 		return
 	}
-	err := p.Probe(ctx, s.replica, s.probeTTL())
+	s.noteProbe(p.Probe(ctx, s.replica, s.probeTTL()))
+}
+
+// noteProbe records the result of a probe, and logs the fix when the
+// store starts or stops refusing writes.
+func (s *Scheduler) noteProbe(err error) {
 	if prev, changed := s.stats.Store.Probed(err, s.clock.Now()); changed {
 		s.logRefusal(prev, s.stats.Store.LastProbe())
 	}

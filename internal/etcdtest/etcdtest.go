@@ -70,9 +70,16 @@ func Binary(t testing.TB) string {
 // one) is retried on fresh ports.
 func Start(t testing.TB, n int) *Cluster {
 	t.Helper()
+	return StartWith(t, n)
+}
+
+// StartWith is Start with extra flags for every member (a backend quota:
+// "--quota-backend-bytes", "1048576").
+func StartWith(t testing.TB, n int, flags ...string) *Cluster {
+	t.Helper()
 	bin := Binary(t)
 	for try := 1; ; try++ {
-		c, err := start(t, bin, n)
+		c, err := start(t, bin, n, flags)
 		if err == nil {
 			return c
 		}
@@ -85,7 +92,7 @@ func Start(t testing.TB, n int) *Cluster {
 	}
 }
 
-func start(t testing.TB, bin string, n int) (*Cluster, error) {
+func start(t testing.TB, bin string, n int, flags []string) (*Cluster, error) {
 	dir := t.TempDir()
 	c := &Cluster{t: t}
 	var initial []string
@@ -110,6 +117,7 @@ func start(t testing.TB, bin string, n int) (*Cluster, error) {
 			"--experimental-enable-lease-checkpoint",
 			"--logger", "zap", "--log-level", "warn", "--log-outputs", m.dir + "/etcd.log",
 		}
+		m.args = append(m.args, flags...)
 		if err := os.MkdirAll(m.dir, 0o755); err != nil {
 			return c, err
 		}

@@ -35,7 +35,7 @@ func (s *Store) Claim(ctx context.Context, slot lock.Slot, replica string, p loc
 
 func (s *Store) claimErr(slot lock.Slot, err error) error {
 	state, attempts, _ := s.keys(slot)
-	return fmt.Errorf("etcdlock: claim %s (keys %s, %s): %w", slot, state, attempts, err)
+	return etcdErr(fmt.Errorf("etcdlock: claim %s (keys %s, %s): %w", slot, state, attempts, err))
 }
 
 // outside reports whether slot's window is closed, or not yet open, by

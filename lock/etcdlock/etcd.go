@@ -160,11 +160,11 @@ func (s *Store) goOwned(f func()) {
 // not ready.
 func (s *Store) Time(ctx context.Context) (time.Time, error) {
 	if _, err := s.cli.Get(ctx, s.prefix+":clock", clientv3.WithCountOnly()); err != nil {
-		return time.Time{}, fmt.Errorf("etcdlock: time: %w", err)
+		return time.Time{}, etcdErr(fmt.Errorf("etcdlock: time: %w", err))
 	}
 	lo, _, err := s.clock.now(ctx)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("etcdlock: time: %w", err)
+		return time.Time{}, etcdErr(fmt.Errorf("etcdlock: time: %w", err))
 	}
 	return lo, nil
 }
@@ -178,7 +178,7 @@ func (s *Store) Probe(ctx context.Context, replica string, ttl time.Duration) er
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("etcdlock: probe %s: %w", key, err)
+		return etcdErr(fmt.Errorf("etcdlock: probe %s: %w", key, err))
 	}
 	return nil
 }

@@ -45,7 +45,7 @@ func (s *Store) Renew(ctx context.Context, slot lock.Slot, owner lock.Owner, lea
 		s.holds.remove(state)
 		return fmt.Errorf("etcdlock: renew %s attempt %d: %w (%w)", slot, owner.Attempt, lock.ErrNotHeld, err)
 	case err != nil:
-		return fmt.Errorf("etcdlock: renew %s attempt %d: %w", slot, owner.Attempt, err)
+		return etcdErr(fmt.Errorf("etcdlock: renew %s attempt %d: %w", slot, owner.Attempt, err))
 	}
 	s.holds.touch(state, called)
 	return nil
@@ -65,7 +65,7 @@ func (s *Store) Complete(ctx context.Context, slot lock.Slot, owner lock.Owner, 
 	s.holds.touch(state, time.Now())
 	lo, _, err := s.clock.now(ctx)
 	if err != nil {
-		return fmt.Errorf("etcdlock: complete %s attempt %d: %w", slot, owner.Attempt, err)
+		return etcdErr(fmt.Errorf("etcdlock: complete %s attempt %d: %w", slot, owner.Attempt, err))
 	}
 	var resp *clientv3.TxnResponse
 	err = s.withBucket(ctx, doneTTL, func(done clientv3.LeaseID) error {
@@ -85,7 +85,7 @@ func (s *Store) Complete(ctx context.Context, slot lock.Slot, owner lock.Owner, 
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("etcdlock: complete %s attempt %d: %w", slot, owner.Attempt, err)
+		return etcdErr(fmt.Errorf("etcdlock: complete %s attempt %d: %w", slot, owner.Attempt, err))
 	}
 	if resp.Succeeded {
 		s.holds.remove(state)
@@ -112,7 +112,7 @@ func (s *Store) Release(ctx context.Context, slot lock.Slot, owner lock.Owner) e
 		then: []clientv3.Op{clientv3.OpDelete(state)},
 	})
 	if err != nil {
-		return fmt.Errorf("etcdlock: release %s attempt %d: %w", slot, owner.Attempt, err)
+		return etcdErr(fmt.Errorf("etcdlock: release %s attempt %d: %w", slot, owner.Attempt, err))
 	}
 	s.holds.remove(state)
 	if !resp.Succeeded {
@@ -131,7 +131,7 @@ func (s *Store) Rerun(ctx context.Context, slot lock.Slot, force bool) (lock.Rer
 	for try := 0; try < maxTxnTries; try++ {
 		rd, err := s.cli.Txn(ctx).Then(clientv3.OpGet(state), clientv3.OpGet(attempts), clientv3.OpGet(base)).Commit()
 		if err != nil {
-			return lock.Rerun{}, fmt.Errorf("etcdlock: rerun %s: %w", slot, err)
+			return lock.Rerun{}, etcdErr(fmt.Errorf("etcdlock: rerun %s: %w", slot, err))
 		}
 		sk, ak, bk := one(rd.Responses[0]), one(rd.Responses[1]), one(rd.Responses[2])
 		var out lock.Rerun
@@ -167,7 +167,7 @@ func (s *Store) Rerun(ctx context.Context, slot lock.Slot, force bool) (lock.Rer
 			continue
 		}
 		if err != nil {
-			return lock.Rerun{}, fmt.Errorf("etcdlock: rerun %s: %w", slot, err)
+			return lock.Rerun{}, etcdErr(fmt.Errorf("etcdlock: rerun %s: %w", slot, err))
 		}
 		if resp.Succeeded {
 			out.Cleared, out.Woken = true, int64(s.hub.count(state))
@@ -211,7 +211,7 @@ func (s *Store) States(ctx context.Context, slots []lock.Slot) ([]lock.State, er
 		}
 		resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
 		if err != nil {
-			return nil, fmt.Errorf("etcdlock: state of %d slots: %w", len(slots), err)
+			return nil, etcdErr(fmt.Errorf("etcdlock: state of %d slots: %w", len(slots), err))
 		}
 		for i, slot := range chunk {
 			sk, ak := one(resp.Responses[2*i]), one(resp.Responses[2*i+1])

@@ -21,14 +21,16 @@ var redisCodes = map[string]struct {
 	"MISCONF":     {lock.KindMisconf, "Redis stopped writes after a failed RDB save: fix its disk or persistence settings"},
 	"NOREPLICAS":  {lock.KindNoReplicas, noReplicasFix},
 	"NOSCRIPT":    {lock.KindNoScript, ""},
-	"NOAUTH":      {lock.KindAuth, ""},
-	"WRONGPASS":   {lock.KindAuth, ""},
+	"NOAUTH":      {lock.KindAuth, redisAuthFix},
+	"WRONGPASS":   {lock.KindAuth, redisAuthFix},
 	"LOADING":     {lock.KindUnavailable, ""},
 	"BUSY":        {lock.KindUnavailable, ""},
 	"MASTERDOWN":  {lock.KindUnavailable, ""},
 	"CLUSTERDOWN": {lock.KindUnavailable, ""},
 	"TRYAGAIN":    {lock.KindUnavailable, ""},
 }
+
+const redisAuthFix = "Redis does not authenticate slotd: check the URL's username and password against its ACL (ACL GETUSER)"
 
 const noReplicasFix = "too few Redis replicas acknowledge writes (min-replicas-to-write, min_replicas_ack): bring them back"
 

@@ -3,6 +3,7 @@ package zklock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -63,5 +64,50 @@ func TestDigestAuthKeepsNodesTheUsers(t *testing.T) {
 	}
 	if c, err := b.Claim(ctx, slot, "b", p); err != nil || c.Result != lock.Done {
 		t.Fatalf("b's claim after a's completion = %+v, %v; want done", c, err)
+	}
+}
+
+// A store whose digest user has no rights on the root's nodes (they were
+// created by another user) is refused the clock read, the probe and a
+// claim as a StoreError of kind noperm (ZooKeeper NOAUTH) naming the fix;
+// once the owner opens the nodes' ACL, the clock read and the probe pass.
+func TestNoAuthIsNoPerm(t *testing.T) {
+	e := zktest.Start(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	owner := dialWith(t, e, zklock.Options{Digest: "slotd:secret"})
+	slot := openSlot(ctx, t, owner, "1") // creates the root and its clock node, the owner's only
+	if err := owner.Probe(ctx, "owner", 10*time.Second); err != nil {
+		t.Fatalf("the owner's probe: %v", err)
+	}
+	other := dialWith(t, e, zklock.Options{Digest: "intruder:pw"})
+
+	refused := func(what string, err error) {
+		t.Helper()
+		se := (*lock.StoreError)(nil)
+		if !errors.As(err, &se) || se.Kind != lock.KindNoPerm || se.Code != "NOAUTH" || se.Store != "zookeeper" ||
+			!strings.Contains(se.Fix, "[zookeeper] username and password") || !errors.Is(err, zk.ErrNoAuth) {
+			t.Errorf("%s by another user: %v (%+v), want a zookeeper StoreError noperm NOAUTH with the fix", what, err, se)
+		}
+		if strings.Contains(err.Error(), "secret") {
+			t.Errorf("%s: the refusal quotes the owner's password: %v", what, err)
+		}
+	}
+	_, err := other.Time(ctx)
+	refused("time", err)
+	refused("probe", other.Probe(ctx, "other", 10*time.Second))
+	_, err = other.Claim(ctx, slot, "other", shortLease)
+	refused("claim", err)
+
+	for _, p := range []string{owner.Root(), owner.Root() + "/.clock"} {
+		if _, err := owner.Conn().SetACL(p, zk.WorldACL(zk.PermAll), -1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := other.Time(ctx); err != nil {
+		t.Errorf("time after the ACL was opened: %v", err)
+	}
+	if err := other.Probe(ctx, "other", 10*time.Second); err != nil {
+		t.Errorf("probe after the ACL was opened: %v", err)
 	}
 }

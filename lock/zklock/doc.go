@@ -17,6 +17,8 @@
 //	                                "run:<owner>:<attempt>\n<lease ms>"
 //	/slotd/.clock                   a TTL node every replica writes to read the
 //	                                leader's clock (its mtime)
+//	/slotd/.probe-<replica>         a TTL node a replica writes to show the
+//	                                ensemble takes its writes (Probe)
 //	/slotd/.history/<task>          container of a task's history entries (history.go)
 //
 // Containers go when their last child goes, TTL nodes when they have no

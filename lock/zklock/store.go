@@ -203,7 +203,9 @@ func (s *Store) clockPath() string { return s.root + "/.clock" }
 func Call[T any](ctx context.Context, f func() (T, error)) (T, error) { return call(ctx, f) }
 
 // call runs f, a blocking client call, until it returns or ctx ends (the
-// call then finishes on its own, its result unread).
+// call then finishes on its own, its result unread). f's error, if it is
+// a refusal (zkErr), comes back as a *lock.StoreError: every call of the
+// store and of the history beside it passes here.
 func call[T any](ctx context.Context, f func() (T, error)) (T, error) {
 	if err := ctx.Err(); err != nil {
 		var zero T
@@ -220,7 +222,7 @@ func call[T any](ctx context.Context, f func() (T, error)) (T, error) {
 	}()
 	select {
 	case r := <-ch:
-		return r.v, r.err
+		return r.v, zkErr(r.err)
 	case <-ctx.Done():
 		var zero T
 		return zero, context.Cause(ctx)
