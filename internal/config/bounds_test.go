@@ -25,7 +25,7 @@ func TestBoundsRefuseDeepNesting(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			start := time.Now()
-			_, err := Parse([]byte(src), "deep.toml", nil)
+			_, err := Parse([]byte(src), "deep.toml", nil, testPlugins)
 			if d := time.Since(start); d > 2*time.Second {
 				t.Errorf("took %v to refuse", d)
 			}
@@ -131,7 +131,7 @@ func TestLoadBoundsFileSize(t *testing.T) {
 	}
 	for _, path := range []string{"/dev/zero", big} {
 		start := time.Now()
-		_, err := Load(path, nil)
+		_, err := Load(path, nil, testPlugins)
 		if d := time.Since(start); d > 5*time.Second {
 			t.Errorf("%s: took %v", path, d)
 		}
@@ -144,10 +144,10 @@ func TestLoadBoundsFileSize(t *testing.T) {
 	if err := os.WriteFile(big, data[1:], 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Load(big, nil); err != nil {
+	if _, err := Load(big, nil, testPlugins); err != nil {
 		t.Errorf("a file of exactly %d bytes: %v", MaxFileSize, err)
 	}
-	if _, err := Load(t.TempDir(), nil); err == nil || !strings.Contains(err.Error(), "is a directory") {
+	if _, err := Load(t.TempDir(), nil, testPlugins); err == nil || !strings.Contains(err.Error(), "is a directory") {
 		t.Errorf("Load(a directory) = %v", err)
 	}
 }

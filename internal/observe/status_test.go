@@ -71,7 +71,7 @@ func statusTask(t *testing.T, name, spec string, maxAttempts int, doneTTL time.D
 	return scheduler.Task{
 		Name: name, Spec: spec, Plugin: "test", Params: map[string]any{},
 		Policy:  lock.Policy{Lease: 3 * time.Second, DoneTTL: doneTTL, MaxAttempts: maxAttempts},
-		Timeout: time.Minute, Catchup: "none", Schedule: sched,
+		Timeout: time.Minute, Catchup: scheduler.CatchupNone, Schedule: sched,
 	}
 }
 

@@ -246,11 +246,11 @@ func TestRedisHistoryStreamGoneBetweenRenewals(t *testing.T) {
 }
 
 func TestHistoryTTL(t *testing.T) {
-	cfg := &config.Config{Tasks: []scheduler.Task{{Policy: lock.Policy{DoneTTL: 48 * time.Hour}}}}
+	cfg := &config.Config{Tasks: []config.Task{{DoneTTL: 48 * time.Hour}}}
 	if got := store.HistoryTTL(cfg); got != store.MinHistoryTTL {
 		t.Errorf("HistoryTTL with done_ttl 48h = %v, want %v", got, store.MinHistoryTTL)
 	}
-	cfg.Tasks = append(cfg.Tasks, scheduler.Task{Policy: lock.Policy{DoneTTL: 30 * 24 * time.Hour}})
+	cfg.Tasks = append(cfg.Tasks, config.Task{DoneTTL: 30 * 24 * time.Hour})
 	if got := store.HistoryTTL(cfg); got != 30*24*time.Hour {
 		t.Errorf("HistoryTTL with done_ttl 720h = %v, want 720h", got)
 	}

@@ -93,6 +93,25 @@ func WithRedisHook(h redis.Hook) Option { return func(o *options) { o.hooks = ap
 // closed until Redis answers.
 func WithSubscribe() Option { return func(o *options) { o.subscribe = true } }
 
+// Zero returns the zero value (a nil pointer) of the Store type that Open
+// returns for cfg, without dialing anything: what that type implements
+// (lock.Controls, lock.Oncer, ...) is what the configured store supports,
+// so that a command can refuse a task the store cannot serve before any
+// store is reached. Only type assertions may be made on it.
+func Zero(cfg *config.Config) lock.Store {
+	switch {
+	case cfg.UsesZooKeeper():
+		return (*zklock.Store)(nil)
+	case cfg.UsesEtcd():
+		return (*etcdlock.Store)(nil)
+	case cfg.Embedded():
+		return (*lock.Memory)(nil)
+	case cfg.RedisMode() == config.ModeRedlock:
+		return (*lock.Redlock)(nil)
+	}
+	return (*lock.Redis)(nil)
+}
+
 // Open builds the store and history of cfg's backend (cfg.RedisMode()),
 // logging which one on log. It does no I/O unless WithSubscribe is given,
 // but for [zookeeper], where it waits (at most 10s) for a session.

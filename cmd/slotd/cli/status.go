@@ -12,7 +12,7 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/slotd/slotd/internal/config"
+	"github.com/slotd/slotd/internal/assemble"
 	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/internal/store"
 	"github.com/slotd/slotd/lock"
@@ -69,11 +69,12 @@ func parseCommand(name string, args []string, stderr io.Writer, names []string, 
 
 // openShared loads the configuration at path and connects to its Redis.
 // It prints why not and returns the exit code if it cannot.
-func openShared(ctx context.Context, name, path string, stderr io.Writer) (*config.Config, *store.Backend, int) {
-	cfg, ok := loadConfig(path, discard, stderr)
+func openShared(ctx context.Context, name, path string, stderr io.Writer) (*assemble.Daemon, *store.Backend, int) {
+	d, ok := loadConfig(path, discard, stderr)
 	if !ok {
 		return nil, nil, exitUsage
 	}
+	cfg := d.Config
 	if cfg.Embedded() {
 		where := ""
 		if cfg.Listen != "off" {
@@ -88,18 +89,18 @@ func openShared(ctx context.Context, name, path string, stderr io.Writer) (*conf
 		fmt.Fprintf(stderr, "slotd: %s: %v\n", path, err)
 		return nil, nil, exitUsage
 	}
-	return cfg, b, exitOK
+	return d, b, exitOK
 }
 
-func findTask(cfg *config.Config, name string) (*scheduler.Task, error) {
-	names := make([]string, 0, len(cfg.Tasks))
-	for i := range cfg.Tasks {
-		if cfg.Tasks[i].Name == name {
-			return &cfg.Tasks[i], nil
+func findTask(d *assemble.Daemon, name string) (*scheduler.Task, error) {
+	names := make([]string, 0, len(d.Tasks))
+	for i := range d.Tasks {
+		if d.Tasks[i].Name == name {
+			return &d.Tasks[i], nil
 		}
-		names = append(names, cfg.Tasks[i].Name)
+		names = append(names, d.Tasks[i].Name)
 	}
-	return nil, fmt.Errorf("no task %q in %s (tasks: %s)", name, cfg.Source, strings.Join(names, ", "))
+	return nil, fmt.Errorf("no task %q in %s (tasks: %s)", name, d.Config.Source, strings.Join(names, ", "))
 }
 
 // cmdStatus is `slotd status`: the fleet's recent slots per task.
@@ -116,14 +117,14 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 		return exitUsage
 	}
-	cfg, b, code := openShared(ctx, "status", path, stderr)
-	if cfg == nil {
+	d, b, code := openShared(ctx, "status", path, stderr)
+	if d == nil {
 		return code
 	}
 	defer b.Close()
 	ctx, cancel := context.WithTimeout(ctx, commandTimeout)
 	defer cancel()
-	rep, err := observe.Report(ctx, cfg.Tasks, b.Store, b.History, n)
+	rep, err := observe.Report(ctx, d.Tasks, b.Store, b.History, n)
 	if err != nil {
 		fmt.Fprintf(stderr, "slotd status: %v\n", err)
 		return exitError
@@ -192,12 +193,12 @@ func cmdHistory(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 		return exitUsage
 	}
-	cfg, b, code := openShared(ctx, "history", path, stderr)
-	if cfg == nil {
+	d, b, code := openShared(ctx, "history", path, stderr)
+	if d == nil {
 		return code
 	}
 	defer b.Close()
-	task, err := findTask(cfg, pos[0])
+	task, err := findTask(d, pos[0])
 	if err != nil {
 		fmt.Fprintf(stderr, "slotd history: %v\n", err)
 		return exitUsage
@@ -279,12 +280,12 @@ func cmdRerun(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if !ok {
 		return exitUsage
 	}
-	cfg, b, code := openShared(ctx, "rerun", path, stderr)
-	if cfg == nil {
+	d, b, code := openShared(ctx, "rerun", path, stderr)
+	if d == nil {
 		return code
 	}
 	defer b.Close()
-	task, err := findTask(cfg, pos[0])
+	task, err := findTask(d, pos[0])
 	if err != nil {
 		fmt.Fprintf(stderr, "slotd rerun: %v\n", err)
 		return exitUsage
@@ -294,7 +295,7 @@ func cmdRerun(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "slotd rerun: %v\n", err)
 		return exitUsage
 	}
-	log := newLogger(stderr, cfg.LogLevel, cfg.LogFormat).With("task", task.Name, "slot", slot.ID)
+	log := newLogger(stderr, d.Config.LogLevel, d.Config.LogFormat).With("task", task.Name, "slot", slot.ID)
 	ctx, cancel := context.WithTimeout(ctx, commandTimeout)
 	defer cancel()
 
@@ -327,7 +328,7 @@ func cmdRerun(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			slot.ID, task.Name, clean(res.Previous), res.TTL)
 		return exitError
 	case "foreign":
-		state, _ := lock.Keys(cfg.Prefix, slot)
+		state, _ := lock.Keys(d.Config.Prefix, slot)
 		fmt.Fprintf(stderr, "slotd rerun: slot key %s holds a value slotd did not write (%q); refusing. -force deletes it.\n",
 			state, shorten(res.Previous, 80))
 		return exitError

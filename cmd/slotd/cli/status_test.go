@@ -14,7 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/slotd/slotd/internal/config"
+	"github.com/slotd/slotd/internal/assemble"
 	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/internal/store"
@@ -27,7 +27,7 @@ import (
 type shared struct {
 	t     *testing.T
 	path  string
-	cfg   *config.Config
+	cfg   *assemble.Daemon
 	rdb   *redis.Client
 	store *lock.Redis
 	hist  *store.RedisHistory
@@ -71,7 +71,7 @@ format = "json"
 	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Load(path, slog.New(slog.DiscardHandler))
+	cfg, err := assemble.Load(path, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
