@@ -165,7 +165,7 @@ func writeStatus(w io.Writer, rep observe.StatusReport) error {
 					replica = l.Replica
 				}
 				started, took = stamp(l.Started), l.Duration.Round(time.Millisecond).String()
-				outcome = l.Outcome + " #" + strconv.Itoa(l.Attempt)
+				outcome = string(l.Outcome) + " #" + strconv.Itoa(l.Attempt)
 				errText = l.Error
 			}
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\t%s\n", s.ID, stamp(s.Time), s.Phase,
@@ -239,7 +239,7 @@ func writeHistory(w io.Writer, task string, entries []scheduler.HistoryEntry, ou
 	fmt.Fprintln(tw, "STARTED (UTC)\tSLOT\tATTEMPT\tREPLICA\tOUTCOME\tDURATION\tTOKEN\tERROR\tOUTPUT (LAST LINE)")
 	for _, e := range entries {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s\n", stamp(e.Started), clean(e.Slot), e.Attempt,
-			clean(e.Replica), clean(e.Outcome), e.Duration.Round(time.Millisecond), e.Token, shorten(clean(e.Error), 100),
+			clean(e.Replica), clean(string(e.Outcome)), e.Duration.Round(time.Millisecond), e.Token, shorten(clean(e.Error), 100),
 			shorten(clean(lastLine(e.Output)), 60))
 	}
 	if err := tw.Flush(); err != nil {
@@ -257,7 +257,7 @@ func writeHistory(w io.Writer, task string, entries []scheduler.HistoryEntry, ou
 			text += "\n"
 		}
 		if _, err := fmt.Fprintf(w, "\n--- output of slot %s attempt %d (%s, %s, started %s UTC):\n%s", clean(e.Slot), e.Attempt,
-			clean(e.Replica), clean(e.Outcome), stamp(e.Started), text); err != nil {
+			clean(e.Replica), clean(string(e.Outcome)), stamp(e.Started), text); err != nil {
 			return err
 		}
 	}

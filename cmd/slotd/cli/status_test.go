@@ -17,6 +17,7 @@ import (
 	"github.com/slotd/slotd/internal/assemble"
 	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/internal/redistest"
+	"github.com/slotd/slotd/internal/stats"
 	"github.com/slotd/slotd/internal/store"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/scheduler"
@@ -130,7 +131,7 @@ func (s *shared) record(slot lock.Slot, o lock.Owner, outcome, errText string) {
 	s.t.Helper()
 	err := s.hist.Append(context.Background(), slot.Task, scheduler.HistoryEntry{
 		Slot: slot.ID, SlotTime: slot.Time, Attempt: o.Attempt, Token: lock.Token(slot.Time, o.Attempt),
-		Replica: o.Replica, Outcome: outcome, Started: s.now, Duration: 1500 * time.Millisecond, Error: errText,
+		Replica: o.Replica, Outcome: stats.Outcome(outcome), Started: s.now, Duration: 1500 * time.Millisecond, Error: errText,
 	})
 	if err != nil {
 		s.t.Fatal(err)
