@@ -25,7 +25,7 @@ type Checker interface {
 // PluginRef is a plugin as a [[task]] or an on_failure table names it.
 type PluginRef struct {
 	Task   string         // the task; "" for the hook of [defaults]
-	Hook   *Hook          // the hook whose plugin it is; nil for a task's own
+	Hook   *Hook          // the hook whose plugin it is (still being read: a key, no more); nil for a task's own
 	Plugin string         // the plugin's name
 	Params map[string]any // its params; never nil
 }
