@@ -17,6 +17,9 @@
 //   - the Redis history is a capped stream per task, HistoryKey, whose TTL
 //     (HistoryTTL) outlives every slot's own keys; appends that meet in
 //     flight share one round trip;
+//   - Zero names, without dialing, the Store type Open returns for a
+//     configuration, so that what a store supports is read from the
+//     interfaces that type implements;
 //   - no error quotes a Redis URL or a password.
 package store
 
