@@ -230,7 +230,9 @@ func (r *Redis) States(ctx context.Context, slots []Slot) ([]State, error) {
 		state, attempts := Keys(r.prefix, slot)
 		rs[i] = reads{get: p.Get(ctx, state), ttl: p.PTTL(ctx, state), cnt: p.Get(ctx, attempts)}
 	}
-	if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	// A failed round trip fails every command; a key of another type
+	// fails only its own (the server refuses it), and reads as foreign.
+	if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) && !refused(err) {
 		return nil, fmt.Errorf("lock: state of %d slots: %w", len(slots), err)
 	}
 	out := make([]State, len(slots))
@@ -238,6 +240,22 @@ func (r *Redis) States(ctx context.Context, slots []Slot) ([]State, error) {
 	for i, rd := range rs {
 		v, verr := rd.get.Result()
 		c, cerr := rd.cnt.Result()
+		for _, err := range []error{verr, cerr, rd.ttl.Err()} {
+			if err != nil && !errors.Is(err, redis.Nil) && !refused(err) {
+				return nil, fmt.Errorf("lock: state of %d slots: %w", len(slots), err)
+			}
+		}
+		if refused(verr) || refused(cerr) {
+			state, attempts := Keys(r.prefix, slots[i])
+			refusal := cerr // not a value: the server's refusal to read one
+			if refused(verr) {
+				refusal = verr
+			}
+			msg := fmt.Sprintf("<%v>", refusal)
+			out[i] = State{Status: "foreign", Value: msg}
+			errs = append(errs, fmt.Errorf("lock: state %s (keys %s, %s): %w: %s", slots[i], state, attempts, ErrForeign, msg))
+			continue
+		}
 		st, err := decodeState(v, verr == nil, c, cerr == nil, rd.ttl.Val())
 		if err != nil {
 			errs = append(errs, fmt.Errorf("lock: state %s: %w", slots[i], err))
@@ -246,6 +264,11 @@ func (r *Redis) States(ctx context.Context, slots []Slot) ([]State, error) {
 	}
 	return out, errors.Join(errs...)
 }
+
+// refused reports whether err is the server's refusal of one command
+// because its key is of another type: that key's fault alone, not the
+// server's (LOADING, OOM) or the round trip's.
+func refused(err error) bool { return redis.HasErrorPrefix(err, "WRONGTYPE") }
 
 // Time implements Store with the server's TIME. On a Redis Cluster one node
 // answers; the claim script reads the clock of the shard it runs on.

@@ -52,10 +52,10 @@ func (c *controller) first(ctx context.Context) map[string]bool {
 	added := c.follow(ctx)
 	cctx, cancel := context.WithTimeout(ctx, controlsTimeout)
 	defer cancel()
-	if paused, err := c.c.Paused(cctx, added, true); err != nil {
-		c.s.log.Warn("could not read the tasks' pause states; each task starts as its config says", "err", err)
-	} else {
-		for j, name := range added {
+	paused, read := readEach(added, func(ns []string) ([]bool, error) { return c.c.Paused(cctx, ns, true) },
+		c.s.log.With("then", "as its config says"), "pause state")
+	for j, name := range added {
+		if read[j] {
 			c.paused[name] = paused[j]
 		}
 	}
@@ -194,21 +194,14 @@ func (c *controller) read(ctx context.Context, names []string) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, controlsTimeout)
 	defer cancel()
-	if paused, err := c.c.Paused(cctx, names, true); err != nil {
-		c.s.log.Warn("could not read the tasks' pause states", "err", err)
-	} else {
-		for j, name := range names {
-			if paused[j] != c.paused[name] {
-				c.paused[name] = paused[j]
-				c.inbox.post(event{kind: controlled, task: tasks[name], done: paused[j]})
-			}
+	paused, read := readEach(names, func(ns []string) ([]bool, error) { return c.c.Paused(cctx, ns, true) }, c.s.log, "pause state")
+	for j, name := range names {
+		if read[j] && paused[j] != c.paused[name] {
+			c.paused[name] = paused[j]
+			c.inbox.post(event{kind: controlled, task: tasks[name], done: paused[j]})
 		}
 	}
-	triggers, err := c.c.Triggers(cctx, names)
-	if err != nil {
-		c.s.log.Warn("could not read the tasks' triggers", "err", err)
-		return
-	}
+	triggers, _ := readEach(names, func(ns []string) ([][]time.Time, error) { return c.c.Triggers(cctx, ns) }, c.s.log, "triggers")
 	now := c.s.now()
 	for k, d := range c.seen {
 		if !now.Before(d) {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/internal/stats"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/scheduler"
@@ -367,4 +368,37 @@ func TestReplaceAfterHolderCrash(t *testing.T) {
 	if st, err := lock.ReadState(ctx, stores[0], crashed); err != nil || st.Status != "free" {
 		t.Errorf("the crashed holder's slot: %+v, %v; want free (its lease ran out)", st, err)
 	}
+}
+
+// A key of the wrong type at one task's pause and trigger keys costs that
+// task's controls alone: the other task's trigger runs and its pause
+// takes hold on the replica.
+func TestBadControlKeyCostsItsTaskAlone(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	ctx := context.Background()
+	store := lock.NewRedis(rdb, "slotd")
+	if err := store.Subscribe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	triggers, paused, _, _ := lock.ControlKeys("slotd", "bad")
+	for _, key := range []string{triggers, paused} {
+		if err := rdb.SAdd(ctx, key, "planted").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l := newLedger()
+	// Yearly tasks with a short window: no scheduled slot fires meanwhile.
+	yearly := func(t *scheduler.Task) { t.Deadline = 10 * time.Minute }
+	bad, good := testTask(t, "bad", "0 0 1 1 *", l.job(ok), yearly), testTask(t, "good", "0 0 1 1 *", l.job(ok), yearly)
+	r := startReplica(t, "r1", store, time.Second, []scheduler.Task{bad, good}, scheduler.WithClockCheck(200*time.Millisecond))
+	if tr, err := store.Trigger(ctx, "good", "k1", good.Window()); err != nil || tr.Result != lock.Started {
+		t.Fatalf("trigger good = %+v, %v", tr, err)
+	}
+	l.await(t, "good's triggered run", 10*time.Second, func(rs []record) bool { return len(rs) == 1 && rs[0].done })
+	if p, err := store.SetPaused(ctx, "good", lock.Pause); err != nil || !p {
+		t.Fatalf("pause good = %v, %v", p, err)
+	}
+	await(t, "good paused on the replica", 10*time.Second, func() bool { return r.sched.Stats().Task("good").Paused.Load() })
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -117,6 +118,14 @@ func TruncateHistoryOutput(s string) string {
 	return mark + s[cut:]
 }
 
+// CutMark is what an entry read back with a part cut off says first in
+// its Error: the store's key and the entry, and what was cut (cut). Only
+// an entry slotd did not write can be cut on read: its own are within
+// MaxHistoryError and MaxHistoryOutput.
+func CutMark(key, id, cut string) string {
+	return fmt.Sprintf("[history entry %s of %s cut on read: %s] ", id, key, cut)
+}
+
 // MemoryHistory keeps each task's latest entries in this process: the
 // history of the embedded store, and of tests.
 type MemoryHistory struct {
@@ -177,6 +186,47 @@ func (h *MemoryHistory) Recent(ctx context.Context, task string, n int) ([]Histo
 		out = append(out, list[i])
 	}
 	return out, nil
+}
+
+// RecentBefore returns up to n of task's entries older than the entry
+// whose id is before ("": the newest), newest first, without copying the
+// newer ones: a page costs n entries however deep it is. Entries are
+// bounded at Append (TruncateHistoryError, TruncateHistoryOutput), so a
+// page holds at most n of those.
+func (h *MemoryHistory) RecentBefore(ctx context.Context, task, before string, n int) ([]HistoryEntry, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("history: read %s before %s: %w", task, before, err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	list := h.m[task]
+	if len(list) > h.max {
+		list = list[len(list)-h.max:]
+	}
+	if before != "" {
+		ms, seq, ok := parseHistoryID(before)
+		if !ok {
+			return nil, fmt.Errorf("history: read %s: cursor %q is not an id (<unix ms>-<seq>)", task, before)
+		}
+		// Ids increase along list: keep those below before.
+		list = list[:sort.Search(len(list), func(i int) bool {
+			ems, eseq, _ := parseHistoryID(list[i].ID)
+			return ems > ms || ems == ms && eseq >= seq
+		})]
+	}
+	out := make([]HistoryEntry, 0, min(max(n, 0), len(list)))
+	for i := len(list) - 1; i >= 0 && len(out) < n; i-- {
+		out = append(out, list[i])
+	}
+	return out, nil
+}
+
+// parseHistoryID parses an id "<unix ms>-<seq>".
+func parseHistoryID(id string) (ms, seq int64, ok bool) {
+	a, b, ok := strings.Cut(id, "-")
+	ms, err1 := strconv.ParseInt(a, 10, 64)
+	seq, err2 := strconv.ParseInt(b, 10, 64)
+	return ms, seq, ok && err1 == nil && err2 == nil
 }
 
 // record appends one finished attempt to the history, on the attempt's own

@@ -165,7 +165,12 @@ func (l *loop) newSlotRun(t *Task, slot lock.Slot) *run {
 // onClaimReply acts on the reply to r's claim: runs the attempt if won,
 // else waits or settles as the reply says.
 func (l *loop) onClaimReply(r *run, reply lock.ClaimReply) {
-	if l.over(r, false) {
+	// A reply that comes after the deadline is read before the slot is
+	// judged: a peer that holds the slot reports for itself, and one that
+	// finished or exhausted it settled it; only the others are missed.
+	switch c := reply.Claim; {
+	case reply.Err == nil && (c.Result == lock.Held || c.Result == lock.Done || c.Result == lock.Exhausted):
+	case l.over(r, false):
 		return
 	}
 	s, c, err := l.s, reply.Claim, reply.Err

@@ -12,10 +12,14 @@
 // whatever the number of tasks. The status views only read the store and
 // the history: they need no running daemon, and a value from the store,
 // the configuration or a task's output is escaped on the pages. Every
-// view is read at most once per ViewTTL, whoever asks; the overview reads
-// OverviewSlots slots per task and shows at most MaxPerPage tasks, so its
-// size does not grow with the fleet, and a page of history reads at most
-// MaxAttempts+1 entries from Redis. Every response carries a strict
+// view is read at most once per ViewTTL, whoever asks, and at most
+// MaxReads reads of the store are in flight at once (a request beyond is
+// answered 503 at once, never queued); the overview reads OverviewSlots
+// slots per task and shows at most MaxPerPage tasks, /api/v1/tasks reads
+// only the page of tasks asked for, so neither grows with the fleet, and a
+// page of history reads at most MaxAttempts+1 entries, holding about
+// MaxPageBytes. A task whose keys cannot be read carries its own
+// ReadError; the others read in full. Every response carries a strict
 // Content-Security-Policy (a task's page runs its one script, by hash)
 // and the other security headers. The server (NewServer, Serve) closes
 // idle and slow connections and keeps at most MaxConns open, so that

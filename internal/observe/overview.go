@@ -141,11 +141,11 @@ func summarize(ctx context.Context, tasks []scheduler.Task, store lock.Store, hi
 	for i := range tasks {
 		want[i] = !r.settled(i)
 	}
-	lasts, err := latestAttempts(ctx, tasks, want, hist, OverviewSlots)
+	lasts, herrs, err := latestAttempts(ctx, tasks, want, hist, OverviewSlots)
 	if err != nil {
 		return fleetSummary{}, err
 	}
-	return summary(now, r.statuses(lasts)), nil
+	return summary(now, r.statuses(lasts, herrs)), nil
 }
 
 // summary counts and orders the statuses of a fleet at now.
@@ -155,6 +155,9 @@ func summary(now time.Time, ts []TaskStatus) fleetSummary {
 		s := TaskSummary{TaskStatus: t, State: taskState(t)}
 		if problem(s.State) || s.State == PhaseRetrying {
 			s.Error = summaryError(t.Slots, s.State)
+		}
+		if s.Error == "" && t.ReadError != "" {
+			s.Error = cutLine(t.ReadError)
 		}
 		sum.Counts[s.State]++
 		sum.Tasks = append(sum.Tasks, s)
@@ -183,17 +186,21 @@ func summaryError(slots []SlotStatus, state string) string {
 		if s.Last == nil {
 			return ""
 		}
-		e := s.Last.Error
-		if len(e) > maxOverviewError {
-			cut := maxOverviewError
-			for cut > 0 && !utf8.RuneStart(e[cut]) {
-				cut--
-			}
-			e = e[:cut] + "…"
-		}
-		return e
+		return cutLine(s.Last.Error)
 	}
 	return ""
+}
+
+// cutLine cuts e to maxOverviewError bytes, marking a cut with "…".
+func cutLine(e string) string {
+	if len(e) > maxOverviewError {
+		cut := maxOverviewError
+		for cut > 0 && !utf8.RuneStart(e[cut]) {
+			cut--
+		}
+		e = e[:cut] + "…"
+	}
+	return e
 }
 
 // Filter selects and pages the overview's tasks; its zero value is the

@@ -15,7 +15,8 @@ import (
 // statusRoutes serves the fleet's state, every read shared for ViewTTL
 // (see shared):
 //   - /api/v1/tasks, the JSON of `slotd status -json`, ?n= slots per task
-//     up to MaxSlots;
+//     up to MaxSlots, a page of tasks at a time (?page=, ?per= tasks, by
+//     default and at most MaxPerPage);
 //   - /, the overview: every task counted by state, and a page of them,
 //     failing first (?q= part of a name, ?state=, ?page=, ?per=);
 //   - /tasks/{name}, a task's page: its schedule, next fire times, recent
@@ -24,10 +25,11 @@ import (
 //     JSON. An unknown task is a 404 that names it.
 func statusRoutes(mux *http.ServeMux, d Daemon) {
 	tasks := d.Scheduler.Tasks
-	v := &view{tasks: tasks, store: d.Store, hist: d.History, reads: shared[StatusReport]{ttl: ViewTTL}}
-	overview := &shared[fleetSummary]{ttl: ViewTTL}
-	details := &shared[TaskDetail]{ttl: ViewTTL}
-	attempts := &shared[Attempts]{ttl: ViewTTL}
+	gate := newReadGate() // one for all: MaxReads in flight per server
+	v := &view{tasks: tasks, store: d.Store, hist: d.History, reads: shared[StatusReport]{ttl: ViewTTL, gate: gate}}
+	overview := &shared[fleetSummary]{ttl: ViewTTL, gate: gate}
+	details := &shared[TaskDetail]{ttl: ViewTTL, gate: gate}
+	attempts := &shared[Attempts]{ttl: ViewTTL, gate: gate}
 
 	detail := func(ctx context.Context, t *scheduler.Task, n int) (TaskDetail, error) {
 		return details.get(ctx, t.Name+"\x00"+strconv.Itoa(n), func(ctx context.Context) (TaskDetail, error) {
@@ -46,7 +48,12 @@ func statusRoutes(mux *http.ServeMux, d Daemon) {
 	mux.HandleFunc("GET /api/v1/tasks", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), pageTimeout)
 		defer cancel()
-		rep, err := v.get(ctx, slots(r))
+		f := filterOf(r.URL.Query()) // ?page=, ?per=
+		per := f.Per
+		if r.URL.Query().Get("per") == "" {
+			per = MaxPerPage
+		}
+		rep, err := v.get(ctx, slots(r), f.Page, per)
 		writeJSON(w, rep, err)
 	})
 	mux.HandleFunc("GET /api/v1/tasks/{name}", func(w http.ResponseWriter, r *http.Request) {
@@ -90,7 +97,7 @@ func statusRoutes(mux *http.ServeMux, d Daemon) {
 				p.Now = time.Now()
 			}
 		}
-		writeHTML(w, err != nil, func(b *bytes.Buffer) error { return WritePage(b, p) })
+		writeHTML(w, err, func(b *bytes.Buffer) error { return WritePage(b, p) })
 	})
 	mux.HandleFunc("GET /tasks/{name}", func(w http.ResponseWriter, r *http.Request) {
 		t, ok := find(tasks(), r.PathValue("name"))
@@ -118,7 +125,7 @@ func statusRoutes(mux *http.ServeMux, d Daemon) {
 		// its buttons.
 		p.Task.Name = t.Name
 		w.Header().Set("Content-Security-Policy", taskPagePolicy)
-		writeHTML(w, err != nil, func(b *bytes.Buffer) error { return WriteTaskPage(b, p) })
+		writeHTML(w, err, func(b *bytes.Buffer) error { return WriteTaskPage(b, p) })
 	})
 }
 
@@ -166,6 +173,9 @@ func notFound(w http.ResponseWriter, name string) {
 func writeJSON(w http.ResponseWriter, v any, err error) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
+	if errors.Is(err, ErrBusy) {
+		w.Header().Set("Retry-After", "1")
+	}
 	if err != nil {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		_ = WriteJSON(w, map[string]string{"error": err.Error()})
@@ -174,11 +184,16 @@ func writeJSON(w http.ResponseWriter, v any, err error) {
 	_ = WriteJSON(w, v)
 }
 
-// writeHTML renders a page into a buffer and sends it, with 503 if failed
-// (the page then says why); a page that fails to render is a 500.
-func writeHTML(w http.ResponseWriter, failed bool, render func(*bytes.Buffer) error) {
+// writeHTML renders a page into a buffer and sends it, with 503 if its
+// read failed with err (the page then says why); a page that fails to
+// render is a 500.
+func writeHTML(w http.ResponseWriter, err error, render func(*bytes.Buffer) error) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
+	failed := err != nil
+	if errors.Is(err, ErrBusy) {
+		w.Header().Set("Retry-After", "1")
+	}
 	var b bytes.Buffer
 	if err := render(&b); err != nil {
 		http.Error(w, "the page failed to render: "+err.Error(), http.StatusInternalServerError)

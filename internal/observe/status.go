@@ -43,6 +43,10 @@ type TaskStatus struct {
 	Next        time.Time    `json:"next,omitzero"` // the next fire time
 	Paused      bool         `json:"paused"`        // paused (slotd pause, or paused = true); its slots are skipped
 	Slots       []SlotStatus `json:"slots"`         // the latest slots, newest first
+	// ReadError says what of this task could not be read (a key of its
+	// that holds what slotd did not write, or a read that failed): the
+	// rest of its status is what could be, and other tasks read in full.
+	ReadError string `json:"read_error,omitempty"`
 }
 
 // SlotStatus is one slot of a task as the fleet sees it.
@@ -67,6 +71,12 @@ type SlotStatus struct {
 type StatusReport struct {
 	Now   time.Time    `json:"now"` // by the store's clock
 	Tasks []TaskStatus `json:"tasks"`
+	// A page of /api/v1/tasks: the tasks configured, this page (1-based)
+	// and how many there are (absent from `slotd status -json`, which
+	// reads every task).
+	Total int `json:"total,omitempty"`
+	Page  int `json:"page,omitempty"`
+	Pages int `json:"pages,omitempty"`
 }
 
 // historyReaders bounds the history reads of one view in flight at once
@@ -82,7 +92,7 @@ const historyReaders = 8
 // in one call of store.States (one pipeline on Redis), and the tasks'
 // history in one batch (a few pipelines on Redis).
 func Status(ctx context.Context, tasks []scheduler.Task, store lock.Store, hist scheduler.History, now time.Time, n int) ([]TaskStatus, error) {
-	lasts, err := latestAttempts(ctx, tasks, nil, hist, n)
+	lasts, herrs, err := latestAttempts(ctx, tasks, nil, hist, n)
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +100,7 @@ func Status(ctx context.Context, tasks []scheduler.Task, store lock.Store, hist 
 	if err != nil {
 		return nil, err
 	}
-	return r.statuses(lasts), nil
+	return r.statuses(lasts, herrs), nil
 }
 
 // slotsRead is the store's state of the latest slots of tasks at now.
@@ -102,6 +112,7 @@ type slotsRead struct {
 	first      []int
 	states     []lock.State // of slots
 	paused     []bool       // by task: paused fleet-wide, as the store says (false if it cannot say)
+	pauseErrs  []error      // by task: why its pause state could not be read
 }
 
 // readSlots reads the state of the latest n slots of every task in one
@@ -122,14 +133,27 @@ func readSlots(ctx context.Context, tasks []scheduler.Task, store lock.Store, no
 		}
 	}
 	r.first[len(tasks)] = len(r.slots)
-	r.paused = make([]bool, len(tasks))
+	r.paused, r.pauseErrs = make([]bool, len(tasks)), make([]error, len(tasks))
 	if c, ok := store.(lock.Controls); ok && len(tasks) > 0 {
 		names := make([]string, len(tasks))
 		for i := range tasks {
 			names[i] = tasks[i].Name
 		}
-		if p, err := c.Paused(ctx, names, false); err == nil {
+		if p, err := c.Paused(ctx, names, false); err == nil && len(p) == len(tasks) {
 			r.paused = p
+		} else if k := lock.Classify(err); ctx.Err() == nil && (k == lock.KindNone || k == lock.KindOther) {
+			// One task's key of another type (not the store: it answered)
+			// fails the whole read: read each task's alone, so that the
+			// error is that task's. It costs a round trip per task, only
+			// while the store holds such a key (and the API reads a page of
+			// tasks at a time).
+			for i := range names {
+				if p, err := c.Paused(ctx, names[i:i+1], false); err != nil {
+					r.pauseErrs[i] = fmt.Errorf("pause state: %w", err)
+				} else {
+					r.paused[i] = p[0]
+				}
+			}
 		}
 	}
 	// A foreign value reads as "foreign", with an error beside the states.
@@ -160,8 +184,9 @@ func (r *slotsRead) settled(i int) bool {
 }
 
 // statuses builds each task's status from r and lasts, the latest attempt
-// per slot of each task (a nil map: none known).
-func (r *slotsRead) statuses(lasts []map[string]*scheduler.HistoryEntry) []TaskStatus {
+// per slot of each task (a nil map: none known), with herrs[i] the error
+// of task i's history read (herrs may be nil).
+func (r *slotsRead) statuses(lasts []map[string]*scheduler.HistoryEntry, herrs []error) []TaskStatus {
 	out := make([]TaskStatus, 0, len(r.tasks))
 	for i := range r.tasks {
 		t := &r.tasks[i]
@@ -187,6 +212,23 @@ func (r *slotsRead) statuses(lasts []map[string]*scheduler.HistoryEntry) []TaskS
 				ss.Phase = PhasePaused
 			}
 			ts.Slots = append(ts.Slots, ss)
+		}
+		var errs []error
+		for j := r.first[i]; j < r.first[i+1]; j++ {
+			if st := r.states[j]; st.Status == "foreign" {
+				state, _ := lock.Keys("", r.slots[j]) // the key without the store's prefix
+				errs = append(errs, fmt.Errorf("slot %s (key …%s): %w: %q", r.slots[j].ID, state, lock.ErrForeign, st.Value))
+				break // one says it; the slots show the others
+			}
+		}
+		if herrs != nil && herrs[i] != nil {
+			errs = append(errs, herrs[i])
+		}
+		if r.pauseErrs[i] != nil {
+			errs = append(errs, r.pauseErrs[i])
+		}
+		if err := errors.Join(errs...); err != nil {
+			ts.ReadError = strings.ReplaceAll(err.Error(), "\n", "; ")
 		}
 		out = append(out, ts)
 	}
@@ -216,18 +258,22 @@ func taskNames(tasks []scheduler.Task) string {
 // historyBatch is a History that reads many tasks' entries in few round
 // trips; store.RedisHistory is one.
 type historyBatch interface {
-	// RecentEach returns up to ns[i] of tasks[i]'s entries, newest first.
-	RecentEach(ctx context.Context, tasks []string, ns []int) ([][]scheduler.HistoryEntry, error)
+	// RecentEach returns up to ns[i] of tasks[i]'s entries, newest first,
+	// and errs[i], the error of tasks[i]'s read.
+	RecentEach(ctx context.Context, tasks []string, ns []int) ([][]scheduler.HistoryEntry, []error)
 }
 
 // latestAttempts returns, for each task (each i with want[i] if want is
 // not nil), the latest attempt of each slot in hist among enough entries
-// for n slots that each used every attempt: in one batch if hist can
-// (historyBatch), else one read per task, historyReaders at a time.
-func latestAttempts(ctx context.Context, tasks []scheduler.Task, want []bool, hist scheduler.History, n int) ([]map[string]*scheduler.HistoryEntry, error) {
+// for n slots that each used every attempt, and the error of each task
+// whose history could not be read: in one batch if hist can
+// (historyBatch), else one read per task, historyReaders at a time. Only
+// ctx's end fails the whole.
+func latestAttempts(ctx context.Context, tasks []scheduler.Task, want []bool, hist scheduler.History, n int) ([]map[string]*scheduler.HistoryEntry, []error, error) {
 	lasts := make([]map[string]*scheduler.HistoryEntry, len(tasks))
+	errs := make([]error, len(tasks))
 	if hist == nil || n <= 0 {
-		return lasts, nil
+		return lasts, errs, nil
 	}
 	count := func(t *scheduler.Task) int { return min(scheduler.HistoryMaxLen, n*(t.MaxAttempts+1)) }
 	if b, ok := hist.(historyBatch); ok {
@@ -237,18 +283,18 @@ func latestAttempts(ctx context.Context, tasks []scheduler.Task, want []bool, hi
 				names[i], counts[i] = tasks[i].Name, count(&tasks[i])
 			}
 		}
-		got, err := b.RecentEach(ctx, names, counts)
-		if err != nil {
-			return nil, fmt.Errorf("status: %w", err)
+		got, gerrs := b.RecentEach(ctx, names, counts)
+		if err := ctx.Err(); err != nil {
+			return nil, nil, fmt.Errorf("status: %w", err)
 		}
 		for i, es := range got {
-			if counts[i] > 0 {
+			if counts[i] > 0 && gerrs[i] == nil {
 				lasts[i] = latestPerSlot(es, n)
 			}
+			errs[i] = gerrs[i]
 		}
-		return lasts, nil
+		return lasts, errs, nil
 	}
-	errs := make([]error, len(tasks))
 	next := make(chan int)
 	var wg sync.WaitGroup
 	for range min(historyReaders, len(tasks)) {
@@ -259,7 +305,7 @@ func latestAttempts(ctx context.Context, tasks []scheduler.Task, want []bool, hi
 				t := &tasks[i]
 				es, err := hist.Recent(ctx, t.Name, count(t))
 				if err != nil {
-					errs[i] = fmt.Errorf("status: task %s: %w", t.Name, err)
+					errs[i] = err
 					continue
 				}
 				lasts[i] = latestPerSlot(es, n)
@@ -277,10 +323,10 @@ func latestAttempts(ctx context.Context, tasks []scheduler.Task, want []bool, hi
 	}
 	close(next)
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
+	if err := ctx.Err(); err != nil {
+		return nil, nil, fmt.Errorf("status: %w", err)
 	}
-	return lasts, ctx.Err()
+	return lasts, errs, nil
 }
 
 // latestPerSlot maps each slot of es to its latest attempt: the highest
@@ -293,6 +339,12 @@ func latestPerSlot(es []scheduler.HistoryEntry, n int) map[string]*scheduler.His
 		if l, ok := last[e.Slot]; !ok || e.Attempt > l.Attempt || e.Attempt == l.Attempt && e.Started.After(l.Started) {
 			last[e.Slot] = e
 		}
+	}
+	// Keep copies: a pointer into es would keep every entry read (and its
+	// output) for as long as the view is.
+	for slot, e := range last {
+		c := *e
+		last[slot] = &c
 	}
 	return last
 }

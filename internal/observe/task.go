@@ -21,6 +21,10 @@ const (
 	DefaultAttempts = 20
 	// MaxAttempts bounds ?limit= of a task's history.
 	MaxAttempts = 200
+	// MaxPageBytes bounds the entries' text a page of a task's history
+	// holds (MaxAttempts entries of full output would be 13 MB): a page
+	// that reaches it ends there, and its Next cursor goes on.
+	MaxPageBytes = 1 << 20
 )
 
 // TaskDetail is one task as its page and GET /api/v1/tasks/{name} show it.
@@ -94,9 +98,10 @@ type HistoryPager interface {
 var ErrBadCursor = errors.New("observe: the cursor is not a history id (<unix ms>-<seq>)")
 
 // ReadAttempts reads the page of up to limit of task's attempts older
-// than the cursor before ("": the newest). It reads at most limit+1
-// entries from a HistoryPager, and at most scheduler.HistoryMaxLen from
-// another history.
+// than the cursor before ("": the newest), holding at most about
+// MaxPageBytes of their text. It reads at most limit+1 entries from a
+// HistoryPager (every history of slotd is one), and at most
+// scheduler.HistoryMaxLen from another history.
 func ReadAttempts(ctx context.Context, hist scheduler.History, task, before string, limit int) (Attempts, error) {
 	a := Attempts{Task: task, Entries: []scheduler.HistoryEntry{}}
 	if before != "" {
@@ -128,12 +133,26 @@ func ReadAttempts(ctx context.Context, hist scheduler.History, task, before stri
 	if err != nil {
 		return a, fmt.Errorf("attempts of task %s: %w", task, err)
 	}
+	size := 0
+	for i := range es {
+		size += entrySize(&es[i])
+		if i > 0 && size > MaxPageBytes { // at least one entry, so that paging goes on
+			limit = min(limit, i)
+			break
+		}
+	}
 	if len(es) > limit {
 		es = es[:limit]
 		a.Next = es[limit-1].ID
 	}
 	a.Entries = append(a.Entries, es...)
 	return a, nil
+}
+
+// entrySize is about the bytes of e's text.
+func entrySize(e *scheduler.HistoryEntry) int {
+	const fixed = 256 // times, numbers, names of fields
+	return fixed + len(e.ID) + len(e.Slot) + len(e.Replica) + len(e.Outcome) + len(e.Error) + len(e.Output)
 }
 
 // streamID parses a stream id, "<unix ms>-<seq>".

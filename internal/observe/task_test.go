@@ -326,3 +326,53 @@ func TestLatestAttemptByNumber(t *testing.T) {
 		t.Errorf("the slot's latest attempt: %+v, want attempt 2", last)
 	}
 }
+
+// A page of attempts whose outputs are large ends once it holds about
+// observe.MaxPageBytes, on the memory history and on Redis (which stops
+// reading there), and its cursor goes on: every entry is read once, in
+// order, in pages of at most that size.
+func TestReadAttemptsPageBytesBounded(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	for name, h := range map[string]scheduler.History{
+		"memory": scheduler.NewMemoryHistory(0),
+		"redis":  store.NewRedisHistory(srv.Client(), "slotd", time.Hour),
+	} {
+		t.Run(name, func(t *testing.T) {
+			const entries = 60
+			output := strings.Repeat("o", scheduler.MaxHistoryOutput)
+			for k := 1; k <= entries; k++ {
+				e := scheduler.HistoryEntry{Slot: fmt.Sprintf("s%02d", k), Attempt: 1, Outcome: "failure", Output: output}
+				if err := h.Append(ctx, "job", e); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var got []string
+			before := ""
+			for pages := 0; ; pages++ {
+				p, err := observe.ReadAttempts(ctx, h, "job", before, observe.MaxAttempts)
+				if err != nil || pages > entries {
+					t.Fatalf("page %d: %v", pages, err)
+				}
+				size := 0
+				for _, e := range p.Entries {
+					got = append(got, e.Slot)
+					size += len(e.Output)
+				}
+				if size > observe.MaxPageBytes+scheduler.MaxHistoryOutput || len(p.Entries) == 0 {
+					t.Errorf("page %d holds %d entries, %d bytes of output; want at most about %d", pages, len(p.Entries), size, observe.MaxPageBytes)
+				}
+				if before = p.Next; before == "" {
+					break
+				}
+			}
+			var want []string
+			for k := entries; k >= 1; k-- {
+				want = append(want, fmt.Sprintf("s%02d", k))
+			}
+			if strings.Join(got, ",") != strings.Join(want, ",") {
+				t.Errorf("the pages read %v, want every entry once, newest first", got)
+			}
+		})
+	}
+}

@@ -99,25 +99,55 @@ func (h *EtcdHistory) trim(ctx context.Context, p string) error {
 }
 
 // Recent implements scheduler.History. An entry's ID is "<unix ms>-<etcd
-// revision>" of its write.
+// revision>" of its write; each entry is bounded (decodeJSONEntry).
 func (h *EtcdHistory) Recent(ctx context.Context, task string, n int) ([]scheduler.HistoryEntry, error) {
+	return h.RecentBefore(ctx, task, "", n)
+}
+
+// RecentBefore returns up to n of task's entries older than the entry
+// whose ID is before ("": the newest), newest first: a range read that
+// ends below the cursor's millisecond (keys sort by time), so a page costs
+// about n entries however deep it is (it implements observe.HistoryPager).
+// Entries of the cursor's own millisecond are older if their revision is.
+func (h *EtcdHistory) RecentBefore(ctx context.Context, task, before string, n int) ([]scheduler.HistoryEntry, error) {
 	if n <= 0 {
 		return nil, nil
 	}
-	resp, err := h.s.Client().Get(ctx, EtcdHistoryPrefix(h.prefix, task), clientv3.WithPrefix(),
-		clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(int64(n)))
-	if err != nil {
-		return nil, fmt.Errorf("history: read %s: %w", task, err)
-	}
-	out := make([]scheduler.HistoryEntry, 0, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
-		var e scheduler.HistoryEntry
-		if err := json.Unmarshal(kv.Value, &e); err != nil {
-			return out, fmt.Errorf("history: read %s: entry %s: %w", task, kv.Key, err)
+	p := EtcdHistoryPrefix(h.prefix, task)
+	end := clientv3.GetPrefixRangeEnd(p)
+	var curMS, curRev int64
+	if before != "" {
+		a, b, ok := strings.Cut(before, "-")
+		ms, err1 := strconv.ParseInt(a, 10, 64)
+		rev, err2 := strconv.ParseInt(b, 10, 64)
+		if !ok || err1 != nil || err2 != nil || ms < 0 {
+			return nil, fmt.Errorf("history: read %s: cursor %q is not an id (<unix ms>-<revision>)", task, before)
 		}
-		ns, _ := strconv.ParseInt(strings.SplitN(string(kv.Key[len(EtcdHistoryPrefix(h.prefix, task)):]), "-", 2)[0], 10, 64)
-		e.ID = strconv.FormatInt(ns/int64(time.Millisecond), 10) + "-" + strconv.FormatInt(kv.CreateRevision, 10)
-		out = append(out, e)
+		curMS, curRev = ms, rev
+		end = fmt.Sprintf("%s%020d", p, (ms+1)*int64(time.Millisecond))
+	}
+	var out []scheduler.HistoryEntry
+	// Entries of the cursor's millisecond that are not older are skipped,
+	// so a page may take another read; a millisecond holds few entries.
+	for range 4 {
+		resp, err := h.s.Client().Get(ctx, p, clientv3.WithRange(end),
+			clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(int64(n-len(out))))
+		if err != nil {
+			return nil, fmt.Errorf("history: read %s: %w", task, err)
+		}
+		for _, kv := range resp.Kvs {
+			ns, _ := strconv.ParseInt(strings.SplitN(string(kv.Key[len(p):]), "-", 2)[0], 10, 64)
+			ms := ns / int64(time.Millisecond)
+			if before != "" && ms == curMS && kv.CreateRevision >= curRev {
+				continue
+			}
+			id := strconv.FormatInt(ms, 10) + "-" + strconv.FormatInt(kv.CreateRevision, 10)
+			out = append(out, decodeJSONEntry(kv.Value, string(kv.Key), id))
+		}
+		if len(out) >= n || !resp.More || len(resp.Kvs) == 0 {
+			break
+		}
+		end = string(resp.Kvs[len(resp.Kvs)-1].Key)
 	}
 	return out, nil
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"math"
@@ -9,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -46,9 +48,44 @@ func HistoryTTL(cfg *config.Config) time.Duration {
 // HistoryClient is the part of go-redis that RedisHistory needs; a
 // *redis.Client or *redis.ClusterClient satisfies it.
 type HistoryClient interface {
+	redis.Scripter
 	TxPipeline() redis.Pipeliner
 	Pipeline() redis.Pipeliner
-	XRevRangeN(ctx context.Context, stream, start, stop string, count int64) *redis.XMessageSliceCmd
+}
+
+// readScript reads a page of a stream with every entry bounded (see its
+// header, and readCaps).
+//
+//go:embed history_read.lua
+var readLua string
+
+var readScript = redis.NewScript(readLua)
+
+// Caps of an entry read back: a value other than the output (as long as
+// an entry's error), the output, a field's name, and the fields of one
+// entry (slotd writes ten). slotd's own entries are within them; what is
+// beyond was written by someone else, and is cut before it leaves Redis.
+const (
+	readValueCap  = scheduler.MaxHistoryError
+	readOutputCap = scheduler.MaxHistoryOutput
+	readNameCap   = 64
+	readFieldsCap = 16
+)
+
+// ReadPageBudget is about the most bytes of values a page of history
+// (RecentBefore) holds: a page of entries with large outputs ends early,
+// its last entry the one that passed it, so that reading it costs Redis
+// and the daemon about this much, however many entries were asked for.
+// It is observe.MaxPageBytes and an output more, so that the page the
+// status endpoints cut from it (counting more than the values) ends
+// before it does and says where the next one begins.
+const ReadPageBudget = 1<<20 + scheduler.MaxHistoryOutput
+
+// readArgs are history_read.lua's ARGV for a page of n entries at or
+// below end, within budget bytes (0: none), the newest keep of which keep
+// their output.
+func readArgs(end string, n, budget, keep int) []any {
+	return []any{end, n, readValueCap, readOutputCap, readNameCap, readFieldsCap, budget, keep}
 }
 
 // RedisHistory keeps each task's history in a capped Redis stream,
@@ -72,6 +109,9 @@ type RedisHistory struct {
 
 	mu  sync.Mutex
 	set map[string]time.Time // stream key -> when an append last gave it its TTL
+
+	loadMu sync.Mutex  // one SCRIPT LOAD at a time
+	loaded atomic.Bool // history_read.lua was loaded once (a pipeline cannot fall back to EVAL)
 }
 
 // historyBatch bounds the appends of one round trip.
@@ -219,39 +259,72 @@ func (h *RedisHistory) write(ctx context.Context, batch []*coalesce.Call[histApp
 	return errs
 }
 
-// Recent implements scheduler.History with XREVRANGE. Fields that do not parse are
-// left zero: the history is for reading, and one odd entry should not hide
-// the others.
+// Recent implements scheduler.History with history_read.lua (XREVRANGE,
+// each entry bounded). Fields that do not parse are left zero: the
+// history is for reading, and one odd entry should not hide the others.
 func (h *RedisHistory) Recent(ctx context.Context, task string, n int) ([]scheduler.HistoryEntry, error) {
 	if n <= 0 {
 		return nil, nil
 	}
-	msgs, err := h.rdb.XRevRangeN(ctx, HistoryKey(h.prefix, task), "+", "-", int64(n)).Result()
+	es, err := h.read(ctx, task, "+", n, 0)
 	if err != nil {
 		return nil, fmt.Errorf("history: read %s: %w", task, err)
 	}
-	out := make([]scheduler.HistoryEntry, 0, len(msgs))
-	for _, m := range msgs {
-		out = append(out, decodeEntry(m))
+	return es, nil
+}
+
+// read is one page of task's stream: up to n entries at or below end,
+// newest first, bounded, within budget (0: none).
+func (h *RedisHistory) read(ctx context.Context, task, end string, n, budget int) ([]scheduler.HistoryEntry, error) {
+	key := HistoryKey(h.prefix, task)
+	return decodeReply(readScript.Run(ctx, h.rdb, []string{key}, readArgs(end, n, budget, n)...), key)
+}
+
+// decodeReply decodes history_read.lua's reply for the stream key.
+func decodeReply(c *redis.Cmd, key string) ([]scheduler.HistoryEntry, error) {
+	v, err := c.Slice()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]scheduler.HistoryEntry, 0, len(v))
+	for _, item := range v {
+		pair, ok := item.([]any)
+		if !ok || len(pair) != 2 {
+			return out, fmt.Errorf("stream %s: unexpected reply %T", key, item)
+		}
+		m := redis.XMessage{Values: map[string]any{}}
+		m.ID, _ = pair[0].(string)
+		kv, _ := pair[1].([]any)
+		for i := 0; i+1 < len(kv); i += 2 {
+			if k, ok := kv[i].(string); ok {
+				m.Values[k] = kv[i+1]
+			}
+		}
+		out = append(out, decodeEntry(m, key))
 	}
 	return out, nil
 }
 
-// Bounds of RecentEach: the entries asked for in one round trip, and the
-// round trips in flight at once (their replies are decoded in parallel).
+// Bounds of RecentEach: the entries asked for in one round trip, the
+// round trips in flight at once (their replies are decoded in parallel),
+// and how many of each task's newest entries come with their output (the
+// status shows a slot's last attempt: the newest is the one whose output
+// matters; a task's page reads every output).
 const (
+	statusOutputs    = 1
 	readBatchEntries = 4096
 	readParallel     = 4
 )
 
 // RecentEach returns up to ns[i] of tasks[i]'s entries, newest first, for
-// every i (none where ns[i] ≤ 0): one XREVRANGE with COUNT per task,
-// pipelined about readBatchEntries entries to a round trip, readParallel
-// round trips at a time, so that the status of many tasks costs a few
-// round trips, not one per task. An error names the first task whose read
-// failed.
-func (h *RedisHistory) RecentEach(ctx context.Context, tasks []string, ns []int) ([][]scheduler.HistoryEntry, error) {
-	out := make([][]scheduler.HistoryEntry, len(tasks))
+// every i (none where ns[i] ≤ 0), and errs[i], the error of tasks[i]'s
+// read, if any: one history_read.lua per task, pipelined about
+// readBatchEntries entries to a round trip, readParallel round trips at a
+// time, so that the status of many tasks costs a few round trips, not one
+// per task. A task whose key is not a stream fails alone; a round trip
+// that fails fails its tasks.
+func (h *RedisHistory) RecentEach(ctx context.Context, tasks []string, ns []int) (out [][]scheduler.HistoryEntry, errs []error) {
+	out, errs = make([][]scheduler.HistoryEntry, len(tasks)), make([]error, len(tasks))
 	type span struct{ from, to int }
 	var spans []span
 	from, sum := 0, 0
@@ -263,59 +336,88 @@ func (h *RedisHistory) RecentEach(ctx context.Context, tasks []string, ns []int)
 		sum += max(ns[i], 0)
 	}
 	spans = append(spans, span{from, len(tasks)})
-	errs := make([]error, len(spans))
 	sem := make(chan struct{}, readParallel)
 	var wg sync.WaitGroup
-	for k, sp := range spans {
+	for _, sp := range spans {
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			errs[k] = h.readEach(ctx, tasks[sp.from:sp.to], ns[sp.from:sp.to], out[sp.from:sp.to])
+			h.readEach(ctx, tasks[sp.from:sp.to], ns[sp.from:sp.to], out[sp.from:sp.to], errs[sp.from:sp.to])
 		}()
 	}
 	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
+	return out, errs
 }
 
-// readEach is one round trip of RecentEach, into out.
-func (h *RedisHistory) readEach(ctx context.Context, tasks []string, ns []int, out [][]scheduler.HistoryEntry) error {
-	cmds := make([]*redis.XMessageSliceCmd, len(tasks))
-	p := h.rdb.Pipeline()
-	for i, task := range tasks {
-		if ns[i] > 0 {
-			cmds[i] = p.XRevRangeN(ctx, HistoryKey(h.prefix, task), "+", "-", int64(ns[i]))
+// readEach is one round trip of RecentEach, into out and errs. A script
+// cache that lost history_read.lua (a restart, SCRIPT FLUSH) costs a
+// second one.
+func (h *RedisHistory) readEach(ctx context.Context, tasks []string, ns []int, out [][]scheduler.HistoryEntry, errs []error) {
+	cmds := make([]*redis.Cmd, len(tasks))
+	if err := h.loadOnce(ctx); err != nil {
+		for i := range tasks {
+			errs[i] = err
+		}
+		return
+	}
+	for try := 0; ; try++ {
+		p := h.rdb.Pipeline()
+		for i, task := range tasks {
+			if ns[i] > 0 {
+				cmds[i] = readScript.EvalSha(ctx, p, []string{HistoryKey(h.prefix, task)}, readArgs("+", ns[i], 0, statusOutputs)...)
+			}
+		}
+		if p.Len() == 0 {
+			return
+		}
+		_, _ = p.Exec(ctx) // each command carries its own error
+		if try > 0 || !slices.ContainsFunc(cmds, func(c *redis.Cmd) bool {
+			return c != nil && (errors.Is(c.Err(), redis.ErrNoScript) || redis.HasErrorPrefix(c.Err(), "NOSCRIPT"))
+		}) {
+			break
+		}
+		if err := readScript.Load(ctx, h.rdb).Err(); err != nil {
+			for i := range tasks {
+				errs[i] = fmt.Errorf("history: load the read script: %w", err)
+			}
+			return
 		}
 	}
-	if p.Len() == 0 {
-		return nil
-	}
-	_, _ = p.Exec(ctx) // each command carries its own error
 	for i, c := range cmds {
 		if c == nil {
 			continue
 		}
-		msgs, err := c.Result()
-		if err != nil {
-			return fmt.Errorf("history: read %s: %w", tasks[i], err)
+		out[i], errs[i] = decodeReply(c, HistoryKey(h.prefix, tasks[i]))
+		if errs[i] != nil {
+			errs[i] = fmt.Errorf("history: read %s: %w", tasks[i], errs[i])
 		}
-		es := make([]scheduler.HistoryEntry, 0, len(msgs))
-		for _, m := range msgs {
-			es = append(es, decodeEntry(m))
-		}
-		out[i] = es
 	}
+}
+
+// loadOnce loads history_read.lua into the script cache unless it did
+// before: the pipelined reads send EVALSHA, which a cache without the
+// script refuses (then readEach loads it again).
+func (h *RedisHistory) loadOnce(ctx context.Context) error {
+	if h.loaded.Load() {
+		return nil
+	}
+	h.loadMu.Lock()
+	defer h.loadMu.Unlock()
+	if h.loaded.Load() {
+		return nil
+	}
+	if err := readScript.Load(ctx, h.rdb).Err(); err != nil {
+		return fmt.Errorf("history: load the read script: %w", err)
+	}
+	h.loaded.Store(true)
 	return nil
 }
 
 // RecentBefore returns up to n of task's entries older than the entry
 // whose id is before ("": the newest), newest first: one XREVRANGE with
-// COUNT, so a page costs n entries however deep it is (it implements
+// COUNT (history_read.lua), so a page costs n bounded entries however deep
+// it is (it implements
 // observe.HistoryPager).
 func (h *RedisHistory) RecentBefore(ctx context.Context, task, before string, n int) ([]scheduler.HistoryEntry, error) {
 	end := "+"
@@ -328,15 +430,11 @@ func (h *RedisHistory) RecentBefore(ctx context.Context, task, before string, n 
 	if n <= 0 {
 		return nil, nil
 	}
-	msgs, err := h.rdb.XRevRangeN(ctx, HistoryKey(h.prefix, task), end, "-", int64(n)).Result()
+	es, err := h.read(ctx, task, end, n, ReadPageBudget)
 	if err != nil {
 		return nil, fmt.Errorf("history: read %s before %s: %w", task, before, err)
 	}
-	out := make([]scheduler.HistoryEntry, 0, len(msgs))
-	for _, m := range msgs {
-		out = append(out, decodeEntry(m))
-	}
-	return out, nil
+	return es, nil
 }
 
 // previousID is the greatest stream id below id ("<ms>-<seq>"), as an
@@ -357,7 +455,9 @@ func previousID(id string) (string, bool) {
 	return "", false
 }
 
-func decodeEntry(m redis.XMessage) scheduler.HistoryEntry {
+// decodeEntry decodes entry m of the stream key; an entry that
+// history_read.lua cut says so first in its Error, naming the key.
+func decodeEntry(m redis.XMessage, key string) scheduler.HistoryEntry {
 	str := func(k string) string { s, _ := m.Values[k].(string); return s }
 	e := scheduler.HistoryEntry{
 		ID:      m.ID,
@@ -373,5 +473,10 @@ func decodeEntry(m redis.XMessage) scheduler.HistoryEntry {
 	e.Token, _ = strconv.ParseInt(str("token"), 10, 64)
 	ms, _ := strconv.ParseInt(str("duration_ms"), 10, 64)
 	e.Duration = time.Duration(ms) * time.Millisecond
+	if cut := str("cut"); cut != "" {
+		e.Error = scheduler.CutMark(key, m.ID, cut) + e.Error
+	}
+	e.Error = scheduler.TruncateHistoryError(e.Error)
+	e.Output = scheduler.TruncateHistoryOutput(e.Output)
 	return e
 }

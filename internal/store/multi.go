@@ -3,7 +3,10 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -58,9 +61,39 @@ func (m *MultiHistory) Append(ctx context.Context, task string, e scheduler.Hist
 // Recent implements scheduler.History: the newest n entries among every store that
 // answers; an error only when none does.
 func (m *MultiHistory) Recent(ctx context.Context, task string, n int) ([]scheduler.HistoryEntry, error) {
+	return m.merge(n, func(h scheduler.History) ([]scheduler.HistoryEntry, error) { return h.Recent(ctx, task, n) })
+}
+
+// pager is a history that reads a page below a cursor (observe.HistoryPager).
+type pager interface {
+	RecentBefore(ctx context.Context, task, before string, n int) ([]scheduler.HistoryEntry, error)
+}
+
+// RecentBefore returns up to n of task's entries older than the entry
+// whose ID is before ("": the newest), newest first, merged as Recent
+// merges: each store is asked for its page below the cursor (its ids are
+// its own clock's milliseconds, so the page's edge is as exact as the
+// stores' clocks agree), so a page costs n entries per store however deep
+// it is.
+func (m *MultiHistory) RecentBefore(ctx context.Context, task, before string, n int) ([]scheduler.HistoryEntry, error) {
+	return m.merge(n, func(h scheduler.History) ([]scheduler.HistoryEntry, error) {
+		if p, ok := h.(pager); ok {
+			return p.RecentBefore(ctx, task, before, n)
+		}
+		if before == "" {
+			return h.Recent(ctx, task, n)
+		}
+		return nil, fmt.Errorf("history: read %s before %s: the store cannot read a page", task, before)
+	})
+}
+
+// merge reads every store with read, in parallel, and merges what those
+// that answer return: the newest n, each entry once; an error only when
+// no store answers.
+func (m *MultiHistory) merge(n int, read func(scheduler.History) ([]scheduler.HistoryEntry, error)) ([]scheduler.HistoryEntry, error) {
 	got := make([][]scheduler.HistoryEntry, len(m.hs))
 	if err := failed(m.eachHistory(func(i int, h scheduler.History) (err error) {
-		got[i], err = h.Recent(ctx, task, n)
+		got[i], err = read(h)
 		return err
 	})); err != nil {
 		return nil, err
@@ -70,17 +103,36 @@ func (m *MultiHistory) Recent(ctx context.Context, task string, n int) ([]schedu
 		attempt       int
 		started       time.Time
 	}
-	seen := map[id]bool{}
+	// An entry kept on several stores takes the lowest of its ids, so that
+	// as a cursor it leaves every copy of it out of the next page.
+	seen := map[id]int{}
 	var out []scheduler.HistoryEntry
 	for _, es := range got {
 		for _, e := range es {
 			k := id{e.Slot, e.Replica, e.Attempt, e.Started.UTC()}
-			if !seen[k] {
-				seen[k] = true
+			if i, ok := seen[k]; !ok {
+				seen[k] = len(out)
 				out = append(out, e)
+			} else if idLess(e.ID, out[i].ID) {
+				out[i].ID = e.ID
 			}
 		}
 	}
 	slices.SortStableFunc(out, func(a, b scheduler.HistoryEntry) int { return b.Started.Compare(a.Started) })
 	return out[:min(len(out), max(n, 0))], nil
+}
+
+// idLess reports whether id a ("<unix ms>-<seq>") is below b; one that
+// does not parse is not.
+func idLess(a, b string) bool {
+	am, as, aok := parseID(a)
+	bm, bs, bok := parseID(b)
+	return aok && bok && (am < bm || am == bm && as < bs)
+}
+
+func parseID(id string) (ms, seq uint64, ok bool) {
+	x, y, ok := strings.Cut(id, "-")
+	ms, err1 := strconv.ParseUint(x, 10, 64)
+	seq, err2 := strconv.ParseUint(y, 10, 64)
+	return ms, seq, ok && err1 == nil && err2 == nil
 }

@@ -113,10 +113,28 @@ func (h *ZooKeeperHistory) trim(ctx context.Context, dir string) {
 }
 
 // Recent implements scheduler.History: the newest n entries, read at
-// once.
+// once. An entry's ID is "<unix ms>-<sequence>" of its node's creation;
+// each entry is bounded (decodeJSONEntry).
 func (h *ZooKeeperHistory) Recent(ctx context.Context, task string, n int) ([]scheduler.HistoryEntry, error) {
+	return h.RecentBefore(ctx, task, "", n)
+}
+
+// RecentBefore returns up to n of task's entries older than the entry
+// whose ID is before ("": the newest), newest first: the children's names
+// (at most about scheduler.HistoryMaxLen) and then n entries, however
+// deep the page (it implements observe.HistoryPager).
+func (h *ZooKeeperHistory) RecentBefore(ctx context.Context, task, before string, n int) ([]scheduler.HistoryEntry, error) {
 	if n <= 0 {
 		return nil, nil
+	}
+	below := int64(-1) // the cursor's sequence number; -1: none
+	if before != "" {
+		_, b, ok := strings.Cut(before, "-")
+		seq, err := strconv.ParseInt(b, 10, 64)
+		if !ok || err != nil || seq < 0 {
+			return nil, fmt.Errorf("history: read %s: cursor %q is not an id (<unix ms>-<sequence>)", task, before)
+		}
+		below = seq
 	}
 	dir := h.dir(task)
 	kids, err := zklock.Call(ctx, func() ([]string, error) { kids, _, err := h.s.Conn().Children(dir); return kids, err })
@@ -128,6 +146,12 @@ func (h *ZooKeeperHistory) Recent(ctx context.Context, task string, n int) ([]sc
 	}
 	slices.Sort(kids)
 	slices.Reverse(kids)
+	if below >= 0 {
+		kids = slices.DeleteFunc(kids, func(k string) bool {
+			seq, err := strconv.ParseInt(strings.TrimPrefix(k, "e-"), 10, 64)
+			return err != nil || seq >= below
+		})
+	}
 	kids = kids[:min(n, len(kids))]
 	out := make([]scheduler.HistoryEntry, len(kids))
 	ok := make([]bool, len(kids))
@@ -138,7 +162,11 @@ func (h *ZooKeeperHistory) Recent(ctx context.Context, task string, n int) ([]sc
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			b, err := zklock.Call(ctx, func() ([]byte, error) { b, _, err := h.s.Conn().Get(dir + "/" + k); return b, err })
+			type got struct {
+				b    []byte
+				stat *zk.Stat
+			}
+			g, err := zklock.Call(ctx, func() (got, error) { b, st, err := h.s.Conn().Get(dir + "/" + k); return got{b, st}, err })
 			switch {
 			case errors.Is(err, zk.ErrNoNode): // trimmed or expired meanwhile
 			case err != nil:
@@ -146,10 +174,9 @@ func (h *ZooKeeperHistory) Recent(ctx context.Context, task string, n int) ([]sc
 				firstErr = err
 				mu.Unlock()
 			default:
-				// An entry that does not parse is left zero but for its id:
-				// one odd entry should not hide the others.
-				_ = json.Unmarshal(b, &out[i])
-				out[i].ID, ok[i] = strings.TrimPrefix(k, "e-"), true
+				seq, _ := strconv.ParseInt(strings.TrimPrefix(k, "e-"), 10, 64)
+				id := strconv.FormatInt(g.stat.Ctime, 10) + "-" + strconv.FormatInt(seq, 10)
+				out[i], ok[i] = decodeJSONEntry(g.b, dir+"/"+k, id), true
 			}
 		}()
 	}

@@ -138,6 +138,13 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "slotd status: %v\n", err)
 		return exitError
 	}
+	// A task that could not be read in full shows why in its own place;
+	// the others are whole, so the command succeeded.
+	for _, t := range rep.Tasks {
+		if t.ReadError != "" {
+			fmt.Fprintf(stderr, "slotd status: task %s not read in full: %s\n", clean(t.Name), clean(t.ReadError))
+		}
+	}
 	return exitOK
 }
 
@@ -155,6 +162,9 @@ func writeStatus(w io.Writer, rep observe.StatusReport) error {
 		}
 		fmt.Fprintf(w, "\n%s  %q %s, %s, up to %d attempts; next %s%s\n",
 			clean(t.Name), t.Schedule, t.Timezone, t.Plugin, t.MaxAttempts, next, paused)
+		if t.ReadError != "" {
+			fmt.Fprintf(w, "  NOT READ IN FULL: %s\n", clean(t.ReadError))
+		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "  SLOT\tTIME (UTC)\tPHASE\tATTEMPTS\tREPLICA\tSTARTED\tDURATION\tOUTCOME\tERROR")
 		for _, s := range t.Slots {

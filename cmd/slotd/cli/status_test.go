@@ -414,3 +414,55 @@ func TestClean(t *testing.T) {
 		}
 	}
 }
+
+// One key of the wrong type — report's latest slot key, or report's
+// history stream, or its pause key — costs report alone: status prints
+// every task, report with its error naming what could not be read, backup
+// in full, and exits 0 (the error is repeated on stderr).
+func TestStatusWrongTypeKeyIsPerTask(t *testing.T) {
+	s := newShared(t)
+	backup := s.latest("backup")
+	s.done(backup, "r1")
+	report := s.latest("report")
+	state, _ := lock.Keys("slotd", report)
+	_, paused, _, _ := lock.ControlKeys("slotd", "report")
+	for _, c := range []struct{ what, key, want string }{
+		{"slot key", state, "slot " + report.ID},
+		{"history stream", store.HistoryKey("slotd", "report"), "history: read report"},
+		{"pause key", paused, "pause state"},
+	} {
+		t.Run(c.what, func(t *testing.T) {
+			ctx := context.Background()
+			if err := s.rdb.Del(ctx, state, store.HistoryKey("slotd", "report"), paused).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.rdb.RPush(ctx, c.key, "planted").Err(); err != nil {
+				t.Fatal(err)
+			}
+			r := runCLI(t, "status", "-config", s.path, "-json")
+			var rep observe.StatusReport
+			if r.code != 0 || json.Unmarshal([]byte(r.stdout), &rep) != nil || len(rep.Tasks) != 2 {
+				t.Fatalf("status -json with a %s of the wrong type:\n%s", c.what, r)
+			}
+			for _, ts := range rep.Tasks {
+				switch ts.Name {
+				case "report":
+					if !strings.Contains(ts.ReadError, c.want) || !strings.Contains(ts.ReadError, "WRONGTYPE") {
+						t.Errorf("report's read_error = %q, want it to name %q and WRONGTYPE", ts.ReadError, c.want)
+					}
+				case "backup":
+					if ts.ReadError != "" || len(ts.Slots) == 0 || ts.Slots[0].Phase != observe.PhaseDone {
+						t.Errorf("backup, whose keys are fine: %+v", ts)
+					}
+				}
+			}
+			if !strings.Contains(r.stderr, "task report not read in full") {
+				t.Errorf("stderr does not say report was not read in full:\n%s", r)
+			}
+			r = runCLI(t, "status", "-config", s.path)
+			if r.code != 0 || !strings.Contains(r.stdout, "NOT READ IN FULL") || !strings.Contains(r.stdout, backup.ID) {
+				t.Errorf("status with a %s of the wrong type:\n%s", c.what, r)
+			}
+		})
+	}
+}

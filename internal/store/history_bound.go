@@ -1,0 +1,54 @@
+package store
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/slotd/slotd/scheduler"
+)
+
+// maxRawEntry bounds an entry's stored JSON that etcd and ZooKeeper
+// histories decode: slotd's own is at most about six times the output and
+// error caps (JSON escapes "<" as six bytes); a larger value was written
+// by someone else and is refused unread (the stores cap a value anyway:
+// etcd's --max-request-bytes, ZooKeeper's jute.maxbuffer, both about 1 MiB).
+const maxRawEntry = 8 * (scheduler.MaxHistoryOutput + scheduler.MaxHistoryError)
+
+// decodeJSONEntry decodes the JSON entry b stored at key, bounded as the
+// Redis history's read script bounds one: a value over maxRawEntry is not
+// decoded, and reads as an entry whose Error says so; fields over their
+// caps are cut, with CutMark first in Error. id is the entry's ID.
+func decodeJSONEntry(b []byte, key, id string) scheduler.HistoryEntry {
+	if len(b) > maxRawEntry {
+		return scheduler.HistoryEntry{ID: id, Error: scheduler.CutMark(key, id,
+			fmt.Sprintf("%d bytes, over the cap of %d: not read", len(b), maxRawEntry))}
+	}
+	var e scheduler.HistoryEntry
+	// An entry that does not parse is left zero but for its id: one odd
+	// entry should not hide the others.
+	_ = json.Unmarshal(b, &e)
+	e.ID = id
+	var cut []string
+	for _, f := range []struct {
+		name string
+		v    *string
+	}{{"slot", &e.Slot}, {"replica", &e.Replica}, {"outcome", &e.Outcome}} {
+		if len(*f.v) > readValueCap {
+			cut = append(cut, fmt.Sprintf("%s of %d bytes", f.name, len(*f.v)))
+			*f.v = strings.ToValidUTF8((*f.v)[:readValueCap], "\uFFFD")
+		}
+	}
+	if len(e.Error) > readValueCap {
+		cut = append(cut, fmt.Sprintf("error of %d bytes", len(e.Error)))
+	}
+	if len(e.Output) > readOutputCap {
+		cut = append(cut, fmt.Sprintf("output of %d bytes", len(e.Output)))
+	}
+	if len(cut) > 0 {
+		e.Error = scheduler.CutMark(key, id, strings.Join(cut, ", ")) + e.Error
+	}
+	e.Error = scheduler.TruncateHistoryError(e.Error)
+	e.Output = scheduler.TruncateHistoryOutput(e.Output)
+	return e
+}

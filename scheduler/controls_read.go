@@ -1,0 +1,38 @@
+package scheduler
+
+import (
+	"log/slog"
+
+	"github.com/slotd/slotd/lock"
+)
+
+// readEach reads names' controls with read, all at once; if that fails
+// for a reason one task's key can cause (a value slotd did not write, a
+// key of another type) rather than the store's (unreachable, refusing),
+// it reads them one task at a time, so that a bad key costs its own task's
+// controls, not the fleet's. It returns what was read, ok[i] for each task
+// read, and logs each task that was not, naming it, as what.
+func readEach[T any](names []string, read func([]string) ([]T, error), log *slog.Logger, what string) (out []T, ok []bool) {
+	out, ok = make([]T, len(names)), make([]bool, len(names))
+	got, err := read(names)
+	if err == nil && len(got) == len(names) {
+		copy(out, got)
+		for i := range ok {
+			ok[i] = true
+		}
+		return out, ok
+	}
+	if k := lock.Classify(err); k != lock.KindNone && k != lock.KindOther {
+		log.Warn("could not read the tasks' "+what, "err", err)
+		return out, ok
+	}
+	for i, name := range names {
+		got, err := read(names[i : i+1])
+		if err != nil || len(got) != 1 {
+			log.Warn("could not read the task's "+what, "task", name, "err", err)
+			continue
+		}
+		out[i], ok[i] = got[0], true
+	}
+	return out, ok
+}
