@@ -215,17 +215,19 @@ func TestAlertRulesStructure(t *testing.T) {
 		}
 	}
 	want := map[string]string{
-		"SlotdTaskNoRecentSuccess":  "slotd_last_success_timestamp_seconds",
-		"SlotdSlotsExhausted":       "slotd_slots_exhausted_total",
-		"SlotdLeaseLost":            "slotd_lease_losses_total",
-		"SlotdRedisDown":            "slotd_redis_up",
-		"SlotdClockSkew":            "slotd_clock_skew_seconds",
-		"SlotdSlotsMissed":          "slotd_slots_missed_total",
-		"SlotdRedisRefusesWrites":   "slotd_store_errors_total",
-		"SlotdRedisMayEvict":        "slotd_redis_maxmemory_policy",
-		"SlotdConfigReloadFailed":   "slotd_config_reload_failures_total",
-		"SlotdConfigRestartNeeded":  "slotd_config_restart_needed",
-		"SlotdNotificationsFailing": "slotd_notifications_total",
+		"SlotdTaskNoRecentSuccess":    "slotd_last_success_timestamp_seconds",
+		"SlotdSlotsExhausted":         "slotd_slots_exhausted_total",
+		"SlotdLeaseLost":              "slotd_lease_losses_total",
+		"SlotdRedisDown":              "slotd_redis_up",
+		"SlotdClockSkew":              "slotd_clock_skew_seconds",
+		"SlotdSlotsMissed":            "slotd_slots_missed_total",
+		"SlotdRedisRefusesWrites":     "slotd_store_errors_total",
+		"SlotdRedisMayEvict":          "slotd_redis_maxmemory_policy",
+		"SlotdConfigReloadFailed":     "slotd_config_reload_failures_total",
+		"SlotdConfigRestartNeeded":    "slotd_config_restart_needed",
+		"SlotdNotificationsFailing":   "slotd_notifications_total",
+		"SlotdReplicaAtCapacity":      "slotd_max_running",
+		"SlotdSlotsMissedForCapacity": "slotd_slots_missed_capacity_total",
 	}
 	for name, metric := range want {
 		r, ok := byName[name]

@@ -18,6 +18,7 @@ import (
 // completed or released.
 func (l *loop) startAttempt(r *run, c lock.Claim) {
 	t, slot := r.t, r.slot
+	l.attemptStarted()
 	l.workers.Add(1)
 	go func() {
 		defer l.workers.Done()

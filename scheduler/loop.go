@@ -41,6 +41,11 @@ type loop struct {
 	pending   int
 	deferred  []*run
 	lastTaken time.Time
+	// running: attempts running; capped: runs waiting for room under
+	// max_running, longest first (entries no longer capped are skipped).
+	// See capacity.go.
+	running int
+	capped  []*run
 	// stopping: ctx has ended; nothing fires, and the loop returns once
 	// every run has ended.
 	stopping bool
@@ -106,6 +111,7 @@ func (l *loop) run() {
 			events[i] = event{} // no run kept alive by a handled event
 		}
 		l.releaseDeferred()
+		l.admit()
 		l.wakeDue()
 		l.fireDue()
 	}
@@ -123,7 +129,7 @@ func (l *loop) nextWait() (time.Duration, bool) {
 		// Wake at least once per clock check: if the wall clock steps or the
 		// measured offset changes, the next fire time is due sooner or later
 		// than this wait says.
-		wait, ok = min(l.fires[0].next.Sub(l.s.now()), l.s.checkEvery), true
+		wait, ok = min(l.fires[0].due.Sub(l.s.now()), l.s.checkEvery), true
 	}
 	if len(l.wakes) > 0 {
 		w := l.wakes[0].wakeAt.Sub(l.s.clock.Now())
@@ -155,7 +161,8 @@ func (l *loop) handle(e event) {
 
 // start fires, for each task whose catchup is "latest", the slot whose
 // window is open now, and fills the fire heap with every task's next fire
-// time.
+// time. A caught-up slot whose start delay (jitter) has not passed yet
+// stays in the heap until it has.
 func (l *loop) start() {
 	now := l.s.now()
 	list := l.s.Tasks()
@@ -163,18 +170,25 @@ func (l *loop) start() {
 	for i := range list {
 		t := &list[i]
 		if t.Catchup == CatchupLatest {
-			if slot, ok := t.Schedule.Latest(now); ok && now.Before(t.SlotDeadline(slot)) && l.s.catchUp(t, slot, now) && !l.skipPaused(t, slot) {
-				l.onFire(t, slot)
+			if slot, ok := t.Schedule.Latest(now); ok && now.Before(t.SlotDeadline(slot)) && l.s.catchUp(t, slot, now) {
+				if now.Before(slot.Add(t.StartDelay(slot))) {
+					l.fires = append(l.fires, newFire(t, slot))
+					continue
+				}
+				if !l.skipPaused(t, slot) {
+					l.onFire(t, slot)
+				}
 			}
 		}
 		if next := t.Schedule.Next(now); !next.IsZero() {
-			l.fires = append(l.fires, &fire{task: t, next: next})
+			l.fires = append(l.fires, newFire(t, next))
 		}
 	}
 	heap.Init(&l.fires)
 }
 
-// fireDue fires every fire time that has come. A fire time that passed
+// fireDue fires every fire time whose start delay (Task.StartDelay) has
+// passed: the slot is still the fire time's. A fire time that passed
 // while this process was stalled still fires if its window is open; each
 // slot is claimed by its own id, so a late start cannot run a slot twice.
 func (l *loop) fireDue() {
@@ -182,7 +196,7 @@ func (l *loop) fireDue() {
 		return
 	}
 	now := l.s.now()
-	for len(l.fires) > 0 && !l.fires[0].next.After(now) {
+	for len(l.fires) > 0 && !l.fires[0].due.After(now) {
 		f := l.fires[0]
 		switch {
 		case l.skipPaused(f.task, f.next):
@@ -197,6 +211,7 @@ func (l *loop) fireDue() {
 		if f.next = f.task.Schedule.Next(f.next); f.next.IsZero() {
 			heap.Pop(&l.fires)
 		} else {
+			f.due = f.next.Add(f.task.StartDelay(f.next))
 			heap.Fix(&l.fires, 0)
 		}
 	}
@@ -339,14 +354,19 @@ func (m *mailbox) take(buf []event) []event {
 // fire is one task in the fire heap.
 type fire struct {
 	task *Task
-	next time.Time
+	next time.Time // the slot time
+	due  time.Time // when it fires: next plus the task's start delay for it
 }
 
-// fireHeap orders tasks by their next fire time.
+func newFire(t *Task, next time.Time) *fire {
+	return &fire{task: t, next: next, due: next.Add(t.StartDelay(next))}
+}
+
+// fireHeap orders tasks by when their next fire is due.
 type fireHeap []*fire
 
 func (h fireHeap) Len() int           { return len(h) }
-func (h fireHeap) Less(i, j int) bool { return h[i].next.Before(h[j].next) }
+func (h fireHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
 func (h fireHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
 func (h *fireHeap) Push(x any)        { *h = append(*h, x.(*fire)) }
 func (h *fireHeap) Pop() any {

@@ -37,6 +37,7 @@ type slotEnd struct {
 	t        *Task
 	slot     lock.Slot
 	kind     string // tasks.FailureExhausted or tasks.FailureMissed
+	reason   string // tasks.ReasonCapacity, or "" when none is known
 	attempt  int    // the last attempt's number, if known (0: read the store)
 	attempts int    // attempts made in this run of the slot (since its last rerun)
 	// own is this replica's entry of the slot's last attempt; nil when
@@ -102,7 +103,7 @@ func (s *Scheduler) notify(ctx context.Context, e slotEnd) {
 		return
 	}
 	f := tasks.Failure{
-		Kind: e.kind, Task: e.t.Name, Slot: e.slot.ID, SlotTime: e.slot.Time,
+		Kind: e.kind, Reason: e.reason, Task: e.t.Name, Slot: e.slot.ID, SlotTime: e.slot.Time,
 		Attempts: e.attempts, Replica: s.replica,
 	}
 	last := e.own

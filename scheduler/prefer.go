@@ -30,6 +30,10 @@ import (
 // the same set, a replica joining or leaving moves only its own share of
 // slots, and the shares are even.
 //
+// A replica at its max_running (capacity.go) claims nothing, preferred or
+// not: its preferred slots cost its peers their deferral, as a preferred
+// claimant that died does, and no more.
+//
 // The choice affects who claims first, never whether a claim is safe: a
 // replica whose view of the live set differs from its peers' (one
 // announced or expired since its last clock check) at worst claims a slot

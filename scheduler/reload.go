@@ -162,7 +162,7 @@ func (l *loop) onReload(req *reload) {
 		case f == nil:
 			// New, or its schedule had no fire time left.
 			next = t.Schedule.Next(now)
-		case f.task.Spec == t.Spec && f.task.Timezone == t.Timezone:
+		case f.task.Schedule.String() == t.Schedule.String():
 			// The same fire times: the next is the one not yet fired.
 			next = f.next
 		default:
@@ -175,7 +175,7 @@ func (l *loop) onReload(req *reload) {
 			next = t.Schedule.Next(from)
 		}
 		if !next.IsZero() {
-			l.fires = append(l.fires, &fire{task: t, next: next})
+			l.fires = append(l.fires, newFire(t, next))
 		}
 	}
 	heap.Init(&l.fires)

@@ -38,12 +38,15 @@ const (
 	// settled: the slot is done or out of attempts; the run waits only for
 	// an operator's rerun, until a little after its deadline.
 	settled
+	// capped: about to claim while the replica is at max_running; waits
+	// for room (capacity.go), a peer's claim or the slot's completion.
+	capped
 	// ended: its watch is stopped; later events about it are ignored.
 	ended
 )
 
 func (s runState) String() string {
-	names := [...]string{"none", "deferring", "claiming", "running", "handingOff", "waiting", "settled", "ended"}
+	names := [...]string{"none", "deferring", "claiming", "running", "handingOff", "waiting", "settled", "capped", "ended"}
 	if int(s) < len(names) {
 		return names[s]
 	}
@@ -89,6 +92,7 @@ type run struct {
 	// replica is still waiting for (see loop.keepDeferring).
 	deferUntil time.Time
 	wakeAt     time.Time // in the wake heap: when onWake is due
+	listed     bool      // in the loop's capped list (capacity.go)
 	index      int       // in the wake heap; -1 if not in it
 	log        *slog.Logger
 }
@@ -229,6 +233,7 @@ func (l *loop) onClaimReply(r *run, reply lock.ClaimReply) {
 // running it again here would only add a duplicate (a peer may still,
 // after the lease); entry: the failed attempt's history entry.
 func (l *loop) onAttempted(r *run, c lock.Claim, finished bool, entry *HistoryEntry) {
+	l.attemptEnded()
 	if finished {
 		l.park(r, settled, 0)
 		return
@@ -253,7 +258,8 @@ func (l *loop) onNotice(r *run, c lock.Change) {
 		l.lastTaken = l.s.clock.Now()
 		// Only a run that has not claimed yet acts on it: the claim's reply
 		// tells the others more, and the notice may be stale.
-		if r.state == deferring {
+		if r.state == deferring || r.state == capped {
+			l.uncap(r)
 			// As a Held claim would: wait for the holder's lease, or for
 			// its release or completion.
 			r.last = lock.Held
@@ -271,6 +277,13 @@ func (l *loop) onNotice(r *run, c lock.Change) {
 		r.news = released
 		if isDone {
 			r.news = done
+		}
+	case capped:
+		// A completion settles it; a release leaves it waiting for room.
+		if isDone {
+			l.uncap(r)
+			l.unschedule(r)
+			l.advance(r, true)
 		}
 	case handingOff:
 		// A release is our own, most likely; another (a peer's, a rerun)
@@ -305,6 +318,10 @@ func (l *loop) onWake(r *run) {
 		}
 		l.advance(r, false)
 	case waiting, handingOff:
+		l.advance(r, false)
+	case capped:
+		// Its window has closed (else a wake comes early: claim if there
+		// is room, else wait on).
 		l.advance(r, false)
 	case settled:
 		l.advance(r, true)
@@ -345,6 +362,15 @@ func (l *loop) advance(r *run, isSettled bool) {
 		l.schedule(r, r.slot.Deadline.Sub(l.s.now())+expireLag)
 		return
 	}
+	if l.atCapacity() {
+		if r.state != capped {
+			l.capRun(r)
+		} else {
+			l.schedule(r, r.slot.Deadline.Sub(l.s.now()))
+		}
+		return
+	}
+	l.uncap(r)
 	r.state = claiming
 	l.claims = append(l.claims, r)
 }
@@ -371,10 +397,20 @@ func (l *loop) over(r *run, isSettled bool) bool {
 	if !l.s.now().Before(r.slot.Deadline) {
 		// A holder still running past the deadline reports for itself.
 		if !isSettled && r.last != lock.Held {
-			l.s.stats.Task(r.t.Name).Missed.Inc()
-			r.logger(l.s).Warn("slot window closed without a success", "deadline", r.slot.Deadline)
-			l.runFailed(r, slotEnd{kind: tasks.FailureMissed})
+			st := l.s.stats.Task(r.t.Name)
+			st.Missed.Inc()
+			end := slotEnd{kind: tasks.FailureMissed}
+			if r.state == capped {
+				st.MissedCapacity.Inc()
+				end.reason = tasks.ReasonCapacity
+				r.logger(l.s).Warn("slot window closed without a success: this replica was at max_running and no peer started it",
+					"deadline", r.slot.Deadline, "max_running", l.s.maxRunning)
+			} else {
+				r.logger(l.s).Warn("slot window closed without a success", "deadline", r.slot.Deadline)
+			}
+			l.runFailed(r, end)
 		}
+		l.uncap(r)
 		l.end(r)
 		return true
 	}

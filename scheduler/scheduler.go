@@ -97,6 +97,8 @@ type Scheduler struct {
 	// them; nil: claim every slot at once (see prefer.go).
 	live atomic.Pointer[[]string]
 
+	maxRunning int // 0: no cap; see capacity.go
+
 	offset  atomic.Int64 // store clock minus ours, ns; the loop fires on the store's time
 	skew    atomic.Int64 // as last measured, ns
 	storeOK atomic.Bool
@@ -155,6 +157,7 @@ func New(tasks []Task, store lock.Store, opts ...Option) *Scheduler {
 	s.fleet, _ = store.(lock.Fleet)
 	s.controls, _ = store.(lock.Controls)
 	s.stats = stats.New(nil)
+	s.stats.Capacity.Max.Store(int64(s.maxRunning))
 	s.setTasks(tasks)
 	s.log = s.log.With("replica", s.replica)
 	return s

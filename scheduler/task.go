@@ -3,6 +3,7 @@ package scheduler
 import (
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"strconv"
 	"time"
 
@@ -15,7 +16,7 @@ import (
 // claimed. It is read-only once loaded.
 type Task struct {
 	Name     string
-	Spec     string         // the schedule key as written
+	Spec     string         // the schedule key as written; schedules joined by "; "
 	Timezone string         // as written; "" is UTC
 	Plugin   string         // the registered plugin name
 	Params   map[string]any // [task.params]; never nil
@@ -28,6 +29,9 @@ type Task struct {
 	// not caught up (0: no bound but the window).
 	CatchupLimit time.Duration
 	Deadline     time.Duration // 0: a slot's window ends at the next fire time; else slot time + Deadline
+	// Jitter spreads starts: each slot's claim waits StartDelay after its
+	// slot time, less than Jitter; 0 starts at the slot time.
+	Jitter time.Duration
 	// OutputTail is how many bytes of each attempt's output (its tail)
 	// the history keeps, at most MaxHistoryOutput; 0 keeps none.
 	OutputTail int
@@ -71,7 +75,25 @@ func (t *Task) SlotDeadline(slot time.Time) time.Time {
 	if t.Deadline > 0 {
 		return slot.Add(t.Deadline).UTC()
 	}
-	return t.Schedule.Next(slot)
+	return t.Schedule.Following(slot)
+}
+
+// StartDelay returns how long after at, one of t's fire times, its slot is
+// fired: 0 without Jitter, else FNV-1a of the task's name and the slot id
+// modulo Jitter, in whole milliseconds. Every replica computes the same
+// delay, so the preferred claimant still claims first; the slot time (and
+// with it the slot id, the fencing token, the no-early-run check and the
+// start delay metric) stays at.
+func (t *Task) StartDelay(at time.Time) time.Duration {
+	ms := t.Jitter.Milliseconds()
+	if ms <= 0 {
+		return 0
+	}
+	h := fnv.New64a()
+	h.Write([]byte(t.Name))
+	h.Write([]byte{0})
+	h.Write([]byte(t.Schedule.SlotID(at)))
+	return time.Duration(h.Sum64()%uint64(ms)) * time.Millisecond
 }
 
 // Concurrency is a concurrency policy (Task.Concurrency), with Kubernetes

@@ -41,7 +41,7 @@ const errTailMax = 1 << 10
 var envNames = []string{
 	"SLOTD_TASK", "SLOTD_SLOT", "SLOTD_SLOT_TIME",
 	"SLOTD_ATTEMPT", "SLOTD_FENCING_TOKEN", "SLOTD_REPLICA", "SLOTD_STORE_REVISION",
-	"SLOTD_FAILURE", "SLOTD_ATTEMPTS", "SLOTD_LAST_ERROR", "SLOTD_OUTPUT", // an on_failure hook's (failure.go)
+	"SLOTD_FAILURE", "SLOTD_FAILURE_REASON", "SLOTD_ATTEMPTS", "SLOTD_LAST_ERROR", "SLOTD_OUTPUT", // an on_failure hook's (failure.go)
 }
 
 type execParams struct {

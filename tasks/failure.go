@@ -11,6 +11,10 @@ import (
 const (
 	FailureExhausted = "exhausted" // the slot's last allowed attempt failed
 	FailureMissed    = "missed"    // the slot's window closed without a success
+
+	// ReasonCapacity (Failure.Reason): a missed slot's replica was at its
+	// max_running for the whole window and no peer started the slot.
+	ReasonCapacity = "capacity"
 )
 
 // Failure is a slot that ended without a success, as an on_failure hook
@@ -21,7 +25,8 @@ const (
 // (Slotd-Failure, Slotd-Attempts) and, unless its body is configured, as
 // a JSON body.
 type Failure struct {
-	Kind      string    `json:"failure"` // FailureExhausted or FailureMissed
+	Kind      string    `json:"failure"`          // FailureExhausted or FailureMissed
+	Reason    string    `json:"reason,omitempty"` // why, when known: ReasonCapacity
 	Task      string    `json:"task"`
 	Slot      string    `json:"slot"`
 	SlotTime  time.Time `json:"slot_time"`
@@ -53,6 +58,7 @@ func failureEnv(f Failure) []string {
 	clean := func(s string) string { return strings.ReplaceAll(s, "\x00", "") }
 	return []string{
 		"SLOTD_FAILURE=" + f.Kind,
+		"SLOTD_FAILURE_REASON=" + f.Reason,
 		"SLOTD_ATTEMPTS=" + strconv.Itoa(f.Attempts),
 		"SLOTD_LAST_ERROR=" + clean(f.LastError),
 		"SLOTD_OUTPUT=" + clean(f.Output),

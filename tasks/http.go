@@ -35,7 +35,7 @@ const (
 var slotHeaders = []string{
 	"Slotd-Task", "Slotd-Slot", "Slotd-Slot-Time",
 	"Slotd-Attempt", "Slotd-Fencing-Token", "Slotd-Replica", "Slotd-Store-Revision",
-	"Slotd-Failure", "Slotd-Attempts", // an on_failure hook's (failure.go)
+	"Slotd-Failure", "Slotd-Failure-Reason", "Slotd-Attempts", // an on_failure hook's (failure.go)
 }
 
 type httpParams struct {
@@ -202,6 +202,9 @@ func (t *httpTask) Run(ctx context.Context) error {
 	if isHook {
 		req.Header.Set("Slotd-Failure", failure.Kind)
 		req.Header.Set("Slotd-Attempts", strconv.Itoa(failure.Attempts))
+		if failure.Reason != "" {
+			req.Header.Set("Slotd-Failure-Reason", failure.Reason)
+		}
 		if t.body == "" && req.Header.Get("Content-Type") == "" {
 			req.Header.Set("Content-Type", "application/json")
 		}

@@ -189,6 +189,7 @@ func task(t *config.Task, job tasks.Task) scheduler.Task {
 		Catchup:      catchup(t.Catchup),
 		CatchupLimit: t.CatchupLimit,
 		Deadline:     t.Deadline,
+		Jitter:       t.Jitter,
 		OutputTail:   t.OutputTail,
 		Paused:       t.Paused,
 		Concurrency:  concurrency(t.Concurrency),

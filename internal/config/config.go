@@ -75,6 +75,7 @@ type Config struct {
 	ShutdownGrace time.Duration    // [daemon] shutdown_grace; default 30s
 	MaxClockSkew  time.Duration    // [daemon] max_clock_skew; default 1s: readiness fails and a warning is logged beyond it
 	EnvDrop       []string         // [daemon] env_drop: variables exec tasks must not inherit
+	MaxRunning    int              // [daemon] max_running: attempts this replica runs at once; 0: no cap
 	RedisURL      string           // [redis] url; "" = embedded in-memory store (one replica)
 	URLEnv        string           // [redis] url_env: the variable the URL came from; exec tasks do not inherit it
 	Prefix        string           // [redis] prefix; default "slotd"
@@ -96,14 +97,14 @@ type Config struct {
 // The keys of each table, for unknown-key errors.
 var (
 	topKeys      = []string{"daemon", "redis", "http", "log", "plugins", "defaults", "task", "zookeeper", "etcd"}
-	daemonKeys   = []string{"replica", "shutdown_grace", "max_clock_skew", "env_drop"}
+	daemonKeys   = []string{"replica", "shutdown_grace", "max_clock_skew", "env_drop", "max_running"}
 	redisKeys    = append([]string{"url", "prefix", "url_env"}, redisModeKeys...)
 	httpKeys     = []string{"listen", "token_file", "token_env"}
 	logKeys      = []string{"level", "format"}
 	pluginsKeys  = []string{"http"}
 	httpPoolKeys = []string{"max_idle_per_host", "idle_timeout", "max_conns_per_host"}
 	policyKeys   = []string{"lease", "done_ttl", "max_attempts", "timeout", "catchup", "deadline", "catchup_limit", "output_tail", "concurrency"}
-	taskOwnKeys  = []string{"name", "schedule", "timezone", "plugin", "params", "paused", "on_failure"}
+	taskOwnKeys  = []string{"name", "schedule", "schedules", "active_from", "active_until", "jitter", "timezone", "plugin", "params", "paused", "on_failure"}
 	defaultKeys  = append(append([]string{}, policyKeys...), "on_failure")
 	taskKeys     = append(append([]string{}, taskOwnKeys...), policyKeys...)
 )
@@ -221,6 +222,7 @@ func (c *Config) readDaemon(t table) {
 		c.MaxClockSkew = d
 	}
 	c.readEnvDrop(t)
+	c.readMaxRunning(t)
 }
 
 // readEnvDrop reads [daemon] env_drop: names of variables the daemon holds

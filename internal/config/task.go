@@ -3,7 +3,6 @@ package config
 import (
 	"fmt"
 	"regexp"
-	"strings"
 	"time"
 
 	"github.com/slotd/slotd/scheduler/schedule"
@@ -15,7 +14,7 @@ import (
 // job its plugin builds.
 type Task struct {
 	Name     string
-	Spec     string             // the schedule key as written
+	Spec     string             // the schedule key as written; schedules joined by "; "
 	Timezone string             // as written; "" is UTC
 	Schedule *schedule.Schedule // Spec parsed in Timezone
 	Plugin   string             // the registered plugin's name
@@ -30,6 +29,7 @@ type Task struct {
 	Catchup      Catchup
 	CatchupLimit time.Duration // a slot older than this at start-up is not caught up
 	Deadline     time.Duration // 0: a slot's window ends at the next fire time
+	Jitter       time.Duration // each slot starts up to this long after its slot time; 0: at it
 	OutputTail   int           // bytes of output each history entry keeps
 	Paused       bool          // starts paused unless the store records a pause state
 	Concurrency  Concurrency
@@ -114,29 +114,11 @@ func readTask(m map[string]any, n int, seen map[string]int, defaults rawPolicy, 
 	} else if !t.has("timezone") {
 		tzOK = true
 	}
-	spec, specOK := t.str("schedule")
-	task.Spec = spec
-	switch {
-	case !t.has("schedule"):
-		t.errorf("schedule", "required (a cron spec such as \"0 * * * *\", or \"@every 5m\")")
-	case specOK:
-		// With a bad zone, the spec is still checked (in UTC), so that
-		// its own errors are reported too; the task gets no schedule.
-		zone := tz
-		if !tzOK {
-			zone = ""
-		}
-		s, err := schedule.Parse(spec, zone)
-		if err != nil {
-			t.wrapf("schedule", err)
-		} else if tzOK {
-			task.Schedule = s
-		}
-		if strings.HasPrefix(strings.TrimSpace(spec), "@every") && tz != "" && tz != "UTC" {
-			t.errorf("timezone", "%q has no effect on %q: @every fires at multiples of its duration since the Unix epoch, the same instants in every zone; remove timezone (or use a cron spec to fire on %s's wall clock)",
-				tz, spec, tz)
-		}
+	zone := tz
+	if !tzOK {
+		zone = ""
 	}
+	task.Spec, task.Schedule = readSchedule(t, name, zone, tzOK)
 
 	task.Plugin, task.Params = readPlugin(t, "[task.params]", PluginRef{Task: name})
 
@@ -146,6 +128,11 @@ func readTask(m map[string]any, n int, seen map[string]int, defaults rawPolicy, 
 	task.CatchupLimit = pol.CatchupLimit
 	task.OutputTail = pol.OutputTail
 	task.Concurrency = pol.Concurrency
+	window := pol.Deadline // the slot window (scheduler.Task.Window); 0: unknown
+	if window == 0 && task.Schedule != nil {
+		window = task.Schedule.MaxGap()
+	}
+	task.Jitter = readJitter(t, window)
 	if v, ok := m["paused"]; ok {
 		if b, isBool := v.(bool); isBool {
 			task.Paused = b

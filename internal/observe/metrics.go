@@ -40,6 +40,11 @@ const (
 	helpRedisUp       = "1 if the last check of the store answered, its write probe was taken, and no recent write was refused, else 0."
 	helpStoreErrors   = "Errors of the store's calls (claims, renewals, completions, releases, write probes) by kind: oom, noperm, readonly, misconf, noreplicas, noscript, auth, unavailable, timeout, conn, other."
 	helpClockSkew     = "Store clock minus this replica's clock, as last measured."
+
+	helpAttempts       = "Task attempts running on this replica, all tasks together: what [daemon] max_running caps."
+	helpMaxRunning     = "This replica's [daemon] max_running; 0: no cap."
+	helpCapacityWait   = "Slots this replica waits to claim because it is at max_running (peers may take them meanwhile)."
+	helpMissedCapacity = "Of slotd_slots_missed_total, the slots this replica waited to claim, at max_running, until their window closed, and no peer started."
 )
 
 // WriteMetrics writes the engine's series — the store's reachability
@@ -158,7 +163,20 @@ func writeText(w io.Writer, set *stats.Set, up bool, skew time.Duration) error {
 			t.sample("slotd_slots_skipped_total", st.Name, "reason", reason, float64(st.Skipped[i].Load()))
 		}
 	}
+	writeCapacity(&t, set, counters)
 	return t.flush()
+}
+
+// writeCapacity writes the replica's running attempts against its
+// max_running, and the slots missed for capacity.
+func writeCapacity(t *textWriter, set *stats.Set, counters func(name, help string, v func(*stats.Task) *stats.Counter)) {
+	t.header("slotd_running_attempts", helpAttempts, "gauge")
+	t.plain("slotd_running_attempts", float64(set.Capacity.Running.Load()))
+	t.header("slotd_max_running", helpMaxRunning, "gauge")
+	t.plain("slotd_max_running", float64(set.Capacity.Max.Load()))
+	t.header("slotd_capacity_waiting_slots", helpCapacityWait, "gauge")
+	t.plain("slotd_capacity_waiting_slots", float64(set.Capacity.Waiting.Load()))
+	counters("slotd_slots_missed_capacity_total", helpMissedCapacity, func(st *stats.Task) *stats.Counter { return &st.MissedCapacity })
 }
 
 // metricsHandler serves reg's series (the process's: Go runtime, build

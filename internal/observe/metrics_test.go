@@ -69,6 +69,10 @@ func TestMetricsExposition(t *testing.T) {
 	st.Skip(stats.SkipPaused)
 	st.Skip(stats.SkipForbid)
 	st.Skip("bogus") // no such reason: not counted
+	st.MissedCapacity.Inc()
+	set.Capacity.Max.Store(8)
+	set.Capacity.Running.Store(8)
+	set.Capacity.Waiting.Store(3)
 	set.Store.Wrote("claim", errors.New("OOM command not allowed when used memory > 'maxmemory'."), time.Unix(0, 0))
 	set.Store.Probed(fmt.Errorf("lock: probe: %w", errors.New("NOPERM this user has no permissions")), time.Unix(0, 0))
 	set.Store.Wrote("renew", context.DeadlineExceeded, time.Unix(0, 0))
@@ -237,6 +241,19 @@ slotd_slots_skipped_total{reason="paused",task="nightly"} 2
 slotd_slots_skipped_total{reason="forbid",task="nightly"} 1
 slotd_slots_skipped_total{reason="paused",task="idle"} 0
 slotd_slots_skipped_total{reason="forbid",task="idle"} 0
+# HELP slotd_running_attempts Task attempts running on this replica, all tasks together: what [daemon] max_running caps.
+# TYPE slotd_running_attempts gauge
+slotd_running_attempts 8
+# HELP slotd_max_running This replica's [daemon] max_running; 0: no cap.
+# TYPE slotd_max_running gauge
+slotd_max_running 8
+# HELP slotd_capacity_waiting_slots Slots this replica waits to claim because it is at max_running (peers may take them meanwhile).
+# TYPE slotd_capacity_waiting_slots gauge
+slotd_capacity_waiting_slots 3
+# HELP slotd_slots_missed_capacity_total Of slotd_slots_missed_total, the slots this replica waited to claim, at max_running, until their window closed, and no peer started.
+# TYPE slotd_slots_missed_capacity_total counter
+slotd_slots_missed_capacity_total{task="nightly"} 1
+slotd_slots_missed_capacity_total{task="idle"} 0
 `
 	want = strings.TrimPrefix(want, "\n")
 	got := scrape(t, set, true, -250*time.Millisecond)

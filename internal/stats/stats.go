@@ -125,22 +125,25 @@ func (h *Histogram) Sum() float64 { return math.Float64frombits(h.sum.Load()) }
 
 // Task is one task's counters.
 type Task struct {
-	Name         string
-	window       atomic.Int64              // ns: the slot window alerts scale with (Window)
-	Claims       [lock.Late + 1]Counter    // by lock.Result; index 0: no answer (ResultError)
-	Runs         [len(Outcomes)]Counter    // attempts by Outcomes' order
-	Duration     Histogram                 // attempt durations, seconds
-	StartDelay   Histogram                 // attempt start behind the slot time, seconds
-	Renewals     Counter                   // lease renewals confirmed
-	LeaseLosses  Counter                   // leases lost while the task ran
-	Exhausted    Counter                   // slots whose last allowed attempt failed here
-	Missed       Counter                   // slots seen closing without a success
-	FinishErrors Counter                   // completions or releases that failed
-	Skipped      [len(SkipReasons)]Counter // slots not run, by SkipReasons' order
-	Paused       atomic.Bool               // the task is paused, as this replica last heard
-	Running      atomic.Int64              // attempts running now
-	lastSuccess  atomic.Int64              // Unix seconds; noSuccess until one
-	_            [0]func()                 // not comparable
+	Name        string
+	window      atomic.Int64           // ns: the slot window alerts scale with (Window)
+	Claims      [lock.Late + 1]Counter // by lock.Result; index 0: no answer (ResultError)
+	Runs        [len(Outcomes)]Counter // attempts by Outcomes' order
+	Duration    Histogram              // attempt durations, seconds
+	StartDelay  Histogram              // attempt start behind the slot time, seconds
+	Renewals    Counter                // lease renewals confirmed
+	LeaseLosses Counter                // leases lost while the task ran
+	Exhausted   Counter                // slots whose last allowed attempt failed here
+	Missed      Counter                // slots seen closing without a success
+	// MissedCapacity: of Missed, the slots this replica waited to claim,
+	// at max_running, until their window closed.
+	MissedCapacity Counter
+	FinishErrors   Counter                   // completions or releases that failed
+	Skipped        [len(SkipReasons)]Counter // slots not run, by SkipReasons' order
+	Paused         atomic.Bool               // the task is paused, as this replica last heard
+	Running        atomic.Int64              // attempts running now
+	lastSuccess    atomic.Int64              // Unix seconds; noSuccess until one
+	_              [0]func()                 // not comparable
 }
 
 // Window is the slot window alerts scale with, as last given to New or
@@ -207,7 +210,17 @@ type Set struct {
 	Store Store
 	// Notifications counts on_failure hooks by outcome, for every task.
 	Notifications Notifications
-	list          atomic.Pointer[taskList]
+	// Capacity is the replica's attempts against its max_running.
+	Capacity Capacity
+	list     atomic.Pointer[taskList]
+}
+
+// Capacity is a replica's running attempts, all tasks together, against
+// its [daemon] max_running.
+type Capacity struct {
+	Max     atomic.Int64 // max_running; 0: no cap
+	Running atomic.Int64 // attempts running now
+	Waiting atomic.Int64 // slots waiting for room to be claimed
 }
 
 // taskList is one list of a Set's tasks; it is never changed once made.

@@ -17,6 +17,11 @@
 //   - MaxGap, the default slot window, is the longest gap between
 //     consecutive fire times, including across changes of UTC offset.
 //
+// Beyond robfig/cron: Quartz's L, W and # in the day fields, Jenkins' H in
+// any field (hashed with the task's name, so replicas agree and tasks on
+// one spec spread), and Combine: the union of several specs within
+// active bounds, its slot ids still distinct for consecutive fires.
+//
 // It imports nothing of slotd's and nothing beyond robfig/cron and the
 // standard library.
 package schedule

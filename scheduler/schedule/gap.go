@@ -100,13 +100,13 @@ func (s *Schedule) cronMaxGap(straddle gapRange) time.Duration {
 		shrink += time.Duration(hours[len(hours)-1]-hours[0]) * time.Hour
 		c.Hour = 1 << hours[0]
 	}
-	if structuralResolution(&c) <= Month {
+	if structuralResolution(&c, s.days) <= Month {
 		// At most 12 fires a year: walk them all, to catch the 8 years
 		// between Feb 29, 2096 and Feb 29, 2104.
 		until = analysisEnd
 	}
 	var sampled time.Duration
-	walk(&c, s.zones, s.wall, sampleAnchor, until, maxGapSampleFires, func(prev, next time.Time) {
+	walk(&c, s.days, s.zones, s.wall, sampleAnchor, until, maxGapSampleFires, func(prev, next time.Time) {
 		sampled = max(sampled, next.Sub(prev))
 	})
 	return max(best, sampled-shrink, straddle.max)

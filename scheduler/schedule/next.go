@@ -20,7 +20,12 @@ import (
 // with a forward change first fires at its start if the spec matches a wall
 // time in the gap, and a period that starts with a backward change does not
 // fire while its wall clock repeats the previous period's.
-func cronNext(spec *cron.SpecSchedule, zones *zoneTable, wall bool, t time.Time) time.Time {
+//
+// A day rule (days, nil for most specs) drops fires on the days it rejects:
+// spec's own day fields are "*" then, so the search resumes at the next
+// wall-clock midnight (or at the end of the period, whose next one may put
+// midnight elsewhere).
+func cronNext(spec *cron.SpecSchedule, days *dayRule, zones *zoneTable, wall bool, t time.Time) time.Time {
 	horizon := t.Add(longestGap + 24*time.Hour)
 	for !t.After(horizon) {
 		first := t.Unix() + 1 // robfig's first candidate: the next whole second
@@ -28,7 +33,7 @@ func cronNext(spec *cron.SpecSchedule, zones *zoneTable, wall bool, t time.Time)
 		if zones != nil {
 			p, ok := zones.lookup(first)
 			if !ok {
-				return robfigNext(spec, t, horizon) // outside the table: slow but exact
+				return robfigNext(spec, days, t, horizon) // outside the table: slow but exact
 			}
 			loc, offset, end = p.loc, int64(p.offset), p.end
 			switch {
@@ -37,7 +42,7 @@ func cronNext(spec *cron.SpecSchedule, zones *zoneTable, wall bool, t time.Time)
 				// Wall times [start+offset-shift, start+offset) are
 				// skipped. lookup found first in [start, end), so
 				// first == start when start is still a candidate.
-				if first == p.start && wallMatchIn(spec, p.start+offset-int64(p.shift), p.start+offset) {
+				if first == p.start && wallMatchIn(spec, days, p.start+offset-int64(p.shift), p.start+offset) {
 					return time.Unix(p.start, 0).UTC()
 				}
 			default:
@@ -55,7 +60,13 @@ func cronNext(spec *cron.SpecSchedule, zones *zoneTable, wall bool, t time.Time)
 			fixed.Location = loc
 			n := fixed.Next(time.Unix(cand-1, 0).UTC())
 			if !n.IsZero() && n.Unix() < end {
-				return n.UTC()
+				w := n.Unix() + offset
+				if days == nil || days.match(time.Unix(w, 0).UTC()) {
+					return n.UTC()
+				}
+				midnight := w - mod(w, 86400) + 86400 - offset
+				t = time.Unix(min(midnight, end)-1, 0).UTC()
+				continue
 			}
 		}
 		if end == math.MaxInt64 { // no match in the 5 years robfig searched
@@ -72,10 +83,10 @@ func cronNext(spec *cron.SpecSchedule, zones *zoneTable, wall bool, t time.Time)
 // wallMatchIn reports whether spec matches a wall-clock time in [a, b)
 // (seconds since the epoch, read as if in UTC). It steps by days and hours,
 // so a gap of a few hours (at most a day in practice) costs a few steps.
-func wallMatchIn(spec *cron.SpecSchedule, a, b int64) bool {
+func wallMatchIn(spec *cron.SpecSchedule, days *dayRule, a, b int64) bool {
 	for w := a; w < b; {
 		tm := time.Unix(w, 0).UTC()
-		if spec.Month&(1<<uint(tm.Month())) == 0 || !dayMatches(spec, tm) {
+		if spec.Month&(1<<uint(tm.Month())) == 0 || !dayMatches(spec, tm) || (days != nil && !days.match(tm)) {
 			w += 86400 - mod(w, 86400)
 			continue
 		}
@@ -133,22 +144,35 @@ func nextBit(set uint64, from int) (int, bool) {
 
 // robfigNext runs robfig's own search in the real zone; it gives up after
 // about 5 years, so hop on until horizon.
-func robfigNext(spec *cron.SpecSchedule, t, horizon time.Time) time.Time {
+func robfigNext(spec *cron.SpecSchedule, days *dayRule, t, horizon time.Time) time.Time {
 	for !t.After(horizon) {
-		if n := spec.Next(t); !n.IsZero() {
+		n := spec.Next(t)
+		if n.IsZero() {
+			t = t.AddDate(4, 0, 0)
+			continue
+		}
+		wall := n.In(spec.Location)
+		if days == nil {
 			return n.UTC()
 		}
-		t = t.AddDate(4, 0, 0)
+		if _, off := wall.Zone(); days.match(time.Unix(n.Unix()+int64(off), 0).UTC()) {
+			return n.UTC()
+		}
+		y, m, d := wall.Date()
+		t = time.Date(y, m, d+1, 0, 0, 0, 0, spec.Location).Add(-time.Second)
+		if !t.After(n) {
+			t = n
+		}
 	}
 	return time.Time{}
 }
 
 // walk calls fn(prev, next) for consecutive fires of spec, from the first
 // fire after from, for every prev up to until, and at most limit times.
-func walk(spec *cron.SpecSchedule, zones *zoneTable, wall bool, from, until time.Time, limit int, fn func(prev, next time.Time)) {
-	prev := cronNext(spec, zones, wall, from)
+func walk(spec *cron.SpecSchedule, days *dayRule, zones *zoneTable, wall bool, from, until time.Time, limit int, fn func(prev, next time.Time)) {
+	prev := cronNext(spec, days, zones, wall, from)
 	for i := 0; i < limit && !prev.IsZero() && !prev.After(until); i++ {
-		next := cronNext(spec, zones, wall, prev)
+		next := cronNext(spec, days, zones, wall, prev)
 		if next.IsZero() {
 			return
 		}

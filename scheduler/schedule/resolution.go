@@ -88,7 +88,7 @@ func everyResolution(d time.Duration) Resolution {
 // still separates: a month counts as 31 days, a year as 366.
 func (s *Schedule) cronResolution(straddle gapRange) Resolution {
 	c := s.cron
-	res := structuralResolution(c)
+	res := structuralResolution(c, s.days)
 	if s.zones == nil {
 		return res
 	}
@@ -110,7 +110,7 @@ func (s *Schedule) cronResolution(straddle gapRange) Resolution {
 			break
 		}
 		until := sampleAnchor.AddDate(resolutionSampleYears, 0, 0)
-		walk(c, s.zones, s.wall, sampleAnchor, until, resolutionSampleFires, func(prev, next time.Time) {
+		walk(c, s.days, s.zones, s.wall, sampleAnchor, until, resolutionSampleFires, func(prev, next time.Time) {
 			minGap = min(minGap, next.Sub(prev))
 		})
 	case Hour, Day:
@@ -122,7 +122,7 @@ func (s *Schedule) cronResolution(straddle gapRange) Resolution {
 	default:
 		// At most 12 fires a year: look at every pair.
 		minGap = straddle.min
-		walk(c, s.zones, s.wall, sampleAnchor, analysisEnd, math.MaxInt, func(prev, next time.Time) {
+		walk(c, s.days, s.zones, s.wall, sampleAnchor, analysisEnd, math.MaxInt, func(prev, next time.Time) {
 			minGap = min(minGap, next.Sub(prev))
 		})
 	}
@@ -136,7 +136,7 @@ func (s *Schedule) cronResolution(straddle gapRange) Resolution {
 
 // structuralResolution is the coarsest resolution at which the fields of
 // spec allow at most one fire per bucket (of the wall clock).
-func structuralResolution(c *cron.SpecSchedule) Resolution {
+func structuralResolution(c *cron.SpecSchedule, days *dayRule) Resolution {
 	switch {
 	case countBits(c.Second) > 1:
 		return Second
@@ -144,7 +144,9 @@ func structuralResolution(c *cron.SpecSchedule) Resolution {
 		return Minute
 	case countBits(c.Hour) > 1:
 		return Hour
-	case c.Dom&c.Dow&starBit != 0 || c.Dow&starBit == 0 || countBits(c.Dom) > 1:
+	case days != nil && !days.oncePerMonth():
+		return Day
+	case days == nil && (c.Dom&c.Dow&starBit != 0 || c.Dow&starBit == 0 || countBits(c.Dom) > 1):
 		return Day
 	case countBits(c.Month) > 1:
 		return Month

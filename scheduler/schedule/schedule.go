@@ -46,6 +46,7 @@ type Schedule struct {
 	loc      *time.Location
 
 	cron  *cron.SpecSchedule // nil for @every; Location is loc; never mutated
+	days  *dayRule           // nil unless a day field uses L, W or #; then cron's day fields are "*"
 	zones *zoneTable         // nil when loc is UTC
 	every time.Duration      // > 0 for @every
 	// wall: the hour field is not "*", so the classic cron policy applies
@@ -54,6 +55,10 @@ type Schedule struct {
 
 	res    Resolution
 	maxGap time.Duration
+
+	// Set by Combine only: the union of parts, within bounds.
+	parts  []*Schedule
+	bounds Bounds
 }
 
 // The span analysed at parse time. It is fixed so that the derived
@@ -97,12 +102,30 @@ var scheduleCache sync.Map // scheduleKey -> *Schedule
 // seconds, or a descriptor such as @hourly or "@every 90s") in the IANA zone
 // timezone ("" is UTC). It rejects specs that never fire (such as Feb 30) and
 // "@every" durations that are not a whole number of seconds of at least 1s.
-func Parse(spec, timezone string) (*Schedule, error) {
+//
+// Beyond robfig/cron, the day fields take Quartz's L, W and # (see
+// dayRule), and any field Jenkins' H, resolved with the HashKey option
+// (see resolveHash); Spec then returns the resolved spec.
+func Parse(spec, timezone string, opts ...Option) (*Schedule, error) {
+	var o parseOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	spec, template, err := resolveHash(strings.TrimSpace(spec), o)
+	if err != nil {
+		return nil, err
+	}
 	key := scheduleKey{spec, timezone}
 	if s, ok := scheduleCache.Load(key); ok {
 		return s.(*Schedule), nil
 	}
-	s, err := parse(spec, timezone)
+	var like *Schedule
+	if template != "" && template != spec && (timezone == "" || timezone == "UTC") {
+		if like, err = Parse(template, timezone); err != nil {
+			like = nil // spec's own parse says what is wrong
+		}
+	}
+	s, err := parse(spec, timezone, like)
 	if err != nil {
 		return nil, err
 	}
@@ -110,7 +133,10 @@ func Parse(spec, timezone string) (*Schedule, error) {
 	return actual.(*Schedule), nil
 }
 
-func parse(spec, timezone string) (*Schedule, error) {
+// parse parses spec; like, if not nil, is a schedule whose fires are
+// spec's shifted by a constant in UTC (see resolveHash), whose resolution
+// and window spec shares.
+func parse(spec, timezone string, like *Schedule) (*Schedule, error) {
 	loc, err := LoadLocation(timezone)
 	if err != nil {
 		return nil, err
@@ -133,7 +159,18 @@ func parse(spec, timezone string) (*Schedule, error) {
 		return s, nil
 	}
 
-	parsed, err := descriptorParser.Parse(spec)
+	robfigSpec := spec
+	if fields := strings.Fields(spec); !strings.HasPrefix(spec, "@") && (len(fields) == 5 || len(fields) == 6) {
+		dom, dow := dayFieldsIndex(fields)
+		if hasDaySyntax(fields[dom], fields[dow]) {
+			if s.days, err = parseDayRule(fields[dom], fields[dow]); err != nil {
+				return nil, fmt.Errorf("%q: %w", spec, err)
+			}
+			fields[dom], fields[dow] = "*", "*"
+			robfigSpec = strings.Join(fields, " ")
+		}
+	}
+	parsed, err := descriptorParser.Parse(robfigSpec)
 	if err != nil {
 		return nil, fmt.Errorf("%q: %w", spec, err)
 	}
@@ -150,6 +187,10 @@ func parse(spec, timezone string) (*Schedule, error) {
 	}
 	if s.Next(sampleAnchor).IsZero() {
 		return nil, fmt.Errorf("%q never fires (no fire time within 8 years)", spec)
+	}
+	if like != nil && s.zones == nil {
+		s.res, s.maxGap = like.res, like.maxGap
+		return s, nil
 	}
 	straddle := s.straddlingGaps()
 	s.res = s.cronResolution(straddle)
@@ -193,19 +234,26 @@ func parseEvery(spec string) (time.Duration, error) {
 }
 
 // Next returns the first fire time strictly after t, in UTC, or the zero
-// Time if there is none within 8 years (which Parse rules out).
+// Time if there is none within 8 years (which Parse rules out) or none
+// before the Until bound of a combined schedule.
 func (s *Schedule) Next(t time.Time) time.Time {
+	if s.parts != nil {
+		return s.boundedNext(t)
+	}
 	if s.every > 0 {
 		d := int64(s.every / time.Second)
 		k := floorDiv(t.Unix(), d) + 1 // t.Unix() <= t, so k*d > t
 		return time.Unix(k*d, 0).UTC()
 	}
-	return cronNext(s.cron, s.zones, s.wall, t)
+	return cronNext(s.cron, s.days, s.zones, s.wall, t)
 }
 
 // Latest returns the latest fire time at or before t, in UTC, and false if
 // there is none within the 8 years before t.
 func (s *Schedule) Latest(t time.Time) (time.Time, bool) {
+	if s.parts != nil {
+		return s.boundedLatest(t)
+	}
 	if s.every > 0 {
 		d := int64(s.every / time.Second)
 		return time.Unix(floorDiv(t.Unix(), d)*d, 0).UTC(), true
@@ -272,7 +320,15 @@ func (s *Schedule) MaxGap() time.Duration { return s.maxGap }
 // Spec returns the spec as given to Parse, trimmed.
 func (s *Schedule) Spec() string { return s.spec }
 
-// String returns the spec and its zone, e.g. "0 9 * * 1 in Europe/Paris".
+// String returns the spec and its zone, e.g. "0 9 * * 1 in Europe/Paris",
+// and the bounds of a combined schedule.
 func (s *Schedule) String() string {
-	return s.spec + " in " + s.loc.String()
+	str := s.spec + " in " + s.loc.String()
+	if !s.bounds.From.IsZero() {
+		str += " from " + s.bounds.From.Format(time.RFC3339)
+	}
+	if !s.bounds.Until.IsZero() {
+		str += " until " + s.bounds.Until.Format(time.RFC3339)
+	}
+	return str
 }

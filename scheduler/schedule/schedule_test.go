@@ -459,7 +459,7 @@ func TestScheduleString(t *testing.T) {
 
 func BenchmarkParse(b *testing.B) {
 	for i := 0; b.Loop(); i++ {
-		if _, err := parse(fmt.Sprintf("%d * * * *", i%60), "America/New_York"); err != nil {
+		if _, err := parse(fmt.Sprintf("%d * * * *", i%60), "America/New_York", nil); err != nil {
 			b.Fatal(err)
 		}
 	}

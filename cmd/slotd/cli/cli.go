@@ -163,13 +163,17 @@ func cmdValidate(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stdout, "task %s: schedule %q (%s), plugin %s, slot ids by %s, window %s\n",
 			t.Name, t.Spec, tz, t.Plugin, t.Schedule.Resolution(), t.Window())
+		printTiming(stdout, t)
 		at := now
 		for range n {
 			if at = t.Schedule.Next(at); at.IsZero() {
 				break
 			}
-			fmt.Fprintf(stdout, "  %s  slot %s  deadline %s\n", at.UTC().Format(time.RFC3339),
-				t.Schedule.SlotID(at), t.SlotDeadline(at).UTC().Format(time.RFC3339))
+			fmt.Fprintf(stdout, "  %s  slot %s  deadline %s%s\n", at.UTC().Format(time.RFC3339),
+				t.Schedule.SlotID(at), t.SlotDeadline(at).UTC().Format(time.RFC3339), startNote(t, at))
+		}
+		if at.IsZero() {
+			fmt.Fprintf(stdout, "  no more fire times\n")
 		}
 	}
 	store := "embedded in-memory store (one replica)"
@@ -182,7 +186,11 @@ func cmdValidate(args []string, stdout, stderr io.Writer) int {
 	if cfg.UsesEtcd() {
 		store = fmt.Sprintf("etcd (%d endpoints)", len(cfg.Etcd.Endpoints))
 	}
-	fmt.Fprintf(stdout, "config ok: %d tasks, %s, replica %s\n", len(cfg.Tasks), store, cfg.Replica)
+	capacity := ""
+	if cfg.MaxRunning > 0 {
+		capacity = fmt.Sprintf(", max_running %d", cfg.MaxRunning)
+	}
+	fmt.Fprintf(stdout, "config ok: %d tasks, %s, replica %s%s\n", len(cfg.Tasks), store, cfg.Replica, capacity)
 	return exitOK
 }
 
@@ -266,7 +274,8 @@ func run(ctx context.Context, d *assemble.Daemon, log *slog.Logger, o options, h
 
 	sched := scheduler.New(d.Tasks, b.Store, scheduler.WithLogger(log),
 		scheduler.WithHistory(b.History), scheduler.WithReplica(cfg.Replica),
-		scheduler.WithShutdownGrace(cfg.ShutdownGrace), scheduler.WithMaxClockSkew(cfg.MaxClockSkew))
+		scheduler.WithShutdownGrace(cfg.ShutdownGrace), scheduler.WithMaxClockSkew(cfg.MaxClockSkew),
+		scheduler.WithMaxRunning(cfg.MaxRunning))
 	// reloads.Reload is the daemon's one reload: SIGHUP's here, and the
 	// HTTP API's POST /api/v1/reload (slotd reload).
 	reloads := newReloader(d, sched, log.With("replica", cfg.Replica), level, reg)

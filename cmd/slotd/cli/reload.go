@@ -142,6 +142,7 @@ var configKeys = map[string]string{
 	"ShutdownGrace": "daemon.shutdown_grace",
 	"MaxClockSkew":  "daemon.max_clock_skew",
 	"EnvDrop":       "daemon.env_drop",
+	"MaxRunning":    "daemon.max_running",
 	"RedisURL":      "redis.url",
 	"URLEnv":        "redis.url_env",
 	"Prefix":        "redis.prefix",

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // `slotd validate` prints no piece of a Redis password from a malformed
@@ -45,5 +46,76 @@ func TestValidateNeverQuotesRedisPassword(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// `slotd validate` shows what it resolved: H from the task's name, the
+// union's fire times, the bounds, each slot's jittered start.
+func TestValidateShowsResolvedTimes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "slotd.toml")
+	src := `
+[daemon]
+max_running = 20
+
+[[task]]
+name = "spread"
+schedule = "H H(0-5) * * *"
+jitter = "30s"
+plugin = "exec"
+params = { command = ["true"] }
+
+[[task]]
+name = "month-end"
+schedules = ["0 18 LW * *", "0 9 * * 1#1"]
+active_from = "2026-01-01T00:00:00Z"
+active_until = "2099-06-30T00:00:00Z"
+plugin = "exec"
+params = { command = ["true"] }
+
+[[task]]
+name = "over"
+schedule = "@hourly"
+active_until = "2001-01-01T00:00:00Z"
+plugin = "exec"
+params = { command = ["true"] }
+`
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := runCLI(t, "validate", "-config", path, "-n", "4")
+	if r.code != exitOK {
+		t.Fatalf("validate: %v", r)
+	}
+	for _, want := range []string{
+		`task spread: schedule "H H(0-5) * * *"`,
+		"  resolved: \"",
+		"  jitter: 30s",
+		"task month-end: schedule \"0 18 LW * *; 0 9 * * 1#1\"",
+		"  active: 2026-01-01T00:00:00Z to 2099-06-30T00:00:00Z",
+		"task over: schedule \"@hourly\"",
+		"  no more fire times",
+		", max_running 20",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	// Every fire line of the jittered task shows a start after its slot
+	// time and within 30 s of it.
+	var starts int
+	for _, line := range strings.Split(r.stdout, "\n") {
+		if !strings.Contains(line, "start ") {
+			continue
+		}
+		f := strings.Fields(line)
+		slot, err1 := time.Parse(time.RFC3339, f[0])
+		start, err2 := time.Parse(time.RFC3339, f[len(f)-2])
+		if err1 != nil || err2 != nil || start.Before(slot) || start.Sub(slot) >= 30*time.Second {
+			t.Errorf("line %q: slot %v, start %v", line, slot, start)
+		}
+		starts++
+	}
+	if starts != 4 {
+		t.Errorf("%d jittered starts shown, want 4:\n%s", starts, r.stdout)
 	}
 }

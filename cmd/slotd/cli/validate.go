@@ -1,0 +1,45 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/slotd/slotd/scheduler"
+)
+
+// printTiming prints what validate resolved in a task's schedule keys
+// beyond the spec as written: H replaced by the task's hash, the active
+// bounds, the jitter.
+func printTiming(w io.Writer, t *scheduler.Task) {
+	var resolved []string
+	for _, p := range t.Schedule.Parts() {
+		resolved = append(resolved, p.Spec())
+	}
+	if r := strings.Join(resolved, "; "); r != t.Spec {
+		fmt.Fprintf(w, "  resolved: %q (H hashed from the task name)\n", r)
+	}
+	if b := t.Schedule.Bounds(); !b.From.IsZero() || !b.Until.IsZero() {
+		fmt.Fprintf(w, "  active: %s to %s\n", boundText(b.From), boundText(b.Until))
+	}
+	if t.Jitter > 0 {
+		fmt.Fprintf(w, "  jitter: %s (each slot starts its own hashed delay after the slot time)\n", t.Jitter)
+	}
+}
+
+func boundText(at time.Time) string {
+	if at.IsZero() {
+		return "open"
+	}
+	return at.UTC().Format(time.RFC3339)
+}
+
+// startNote is a fire time's start, when jitter delays it.
+func startNote(t *scheduler.Task, at time.Time) string {
+	if t.Jitter <= 0 {
+		return ""
+	}
+	d := t.StartDelay(at)
+	return fmt.Sprintf("  start %s (+%s)", at.Add(d).UTC().Format("2006-01-02T15:04:05.000Z07:00"), d)
+}
