@@ -168,6 +168,9 @@ func TestEtcdQuorumLost(t *testing.T) {
 	lost := time.Now()
 	body, took := awaitStatus(t, addr, "/readyz", http.StatusServiceUnavailable, 20*time.Second)
 	t.Logf("readyz failed %v after the quorum was lost: %s", took, strings.TrimSpace(body))
+	if took > 2*time.Second { // issue 26 item 13: a ping through the quorum every 500 ms
+		t.Errorf("readyz failed %v after the quorum was lost; want at most 2s", took)
+	}
 	time.Sleep(3 * time.Second) // slots come and go without a quorum
 	for _, m := range e.Members[1:] {
 		m.Restart()

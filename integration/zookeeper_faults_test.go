@@ -256,6 +256,9 @@ catchup = "none"`, task))
 	e.Members[1].Stop()
 	_, took := awaitStatus(t, addr, "/readyz", http.StatusServiceUnavailable, 30*time.Second)
 	t.Logf("/readyz failed %v after the quorum was lost", took)
+	if took > 2*time.Second { // issue 26 item 13: a ping through the quorum every 500 ms
+		t.Errorf("/readyz failed %v after the quorum was lost; want at most 2s", took)
+	}
 	time.Sleep(3 * time.Second) // a window in which nothing may start
 	backAt := time.Now()
 	e.Members[0].Start()

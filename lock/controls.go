@@ -19,8 +19,9 @@ import (
 // the tag {<task>:<slot id>}, so no script touches both):
 //
 //	slotd:triggers:{<task>}          pending triggers: unix seconds, scored by the trigger's unix ms (TTL TriggerTTL)
-//	slotd:trigger:{<task>}:<key>     an idempotency key: the unix second of the trigger it started (TTL TriggerTTL)
+//	slotd:trigger-keys:{<task>}      idempotency keys: each request's key, scored by the unix second of the trigger it started (TTL TriggerTTL, at most MaxTriggerKeys)
 //	slotd:paused:{<task>}            "paused" or "resumed" (TTL PauseTTL, renewed by every live replica)
+//	slotd:paused:{<task>}:config     the config's paused value last applied, "paused" or "resumed" (as the state)
 //	slotd:running:{<task>}           "<slot id> run:<owner>:<attempt>": the attempt that runs the task (TTL lease)
 //	slotd:control:{<task>}           no key: the message published on the release channel when any of them changes
 //	slotd:controls                   the epoch: INCR after each trigger and pause change (TTL PauseTTL)
@@ -35,7 +36,8 @@ type Controls interface {
 	// wakes the replicas. Triggers of one task in one second are one
 	// trigger (the second answers Coalesced). With a non-empty key, a
 	// request repeating a key seen within TriggerTTL starts nothing and
-	// answers the trigger the key first started (Repeated). A trigger
+	// answers the trigger the key first started (Repeated); a task keeps
+	// its MaxTriggerKeys latest keys. A trigger
 	// stays pending for window (its slot's window), then is dropped.
 	Trigger(ctx context.Context, task, key string, window time.Duration) (Trigger, error)
 	// Triggers lists the pending triggers of each of tasks, in order,
@@ -47,10 +49,18 @@ type Controls interface {
 	// it claims it.
 	ArmTrigger(ctx context.Context, slot Slot, doneTTL time.Duration) error
 	// SetPaused writes task's pause state: Pause, Resume, or Seed (pause
-	// unless a state is recorded: a config's paused = true). It reports
-	// whether the task is paused after the write, and wakes the replicas
-	// if it changed.
+	// unless a state is recorded: a replica that knows the task paused
+	// writes back a pause the store lost). It reports whether the task is
+	// paused after the write, and wakes the replicas if it changed.
 	SetPaused(ctx context.Context, task string, op PauseOp) (bool, error)
+	// Configure applies the config's paused value of each of tasks
+	// (paused[i]) and reports whether each is paused after. A change of
+	// the value is an operator's act, as Kubernetes' suspend: a value
+	// unlike the one last applied (kept beside the state) pauses or
+	// resumes the task; the same value changes nothing, so a later pause
+	// or resume stands. With no value applied yet, a recorded state
+	// stands, and a task without one is paused if its value says so.
+	Configure(ctx context.Context, tasks []string, paused []bool) ([]bool, error)
 	// Paused reads the pause state of each of tasks, in order; with renew
 	// it also renews the TTL of each state recorded (live replicas do, so
 	// that a pause lasts while any replica lives; status pages only read).
@@ -86,6 +96,11 @@ const (
 	// TriggerTTL bounds how long a pending trigger and an idempotency key
 	// are kept.
 	TriggerTTL = 24 * time.Hour
+	// MaxTriggerKeys bounds the idempotency keys kept per task: a client
+	// that sends a new key with every request cannot grow the store
+	// without bound. The oldest key goes first; a request repeating it
+	// then starts a run again.
+	MaxTriggerKeys = 1000
 	// PauseTTL is the pause state's TTL. Every live replica renews it at
 	// each clock check; if the whole fleet is down longer than this, the
 	// state is gone and each task starts as its config says.
@@ -149,17 +164,40 @@ func TriggerSlot(task string, at time.Time, window time.Duration) Slot {
 // IsTrigger reports whether id is a triggered slot's id.
 func IsTrigger(id string) bool { return strings.HasSuffix(id, "t") }
 
+// ShownAttempt is attempt, a count of the slot id's attempts as the store
+// keeps it, as a task, a hook, the history and the pages show it: 1 to
+// max_attempts. A triggered slot counts from TriggerBase, for its tokens
+// only: its attempt TriggerBase+1 is shown as 1.
+func ShownAttempt(id string, attempt int) int {
+	if IsTrigger(id) && attempt > TriggerBase {
+		return attempt - TriggerBase
+	}
+	return attempt
+}
+
 // ControlKeys returns task's control keys under prefix.
 func ControlKeys(prefix, task string) (triggers, paused, running, notice string) {
 	tag := "{" + task + "}"
 	return prefix + ":triggers:" + tag, prefix + ":paused:" + tag, prefix + ":running:" + tag, prefix + ":control:" + tag
 }
 
+// PauseConfigKey is the key of the config's paused value last applied
+// to task (Controls.Configure), beside its pause state.
+func PauseConfigKey(prefix, task string) string { return prefix + ":paused:{" + task + "}:config" }
+
+// pauseValue is a pause state as the store spells it.
+func pauseValue(paused bool) string {
+	if paused {
+		return "paused"
+	}
+	return "resumed"
+}
+
 // EpochKey is the key of the controls' epoch under prefix.
 func EpochKey(prefix string) string { return prefix + ":controls" }
 
-// idemKey is the key of idempotency key k of task.
-func idemKey(prefix, task, k string) string { return prefix + ":trigger:{" + task + "}:" + k }
+// triggerKeys is the key of task's idempotency keys.
+func triggerKeys(prefix, task string) string { return prefix + ":trigger-keys:{" + task + "}" }
 
 // occupant is the running record of owner's attempt of slot.
 func occupant(slot Slot, owner Owner) string { return slot.ID + " " + owner.value() }

@@ -12,7 +12,8 @@ import (
 var _ Controls = (*Memory)(nil)
 
 // Trigger implements Controls; it is trigger.lua. The pending triggers are
-// kept as one value, "<sec>@<ms> ...", oldest first.
+// kept as one value, "<sec>@<ms> ...", oldest first; the idempotency keys
+// as another, a line "<sec> <quoted key>" each, oldest first.
 func (m *Memory) Trigger(ctx context.Context, task, key string, window time.Duration) (Trigger, error) {
 	if err := ctx.Err(); err != nil {
 		return Trigger{}, fmt.Errorf("lock: trigger %s: %w", task, err)
@@ -21,12 +22,21 @@ func (m *Memory) Trigger(ctx context.Context, task, key string, window time.Dura
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()
-	idem := ""
+	idem := triggerKeys("slotd", task)
+	var seen []string
 	if key != "" {
-		idem = idemKey("slotd", task, key)
-		if e, ok := m.get(idem, now); ok {
-			sec, _ := strconv.ParseInt(e.value, 10, 64)
-			return Trigger{Result: Repeated, Time: time.Unix(sec, 0).UTC()}, nil
+		e, _ := m.get(idem, now)
+		oldest := now.Add(-TriggerTTL).Unix()
+		for _, line := range strings.Split(e.value, "\n") {
+			s, q, ok := strings.Cut(line, " ")
+			sec, err := strconv.ParseInt(s, 10, 64)
+			if !ok || err != nil || sec < oldest {
+				continue
+			}
+			if k, err := strconv.Unquote(q); err == nil && k == key {
+				return Trigger{Result: Repeated, Time: time.Unix(sec, 0).UTC()}, nil
+			}
+			seen = append(seen, line)
 		}
 	}
 	list := m.triggers(triggers, now)
@@ -43,8 +53,9 @@ func (m *Memory) Trigger(ctx context.Context, task, key string, window time.Dura
 		parts[i] = strconv.FormatInt(t[0], 10) + "@" + strconv.FormatInt(t[1], 10)
 	}
 	m.set(triggers, strings.Join(parts, " "), TriggerTTL, now)
-	if idem != "" {
-		m.set(idem, strconv.FormatInt(sec, 10), TriggerTTL, now)
+	if key != "" {
+		seen = append(seen[max(0, len(seen)-MaxTriggerKeys+1):], strconv.FormatInt(sec, 10)+" "+strconv.Quote(key))
+		m.set(idem, strings.Join(seen, "\n"), TriggerTTL, now)
 	}
 	if out.Result == Started {
 		m.watch.notify(notice, Released)
@@ -133,6 +144,46 @@ func (m *Memory) SetPaused(ctx context.Context, task string, op PauseOp) (bool, 
 	return want == "paused", nil
 }
 
+// Configure implements Controls; it is pause.lua's "config" for each task.
+func (m *Memory) Configure(ctx context.Context, tasks []string, paused []bool) ([]bool, error) {
+	if len(paused) != len(tasks) {
+		return nil, fmt.Errorf("lock: configure %d tasks with %d values", len(tasks), len(paused))
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("lock: configure pause of %d tasks: %w", len(tasks), err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	out := make([]bool, len(tasks))
+	bumped := false
+	for i, task := range tasks {
+		_, key, _, notice := ControlKeys("slotd", task)
+		cfg, file := PauseConfigKey("slotd", task), pauseValue(paused[i])
+		e, had := m.get(key, now)
+		applied, wasApplied := m.get(cfg, now)
+		m.set(cfg, file, PauseTTL, now)
+		want := file
+		switch {
+		case wasApplied && applied.value != file:
+		case had:
+			want = e.value
+		case !paused[i]:
+			continue // nothing recorded, nothing to pause
+		}
+		m.set(key, want, PauseTTL, now)
+		out[i] = want == "paused"
+		if !had || e.value != want {
+			m.watch.notify(notice, Released)
+			if !bumped {
+				bumped = true
+				m.bump(now)
+			}
+		}
+	}
+	return out, nil
+}
+
 // Paused implements Controls.
 func (m *Memory) Paused(ctx context.Context, tasks []string, renew bool) ([]bool, error) {
 	if err := ctx.Err(); err != nil {
@@ -157,6 +208,9 @@ func (m *Memory) Paused(ctx context.Context, tasks []string, renew bool) ([]bool
 		}
 		if renew {
 			m.set(key, e.value, PauseTTL, now)
+			if c, ok := m.get(PauseConfigKey("slotd", task), now); ok {
+				m.set(PauseConfigKey("slotd", task), c.value, PauseTTL, now)
+			}
 		}
 	}
 	return out, nil

@@ -32,10 +32,12 @@ var _ Controls = (*Redis)(nil)
 func (r *Redis) Trigger(ctx context.Context, task, key string, window time.Duration) (Trigger, error) {
 	triggers, _, _, notice := ControlKeys(r.prefix, task)
 	keys := []string{triggers}
+	args := []any{window.Milliseconds(), TriggerTTL.Milliseconds(), r.channel, notice}
 	if key != "" {
-		keys = append(keys, idemKey(r.prefix, task, key))
+		keys = append(keys, triggerKeys(r.prefix, task))
+		args = append(args, key, MaxTriggerKeys)
 	}
-	res, err := triggerScript.Run(ctx, r.rdb, keys, window.Milliseconds(), TriggerTTL.Milliseconds(), r.channel, notice).Slice()
+	res, err := triggerScript.Run(ctx, r.rdb, keys, args...).Slice()
 	if err == nil && len(res) != 2 {
 		err = fmt.Errorf("unexpected reply %v", res)
 	}
@@ -112,17 +114,60 @@ func (r *Redis) SetPaused(ctx context.Context, task string, op PauseOp) (bool, e
 		return false, err
 	}
 	_, paused, _, notice := ControlKeys(r.prefix, task)
-	res, err := pauseScript.Run(ctx, r.rdb, []string{paused}, arg, PauseTTL.Milliseconds(), r.channel, notice).Int64Slice()
+	keys := []string{paused, PauseConfigKey(r.prefix, task)}
+	p, changed, err := pauseReply(pauseScript.Run(ctx, r.rdb, keys, arg, PauseTTL.Milliseconds(), r.channel, notice))
+	if err != nil {
+		return false, fmt.Errorf("lock: %s %s (key %s): %w", arg, task, paused, err)
+	}
+	if changed {
+		r.bump(ctx)
+	}
+	return p, nil
+}
+
+// Configure implements Controls: pause.lua's "config" for each task,
+// queued at once so that the batcher pipelines them (a start with ten
+// thousand tasks costs tens of round trips).
+func (r *Redis) Configure(ctx context.Context, tasks []string, paused []bool) ([]bool, error) {
+	if len(paused) != len(tasks) {
+		return nil, fmt.Errorf("lock: configure %d tasks with %d values", len(tasks), len(paused))
+	}
+	reqs := make([]scriptReq, len(tasks))
+	for i, task := range tasks {
+		_, key, _, notice := ControlKeys(r.prefix, task)
+		reqs[i] = scriptReq{script: pauseScript, keys: []string{key, PauseConfigKey(r.prefix, task)},
+			args: []any{"config", PauseTTL.Milliseconds(), r.channel, notice, pauseValue(paused[i])}}
+	}
+	calls := r.batch.queue(ctx, reqs...)
+	out := make([]bool, len(tasks))
+	var errs []error
+	bumped := false
+	for i, c := range calls {
+		p, changed, err := pauseReply(wait(c))
+		if err != nil {
+			_, key, _, _ := ControlKeys(r.prefix, tasks[i])
+			errs = append(errs, fmt.Errorf("lock: configure pause of %s (key %s): %w", tasks[i], key, err))
+			continue
+		}
+		out[i] = p
+		if changed && !bumped {
+			bumped = true
+			r.bump(ctx)
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// pauseReply reads pause.lua's {paused, changed}.
+func pauseReply(cmd *redis.Cmd) (paused, changed bool, err error) {
+	res, err := cmd.Int64Slice()
 	if err == nil && len(res) != 2 {
 		err = fmt.Errorf("unexpected reply %v", res)
 	}
 	if err != nil {
-		return false, fmt.Errorf("lock: %s %s (key %s): %w", arg, task, paused, err)
+		return false, false, err
 	}
-	if res[1] == 1 {
-		r.bump(ctx)
-	}
-	return res[0] == 1, nil
+	return res[0] == 1, res[1] == 1, nil
 }
 
 // bump changes the epoch after a change. The epoch's key is on a shard of
@@ -164,6 +209,7 @@ func (r *Redis) Paused(ctx context.Context, tasks []string, renew bool) ([]bool,
 		gets[i] = p.Get(ctx, key)
 		if renew {
 			p.PExpire(ctx, key, PauseTTL)
+			p.PExpire(ctx, PauseConfigKey(r.prefix, task), PauseTTL)
 		}
 	}
 	if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {

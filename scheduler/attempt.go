@@ -36,8 +36,9 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 	// One With for the attempt's four attributes, made on first use: a JSON
 	// handler formats them at once, a burst makes ten thousand of these,
 	// and at level warn most attempts log nothing.
+	shown := lock.ShownAttempt(slot.ID, c.Attempt) // 1-based on triggered slots too; tokens keep c.Attempt
 	log := sync.OnceValue(func() *slog.Logger {
-		return s.log.With("task", t.Name, "slot", slot.ID, "attempt", c.Attempt, "token", lock.Token(slot.Time, c.Attempt))
+		return s.log.With("task", t.Name, "slot", slot.ID, "attempt", shown, "token", lock.Token(slot.Time, c.Attempt))
 	})
 	st := s.stats.Task(t.Name)
 	lease := lock.Hold(hard, s.store, slot, s.owner, c, t.Lease, lock.LeaseHooks{
@@ -52,7 +53,7 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 		},
 	})
 	run := tasks.Run{
-		Task: t.Name, Slot: slot.ID, SlotTime: slot.Time, Attempt: c.Attempt,
+		Task: t.Name, Slot: slot.ID, SlotTime: slot.Time, Attempt: shown,
 		Token: lease.Token(), Replica: s.replica, Revision: c.Revision,
 	}
 	// The task's context ends with the lease's, and on a lost lease its
@@ -105,7 +106,7 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 	took := s.now().Sub(start)
 	st.Duration.Observe(took.Seconds())
 	entry := HistoryEntry{
-		Slot: slot.ID, SlotTime: slot.Time, Attempt: c.Attempt, Token: lease.Token(),
+		Slot: slot.ID, SlotTime: slot.Time, Attempt: shown, Token: lease.Token(),
 		Replica: s.replica, Started: start, Duration: took,
 		Output: out.String(),
 	}
@@ -211,7 +212,7 @@ func (s *Scheduler) skipForbidden(ctx context.Context, t *Task, slot lock.Slot, 
 	log().Info("slot skipped: the previous slot of the task still runs (concurrency = forbid)", "running_slot", busy.Other)
 	now := s.now()
 	s.record(ctx, t.Name, HistoryEntry{
-		Slot: slot.ID, SlotTime: slot.Time, Attempt: c.Attempt, Token: lease.Token(), Replica: s.replica,
+		Slot: slot.ID, SlotTime: slot.Time, Attempt: lock.ShownAttempt(slot.ID, c.Attempt), Token: lease.Token(), Replica: s.replica,
 		Outcome: stats.OutcomeSkippedForbid, Started: now,
 		Error: "skipped: slot " + busy.Other + " of the task still runs (concurrency = forbid)",
 	}, log)

@@ -3,24 +3,55 @@ package scheduler
 import (
 	"context"
 	"time"
+
+	"github.com/slotd/slotd/lock"
 )
 
 // clockLoop measures the store's reachability and clock skew, and probes
-// that it takes writes, periodically.
+// that it takes writes, periodically. Between two checks it pings a store
+// that can tell a lost quorum cheaply (lock.Pinger) every lock.PingEvery:
+// a failed ping makes the replica unready at once, and the next check
+// (within recheckEvery) finds when the store is back.
 func (s *Scheduler) clockLoop(ctx context.Context) {
+	pinger, _ := s.store.(lock.Pinger)
+	last := s.clock.Now()
 	for {
 		every := s.checkEvery
 		if !s.storeOK.Load() {
 			every = s.recheckEvery
 		}
-		t := s.clock.NewTimer(every)
+		wait := every - s.clock.Now().Sub(last)
+		ping := pinger != nil && s.storeOK.Load() && wait > lock.PingEvery
+		if ping {
+			wait = lock.PingEvery
+		}
+		t := s.clock.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return
 		case <-t.C():
 		}
+		if ping && s.clock.Now().Sub(last) < every {
+			s.ping(ctx, pinger)
+			continue
+		}
+		last = s.clock.Now()
 		s.checkClock(ctx)
+	}
+}
+
+// ping asks pinger whether a quorum answers, and on no answer marks the
+// store unreachable (the clock check marks it reachable again).
+func (s *Scheduler) ping(ctx context.Context, pinger lock.Pinger) {
+	pctx, cancel := context.WithTimeout(ctx, lock.PingTimeout)
+	defer cancel()
+	err := pinger.Ping(pctx)
+	if err == nil || ctx.Err() != nil {
+		return
+	}
+	if s.storeOK.Swap(false) {
+		s.log.Warn("store unreachable: no quorum answered a ping", "err", err)
 	}
 }
 

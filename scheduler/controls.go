@@ -32,33 +32,27 @@ type controller struct {
 	moved chan struct{} // the task list changed (retask)
 
 	// Owned by run's goroutine (first's before it starts).
-	names   []string
-	paused  map[string]bool
-	watches map[string]*lock.Watch
-	seen    map[string]time.Time // triggered slots passed to the loop, by task and slot id: their deadline
+	names      []string
+	paused     map[string]bool
+	configured map[string]bool // each task's paused value from the config, as last applied in the store
+	unapplied  bool            // a Configure failed: follow again at the next clock check
+	watches    map[string]*lock.Watch
+	seen       map[string]time.Time // triggered slots passed to the loop, by task and slot id: their deadline
 }
 
 func newController(s *Scheduler, inbox *mailbox) *controller {
 	return &controller{s: s, c: s.controls, inbox: inbox,
 		dirty: map[string]bool{}, poke: make(chan struct{}, 1), moved: make(chan struct{}, 1),
-		paused: map[string]bool{}, watches: map[string]*lock.Watch{}, seen: map[string]time.Time{}}
+		paused: map[string]bool{}, configured: map[string]bool{}, watches: map[string]*lock.Watch{}, seen: map[string]time.Time{}}
 }
 
-// first seeds the pause state of the tasks configured paused = true and
-// reads every task's, before the loop fires anything. A store that does
-// not answer leaves each task as its config says (the clock check's read
-// corrects it). It returns the pause states by task name.
+// first applies the tasks' configured pause (lock.Controls.Configure)
+// and learns every task's pause state, before the loop fires anything. A
+// store that does not answer leaves each task as its config says (the
+// clock check's read corrects it). It returns the pause states by task
+// name.
 func (c *controller) first(ctx context.Context) map[string]bool {
-	added := c.follow(ctx)
-	cctx, cancel := context.WithTimeout(ctx, controlsTimeout)
-	defer cancel()
-	paused, read := readEach(added, func(ns []string) ([]bool, error) { return c.c.Paused(cctx, ns, true) },
-		c.s.log.With("then", "as its config says"), "pause state")
-	for j, name := range added {
-		if read[j] {
-			c.paused[name] = paused[j]
-		}
-	}
+	c.follow(ctx)
 	out := make(map[string]bool, len(c.paused))
 	for name, p := range c.paused {
 		out[name] = p
@@ -67,30 +61,33 @@ func (c *controller) first(ctx context.Context) map[string]bool {
 	return out
 }
 
-// follow brings names, paused and the watches in line with the
-// scheduler's tasks, seeding the configured pause of each task it had not
-// seen (lock.Seed: an operator's recorded pause or resume wins), and
-// returns the added tasks' names.
-func (c *controller) follow(ctx context.Context) (added []string) {
+// follow brings names, the watches and the configured values in line
+// with the scheduler's tasks. It applies the config's paused value of
+// each task added or whose value changed (lock.Controls.Configure: a
+// changed value pauses or resumes the task fleet-wide, an unchanged one
+// leaves an operator's pause or resume standing), and returns the added
+// tasks' names and the tasks whose pause state, as the store answered,
+// differs from what the controller knew.
+func (c *controller) follow(ctx context.Context) (added, moved []string) {
 	cctx, cancel := context.WithTimeout(ctx, controlsTimeout)
 	defer cancel()
 	list := c.s.Tasks()
 	keep := make(map[string]bool, len(list))
+	var apply []string
+	value := map[string]bool{} // the config's paused of each task in apply
 	c.names = c.names[:0]
 	for i := range list {
 		t := &list[i]
 		keep[t.Name] = true
 		c.names = append(c.names, t.Name)
+		if v, ok := c.configured[t.Name]; !ok || v != t.Paused {
+			apply, value[t.Name] = append(apply, t.Name), t.Paused
+		}
 		if _, ok := c.watches[t.Name]; ok {
 			continue
 		}
 		added = append(added, t.Name)
 		c.paused[t.Name] = t.Paused
-		if t.Paused {
-			if _, err := c.c.SetPaused(cctx, t.Name, lock.Seed); err != nil {
-				c.s.log.Warn("could not record the configured pause in the store", "task", t.Name, "err", err)
-			}
-		}
 		w := c.c.WatchTask(t.Name)
 		w.OnChange(func(lock.Change) { c.mark(t.Name) })
 		c.watches[t.Name] = w
@@ -100,9 +97,38 @@ func (c *controller) follow(ctx context.Context) (added []string) {
 			w.Stop()
 			delete(c.watches, name)
 			delete(c.paused, name)
+			delete(c.configured, name)
 		}
 	}
-	return added
+	if len(apply) == 0 {
+		return added, nil
+	}
+	// A task not applied is tried again at the next clock check;
+	// meanwhile it is as this replica last knew it (an added one, as its
+	// config says).
+	states, done := readEach(apply, func(ns []string) ([]bool, error) {
+		vs := make([]bool, len(ns))
+		for i, n := range ns {
+			vs[i] = value[n]
+		}
+		return c.c.Configure(cctx, ns, vs)
+	}, c.s.log.With("then", "trying again at the next clock check"), "configured pause")
+	c.unapplied = false
+	for j, name := range apply {
+		if !done[j] {
+			c.unapplied = true
+			continue
+		}
+		if was, ok := c.configured[name]; ok && was != value[name] {
+			c.s.log.Info("the config's paused changed: applied fleet-wide", "task", name, "paused", value[name])
+		}
+		c.configured[name] = value[name]
+		if states[j] != c.paused[name] {
+			c.paused[name] = states[j]
+			moved = append(moved, name)
+		}
+	}
+	return added, moved
 }
 
 // retask tells the controller that the scheduler's task list changed (a
@@ -135,9 +161,15 @@ func (c *controller) run(ctx context.Context) {
 		case <-c.poke:
 			c.read(ctx, c.takeDirty())
 		case <-c.moved:
-			c.read(ctx, c.follow(ctx))
+			added, moved := c.follow(ctx)
+			c.post(moved)
+			c.read(ctx, added)
 		case <-t.C():
 			t = c.s.clock.NewTimer(every)
+			if c.unapplied {
+				_, moved := c.follow(ctx)
+				c.post(moved)
+			}
 			e, err := c.epoch(ctx)
 			if err == nil && e == epoch && c.s.clock.Now().Sub(swept) < lock.ControlsSweep {
 				continue
@@ -146,6 +178,41 @@ func (c *controller) run(ctx context.Context) {
 			c.read(ctx, c.names)
 		}
 	}
+}
+
+// post tells the loop the pause states of the named tasks, as the
+// controller now knows them.
+func (c *controller) post(names []string) {
+	list := c.s.Tasks()
+	for i := range list {
+		if t := &list[i]; slices.Contains(names, t.Name) {
+			c.inbox.post(event{kind: controlled, task: t, done: c.paused[t.Name]})
+		}
+	}
+}
+
+// writeBack writes back the pause of task, which this replica knows
+// paused but the store reads as not: an operator's resume (recorded: it
+// stands), or a store that lost its keys (restarted without persistence),
+// which would otherwise resume the task silently. It reports whether the
+// task is paused after, and restores the config's value last applied
+// beside the state, so that a later change of it still acts.
+func (c *controller) writeBack(ctx context.Context, task string) bool {
+	paused, err := c.c.SetPaused(ctx, task, lock.Seed)
+	if err != nil {
+		c.s.log.Warn("could not write back a pause the store has lost", "task", task, "err", err)
+		return true // as known, until the next read
+	}
+	if !paused {
+		return false
+	}
+	c.s.log.Warn("the store had lost the task's pause (restarted without persistence?): written back", "task", task)
+	if v, ok := c.configured[task]; ok {
+		if _, err := c.c.Configure(ctx, []string{task}, []bool{v}); err != nil {
+			c.s.log.Warn("could not write back the config's paused value", "task", task, "err", err)
+		}
+	}
+	return true
 }
 
 // epoch reads the controls' epoch (lock.Controls.Epoch).
@@ -196,7 +263,13 @@ func (c *controller) read(ctx context.Context, names []string) {
 	defer cancel()
 	paused, read := readEach(names, func(ns []string) ([]bool, error) { return c.c.Paused(cctx, ns, true) }, c.s.log, "pause state")
 	for j, name := range names {
-		if read[j] && paused[j] != c.paused[name] {
+		if !read[j] {
+			continue
+		}
+		if !paused[j] && c.paused[name] && c.writeBack(cctx, name) {
+			paused[j] = true
+		}
+		if paused[j] != c.paused[name] {
 			c.paused[name] = paused[j]
 			c.inbox.post(event{kind: controlled, task: tasks[name], done: paused[j]})
 		}

@@ -37,8 +37,8 @@ func controls(t *testing.T, s lock.Store) lock.Controls {
 	return c
 }
 
-// A trigger runs once fleet-wide, as a slot of its own with attempt
-// numbers (and tokens) after lock.TriggerBase; the same idempotency key
+// A trigger runs once fleet-wide, as a slot of its own whose counter (and
+// tokens) start after lock.TriggerBase, its attempts shown from 1; the same idempotency key
 // starts no second run, a new key (sent to every replica at once) one more.
 func TestTriggerRunsOnceAcrossReplicas(t *testing.T) {
 	stores := redisStores(t, 3)
@@ -56,8 +56,8 @@ func TestTriggerRunsOnceAcrossReplicas(t *testing.T) {
 	}
 	slot := task.TriggerSlot(first.Time)
 	rs := l.await(t, "the triggered run", 10*time.Second, func(rs []record) bool { return len(rs) == 1 && rs[0].done })
-	if r := rs[0].run; r.Slot != slot.ID || r.Attempt != lock.TriggerBase+1 || r.Token != lock.Token(slot.Time, lock.TriggerBase+1) {
-		t.Fatalf("triggered run %+v, want slot %s attempt %d", r, slot.ID, lock.TriggerBase+1)
+	if r := rs[0].run; r.Slot != slot.ID || r.Attempt != 1 || r.Token != lock.Token(slot.Time, lock.TriggerBase+1) {
+		t.Fatalf("triggered run %+v, want slot %s attempt 1, token %d", r, slot.ID, lock.Token(slot.Time, lock.TriggerBase+1))
 	}
 	// The same key, from every replica at once: nothing new.
 	var wg sync.WaitGroup

@@ -13,6 +13,10 @@ import (
 const (
 	DefaultShutdownGrace = 30 * time.Second
 	DefaultMaxClockSkew  = time.Second
+	// DefaultMaxHooks caps the on_failure hooks one replica runs at once
+	// ([daemon] max_hooks): enough for a burst of failures whose hooks
+	// page or post, too few to exhaust the host when a hook hangs.
+	DefaultMaxHooks = 8
 )
 
 // Catchup is a catch-up policy: what a replica does on start-up with a

@@ -89,6 +89,17 @@ func (s *Scheduler) notify(ctx context.Context, e slotEnd) {
 		log.Info("on_failure hook left to a peer: shutting down")
 		return
 	}
+	// At most max_hooks at once: twenty failing tasks with a slow hook
+	// must not grow into hundreds of processes. Taken before the marker,
+	// so that a hook dropped here stays a peer's to run.
+	select {
+	case s.hooks <- struct{}{}:
+		defer func() { <-s.hooks }()
+	default:
+		counts.Add(stats.NotifyDropped)
+		log.Warn("on_failure hook dropped: this replica already runs max_hooks hooks; left to a peer", "max_hooks", cap(s.hooks))
+		return
+	}
 	octx, cancel := context.WithTimeout(ctx, onceTimeout)
 	first, err := o.Once(octx, e.slot, onceFailure, s.owner, e.t.DoneTTL)
 	cancel()
@@ -110,13 +121,18 @@ func (s *Scheduler) notify(ctx context.Context, e slotEnd) {
 	if last == nil {
 		last = s.lastEntry(ctx, e.t.Name, e.slot.ID)
 	}
-	if last != nil {
-		f.LastError, f.Output = last.Error, last.Output
-		e.attempt = max(e.attempt, last.Attempt)
-	}
-	run := tasks.Run{Task: e.t.Name, Slot: e.slot.ID, SlotTime: e.slot.Time, Attempt: e.attempt, Replica: s.replica}
+	// e.attempt is the store's count (a trigger's from lock.TriggerBase),
+	// which makes the token; the hook sees the attempt 1-based, as the
+	// history has it.
+	run := tasks.Run{Task: e.t.Name, Slot: e.slot.ID, SlotTime: e.slot.Time, Attempt: lock.ShownAttempt(e.slot.ID, e.attempt), Replica: s.replica}
 	if e.attempt > 0 {
 		run.Token = lock.Token(e.slot.Time, e.attempt)
+	}
+	if last != nil {
+		f.LastError, f.Output = last.Error, last.Output
+		if last.Attempt > run.Attempt {
+			run.Attempt, run.Token = last.Attempt, last.Token
+		}
 	}
 	h := e.t.OnFailure
 	hctx, cancel := context.WithTimeout(tasks.WithFailure(tasks.WithRun(ctx, run), f), h.Timeout)

@@ -180,7 +180,10 @@ func (l *loop) onReload(req *reload) {
 	}
 	heap.Init(&l.fires)
 	// Pause states: a removed task's goes; an added one starts as its
-	// config says until the controller has read the store's (retask).
+	// config says until the controller has read the store's (retask),
+	// which also applies a changed paused value fleet-wide. Without
+	// controls in the store, the config's value is the state: a changed
+	// one applies here.
 	for name := range l.paused {
 		if l.current[name] == nil {
 			delete(l.paused, name)
@@ -190,6 +193,11 @@ func (l *loop) onReload(req *reload) {
 		t := l.current[name]
 		l.paused[name] = t.Paused
 		l.s.stats.Task(name).Paused.Store(t.Paused)
+	}
+	if l.ctl == nil {
+		for _, name := range req.change.Changed {
+			l.onControlled(l.current[name], l.current[name].Paused)
+		}
 	}
 	if l.ctl != nil {
 		l.ctl.retask()

@@ -73,7 +73,9 @@ type Scheduler struct {
 	// controls: the store's operator controls; nil if it has none
 	// (Redlock): then no task is paused, triggered or held to a
 	// concurrency policy.
-	controls  lock.Controls
+	controls lock.Controls
+	// hooks holds a token per on_failure hook running (WithMaxHooks).
+	hooks     chan struct{}
 	announced bool // set by Run before the clock loop starts: the clock check renews the presence
 	// firstStart is the fleet's first start as the store recorded it, set
 	// by Run before the loop starts (zero if unknown); logged only.
@@ -132,6 +134,14 @@ func WithShutdownGrace(d time.Duration) Option { return func(s *Scheduler) { s.g
 // the scheduler reports itself unhealthy and warns (default 1s; 0: never).
 func WithMaxClockSkew(d time.Duration) Option { return func(s *Scheduler) { s.maxSkew = d } }
 
+// WithMaxHooks caps the on_failure hooks this replica runs at once
+// (default DefaultMaxHooks; n < 1 counts as 1). A slot's hook that finds
+// them all running does not run here: it is counted as dropped, and its
+// once marker is left for a peer to take.
+func WithMaxHooks(n int) Option {
+	return func(s *Scheduler) { s.hooks = make(chan struct{}, max(n, 1)) }
+}
+
 // WithHistory records every attempt's outcome in h (default: not recorded).
 func WithHistory(h History) Option { return func(s *Scheduler) { s.hist = h } }
 
@@ -148,6 +158,7 @@ func New(tasks []Task, store lock.Store, opts ...Option) *Scheduler {
 		handoff:      retry.Backoff{Min: 20 * time.Millisecond, Max: 200 * time.Millisecond},
 		checkEvery:   10 * time.Second,
 		recheckEvery: time.Second,
+		hooks:        make(chan struct{}, DefaultMaxHooks),
 	}
 	for _, o := range opts {
 		o(s)

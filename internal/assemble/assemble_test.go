@@ -175,6 +175,7 @@ func TestConfigDefaultsAreTheEngines(t *testing.T) {
 	}{
 		{"shutdown grace", config.DefaultShutdownGrace, scheduler.DefaultShutdownGrace},
 		{"max clock skew", config.DefaultMaxClockSkew, scheduler.DefaultMaxClockSkew},
+		{"max hooks", config.DefaultMaxHooks, scheduler.DefaultMaxHooks},
 		{"replica", config.DefaultReplica(), scheduler.DefaultReplica()},
 		{"attempt cap", config.MaxAttemptsLimit, lock.MaxAttempts},
 		{"output tail", config.DefaultOutputTail, tasks.DefaultOutputTail},

@@ -24,6 +24,7 @@ const (
 
 	DefaultShutdownGrace = 30 * time.Second // [daemon] shutdown_grace
 	DefaultMaxClockSkew  = time.Second      // [daemon] max_clock_skew
+	DefaultMaxHooks      = 8                // [daemon] max_hooks
 
 	DefaultLease       = 15 * time.Second
 	DefaultMinDoneTTL  = 48 * time.Hour // done_ttl is at least this, and at least the slot window
@@ -76,6 +77,7 @@ type Config struct {
 	MaxClockSkew  time.Duration    // [daemon] max_clock_skew; default 1s: readiness fails and a warning is logged beyond it
 	EnvDrop       []string         // [daemon] env_drop: variables exec tasks must not inherit
 	MaxRunning    int              // [daemon] max_running: attempts this replica runs at once; 0: no cap
+	MaxHooks      int              // [daemon] max_hooks: on_failure hooks run at once per replica; default 8
 	RedisURL      string           // [redis] url; "" = embedded in-memory store (one replica)
 	URLEnv        string           // [redis] url_env: the variable the URL came from; exec tasks do not inherit it
 	Prefix        string           // [redis] prefix; default "slotd"
@@ -97,7 +99,7 @@ type Config struct {
 // The keys of each table, for unknown-key errors.
 var (
 	topKeys      = []string{"daemon", "redis", "http", "log", "plugins", "defaults", "task", "zookeeper", "etcd"}
-	daemonKeys   = []string{"replica", "shutdown_grace", "max_clock_skew", "env_drop", "max_running"}
+	daemonKeys   = []string{"replica", "shutdown_grace", "max_clock_skew", "env_drop", "max_running", "max_hooks"}
 	redisKeys    = append([]string{"url", "prefix", "url_env"}, redisModeKeys...)
 	httpKeys     = []string{"listen", "token_file", "token_env"}
 	logKeys      = []string{"level", "format"}
@@ -166,6 +168,7 @@ func Parse(data []byte, source string, log *slog.Logger, check Checker) (*Config
 		Source:        source,
 		ShutdownGrace: DefaultShutdownGrace,
 		MaxClockSkew:  DefaultMaxClockSkew,
+		MaxHooks:      DefaultMaxHooks,
 		Prefix:        DefaultPrefix,
 		Listen:        DefaultListen,
 		LogLevel:      slog.LevelInfo,
@@ -220,6 +223,9 @@ func (c *Config) readDaemon(t table) {
 	}
 	if d, ok := t.positive("max_clock_skew"); ok {
 		c.MaxClockSkew = d
+	}
+	if o := t.integer("max_hooks", 1, 10000, "on_failure hooks run at once per replica"); o.set && !o.bad {
+		c.MaxHooks = o.v
 	}
 	c.readEnvDrop(t)
 	c.readMaxRunning(t)

@@ -77,8 +77,8 @@ func TestParseConfigDefaults(t *testing.T) {
 		t.Errorf("Source = %q", cfg.Source)
 	case !strings.HasSuffix(cfg.Replica, "-"+itoa(os.Getpid())) || (host != "" && !strings.HasPrefix(cfg.Replica, host)):
 		t.Errorf("Replica = %q, want <hostname>-<pid>", cfg.Replica)
-	case cfg.ShutdownGrace != 30*time.Second, cfg.MaxClockSkew != time.Second:
-		t.Errorf("ShutdownGrace, MaxClockSkew = %v, %v", cfg.ShutdownGrace, cfg.MaxClockSkew)
+	case cfg.ShutdownGrace != 30*time.Second, cfg.MaxClockSkew != time.Second, cfg.MaxHooks != 8:
+		t.Errorf("ShutdownGrace, MaxClockSkew, MaxHooks = %v, %v, %d", cfg.ShutdownGrace, cfg.MaxClockSkew, cfg.MaxHooks)
 	case cfg.RedisURL != "", cfg.Prefix != "slotd", cfg.Listen != "127.0.0.1:9464":
 		t.Errorf("RedisURL, Prefix, Listen = %q, %q, %q", cfg.RedisURL, cfg.Prefix, cfg.Listen)
 	case cfg.LogLevel != slog.LevelInfo, cfg.LogFormat != "auto":
@@ -120,6 +120,7 @@ func TestParseConfigEverything(t *testing.T) {
 replica = "node-1"
 shutdown_grace = "45s"
 max_clock_skew = "250ms"
+max_hooks = 3
 
 [redis]
 url = "redis://:pw@redis.internal:6379/2"
@@ -165,7 +166,7 @@ schedule = "@weekly"
 plugin = "config-test-noop"
 done_ttl = "200h"
 `)
-	if cfg.Replica != "node-1" || cfg.ShutdownGrace != 45*time.Second || cfg.MaxClockSkew != 250*time.Millisecond ||
+	if cfg.Replica != "node-1" || cfg.ShutdownGrace != 45*time.Second || cfg.MaxClockSkew != 250*time.Millisecond || cfg.MaxHooks != 3 ||
 		cfg.RedisURL != "redis://:pw@redis.internal:6379/2" || cfg.Prefix != "jobs" || cfg.Listen != ":9000" ||
 		cfg.LogLevel != slog.LevelDebug || cfg.LogFormat != "json" {
 		t.Errorf("daemon settings = %+v", cfg)
@@ -244,6 +245,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"shutdown_grace bad", "[daemon]\nshutdown_grace = \"30\"\n" + minimal, []string{"daemon.shutdown_grace", `"30": invalid duration`}},
 		{"shutdown_grace zero", "[daemon]\nshutdown_grace = \"0s\"\n" + minimal, []string{"daemon.shutdown_grace", "must be positive"}},
 		{"max_clock_skew negative", "[daemon]\nmax_clock_skew = \"-1s\"\n" + minimal, []string{"daemon.max_clock_skew", "must be positive"}},
+		{"max_hooks zero", "[daemon]\nmax_hooks = 0\n" + minimal, []string{"daemon.max_hooks", "0 is out of range: want 1 to 10000"}},
+		{"max_hooks a string", "[daemon]\nmax_hooks = \"8\"\n" + minimal, []string{"daemon.max_hooks", "must be an integer"}},
 		{"duration as integer", "[daemon]\nshutdown_grace = 30\n" + minimal, []string{"daemon.shutdown_grace", "duration string", "the integer 30"}},
 		{"redis url scheme", "[redis]\nurl = \"http://localhost\"\n" + minimal, []string{"redis.url", "invalid Redis URL"}},
 		{"prefix empty", "[redis]\nprefix = \"\"\n" + minimal, []string{"redis.prefix", "empty"}},

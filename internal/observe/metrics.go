@@ -33,7 +33,7 @@ const (
 	helpLastSuccess   = "Slot time of the task's latest slot completed by this replica, in Unix seconds."
 	helpRunning       = "Task attempts running on this replica."
 	helpFinishErrors  = "Completions or releases that failed; the slot's lease then runs out on its own."
-	helpNotifications = "on_failure hooks by outcome: success, failure (including a timeout; not retried), store_error (the once marker could not be set: not run), unsupported (the store has no once marker: not run)."
+	helpNotifications = "on_failure hooks by outcome: success, failure (including a timeout; not retried), store_error (the once marker could not be set: not run), unsupported (the store has no once marker: not run), dropped (this replica already ran max_hooks hooks: not run here, left to a peer)."
 	helpWindow        = "The task's slot window (deadline, or the longest gap between fire times): alerts scale with it."
 	helpPaused        = "1 if the task is paused (slotd pause, or paused = true), as this replica last heard, else 0: its slots are skipped, not missed."
 	helpSkipped       = "Slots not run, by reason: paused (the task was paused when the slot fired, counted on each replica), forbid (the previous slot still ran; concurrency = \"forbid\")."

@@ -121,12 +121,13 @@ slotd_lease_losses_total{task="nightly"} 1
 # TYPE slotd_lease_renewals_total counter
 slotd_lease_renewals_total{task="idle"} 0
 slotd_lease_renewals_total{task="nightly"} 3
-# HELP slotd_notifications_total on_failure hooks by outcome: success, failure (including a timeout; not retried), store_error (the once marker could not be set: not run), unsupported (the store has no once marker: not run).
+# HELP slotd_notifications_total on_failure hooks by outcome: success, failure (including a timeout; not retried), store_error (the once marker could not be set: not run), unsupported (the store has no once marker: not run), dropped (this replica already ran max_hooks hooks: not run here, left to a peer).
 # TYPE slotd_notifications_total counter
 slotd_notifications_total{outcome="success"} 2
 slotd_notifications_total{outcome="failure"} 1
 slotd_notifications_total{outcome="store_error"} 0
 slotd_notifications_total{outcome="unsupported"} 0
+slotd_notifications_total{outcome="dropped"} 0
 # HELP slotd_redis_up 1 if the last check of the store answered, its write probe was taken, and no recent write was refused, else 0.
 # TYPE slotd_redis_up gauge
 slotd_redis_up 1

@@ -174,10 +174,11 @@ func TestOverviewCost(t *testing.T) {
 		took := time.Since(start)
 		cmds := f.commands(t)
 		t.Logf("GET /, %d tasks all missed: %d bytes, %d Redis commands, %v", bigFleet, len(body), cmds, took.Round(time.Millisecond))
-		// TIME, first start, 3 reads per slot and the pause state per task, one
-		// history read per task (all are unsettled): EVALSHA of
-		// history_read.lua and its XREVRANGE; the script's SCRIPT LOAD once.
-		if max := 3 + bigFleet*(3*observe.OverviewSlots+3); code != http.StatusOK || len(body) > 1<<20 || cmds > max {
+		// TIME, first start, 3 reads per slot and the pause state and the
+		// triggers per task, one history read per task (all are unsettled):
+		// EVALSHA of history_read.lua and its XREVRANGE; the script's SCRIPT
+		// LOAD once.
+		if max := 3 + bigFleet*(3*observe.OverviewSlots+4); code != http.StatusOK || len(body) > 1<<20 || cmds > max {
 			t.Errorf("GET /: %d, %d bytes, %d Redis commands (at most %d)", code, len(body), cmds, max)
 		}
 		if !strings.Contains(body, fmt.Sprintf(`data-state="missed" data-count="%d"`, bigFleet)) {
@@ -220,8 +221,9 @@ func checkOverview(t *testing.T, f *costFleet, want map[string]int) {
 	}
 	unsettled := want[observe.PhaseExhausted] + want[observe.PhaseRetrying]
 	// A history read is two commands: EVALSHA and its XREVRANGE; the
-	// script's SCRIPT LOAD is one more, once.
-	if max := 3 + bigFleet*(3*observe.OverviewSlots+1) + 2*unsettled; f.rdb != nil && cmds > max {
+	// script's SCRIPT LOAD is one more, once. The triggers are one ZRANGE
+	// per task.
+	if max := 3 + bigFleet*(3*observe.OverviewSlots+2) + 2*unsettled; f.rdb != nil && cmds > max {
 		t.Errorf("GET / cost %d Redis commands, want at most %d", cmds, max)
 	}
 
@@ -258,8 +260,9 @@ func checkOverview(t *testing.T, f *costFleet, want map[string]int) {
 	}
 	if f.rdb != nil {
 		// TIME, first start, 3 reads per slot, the slots' history and a
-		// page of attempts (EVALSHA and XREVRANGE each), the pause state.
-		if cmds, max := f.commands(t), 2+3*observe.DefaultSlots+5; cmds > max {
+		// page of attempts (EVALSHA and XREVRANGE each), the pause state,
+		// the triggers.
+		if cmds, max := f.commands(t), 2+3*observe.DefaultSlots+6; cmds > max {
 			t.Errorf("GET /tasks/task-00000 cost %d Redis commands, want at most %d", cmds, max)
 		}
 	}

@@ -125,15 +125,8 @@ func readSlots(ctx context.Context, tasks []scheduler.Task, store lock.Store, no
 	if f, ok := store.(lock.Fleet); ok {
 		r.firstStart, _ = f.FirstStart(ctx)
 	}
-	for i := range tasks {
-		t := &tasks[i]
-		r.first[i] = len(r.slots)
-		for at, ok := t.Schedule.Latest(now); ok && len(r.slots)-r.first[i] < n; at, ok = t.Schedule.Latest(at.Add(-time.Second)) {
-			r.slots = append(r.slots, t.Slot(at))
-		}
-	}
-	r.first[len(tasks)] = len(r.slots)
 	r.paused, r.pauseErrs = make([]bool, len(tasks)), make([]error, len(tasks))
+	var triggers [][]time.Time // by task, oldest first: an operator's run-now slots
 	if c, ok := store.(lock.Controls); ok && len(tasks) > 0 {
 		names := make([]string, len(tasks))
 		for i := range tasks {
@@ -155,14 +148,59 @@ func readSlots(ctx context.Context, tasks []scheduler.Task, store lock.Store, no
 				}
 			}
 		}
+		if tr, err := c.Triggers(ctx, names); err == nil && len(tr) == len(tasks) {
+			triggers = tr
+		}
 	}
+	for i := range tasks {
+		t := &tasks[i]
+		r.first[i] = len(r.slots)
+		var trig []time.Time
+		if triggers != nil {
+			trig = triggers[i]
+		}
+		r.slots = latestSlots(r.slots, t, trig, now, n)
+	}
+	r.first[len(tasks)] = len(r.slots)
 	// A foreign value reads as "foreign", with an error beside the states.
 	sts, err := store.States(ctx, r.slots)
 	if sts == nil && err != nil {
 		return nil, fmt.Errorf("status: %s: %w", taskNames(tasks), err)
 	}
+	for j := range sts {
+		// A triggered slot's counter starts at lock.TriggerBase (for its
+		// tokens); its attempts are shown from 1, as the history has them.
+		if id := r.slots[j].ID; lock.IsTrigger(id) {
+			sts[j].Attempt = lock.ShownAttempt(id, sts[j].Attempt)
+			if sts[j].Attempts >= lock.TriggerBase {
+				sts[j].Attempts -= lock.TriggerBase
+			}
+		}
+	}
 	r.states = sts
 	return r, nil
+}
+
+// latestSlots appends to slots t's latest n slots at now, newest first:
+// its scheduled ones and its triggered ones (trig, the triggers' times,
+// oldest first), merged by time, a trigger before a scheduled slot of the
+// same second.
+func latestSlots(slots []lock.Slot, t *scheduler.Task, trig []time.Time, now time.Time, n int) []lock.Slot {
+	k := len(trig) - 1
+	for k >= 0 && trig[k].After(now) {
+		k--
+	}
+	at, ok := t.Schedule.Latest(now)
+	for added := 0; added < n && (ok || k >= 0); added++ {
+		if k >= 0 && (!ok || !trig[k].Before(at)) {
+			slots = append(slots, t.TriggerSlot(trig[k]))
+			k--
+			continue
+		}
+		slots = append(slots, t.Slot(at))
+		at, ok = t.Schedule.Latest(at.Add(-time.Second))
+	}
+	return slots
 }
 
 // settled reports whether task i's slots say all there is to say without

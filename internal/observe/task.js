@@ -33,6 +33,25 @@
     result.textContent = text;
     result.className = ok ? "answer-ok" : "answer-error";
   }
+  // One idempotency key per action: the clicks of a double click (or
+  // of an impatient one) within keyFor ms of each other send one key, so
+  // that they start one run, even across a second boundary.
+  var keyFor = 3000;
+  var last = null;
+  function actionKey() {
+    var now = Date.now();
+    if (!last || now - last.at > keyFor) {
+      var b = new Uint8Array(12);
+      window.crypto.getRandomValues(b);
+      var hex = "";
+      for (var i = 0; i < b.length; i++) {
+        hex += ("0" + b[i].toString(16)).slice(-2);
+      }
+      last = { key: "page-" + hex, at: now };
+    }
+    last.at = now;
+    return last.key;
+  }
   box.addEventListener("click", function (ev) {
     var b = ev.target.closest("button[data-action]");
     if (!b) {
@@ -48,9 +67,13 @@
     token.value = "";
     keep(bearer);
     show(action + ": sending…", true);
+    var headers = { "Authorization": "Bearer " + bearer };
+    if (action === "trigger") {
+      headers["Idempotency-Key"] = actionKey();
+    }
     fetch("../api/v1/tasks/" + encodeURIComponent(task) + "/" + action, {
       method: "POST",
-      headers: { "Authorization": "Bearer " + bearer },
+      headers: headers,
       credentials: "omit",
       cache: "no-store"
     }).then(function (res) {

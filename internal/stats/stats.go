@@ -296,10 +296,14 @@ const (
 	// NotifyUnsupported: the store has no once marker (lock.Oncer), so no
 	// replica could be sure to be the only one; the hook did not run.
 	NotifyUnsupported Notify = "unsupported"
+	// NotifyDropped: the replica already ran its most hooks at once
+	// ([daemon] max_hooks); the hook did not run here, and its once marker
+	// was left for a peer.
+	NotifyDropped Notify = "dropped"
 )
 
 // NotifyOutcomes lists the outcomes in the order of Notifications.
-var NotifyOutcomes = [...]Notify{NotifySuccess, NotifyFailure, NotifyError, NotifyUnsupported}
+var NotifyOutcomes = [...]Notify{NotifySuccess, NotifyFailure, NotifyError, NotifyUnsupported, NotifyDropped}
 
 // Notifications counts on_failure hooks by outcome, in NotifyOutcomes'
 // order.

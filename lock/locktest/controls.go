@@ -3,6 +3,7 @@ package locktest
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -30,8 +31,10 @@ var controls = []struct {
 	run  func(*testing.T, Harness, lock.Controls)
 }{
 	{"TriggerIsIdempotentByKey", testTriggerIdempotent},
+	{"TriggerKeysCappedPerTask", testTriggerKeysCapped},
 	{"TriggeredTokensExceedSameSecondSlot", testTriggerTokens},
 	{"PauseSeedResume", testPause},
+	{"ConfigureAppliesChangedValues", testConfigure},
 	{"OccupyForbidReplaceExpire", testOccupy},
 	{"ControlKeysHaveTTL", testControlTTLs},
 }
@@ -73,6 +76,26 @@ func testTriggerIdempotent(t *testing.T, h Harness, c lock.Controls) {
 	}
 	if got := all[1]; len(got) != want || !got[0].Equal(first.Time) {
 		t.Fatalf("Triggers = %v; want %d starting at %v", got, want, first.Time)
+	}
+}
+
+// testTriggerKeysCapped: a task keeps its lock.MaxTriggerKeys latest
+// idempotency keys; a client sending a new key with every request cannot
+// grow the store without bound.
+func testTriggerKeysCapped(t *testing.T, h Harness, c lock.Controls) {
+	ctx := context.Background()
+	task := UniqueSlot(t, h).Task
+	key := func(i int) string { return "k" + strconv.Itoa(i) }
+	for i := range lock.MaxTriggerKeys + 1 {
+		if tr, err := c.Trigger(ctx, task, key(i), time.Hour); err != nil || tr.Result == lock.Repeated {
+			t.Fatalf("trigger with new key %s = %+v, %v", key(i), tr, err)
+		}
+	}
+	if tr, err := c.Trigger(ctx, task, key(1), time.Hour); err != nil || tr.Result != lock.Repeated {
+		t.Fatalf("key %s, among the latest %d: %+v, %v; want repeated", key(1), lock.MaxTriggerKeys, tr, err)
+	}
+	if tr, err := c.Trigger(ctx, task, key(0), time.Hour); err != nil || tr.Result == lock.Repeated {
+		t.Fatalf("key %s, the oldest of %d: %+v, %v; want it dropped", key(0), lock.MaxTriggerKeys+1, tr, err)
 	}
 }
 
@@ -155,6 +178,78 @@ func testPause(t *testing.T, h Harness, c lock.Controls) {
 	}
 }
 
+// testConfigure: the config's paused value acts when it changes, as an
+// operator's pause or resume, and an unchanged value leaves an operator's
+// later pause or resume standing.
+func testConfigure(t *testing.T, h Harness, c lock.Controls) {
+	ctx := context.Background()
+	task := UniqueSlot(t, h).Task
+	fresh := "fresh-" + task
+	w := c.WatchTask(task)
+	defer w.Stop()
+	epoch := func() int64 {
+		t.Helper()
+		n, err := c.Epoch(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// A first start: paused = true pauses a task without a state; false
+	// records its value and nothing else.
+	got, err := c.Configure(ctx, []string{task, fresh}, []bool{false, true})
+	if err != nil || len(got) != 2 || got[0] || !got[1] {
+		t.Fatalf("first Configure = %v, %v; want [false true]", got, err)
+	}
+	for i, step := range []struct {
+		op     lock.PauseOp // 0: Configure with config
+		config bool
+		want   bool
+		notice bool
+	}{
+		{0, true, true, true},             // the file says paused = true now
+		{0, true, true, false},            // a reload or restart with it unchanged
+		{lock.Resume, false, false, true}, // an operator resumes
+		{0, true, false, false},           // the unchanged value does not pause it again
+		{0, false, false, false},          // the file says false: already resumed
+		{lock.Pause, false, true, true},   // an operator pauses
+		{0, false, true, false},           // the unchanged false does not resume it
+		{0, true, true, false},            // true: already paused
+		{0, false, false, true},           // false again: resumed
+		{lock.Seed, false, false, false},  // a write-back finds the resumed state
+		{lock.Pause, false, true, true},   // paused by an operator
+		{lock.Resume, false, false, true}, // and resumed
+		{0, false, false, false},          // false, unchanged
+	} {
+		before := epoch()
+		var p bool
+		if step.op == 0 {
+			var ps []bool
+			ps, err = c.Configure(ctx, []string{task}, []bool{step.config})
+			if len(ps) == 1 {
+				p = ps[0]
+			}
+		} else {
+			p, err = c.SetPaused(ctx, task, step.op)
+		}
+		if err != nil || p != step.want {
+			t.Fatalf("step %d (op %v, config %v) = %v, %v; want %v", i, step.op, step.config, p, err, step.want)
+		}
+		if step.notice {
+			wantSignal(t, w, "a pause change")
+		}
+		if changed := epoch() != before; changed != step.notice {
+			t.Fatalf("step %d: epoch changed = %v, want %v", i, changed, step.notice)
+		}
+		if now, err := c.Paused(ctx, []string{task}, true); err != nil || now[0] != step.want {
+			t.Fatalf("step %d: Paused = %v, %v; want %v", i, now, err, step.want)
+		}
+	}
+	if _, err := c.Configure(ctx, []string{task}, nil); err == nil {
+		t.Fatal("Configure with a value missing: no error")
+	}
+}
+
 func testOccupy(t *testing.T, h Harness, c lock.Controls) {
 	ctx := context.Background()
 	a := UniqueSlot(t, h)
@@ -209,6 +304,9 @@ func testControlTTLs(t *testing.T, h Harness, c lock.Controls) {
 		t.Fatal(err)
 	}
 	if _, err := c.SetPaused(ctx, slot.Task, lock.Pause); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Configure(ctx, []string{slot.Task, "other-" + slot.Task}, []bool{true, false}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Occupy(ctx, slot, lock.Owner{Replica: "r", Attempt: 1}, time.Minute, false); err != nil {

@@ -275,7 +275,8 @@ func run(ctx context.Context, d *assemble.Daemon, log *slog.Logger, o options, h
 	sched := scheduler.New(d.Tasks, b.Store, scheduler.WithLogger(log),
 		scheduler.WithHistory(b.History), scheduler.WithReplica(cfg.Replica),
 		scheduler.WithShutdownGrace(cfg.ShutdownGrace), scheduler.WithMaxClockSkew(cfg.MaxClockSkew),
-		scheduler.WithMaxRunning(cfg.MaxRunning))
+		scheduler.WithMaxRunning(cfg.MaxRunning),
+		scheduler.WithMaxHooks(cfg.MaxHooks))
 	// reloads.Reload is the daemon's one reload: SIGHUP's here, and the
 	// HTTP API's POST /api/v1/reload (slotd reload).
 	reloads := newReloader(d, sched, log.With("replica", cfg.Replica), level, reg)

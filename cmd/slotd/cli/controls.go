@@ -3,6 +3,8 @@ package cli
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -48,10 +50,13 @@ func cmdTrigger(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stderr, "slotd trigger: %v\n", err)
 		return exitUsage
 	}
-	var hdr []string
-	if key != "" {
-		hdr = []string{observe.IdempotencyHeader, key}
+	// One key per command: a request the transport resends (it may, with
+	// a key: the request is idempotent then) starts no second run.
+	given := key != ""
+	if !given {
+		key = newActionKey()
 	}
+	hdr := []string{observe.IdempotencyHeader, key}
 	body, code := callAPI(ctx, "trigger", cfg, "/api/v1/tasks/"+task.Name+"/trigger", stderr, hdr...)
 	if code != exitOK {
 		return code
@@ -63,13 +68,24 @@ func cmdTrigger(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	switch rep.Result {
 	case lock.Repeated.String():
-		fmt.Fprintf(stdout, "already triggered with key %q: slot %s of %s; no new run\n", key, rep.Slot, rep.Task)
+		if given {
+			fmt.Fprintf(stdout, "already triggered with key %q: slot %s of %s; no new run\n", key, rep.Slot, rep.Task)
+		} else {
+			fmt.Fprintf(stdout, "this request was taken already: slot %s of %s; no new run\n", rep.Slot, rep.Task)
+		}
 	case lock.Coalesced.String():
 		fmt.Fprintf(stdout, "%s was triggered in this second already: slot %s; no new run\n", rep.Task, rep.Slot)
 	default:
 		fmt.Fprintf(stdout, "triggered %s: slot %s, runs once on one replica (window until %s UTC)\n", rep.Task, rep.Slot, stamp(rep.Deadline))
 	}
 	return exitOK
+}
+
+// newActionKey is a fresh idempotency key for one trigger command.
+func newActionKey() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b) // crypto/rand: never fails on Linux
+	return "cli-" + hex.EncodeToString(b)
 }
 
 // cmdPause is `slotd pause TASK` and `slotd resume TASK`.

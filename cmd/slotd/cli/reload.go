@@ -143,6 +143,7 @@ var configKeys = map[string]string{
 	"MaxClockSkew":  "daemon.max_clock_skew",
 	"EnvDrop":       "daemon.env_drop",
 	"MaxRunning":    "daemon.max_running",
+	"MaxHooks":      "daemon.max_hooks",
 	"RedisURL":      "redis.url",
 	"URLEnv":        "redis.url_env",
 	"Prefix":        "redis.prefix",
