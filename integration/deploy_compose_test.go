@@ -141,6 +141,13 @@ func TestCompose(t *testing.T) {
 	if slices.Sort(targets); !slices.Equal(targets, want) {
 		t.Errorf("prometheus.yml: targets %q, want %q", targets, want)
 	}
+	// Prometheus sends each target's name as the Host: the daemon's
+	// Host check (against DNS rebinding) must let each in.
+	for _, name := range replicas {
+		if !slices.Contains(cfg.AllowedHosts, name) {
+			t.Errorf("%s: [http] allowed_hosts %q lacks %q, which Prometheus scrapes", cfgFile, cfg.AllowedHosts, name)
+		}
+	}
 	promMounts := mounts["prometheus"]
 	for _, rf := range prom.strs("rule_files") {
 		if promMounts[rf] != strings.TrimPrefix(alertRulesPath, "../") {

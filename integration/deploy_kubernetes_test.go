@@ -93,7 +93,7 @@ func TestKustomization(t *testing.T) {
 		}
 	}
 	slices.Sort(kinds)
-	if want := []string{"ConfigMap", "Deployment", "PodDisruptionBudget", "PrometheusRule", "Secret", "Service", "ServiceMonitor"}; !slices.Equal(kinds, want) {
+	if want := []string{"ConfigMap", "Deployment", "NetworkPolicy", "PodDisruptionBudget", "PrometheusRule", "Secret", "Service", "ServiceMonitor"}; !slices.Equal(kinds, want) {
 		t.Errorf("kustomize builds %q, want %q", kinds, want)
 	}
 	if !strings.HasPrefix(configMap, "slotd-config-") || deploymentVolume != configMap {
@@ -109,7 +109,7 @@ func TestKustomization(t *testing.T) {
 // select these pods and this port.
 func TestKubernetesManifests(t *testing.T) {
 	objs := k8sObjects(t)
-	for _, kind := range []string{"Deployment", "PodDisruptionBudget", "Service", "ServiceMonitor", "PrometheusRule", "Secret"} {
+	for _, kind := range []string{"Deployment", "PodDisruptionBudget", "Service", "ServiceMonitor", "PrometheusRule", "Secret", "NetworkPolicy"} {
 		if _, ok := objs[kind]; !ok {
 			t.Errorf("no %s in %s", kind, k8sDir)
 		}
@@ -245,6 +245,46 @@ func TestKubernetesManifests(t *testing.T) {
 	ep := sm.at("spec", "endpoints", 0)
 	if ep.str("port") != sp.str("name") || ep.str("path") != "/metrics" {
 		t.Errorf("servicemonitor.yaml: endpoint %v, want port %q path /metrics", ep.v, sp.str("name"))
+	}
+
+	// Issue 26 item 14: the NetworkPolicy selects these pods and lets in,
+	// on the HTTP port only, the slotd pods and one namespace (Prometheus).
+	np := objs["NetworkPolicy"]
+	selects("networkpolicy.yaml", np.at("spec", "podSelector", "matchLabels").v)
+	if types := np.strs("spec", "policyTypes"); !slices.Contains(types, "Ingress") {
+		t.Errorf("networkpolicy.yaml: policyTypes %q, want Ingress", types)
+	}
+	rules := np.list("spec", "ingress")
+	if len(rules) != 1 {
+		t.Fatalf("networkpolicy.yaml: %d ingress rules, want 1", len(rules))
+	}
+	rule := np.at("spec", "ingress", 0)
+	if ports := rule.list("ports"); len(ports) != 1 || (rule.str("ports", 0, "port") != portName && rule.str("ports", 0, "port") != port) || rule.str("ports", 0, "protocol") != "TCP" {
+		t.Errorf("networkpolicy.yaml: ports %v, want the container's %s (%s) only", rule.at("ports").v, port, portName)
+	}
+	var fromPods, fromNamespace bool
+	for i := range rule.list("from") {
+		f := rule.at("from", i)
+		switch {
+		case f.at("podSelector").v != nil && f.at("namespaceSelector").v == nil:
+			selects("networkpolicy.yaml from podSelector", f.at("podSelector", "matchLabels").v)
+			fromPods = true
+		case f.at("namespaceSelector").v != nil && f.at("podSelector").v == nil:
+			fromNamespace = f.str("namespaceSelector", "matchLabels", "kubernetes.io/metadata.name") != ""
+		default:
+			t.Errorf("networkpolicy.yaml: from %v: want a podSelector or a namespaceSelector by name", f.v)
+		}
+		if f.at("ipBlock").v != nil {
+			t.Errorf("networkpolicy.yaml: from %v: an ipBlock lets in more than the fleet and Prometheus", f.v)
+		}
+	}
+	if !fromPods || !fromNamespace {
+		t.Errorf("networkpolicy.yaml: from %v: want the slotd pods and the Prometheus namespace", rule.at("from").v)
+	}
+	// The example task calls the fleet through the Service's name: the
+	// Host check must let that name in.
+	if !slices.Contains(cfg.AllowedHosts, svc.str("metadata", "name")) {
+		t.Errorf("%s: [http] allowed_hosts %q lacks the Service's name %q", cfgPath, cfg.AllowedHosts, svc.str("metadata", "name"))
 	}
 }
 

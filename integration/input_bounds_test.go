@@ -22,8 +22,8 @@ func TestInputBoundsRefusedFast(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"run", "-config", "/dev/zero"}, "16 MiB"},
-		{[]string{"validate", "-config", "/dev/zero"}, "16 MiB"},
+		{[]string{"run", "-config", "/dev/zero"}, "not a regular file"},
+		{[]string{"validate", "-config", "/dev/zero"}, "not a regular file"},
 		{[]string{"validate", "-config", deep}, "nested deeper than 16 levels"},
 		{[]string{"run", "-config", deep}, "nested deeper than 16 levels"},
 	} {

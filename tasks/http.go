@@ -45,6 +45,9 @@ type httpParams struct {
 	Body    string            `toml:"body"`
 	Timeout Duration          `toml:"timeout"`
 	Expect  []int             `toml:"expect"`
+	// FollowRedirects is "none", "same-host" (the default) or "any"
+	// (httpredirect.go).
+	FollowRedirects string `toml:"follow_redirects"`
 }
 
 type httpTask struct {
@@ -55,6 +58,7 @@ type httpTask struct {
 	body    string
 	timeout time.Duration
 	expect  []int        // nil: any 2xx
+	follow  string       // follow_redirects: RedirectsNone, RedirectsSameHost or RedirectsAny
 	client  *http.Client // nil: the process's shared pool (httpClient); tests set their own
 	log     *slog.Logger
 }
@@ -96,7 +100,13 @@ func newHTTP(params map[string]any, log *slog.Logger) (Task, error) {
 		}
 	}
 
+	follow, err := parseRedirects(p.FollowRedirects)
+	if err != nil {
+		return nil, err
+	}
+
 	t := &httpTask{
+		follow:  follow,
 		url:     u,
 		method:  method,
 		header:  make(http.Header, len(p.Headers)),
@@ -222,11 +232,14 @@ func (t *httpTask) Run(ctx context.Context) error {
 		}
 	}
 
+	// A shallow copy shares the pool; the redirect policy is the task's.
 	client := t.client
 	if client == nil {
 		client = httpClient()
 	}
-	resp, err := client.Do(req)
+	c := *client
+	c.CheckRedirect = checkRedirect(t.follow)
+	resp, err := c.Do(req)
 	out := OutputFrom(parent)
 	var body []byte
 	if err == nil {

@@ -52,6 +52,17 @@ func Load(path string, log *slog.Logger) (*Daemon, error) {
 	return b.daemon(cfg), nil
 }
 
+// LoadReadOnly is Load without reading the write endpoints' token
+// (config.LoadReadOnly), for the commands that only read the fleet.
+func LoadReadOnly(path string, log *slog.Logger) (*Daemon, error) {
+	b := newBuilder(log)
+	cfg, err := config.LoadReadOnly(path, log, b)
+	if err != nil {
+		return nil, err
+	}
+	return b.daemon(cfg), nil
+}
+
 // Parse is Load of a file's contents; source names it in errors.
 func Parse(data []byte, source string, log *slog.Logger) (*Daemon, error) {
 	b := newBuilder(log)

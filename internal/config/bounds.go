@@ -1,10 +1,6 @@
 package config
 
-import (
-	"fmt"
-	"io"
-	"os"
-)
+import "fmt"
 
 // Bounds on a configuration file, checked before it is decoded. The TOML
 // decoder keeps every key's full path, so its cost grows with the square of
@@ -13,8 +9,8 @@ import (
 // (task.params.env.NAME).
 const (
 	// MaxFileSize is the largest configuration file read, in bytes
-	// (16 MiB). Reading stops one byte past it, so a device or a pipe that
-	// never ends (-config /dev/zero) is an error, not a hang.
+	// (16 MiB). Only a regular file is read (readFile), and reading stops
+	// one byte past the limit.
 	MaxFileSize = 16 << 20
 	// MaxDepth is the deepest nesting of keys, tables and arrays: `a = 1`
 	// is depth 1, `[t]` then `a.b = [1]` puts the 1 at depth 4.
@@ -27,27 +23,9 @@ const (
 	MaxKeys = 500_000
 )
 
-// errTooLarge is returned by readLimited for a file past MaxFileSize.
+// errTooLarge is returned by readFile for a configuration file past
+// MaxFileSize.
 var errTooLarge = fmt.Errorf("larger than %d bytes (16 MiB), the limit for a configuration file", MaxFileSize)
-
-// readLimited reads the file at path, at most MaxFileSize bytes, whatever
-// kind of file it is: a regular file's size is not trusted, and a device,
-// FIFO or /proc file has none.
-func readLimited(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > MaxFileSize {
-		return nil, &os.PathError{Op: "read", Path: path, Err: errTooLarge}
-	}
-	return data, nil
-}
 
 // checkBounds scans TOML source in one linear pass and returns an error if
 // it nests deeper than MaxDepth or holds more than MaxKeys keys, or is

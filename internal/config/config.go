@@ -1,6 +1,7 @@
 package config
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -94,6 +95,14 @@ type Config struct {
 	LogFormat string     // [log] format: auto|text|json; default auto
 	HTTPPool  HTTPPool   // [plugins.http]: the http plugin's connection pool, one per process
 	Tasks     []Task     // [[task]], in file order
+
+	// AllowedHosts are the Host names the HTTP server answers besides
+	// loopback names, IP literals and the listen host ([http]
+	// allowed_hosts, lower case; "*.example.com" matches subdomains).
+	AllowedHosts []string
+	// HTTPTLS is TLS on the listener ([http] tls_cert_file and
+	// tls_key_file, read at load); nil: plain HTTP.
+	HTTPTLS *tls.Config
 }
 
 // The keys of each table, for unknown-key errors.
@@ -101,7 +110,7 @@ var (
 	topKeys      = []string{"daemon", "redis", "http", "log", "plugins", "defaults", "task", "zookeeper", "etcd"}
 	daemonKeys   = []string{"replica", "shutdown_grace", "max_clock_skew", "env_drop", "max_running", "max_hooks"}
 	redisKeys    = append([]string{"url", "prefix", "url_env"}, redisModeKeys...)
-	httpKeys     = []string{"listen", "token_file", "token_env"}
+	httpKeys     = []string{"listen", "token_file", "token_env", "allowed_hosts", "tls_cert_file", "tls_key_file"}
 	logKeys      = []string{"level", "format"}
 	pluginsKeys  = []string{"http"}
 	httpPoolKeys = []string{"max_idle_per_host", "idle_timeout", "max_conns_per_host"}
@@ -118,15 +127,29 @@ var logLevels = map[string]slog.Level{
 	"error": slog.LevelError,
 }
 
-// Load reads the configuration file at path, once and at most MaxFileSize
-// bytes of it (whatever kind of file it is), and validates it as Parse
-// does. Every problem in the file is reported, each prefixed with the path.
+// Load reads the configuration file at path, once — a regular file, at
+// most MaxFileSize bytes, within FileReadTimeout, unchanged while it was
+// read (readFile) — and validates it as Parse does. Every problem in the
+// file is reported, each prefixed with the path.
 func Load(path string, log *slog.Logger, check Checker) (*Config, error) {
-	data, err := readLimited(path)
+	return load(path, log, check, false)
+}
+
+// LoadReadOnly is Load for the commands that only read the fleet (status,
+// history, rerun, validate): it checks the [http] token keys but does not
+// read the token, so that an operator who may read the fleet needs no
+// access to the write endpoints' secret. Its Config's Token is "";
+// Config.ReadToken reads it on demand.
+func LoadReadOnly(path string, log *slog.Logger, check Checker) (*Config, error) {
+	return load(path, log, check, true)
+}
+
+func load(path string, log *slog.Logger, check Checker, readOnly bool) (*Config, error) {
+	data, _, err := readFile(path, MaxFileSize)
 	if err != nil {
 		return nil, fmt.Errorf("load config: %w", err)
 	}
-	return Parse(data, path, log, check)
+	return parseConfig(data, path, log, check, readOnly)
 }
 
 // Parse parses and validates a TOML configuration; source names it in
@@ -138,6 +161,10 @@ func Load(path string, log *slog.Logger, check Checker) (*Config, error) {
 // operator can fix the file in one go. A file past MaxFileSize, MaxDepth or
 // MaxKeys is rejected before it is decoded.
 func Parse(data []byte, source string, log *slog.Logger, check Checker) (*Config, error) {
+	return parseConfig(data, source, log, check, false)
+}
+
+func parseConfig(data []byte, source string, log *slog.Logger, check Checker, readOnly bool) (*Config, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -178,7 +205,7 @@ func Parse(data []byte, source string, log *slog.Logger, check Checker) (*Config
 	cfg.readDaemon(top.sub("daemon", daemonKeys))
 	cfg.readRedis(top.sub("redis", redisKeys))
 	cfg.readEtcd(top.sub("etcd", etcdKeys))
-	cfg.readHTTP(top.sub("http", httpKeys))
+	cfg.readHTTP(top.sub("http", httpKeys), readOnly)
 	cfg.readLog(top.sub("log", logKeys))
 	cfg.readHTTPPool(top.sub("plugins", pluginsKeys).sub("http", httpPoolKeys))
 	defTable := top.sub("defaults", defaultKeys)
@@ -270,8 +297,9 @@ func DefaultReplica() string {
 	return host + pid
 }
 
-func (c *Config) readHTTP(t table) {
-	c.readToken(t)
+func (c *Config) readHTTP(t table, readOnly bool) {
+	c.readToken(t, readOnly)
+	c.readHTTPServer(t)
 	v, ok := t.str("listen")
 	if !ok {
 		return

@@ -3,7 +3,6 @@ package config
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"os"
 	"slices"
 	"strings"
 )
@@ -58,7 +57,7 @@ func tlsFiles(t table, ca, cert, key string) *tls.Config {
 	conf := &tls.Config{MinVersion: tls.VersionTLS12}
 	ok := true
 	if ca != "" {
-		pem, err := os.ReadFile(ca)
+		pem, _, err := readFile(ca, MaxNamedFileSize)
 		pool := x509.NewCertPool()
 		switch {
 		case err != nil:
@@ -79,10 +78,8 @@ func tlsFiles(t table, ca, cert, key string) *tls.Config {
 		t.errorf("tls_key_file", "needs tls_cert_file, the certificate it is the key of")
 		ok = false
 	case cert != "":
-		// The error names the files; LoadX509KeyPair never quotes the key.
-		pair, err := tls.LoadX509KeyPair(cert, key)
+		pair, err := keyPair(t, cert, key)
 		if err != nil {
-			t.errorf("tls_cert_file", "with tls_key_file %s: %v", key, err)
 			ok = false
 		} else {
 			conf.Certificates = []tls.Certificate{pair}
@@ -92,4 +89,25 @@ func tlsFiles(t table, ca, cert, key string) *tls.Config {
 		return nil
 	}
 	return conf
+}
+
+// keyPair reads the table's tls_cert_file (cert) and tls_key_file (key)
+// with readFile's bounds, reporting a problem under the key it concerns.
+// The errors name the files; X509KeyPair never quotes the key.
+func keyPair(t table, cert, key string) (tls.Certificate, error) {
+	certPEM, _, err := readFile(cert, MaxNamedFileSize)
+	if err != nil {
+		t.errorf("tls_cert_file", "%v", err)
+		return tls.Certificate{}, err
+	}
+	keyPEM, _, err := readFile(key, MaxNamedFileSize)
+	if err != nil {
+		t.errorf("tls_key_file", "%v", err)
+		return tls.Certificate{}, err
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.errorf("tls_cert_file", "%s with tls_key_file %s: %v", cert, key, err)
+	}
+	return pair, err
 }

@@ -6,6 +6,7 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -26,6 +27,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slotd/slotd/internal/assemble"
+	"github.com/slotd/slotd/internal/config"
 	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/internal/store"
 	"github.com/slotd/slotd/scheduler"
@@ -139,6 +141,18 @@ func loadConfig(path string, log *slog.Logger, stderr io.Writer) (*assemble.Daem
 	return d, true
 }
 
+// loadReadOnly is loadConfig for the commands that do not send the write
+// endpoints' bearer token: the token is not read (assemble.LoadReadOnly), so
+// that reading the fleet needs no access to the write secret.
+func loadReadOnly(path string, log *slog.Logger, stderr io.Writer) (*assemble.Daemon, bool) {
+	d, err := assemble.LoadReadOnly(path, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "slotd: %v\n", err)
+		return nil, false
+	}
+	return d, true
+}
+
 var discard = slog.New(slog.DiscardHandler)
 
 func cmdValidate(args []string, stdout, stderr io.Writer) int {
@@ -149,11 +163,19 @@ func cmdValidate(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exitUsage
 	}
-	d, ok := loadConfig(path, discard, stderr)
+	d, ok := loadReadOnly(path, discard, stderr)
 	if !ok {
 		return exitUsage
 	}
 	cfg := d.Config
+	// The token is checked if this user may read it; one who may not
+	// (the secret is the daemon's) still validates the rest.
+	if _, key, err := cfg.ReadToken(); errors.Is(err, config.ErrTokenUnreadable) {
+		fmt.Fprintf(stderr, "slotd validate: warning: %s: http.%s: %v; not checked (slotd run needs it)\n", cfg.Source, key, err)
+	} else if err != nil {
+		fmt.Fprintf(stderr, "slotd: %s: http.%s: %v\n", cfg.Source, key, err)
+		return exitUsage
+	}
 	now := time.Now()
 	for i := range d.Tasks {
 		t := &d.Tasks[i]
@@ -287,11 +309,17 @@ func run(ctx context.Context, d *assemble.Daemon, log *slog.Logger, o options, h
 		if err != nil {
 			return fmt.Errorf("http listen: %w", err)
 		}
-		srv := observe.NewServer(observe.Handler(observe.Daemon{
+		scheme := "http"
+		if cfg.HTTPTLS != nil {
+			// Under observe.Serve's connection limit, so that a
+			// handshake counts as a connection like any other.
+			ln, scheme = tls.NewListener(ln, cfg.HTTPTLS), "https"
+		}
+		srv := observe.NewServer(observe.CheckHost(observe.Handler(observe.Daemon{
 			Scheduler: sched, Gatherer: reg, Store: b.Store, History: b.History,
 			Replica: cfg.Replica, MaxClockSkew: cfg.MaxClockSkew, Token: cfg.Token,
 			Reload: reloads.Reload,
-		}))
+		}), cfg.Listen, cfg.AllowedHosts))
 		served := make(chan struct{})
 		go func() {
 			defer close(served)
@@ -299,7 +327,7 @@ func run(ctx context.Context, d *assemble.Daemon, log *slog.Logger, o options, h
 				log.Error("http server", "err", err)
 			}
 		}()
-		log.Info("http listening", "addr", ln.Addr().String())
+		log.Info("http listening", "addr", ln.Addr().String(), "scheme", scheme)
 		defer func() {
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()

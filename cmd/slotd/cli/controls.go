@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -40,7 +41,7 @@ func cmdTrigger(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if !ok {
 		return exitUsage
 	}
-	d, ok := loadConfig(path, discard, stderr)
+	d, ok := loadReadOnly(path, discard, stderr)
 	if !ok {
 		return exitUsage
 	}
@@ -94,7 +95,7 @@ func cmdPause(ctx context.Context, name string, args []string, stdout, stderr io
 	if !ok {
 		return exitUsage
 	}
-	d, ok := loadConfig(path, discard, stderr)
+	d, ok := loadReadOnly(path, discard, stderr)
 	if !ok {
 		return exitUsage
 	}
@@ -117,6 +118,7 @@ func cmdPause(ctx context.Context, name string, args []string, stdout, stderr io
 		}
 		paused = rep.Paused
 	} else {
+		quietRedis()
 		b, err := store.Open(ctx, cfg, discard, store.WithMaxRetries(1))
 		if err != nil {
 			fmt.Fprintf(stderr, "slotd: %s: %v\n", path, err)
@@ -173,15 +175,25 @@ func cmdReload(ctx context.Context, args []string, stdout, stderr io.Writer) int
 // token and hdr (name, value pairs), and returns the answer's body. It
 // says why on stderr and returns the exit code if the call fails.
 func callAPI(ctx context.Context, name string, cfg *config.Config, path string, stderr io.Writer, hdr ...string) ([]byte, int) {
+	// The token is read here, by the commands that send it, only.
+	token, key, err := cfg.ReadToken()
 	switch {
 	case cfg.Listen == "off":
 		fmt.Fprintf(stderr, "slotd %s: %s has [http] listen = \"off\": the daemon has no API to ask\n", name, cfg.Source)
 		return nil, exitUsage
-	case cfg.Token == "":
+	case err != nil:
+		fmt.Fprintf(stderr, "slotd %s: %s: http.%s: %v\n", name, cfg.Source, key, err)
+		return nil, exitUsage
+	case token == "":
 		fmt.Fprintf(stderr, "slotd %s: %s sets no [http] token_file or token_env: the daemon's write endpoints are disabled\n", name, cfg.Source)
 		return nil, exitUsage
 	}
 	url := "http://" + dialAddr(cfg.Listen) + path
+	client := http.DefaultClient
+	if cfg.HTTPTLS != nil {
+		url = "https://" + dialAddr(cfg.Listen) + path
+		client = pinnedClient(cfg.HTTPTLS)
+	}
 	ctx, cancel := context.WithTimeout(ctx, commandTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
@@ -189,11 +201,11 @@ func callAPI(ctx context.Context, name string, cfg *config.Config, path string, 
 		fmt.Fprintf(stderr, "slotd %s: %v\n", name, err)
 		return nil, exitUsage
 	}
-	req.Header.Set("Authorization", "Bearer "+cfg.Token)
+	req.Header.Set("Authorization", "Bearer "+token)
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		var op *net.OpError
 		if errors.As(err, &op) {
@@ -223,6 +235,26 @@ func callAPI(ctx context.Context, name string, cfg *config.Config, path string, 
 
 // dialAddr is the address to reach a daemon listening on listen: an
 // unspecified host (":9464", "0.0.0.0:9464") is reached on loopback.
+// pinnedClient is the client of a daemon whose listener has TLS conf:
+// the command reads the same file, so it trusts exactly the certificate
+// the daemon serves (pinned, whatever its names or issuer: the daemon is
+// reached at a loopback address its certificate may not name).
+func pinnedClient(conf *tls.Config) *http.Client {
+	want := conf.Certificates[0].Certificate[0]
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.TLSClientConfig = &tls.Config{
+		MinVersion:         tls.VersionTLS12,
+		InsecureSkipVerify: true, // replaced by the pin below
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 || !bytes.Equal(cs.PeerCertificates[0].Raw, want) {
+				return errors.New("the daemon's certificate is not the one [http] tls_cert_file names")
+			}
+			return nil
+		},
+	}
+	return &http.Client{Transport: t}
+}
+
 func dialAddr(listen string) string {
 	host, port, err := net.SplitHostPort(listen)
 	if err != nil {

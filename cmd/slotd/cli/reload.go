@@ -26,6 +26,13 @@ import (
 // waiting for the engine's loop to take the tasks.
 const reloadTimeout = 30 * time.Second
 
+// errNoTasks refuses a reload that would remove every task: a file
+// emptied or half-written (a reload during `cat > slotd.toml`) reads as a
+// valid configuration of no task, and applying it would stop the fleet's
+// schedule, and its per-task metrics and alerts, without a word. A daemon
+// meant to run nothing is restarted with such a file.
+var errNoTasks = errors.New("the file has no [[task]]: a reload never removes every task (an empty or half-written file?); restart the daemon to run none")
+
 // reloader re-reads a running daemon's configuration file and applies
 // what can change at runtime — its tasks, the log level and the http
 // plugin's connection pool. What cannot (see restartKeys) is compared with
@@ -79,7 +86,9 @@ func newReloader(d *assemble.Daemon, sched *scheduler.Scheduler, log *slog.Logge
 // Reload reads and validates the configuration file again. If it is
 // invalid (or cannot be read), nothing changes: the error, which names the
 // key and the task, is logged, counted and returned wrapping
-// observe.ErrInvalidConfig. If it is valid, its tasks replace the
+// observe.ErrInvalidConfig. So is a file with no task while tasks run
+// (errNoTasks), and one that changed while it was read (config.Load).
+// If it is valid, its tasks replace the
 // running ones (see scheduler.Reload: added tasks start at their next
 // fire time, removed ones claim nothing more, changed ones apply from
 // their next slot, running attempts go on), its [log] level and
@@ -91,6 +100,9 @@ func (r *reloader) Reload(ctx context.Context) error {
 	defer r.mu.Unlock()
 	path := r.started.Source
 	d, err := assemble.Load(path, r.log)
+	if err == nil && len(d.Config.Tasks) == 0 && len(r.sched.Tasks()) > 0 {
+		err = errNoTasks
+	}
 	if err != nil {
 		r.failures.Inc()
 		r.log.Error("configuration reload failed: the running configuration stays", "config", path, "err", err)
@@ -126,6 +138,10 @@ func (r *reloader) Reload(ctx context.Context) error {
 	r.restartNeeded.Set(0)
 	r.log.Info("configuration reloaded", "config", path, "tasks", len(cfg.Tasks),
 		"added", change.Added, "removed", change.Removed, "changed", change.Changed)
+	if len(change.Removed) > 0 {
+		r.log.Warn("tasks removed by the reload: this replica claims none of their slots from now on",
+			"config", path, "removed", change.Removed)
+	}
 	if len(restart) > 0 {
 		r.restartNeeded.Set(1)
 		r.log.Warn("configuration reloaded, but these settings apply only at a restart: they keep their running values until then",
@@ -152,6 +168,8 @@ var configKeys = map[string]string{
 	"Token":         "http token (the contents of token_file or token_env)",
 	"TokenFile":     "http.token_file",
 	"TokenEnv":      "http.token_env",
+	"AllowedHosts":  "http.allowed_hosts",
+	"HTTPTLS":       "http TLS (tls_cert_file, tls_key_file and their contents)",
 	"LogLevel":      "log.level",
 	"LogFormat":     "log.format",
 }

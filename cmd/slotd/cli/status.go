@@ -12,7 +12,10 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/slotd/slotd/internal/assemble"
+	"github.com/slotd/slotd/internal/config"
 	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/internal/store"
 	"github.com/slotd/slotd/lock"
@@ -70,7 +73,7 @@ func parseCommand(name string, args []string, stderr io.Writer, names []string, 
 // openShared loads the configuration at path and connects to its Redis.
 // It prints why not and returns the exit code if it cannot.
 func openShared(ctx context.Context, name, path string, stderr io.Writer) (*assemble.Daemon, *store.Backend, int) {
-	d, ok := loadConfig(path, discard, stderr)
+	d, ok := loadReadOnly(path, discard, stderr)
 	if !ok {
 		return nil, nil, exitUsage
 	}
@@ -84,6 +87,7 @@ func openShared(ctx context.Context, name, path string, stderr io.Writer) (*asse
 			"which lives inside the daemon process, so there is no shared state to read%s\n", name, path, where)
 		return nil, nil, exitError
 	}
+	quietRedis()
 	b, err := store.Open(ctx, cfg, discard, store.WithMaxRetries(1))
 	if err != nil { // validated at load; this is not expected
 		fmt.Fprintf(stderr, "slotd: %s: %v\n", path, err)
@@ -91,6 +95,12 @@ func openShared(ctx context.Context, name, path string, stderr io.Writer) (*asse
 	}
 	return d, b, exitOK
 }
+
+// quietRedis drops go-redis's own messages for a command: it logs each
+// failed dial on its own, unformatted ("redis: 2026/01/02 pool.go:770:
+// ..."), and the command's error already names each node it could not
+// reach. Only run keeps them, in its own log (cmdRun).
+func quietRedis() { redis.SetLogger(redisLogger{discard}) }
 
 func findTask(d *assemble.Daemon, name string) (*scheduler.Task, error) {
 	names := make([]string, 0, len(d.Tasks))
@@ -132,7 +142,7 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if asJSON {
 		err = observe.WriteJSON(stdout, rep)
 	} else {
-		err = writeStatus(stdout, rep)
+		err = writeStatus(stdout, rep, clockName(d.Config))
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "slotd status: %v\n", err)
@@ -148,9 +158,23 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	return exitOK
 }
 
-// writeStatus writes rep as a table per task.
-func writeStatus(w io.Writer, rep observe.StatusReport) error {
-	fmt.Fprintf(w, "as of %s UTC (Redis clock)\n", stamp(rep.Now))
+// clockName names the store whose clock a report's time is read from.
+func clockName(cfg *config.Config) string {
+	switch {
+	case cfg.UsesEtcd():
+		return "etcd"
+	case cfg.UsesZooKeeper():
+		return "ZooKeeper"
+	case cfg.Embedded():
+		return "embedded store"
+	}
+	return "Redis"
+}
+
+// writeStatus writes rep as a table per task; its time is by the clock
+// of the store named clock.
+func writeStatus(w io.Writer, rep observe.StatusReport, clock string) error {
+	fmt.Fprintf(w, "as of %s UTC (%s clock)\n", stamp(rep.Now), clock)
 	for _, t := range rep.Tasks {
 		next := "none"
 		if !t.Next.IsZero() {
