@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -280,5 +282,64 @@ catchup = "none"`, task))
 		if len(find(es, "start", 0)) > 1 {
 			t.Errorf("slot %s ran more than once:\n%s", id, dump(es))
 		}
+	}
+}
+
+// The holder (daemon and task) is frozen for longer than its lease but
+// less than its session timeout (session_timeout 10s, lease 5s, frozen
+// 7s), as a VM pause would: its session lives through the freeze, yet a
+// live peer runs attempt 2 within a lease and a bound, because a run node
+// whose lease ran out by the leader's clock is free to claim; thawed, the
+// holder finds its lease lost, kills its task and leaves the peer's claim
+// alone. (Before, the run node held the slot for as long as the session
+// lived, and no peer ran it in its window.)
+func TestZooKeeperFrozenHolderSessionSurvives(t *testing.T) {
+	e := zktest.Start(t, 1)
+	c := zkCluster(t, e)
+	const lease, frozen = 5 * time.Second, 7 * time.Second
+	spec, _ := oneShot(4 * time.Second)
+	task := c.execTask("frozen", spec, `rec start; sleep 20; rec end`, `deadline = "30s"`)
+	defaults := `lease = "5s"
+max_attempts = 3
+timeout = "1m"
+catchup = "latest"`
+	for _, name := range []string{"r1", "r2"} {
+		cfg := zkConfig(name, e.Servers(), defaults, task)
+		cfg = strings.Replace(cfg, "\n\n[http]", "\nsession_timeout = \"10s\"\n\n[http]", 1)
+		c.reps = append(c.reps, startReplica(t, name, cfg))
+	}
+	first, holder := c.firstAttempt()
+	stopAt := freeze(t, holder, first.PGID)
+	evs := c.ledger.await("the peer's attempt 2", frozen, func(evs []event) bool { return len(find(evs, "start", 2)) > 0 })
+	second := find(evs, "start", 2)[0]
+	takeover := second.At.Sub(stopAt)
+	t.Logf("froze %s %v into attempt 1; %s's attempt 2 started %v after the freeze (lease %v)",
+		holder.name, stopAt.Sub(first.At), second.Replica, takeover, lease)
+	if second.Replica == holder.name || second.Slot != first.Slot || second.Token <= first.Token {
+		t.Fatalf("attempt 2 = %v; want the peer's, of slot %s, with a token above %d", second, first.Slot, first.Token)
+	}
+	if takeover > lease+2*time.Second {
+		t.Errorf("takeover %v after the freeze, want within the lease and 2s", takeover)
+	}
+	if d := time.Until(stopAt.Add(frozen)); d > 0 {
+		time.Sleep(d) // the freeze lasts 7s whatever the peer did: less than the session timeout
+	}
+	holder.Signal(syscall.SIGCONT)
+	_ = syscall.Kill(-first.PGID, syscall.SIGCONT)
+	failed := holder.awaitLog("attempt 1 to end", 10*time.Second, func(r logRec) bool {
+		return r.msg() == "attempt failed" && r.str("slot") == first.Slot && r.num("attempt") == 1
+	})
+	if o := failed.str("outcome"); o != "lease_lost" {
+		t.Errorf("attempt 1 outcome %q, want lease_lost", o)
+	}
+	awaitGroupGone(t, first.PGID, 5*time.Second)
+	for _, r := range holder.records() {
+		if r.str("slot") == first.Slot && strings.Contains(r.msg(), "release failed") {
+			t.Errorf("thawed holder: %v", r)
+		}
+	}
+	c.stopAll()
+	if starts := find(c.ledger.read(), "start", 0); len(starts) != 2 {
+		t.Errorf("%d attempts started, want 2:\n%s", len(starts), dump(starts))
 	}
 }

@@ -29,6 +29,11 @@ func memoryHarness(t *testing.T) locktest.Harness {
 			clock = clock.Add(d)
 			mu.Unlock()
 		},
+		Sleep: func(d time.Duration) {
+			mu.Lock()
+			clock = clock.Add(d)
+			mu.Unlock()
+		},
 		TTLs:          m.TTLs,
 		PlantState:    func(s lock.Slot, v string) { st, _ := lock.Keys("slotd", s); m.Set(st, v, time.Hour) },
 		PlantAttempts: func(s lock.Slot, v string) { _, at := lock.Keys("slotd", s); m.Set(at, v, time.Hour) },

@@ -28,6 +28,7 @@ type keptLease struct {
 	cancel       context.CancelCauseFunc //
 	onLost       func(why error) error   // called once the lease is marked lost; returns ctx's cause
 	stopWatchdog func()
+	renewSoon    func()          // brings the watchdog's next renewal forward
 	done         <-chan struct{} // closed when the watchdog has ended
 
 	mu       sync.Mutex
@@ -47,14 +48,14 @@ func (k *keptLease) keep(parent context.Context, ttl time.Duration, sent time.Ti
 	k.ttl, k.lastSent, k.onLost = ttl, sent, onLost
 	k.ctx, k.cancel = context.WithCancelCause(parent)
 	if !time.Now().Before(k.validUntil()) {
-		k.stopWatchdog = func() {}
+		k.stopWatchdog, k.renewSoon = func() {}, func() {}
 		done := make(chan struct{})
 		close(done)
 		k.done = done
 		k.lose(errors.New("the reply came after the lease's validity"))
 		return
 	}
-	k.done, k.stopWatchdog = startKeepAlive(ttl, k.validUntil, renew, func(sent time.Time) {
+	k.done, k.stopWatchdog, k.renewSoon = startKeepAlive(ttl, k.validUntil, renew, func(sent time.Time) {
 		k.mu.Lock()
 		k.lastSent = sent
 		k.mu.Unlock()
@@ -75,12 +76,17 @@ func (k *keptLease) validUntil() time.Time {
 	return k.lastSent.Add(k.ttl - leaseMargin(k.ttl))
 }
 
-// lose marks the lease lost and cancels its context.
+// lose marks the lease lost and cancels its context, once: a second call
+// (the watchdog and a completion may find the lease run out together)
+// does nothing.
 func (k *keptLease) lose(why error) {
 	k.mu.Lock()
+	already := k.lost
 	k.lost = true
 	k.mu.Unlock()
-	k.cancel(k.onLost(why))
+	if !already {
+		k.cancel(k.onLost(why))
+	}
 }
 
 // isLost reports whether the lease was given up.
@@ -126,9 +132,10 @@ func leaseMargin(ttl time.Duration) time.Duration { return max(ttl/10, drift(ttl
 // way is cancelled), so that holding and finishing the ten thousand leases
 // of a burst starts no goroutine but the timers'. It calls ended exactly
 // once, with why the lock was lost or nil when stop ended it, and then
-// closes the channel it returned.
+// closes the channel it returned. soon makes the next renewal now, or,
+// if one is under way, right after it; it never blocks.
 func startKeepAlive(ttl time.Duration, validUntil func() time.Time, renew func(context.Context) error,
-	renewed func(sent time.Time), ended func(why error)) (done <-chan struct{}, stop func()) {
+	renewed func(sent time.Time), ended func(why error)) (done <-chan struct{}, stop, soon func()) {
 	interval := ttl / 3
 	k := &keeper{interval: interval, retry: retry.Backoff{Min: max(interval/8, time.Millisecond)}, grid: renewGrid(interval),
 		validUntil: validUntil, renew: renew, renewed: renewed, ended: ended, done: make(chan struct{})}
@@ -137,7 +144,7 @@ func startKeepAlive(ttl time.Duration, validUntil func() time.Time, renew func(c
 	return k.done, func() {
 		k.stop() // a renewal under way ends
 		k.cancel()
-	}
+	}, k.soon
 }
 
 var errNoRenewal = errors.New("no renewal confirmed within the lease")
@@ -157,6 +164,7 @@ type keeper struct {
 
 	mu    sync.Mutex
 	timer *time.Timer // pending, unless a renewal is running
+	again bool        // soon was called while a renewal was running
 }
 
 // schedule sets the timer for the next renewal, next from now at the
@@ -175,8 +183,23 @@ func (k *keeper) schedule(next time.Duration) {
 		k.end(nil)
 		return
 	}
+	if k.again {
+		k.again, next = false, 0
+	}
 	k.timer = time.AfterFunc(min(next, until), k.tick)
 	k.mu.Unlock()
+}
+
+// soon moves the pending renewal to now; if a renewal is running, the
+// next one follows it at once.
+func (k *keeper) soon() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.timer != nil && k.timer.Stop() {
+		k.timer.Reset(0)
+		return
+	}
+	k.again = true
 }
 
 // cancel ends the watchdog, once ctx has ended, if it is waiting on its

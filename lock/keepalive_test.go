@@ -66,3 +66,45 @@ func TestKeptLeaseLostWhenTaken(t *testing.T) {
 	}
 	k.stop()
 }
+
+// renewSoon brings the next renewal forward: with a lease of an hour
+// (renewals 20 minutes apart) each call is answered by a renewal at
+// once, also one made while a renewal runs, which is followed by
+// another.
+func TestKeptLeaseRenewSoon(t *testing.T) {
+	var k keptLease
+	renewing := make(chan struct{})
+	release := make(chan struct{})
+	renewed := make(chan struct{}, 10)
+	first := true
+	k.keep(context.Background(), time.Hour, time.Now(), func(context.Context) error {
+		if first { // the first renewal waits, to be asked again meanwhile
+			first = false
+			close(renewing)
+			<-release
+		}
+		return nil
+	}, func() { renewed <- struct{}{} }, func(why error) error { t.Errorf("lost: %v", why); return why })
+	defer k.stop()
+	await := func(what string) {
+		t.Helper()
+		select {
+		case <-renewed:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no renewal within 5s of %s", what)
+		}
+	}
+	k.renewSoon()
+	<-renewing
+	k.renewSoon() // while the first renewal runs
+	close(release)
+	await("the first call")
+	await("the call made during a renewal")
+	k.renewSoon()
+	await("a third call")
+	select {
+	case <-renewed:
+		t.Fatal("a renewal nobody asked for")
+	case <-time.After(50 * time.Millisecond):
+	}
+}

@@ -42,7 +42,11 @@ var errCompleted = errors.New("lock: slot completed")
 // LeaseHooks report a lease's renewals, failed renewals and its loss, for
 // metrics and readiness. Any may be nil.
 type LeaseHooks struct {
-	Renewed func()          // a renewal was confirmed
+	// Renewed: a renewal was confirmed. It runs on the watchdog, which
+	// waits for it before it schedules the next renewal: a holder renews
+	// there what must live as long as its lease (the engine: the task's
+	// running record), with one watchdog for both.
+	Renewed func()
 	Failed  func(err error) // a renewal got an error (the watchdog may try again)
 	Lost    func(err error) // the lease was lost; err says why
 }
@@ -92,71 +96,64 @@ func (l *Lease) Owner() Owner { return l.owner }
 // Lost reports whether the watchdog gave the lease up.
 func (l *Lease) Lost() bool { return l.isLost() }
 
+// RenewSoon makes the watchdog's next renewal now, or right after the one
+// under way, instead of at its turn: for a holder that renews something
+// of its own with the lease (LeaseHooks.Renewed) and has heard that it
+// changed. It never blocks, so a store's notification may call it.
+func (l *Lease) RenewSoon() { l.renewSoon() }
+
 // Complete marks the slot done and then stops the watchdog. The watchdog
 // keeps renewing while the completion is retried: an error of unknown
-// outcome (a timeout, a lost reply, a store that refuses writes — OOM) is
-// retried, with backoff, for as long as the lease is held and ctx lasts, so
-// that a success is not run again by a peer merely because marking it done
-// took longer than a lease. The script answers success again when a lost
-// reply had in fact completed the slot.
+// outcome (a timeout, a lost reply, a store that refuses writes — OOM, a
+// quorum lost) is retried, with backoff, until ctx ends, so that a success
+// is not run again by a peer merely because marking it done took longer
+// than a lease. The store answers success again when a lost reply had in
+// fact completed the slot.
 //
-// It returns ErrLeaseLost if the lease was lost (no renewal confirmed in
-// time, or the slot taken) before the slot could be completed, the last
-// error if ctx ended first, ErrNotHeld or ErrForeign from the store as they
-// are, and ErrNotReplicated, without retrying, if the slot was marked done
-// but not acknowledged by the replicas WithMinReplicasAck asks for.
+// The retries go on after the lease is lost meanwhile (no renewal confirmed
+// in time): the task has ended, and every Store's Complete compares the
+// slot's state with this attempt's before it writes, so a completion that
+// lands proves that no peer claimed the slot since (an attempt's value,
+// once gone, never comes back). A store whose hold outlives the lease (a
+// ZooKeeper session, an etcd lease kept alive by the replica's other slots
+// or extended by an election) can then still be completed after a quorum
+// loss; on Redis the key expires and the store answers ErrNotHeld. The
+// caller bounds ctx by the slot's deadline, after which no peer starts.
+//
+// It returns nil once the slot is done; ErrLeaseLost, without trying, if
+// the lease was lost before Complete was called (the task was cancelled:
+// its slot must not be marked done); ErrNotHeld or ErrForeign from the
+// store as they are, wrapped with ErrLeaseLost if the lease was lost
+// meanwhile; the last error if ctx ended first; and ErrNotReplicated,
+// without retrying, if the slot was marked done but not acknowledged by the
+// replicas WithMinReplicasAck asks for.
 func (l *Lease) Complete(ctx context.Context, doneTTL time.Duration) error {
-	defer l.cancel(context.Canceled)
-	// The holder retries its own call, which collides with no peer's: the
-	// waits double without jitter, from a thirtieth of the lease to a third.
-	backoff := retry.Backoff{Min: max(l.ttl/30, time.Millisecond), Max: l.ttl / 3, NoJitter: true}
-	var err error
-	for n := 0; ; n++ {
-		until := l.validUntil()
-		if l.isLost() || !time.Now().Before(until) {
-			l.stop()
-			if !l.isLost() { // ran out between two of the watchdog's looks
-				l.lose(errNoRenewal)
-			}
-			if err == nil {
-				return fmt.Errorf("lock: complete %s attempt %d: %w", l.slot, l.owner.Attempt, ErrLeaseLost)
-			}
-			return fmt.Errorf("lock: complete %s attempt %d: %w (last try: %w)", l.slot, l.owner.Attempt, ErrLeaseLost, err)
+	if !l.valid() {
+		defer l.cancel(context.Canceled)
+		l.stop()
+		if !l.isLost() { // ran out between two of the watchdog's looks
+			l.lose(errNoRenewal)
 		}
-		err = l.completeOnce(ctx, until, doneTTL)
-		if err == nil || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrForeign) || errors.Is(err, ErrNotReplicated) {
-			l.stop()
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			l.stop() // the lease runs out by itself
-			return err
-		case <-l.done: // the watchdog ended: the lease is lost
-		case <-time.After(min(backoff.Delay(n), time.Until(until))):
-		}
+		return fmt.Errorf("lock: complete %s attempt %d: %w", l.slot, l.owner.Attempt, ErrLeaseLost)
 	}
-}
-
-// completeOnce sends one completion, never while a renewal is under way, and
-// stops the renewals once the slot is done (or done but not replicated).
-func (l *Lease) completeOnce(ctx context.Context, until time.Time, doneTTL time.Duration) error {
-	l.op.Lock()
-	defer l.op.Unlock()
-	cctx, cancel := context.WithDeadline(ctx, until)
-	defer cancel()
-	err := l.store.Complete(cctx, l.slot, l.owner, doneTTL)
-	if err == nil || errors.Is(err, ErrNotReplicated) {
-		l.completed = true
-	}
-	return err
+	return l.finish(ctx, "complete", true, func(ctx context.Context) error {
+		err := l.store.Complete(ctx, l.slot, l.owner, doneTTL)
+		if err == nil || errors.Is(err, ErrNotReplicated) {
+			l.completed = true // no renewal after this: it would find the done marker
+		}
+		return err
+	})
 }
 
 // Release stops the watchdog and gives the slot back so a peer may retry
-// at once. ErrNotHeld from the store is not an error here: the slot is not
-// ours either way.
+// at once, retrying an error of unknown outcome while the lease is valid.
+// A lease already lost is released too, in one try: where the store's hold
+// outlives the lease (a ZooKeeper session, an etcd lease that the
+// replica's other slots keep alive), this is what frees the slot before
+// peers find the lease run out. ErrNotHeld and ErrLeaseLost are not errors
+// here: the slot is not ours either way.
 func (l *Lease) Release(ctx context.Context) error {
-	err := l.finish(ctx, "release", func(ctx context.Context) error {
+	err := l.finish(ctx, "release", false, func(ctx context.Context) error {
 		return l.store.Release(ctx, l.slot, l.owner)
 	})
 	if errors.Is(err, ErrNotHeld) || errors.Is(err, ErrLeaseLost) {
@@ -165,30 +162,78 @@ func (l *Lease) Release(ctx context.Context) error {
 	return err
 }
 
-func (l *Lease) finish(ctx context.Context, op string, f func(context.Context) error) error {
+// valid reports whether the lease is held: not lost, and not run out
+// between two of the watchdog's looks.
+func (l *Lease) valid() bool { return !l.isLost() && time.Now().Before(l.validUntil()) }
+
+// finish is the one retry loop of Complete and Release: it sends op, never
+// while a renewal is under way, and again after an error of unknown
+// outcome, with backoff, until the store answers it (nil, ErrNotHeld,
+// ErrForeign, ErrNotReplicated) or ctx ends. While the lease is valid each
+// try is bounded by its validity; after it, a try is bounded by a third of
+// the lease, and there is none after the first unless persist (a
+// completion: see Complete). With persist the watchdog renews until op
+// is answered; without, it is stopped first. The error names op, and
+// wraps ErrLeaseLost if the lease was lost before the answer.
+func (l *Lease) finish(ctx context.Context, op string, persist bool, f func(context.Context) error) error {
 	defer l.cancel(context.Canceled)
-	until, valid := l.stop()
-	if !valid {
-		return fmt.Errorf("lock: %s %s attempt %d: %w", op, l.slot, l.owner.Attempt, ErrLeaseLost)
+	defer l.stop()
+	if !persist {
+		l.stop()
 	}
 	// The holder retries its own call, which collides with no peer's: the
 	// waits double without jitter, from a thirtieth of the lease to a third.
 	backoff := retry.Backoff{Min: max(l.ttl/30, time.Millisecond), Max: l.ttl / 3, NoJitter: true}
 	for n := 0; ; n++ {
-		cctx, cancel := context.WithDeadline(ctx, until)
-		err := f(cctx)
-		cancel()
-		if err == nil || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrForeign) || errors.Is(err, ErrNotReplicated) {
-			return err
+		until := l.validUntil()
+		held := l.valid()
+		if !held && persist && !l.isLost() { // ran out between two of the watchdog's looks
+			l.stop()
+			l.lose(errNoRenewal) // unless the watchdog, stopping, found it first
 		}
-		left := time.Until(until)
-		if left <= 0 || ctx.Err() != nil {
-			return err
+		if !held {
+			until = time.Now().Add(l.ttl / 3)
+		}
+		err := l.try(ctx, until, f)
+		if err == nil || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrForeign) || errors.Is(err, ErrNotReplicated) {
+			return l.wrap(op, err)
+		}
+		wait, lostAt := backoff.Delay(n), (<-chan struct{})(nil)
+		switch {
+		case held && persist:
+			// The watchdog runs, and ends when the lease is lost.
+			wait, lostAt = min(wait, time.Until(until)), l.done
+		case held:
+			wait = min(wait, time.Until(until))
+		case !persist:
+			return l.wrap(op, err)
 		}
 		select {
 		case <-ctx.Done():
-			return err
-		case <-time.After(min(backoff.Delay(n), left)):
+			return l.wrap(op, err)
+		case <-lostAt:
+		case <-time.After(wait):
 		}
+	}
+}
+
+// try sends f once, under ctx and until, never beside a renewal.
+func (l *Lease) try(ctx context.Context, until time.Time, f func(context.Context) error) error {
+	l.op.Lock()
+	defer l.op.Unlock()
+	cctx, cancel := context.WithDeadline(ctx, until)
+	defer cancel()
+	return f(cctx)
+}
+
+// wrap names op in err, and ErrLeaseLost if the lease was lost first.
+func (l *Lease) wrap(op string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case l.isLost() || !time.Now().Before(l.validUntil()):
+		return fmt.Errorf("lock: %s %s attempt %d: %w (last try: %w)", op, l.slot, l.owner.Attempt, ErrLeaseLost, err)
+	default:
+		return err
 	}
 }

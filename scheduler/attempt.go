@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 
 	"github.com/slotd/slotd/internal/stats"
 	"github.com/slotd/slotd/lock"
@@ -22,40 +23,54 @@ func (l *loop) startAttempt(r *run, c lock.Claim) {
 	l.workers.Add(1)
 	go func() {
 		defer l.workers.Done()
-		finished, failed := l.s.attempt(l.ctx, l.hard, t, slot, c)
+		finished, failed := l.s.newAttempt(t, slot, c).run(l.ctx, l.hard)
 		l.inbox.post(event{kind: attempted, run: r, reply: lock.ClaimReply{Claim: c}, done: finished, entry: failed})
 	}()
 }
 
-// attempt runs a won claim and completes or releases the slot. It reports
-// whether this replica is finished with the slot: the task succeeded — even
-// if the slot could not then be marked done, since running it again here
-// would only add a duplicate (a peer may still, after the lease) — and,
-// if the attempt failed, its history entry.
-func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, c lock.Claim) (bool, *HistoryEntry) {
-	// One With for the attempt's four attributes, made on first use: a JSON
-	// handler formats them at once, a burst makes ten thousand of these,
-	// and at level warn most attempts log nothing.
-	shown := lock.ShownAttempt(slot.ID, c.Attempt) // 1-based on triggered slots too; tokens keep c.Attempt
-	log := sync.OnceValue(func() *slog.Logger {
-		return s.log.With("task", t.Name, "slot", slot.ID, "attempt", shown, "token", lock.Token(slot.Time, c.Attempt))
-	})
-	st := s.stats.Task(t.Name)
-	lease := lock.Hold(hard, s.store, slot, s.owner, c, t.Lease, lock.LeaseHooks{
-		Renewed: func() {
-			st.Renewals.Inc()
-			s.noteWrite("renew", nil)
-		},
-		Failed: func(err error) { s.noteWrite("renew", err) },
-		Lost: func(err error) {
-			st.LeaseLosses.Inc()
-			log().Error("lease lost: cancelling the task", "err", err)
-		},
-	})
-	run := tasks.Run{
-		Task: t.Name, Slot: slot.ID, SlotTime: slot.Time, Attempt: shown,
-		Token: lease.Token(), Replica: s.replica, Revision: c.Revision,
+// attempt is one won claim on its way through its phases, one method
+// each, which run drives in order:
+//
+//	hold     the lease, whose one watchdog also renews the task's running record
+//	occupy   the task's running record, under forbid and replace (concurrency.go)
+//	execute  the task, under the lease's context and its timeout
+//	finish   on success (or superseded) complete, on failure release; then the history
+type attempt struct {
+	s     *Scheduler
+	t     *Task
+	slot  lock.Slot
+	claim lock.Claim
+	st    *stats.Task
+	// log is scoped to the attempt, made on first use: a JSON handler
+	// formats the four attributes at once, a burst makes ten thousand of
+	// these, and at level warn most attempts log nothing.
+	log   func() *slog.Logger
+	lease *lock.Lease
+	// rec is the task's running record once occupy took it (forbid,
+	// replace); the lease's watchdog reads it to renew it.
+	rec atomic.Pointer[occupancy]
+}
+
+// shown is the attempt's number as the task, its history and the pages see
+// it: 1-based on triggered slots too, whose tokens keep the claim's number.
+func (a *attempt) shown() int { return lock.ShownAttempt(a.slot.ID, a.claim.Attempt) }
+
+func (s *Scheduler) newAttempt(t *Task, slot lock.Slot, c lock.Claim) *attempt {
+	return &attempt{
+		s: s, t: t, slot: slot, claim: c, st: s.stats.Task(t.Name),
+		log: sync.OnceValue(func() *slog.Logger {
+			return s.log.With("task", t.Name, "slot", slot.ID, "attempt", lock.ShownAttempt(slot.ID, c.Attempt), "token", lock.Token(slot.Time, c.Attempt))
+		}),
 	}
+}
+
+// run runs the attempt through its phases. It reports whether this
+// replica is finished with the slot: the task succeeded — even if the slot
+// could not then be marked done, since running it again here would only
+// add a duplicate (a peer may still, after the lease) — and, if the
+// attempt failed, its history entry.
+func (a *attempt) run(ctx, hard context.Context) (bool, *HistoryEntry) {
+	a.hold(hard)
 	// The task's context ends with the lease's, and on a lost lease its
 	// cause also carries tasks.ErrNoGrace: the slot may be a peer's once the
 	// lease's margin runs out, so plugins must stop at once, not after a
@@ -63,27 +78,67 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 	base, cancelBase := context.WithCancelCause(hard)
 	defer cancelBase(nil)
 	follow := func() {
-		cause := context.Cause(lease.Context())
+		cause := context.Cause(a.lease.Context())
 		if errors.Is(cause, lock.ErrLeaseLost) {
 			cause = fmt.Errorf("%w (%w)", cause, tasks.ErrNoGrace)
 		}
 		cancelBase(cause)
 	}
-	stopFollowing := context.AfterFunc(lease.Context(), follow)
-	tctx, cancel := context.WithTimeoutCause(base, t.Timeout, ErrTimeout)
+	stopFollowing := context.AfterFunc(a.lease.Context(), follow)
+	tctx, cancel := context.WithTimeoutCause(base, a.t.Timeout, ErrTimeout)
 	defer cancel()
-	stopOccupying, busy, oerr := s.occupy(lease.Context(), t, slot, lease.Owner(), cancelBase, log)
+	busy, oerr := a.occupy(cancelBase)
 	if busy != nil {
 		stopFollowing()
-		return s.skipForbidden(ctx, t, slot, c, lease, busy, log), nil
+		return a.skipForbidden(ctx, busy), nil
 	}
+	entry, err := a.execute(ctx, tctx, oerr)
+	// Completing or releasing the lease ends its context too: stop
+	// following it, but let a loss that came first show in tctx now.
+	stopFollowing()
+	if a.lease.Context().Err() != nil {
+		follow()
+	}
+	a.st.Running.Add(-1)
+	entry.Duration = a.s.now().Sub(entry.Started)
+	a.st.Duration.Observe(entry.Duration.Seconds())
+	return a.finish(ctx, hard, tctx, entry, err)
+}
+
+// hold starts the lease's watchdog. Each renewal it confirms also renews
+// the task's running record, if the attempt holds one: one watchdog for
+// both, so the record lives exactly as long as the lease is kept.
+func (a *attempt) hold(hard context.Context) {
+	s, st := a.s, a.st
+	a.lease = lock.Hold(hard, s.store, a.slot, s.owner, a.claim, a.t.Lease, lock.LeaseHooks{
+		Renewed: func() {
+			st.Renewals.Inc()
+			s.noteWrite("renew", nil)
+			a.renewRecord()
+		},
+		Failed: func(err error) { s.noteWrite("renew", err) },
+		Lost: func(err error) {
+			st.LeaseLosses.Inc()
+			a.log().Error("lease lost: cancelling the task", "err", err)
+		},
+	})
+}
+
+// execute runs the task under tctx, unless taking the task's running
+// record failed (oerr), and then gives the record up. The entry it returns
+// has everything but the duration and the outcome.
+func (a *attempt) execute(ctx, tctx context.Context, oerr error) (HistoryEntry, error) {
+	s, t := a.s, a.t
 	start := s.now()
-	st.StartDelay.Observe(max(start.Sub(slot.Time), 0).Seconds())
-	st.Running.Add(1)
+	a.st.StartDelay.Observe(max(start.Sub(a.slot.Time), 0).Seconds())
+	a.st.Running.Add(1)
 	if s.log.Enabled(ctx, slog.LevelInfo) {
-		log().Info("attempt started", "delay", start.Sub(slot.Time))
+		a.log().Info("attempt started", "delay", start.Sub(a.slot.Time))
 	}
-	rctx := tasks.WithRun(tctx, run)
+	rctx := tasks.WithRun(tctx, tasks.Run{
+		Task: t.Name, Slot: a.slot.ID, SlotTime: a.slot.Time, Attempt: a.shown(),
+		Token: a.lease.Token(), Replica: s.replica, Revision: a.claim.Revision,
+	})
 	var out *tasks.Output // nil keeps none
 	if t.OutputTail > 0 {
 		out = tasks.NewOutput(min(t.OutputTail, MaxHistoryOutput))
@@ -94,79 +149,90 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 		err = fmt.Errorf("task not started: recording its running attempt (concurrency = %q) failed: %w", t.Concurrency, oerr)
 	} else {
 		err = runTask(rctx, t.Job)
-		stopOccupying()
+		a.vacate()
 	}
-	// Completing or releasing the lease ends its context too: stop
-	// following it, but let a loss that came first show in tctx now.
-	stopFollowing()
-	if lease.Context().Err() != nil {
-		follow()
-	}
-	st.Running.Add(-1)
-	took := s.now().Sub(start)
-	st.Duration.Observe(took.Seconds())
-	entry := HistoryEntry{
-		Slot: slot.ID, SlotTime: slot.Time, Attempt: shown, Token: lease.Token(),
-		Replica: s.replica, Started: start, Duration: took,
-		Output: out.String(),
-	}
+	return HistoryEntry{
+		Slot: a.slot.ID, SlotTime: a.slot.Time, Attempt: a.shown(), Token: a.lease.Token(),
+		Replica: s.replica, Started: start, Output: out.String(),
+	}, err
+}
 
-	// Finishing must outlive shutdown; the lease bounds a release. Made
-	// only on the paths that release or supersede: a success has its own.
-	finishCtx := func() (context.Context, context.CancelFunc) {
-		return context.WithTimeout(context.WithoutCancel(ctx), t.Lease)
-	}
-	if errors.Is(context.Cause(tctx), ErrSuperseded) {
-		fctx, fcancel := finishCtx()
-		defer fcancel()
-		// Done, superseded: the newer slot runs instead.
-		st.Ran(stats.OutcomeSuperseded)
-		ferr := lease.Complete(fctx, t.DoneTTL)
-		s.noteWrite("complete", ferr)
-		if ferr != nil {
-			st.FinishErrors.Inc()
-			log().Error("superseded, but the slot could not be marked done", "err", ferr)
-		}
-		log().Info("attempt superseded by a newer slot: slot marked done", "duration", took)
-		entry.Outcome, entry.Error = stats.OutcomeSuperseded, ErrSuperseded.Error()
-		s.record(ctx, t.Name, entry, log)
+// finish ends the attempt by what the task did (err, and tctx's cause):
+// superseded or succeeded, the slot is completed; failed, it is released.
+// Each path records the history entry.
+func (a *attempt) finish(ctx, hard, tctx context.Context, entry HistoryEntry, err error) (bool, *HistoryEntry) {
+	switch {
+	case errors.Is(context.Cause(tctx), ErrSuperseded):
+		a.superseded(ctx, entry)
+		return true, nil
+	case err == nil && tctx.Err() == nil:
+		a.succeeded(ctx, hard, entry)
 		return true, nil
 	}
-	if err == nil && tctx.Err() == nil {
-		// The completion is retried while the lease is held (the watchdog
-		// keeps renewing): until the slot's deadline, after which no peer
-		// starts an attempt, and at least a lease; a shutdown's hard cancel
-		// ends it sooner (hard outlives ctx's end: it ends after the grace).
-		cctx, ccancel := context.WithTimeout(hard, max(slot.Deadline.Sub(s.now()), t.Lease))
-		defer ccancel()
-		ferr := lease.Complete(cctx, t.DoneTTL)
-		s.noteWrite("complete", ferr)
-		if errors.Is(ferr, lock.ErrNotReplicated) {
-			// Done on the master; a failover before the replicas catch up
-			// could lose the marker and let a peer run the slot again.
-			log().Warn("slot marked done, but not acknowledged by min_replicas_ack replicas", "err", ferr)
-			ferr = nil
-		}
-		if ferr != nil {
-			// The task ran but the slot is not marked done: a peer may run it
-			// again after the lease; the fencing token tells them apart.
-			st.Ran(stats.OutcomeSuccessUnmarked)
-			st.Succeeded(slot.Time)
-			st.FinishErrors.Inc()
-			log().Error("task succeeded but the slot could not be marked done: a peer may run it again", "err", ferr, "duration", took)
-			entry.Outcome, entry.Error = stats.OutcomeSuccessUnmarked, "task succeeded but the slot could not be marked done: "+ferr.Error()
-			s.record(ctx, t.Name, entry, log)
-			return true, nil
-		}
-		st.Ran(stats.OutcomeSuccess)
-		st.Succeeded(slot.Time)
-		if s.log.Enabled(ctx, slog.LevelInfo) {
-			log().Info("attempt succeeded", "duration", took)
-		}
-		entry.Outcome = stats.OutcomeSuccess
-		s.record(ctx, t.Name, entry, log)
-		return true, nil
+	return false, a.failed(ctx, tctx, entry, err)
+}
+
+// finishCtx bounds a release or a superseded completion: it must outlive
+// shutdown, and the lease bounds it. A success has its own (succeeded).
+func (a *attempt) finishCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), a.t.Lease)
+}
+
+// superseded marks the slot done: a newer slot of the task runs instead.
+func (a *attempt) superseded(ctx context.Context, entry HistoryEntry) {
+	fctx, fcancel := a.finishCtx(ctx)
+	defer fcancel()
+	a.st.Ran(stats.OutcomeSuperseded)
+	ferr := a.lease.Complete(fctx, a.t.DoneTTL)
+	a.s.noteWrite("complete", ferr)
+	if ferr != nil {
+		a.st.FinishErrors.Inc()
+		a.log().Error("superseded, but the slot could not be marked done", "err", ferr)
 	}
+	a.log().Info("attempt superseded by a newer slot: slot marked done", "duration", entry.Duration)
+	entry.Outcome, entry.Error = stats.OutcomeSuperseded, ErrSuperseded.Error()
+	a.s.record(ctx, a.t.Name, entry, a.log)
+}
+
+// succeeded marks the slot done. The completion is retried while the
+// store may still hold the slot for this attempt (lock.Lease.Complete):
+// until the slot's deadline, after which no peer starts an attempt, and
+// at least a lease; a shutdown's hard cancel ends it sooner (hard outlives
+// ctx's end: it ends after the grace).
+func (a *attempt) succeeded(ctx, hard context.Context, entry HistoryEntry) {
+	s, st := a.s, a.st
+	cctx, ccancel := context.WithTimeout(hard, max(a.slot.Deadline.Sub(s.now()), a.t.Lease))
+	defer ccancel()
+	ferr := a.lease.Complete(cctx, a.t.DoneTTL)
+	s.noteWrite("complete", ferr)
+	if errors.Is(ferr, lock.ErrNotReplicated) {
+		// Done on the master; a failover before the replicas catch up
+		// could lose the marker and let a peer run the slot again.
+		a.log().Warn("slot marked done, but not acknowledged by min_replicas_ack replicas", "err", ferr)
+		ferr = nil
+	}
+	if ferr != nil {
+		// The task ran but the slot is not marked done: a peer may run it
+		// again after the lease; the fencing token tells them apart.
+		st.Ran(stats.OutcomeSuccessUnmarked)
+		st.Succeeded(a.slot.Time)
+		st.FinishErrors.Inc()
+		a.log().Error("task succeeded but the slot could not be marked done: a peer may run it again", "err", ferr, "duration", entry.Duration)
+		entry.Outcome, entry.Error = stats.OutcomeSuccessUnmarked, "task succeeded but the slot could not be marked done: "+ferr.Error()
+		s.record(ctx, a.t.Name, entry, a.log)
+		return
+	}
+	st.Ran(stats.OutcomeSuccess)
+	st.Succeeded(a.slot.Time)
+	if s.log.Enabled(ctx, slog.LevelInfo) {
+		a.log().Info("attempt succeeded", "duration", entry.Duration)
+	}
+	entry.Outcome = stats.OutcomeSuccess
+	s.record(ctx, a.t.Name, entry, a.log)
+}
+
+// failed releases the slot for a peer's retry and returns the entry.
+func (a *attempt) failed(ctx, tctx context.Context, entry HistoryEntry, err error) *HistoryEntry {
 	outcome := stats.OutcomeFailure
 	switch cause := context.Cause(tctx); {
 	case errors.Is(cause, lock.ErrLeaseLost):
@@ -179,43 +245,41 @@ func (s *Scheduler) attempt(ctx, hard context.Context, t *Task, slot lock.Slot, 
 	if err == nil {
 		err = context.Cause(tctx)
 	}
-	st.Ran(outcome)
-	log().Warn("attempt failed", "outcome", outcome, "err", err, "duration", took)
-	fctx, fcancel := finishCtx()
+	a.st.Ran(outcome)
+	a.log().Warn("attempt failed", "outcome", outcome, "err", err, "duration", entry.Duration)
+	fctx, fcancel := a.finishCtx(ctx)
 	defer fcancel()
-	rerr := lease.Release(fctx)
-	s.noteWrite("release", rerr)
+	rerr := a.lease.Release(fctx)
+	a.s.noteWrite("release", rerr)
 	if rerr != nil {
-		st.FinishErrors.Inc()
-		log().Error("release failed; the slot frees when its lease runs out", "err", rerr)
+		a.st.FinishErrors.Inc()
+		a.log().Error("release failed; the slot frees when its lease runs out", "err", rerr)
 	}
 	entry.Outcome, entry.Error = outcome, err.Error()
-	s.record(ctx, t.Name, entry, log)
-	return false, &entry
+	a.s.record(ctx, a.t.Name, entry, a.log)
+	return &entry
 }
 
-// skipForbidden ends the won attempt of slot without running its task,
-// because t forbids overlap and busy names the slot that runs: the slot is
+// skipForbidden ends the attempt without running its task, because the
+// task forbids overlap and busy names the slot that runs: the slot is
 // marked done and the skip recorded, once for the fleet.
-func (s *Scheduler) skipForbidden(ctx context.Context, t *Task, slot lock.Slot, c lock.Claim, lease *lock.Lease,
-	busy *lock.Occupancy, log func() *slog.Logger) bool {
-	st := s.stats.Task(t.Name)
+func (a *attempt) skipForbidden(ctx context.Context, busy *lock.Occupancy) bool {
+	s, st := a.s, a.st
 	st.Skip(stats.SkipForbid)
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.Lease)
+	fctx, cancel := a.finishCtx(ctx)
 	defer cancel()
-	err := lease.Complete(fctx, t.DoneTTL)
+	err := a.lease.Complete(fctx, a.t.DoneTTL)
 	s.noteWrite("complete", err)
 	if err != nil {
 		st.FinishErrors.Inc()
-		log().Error("slot skipped (concurrency = forbid), but it could not be marked done", "err", err)
+		a.log().Error("slot skipped (concurrency = forbid), but it could not be marked done", "err", err)
 	}
-	log().Info("slot skipped: the previous slot of the task still runs (concurrency = forbid)", "running_slot", busy.Other)
-	now := s.now()
-	s.record(ctx, t.Name, HistoryEntry{
-		Slot: slot.ID, SlotTime: slot.Time, Attempt: lock.ShownAttempt(slot.ID, c.Attempt), Token: lease.Token(), Replica: s.replica,
-		Outcome: stats.OutcomeSkippedForbid, Started: now,
+	a.log().Info("slot skipped: the previous slot of the task still runs (concurrency = forbid)", "running_slot", busy.Other)
+	s.record(ctx, a.t.Name, HistoryEntry{
+		Slot: a.slot.ID, SlotTime: a.slot.Time, Attempt: a.shown(), Token: a.lease.Token(), Replica: s.replica,
+		Outcome: stats.OutcomeSkippedForbid, Started: s.now(),
 		Error: "skipped: slot " + busy.Other + " of the task still runs (concurrency = forbid)",
-	}, log)
+	}, a.log)
 	return true
 }
 

@@ -3,7 +3,7 @@ package scheduler
 import (
 	"context"
 	"errors"
-	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/slotd/slotd/lock"
@@ -17,99 +17,122 @@ var ErrSuperseded = errors.New("scheduler: superseded by a newer slot of the tas
 // it replaced has stopped.
 const supersedePoll = 50 * time.Millisecond
 
-// occupy applies t's concurrency policy to the attempt of slot that owner
-// won, before its task starts: the attempt is recorded in the store as
-// the one running its task (lock.Controls.Occupy), taken after the slot's
-// own claim, on a key of the task's own.
+// occupancy is an attempt's record as its task's running one (forbid,
+// replace). It has no loop of its own: the lease's watchdog renews it with
+// each renewal of the slot (attempt.hold), and the task's notice — a newer
+// slot replacing this one — brings that renewal forward (lock.Lease.RenewSoon).
+type occupancy struct {
+	replace bool
+	cancel  context.CancelCauseFunc // cancels the task, with ErrSuperseded
+	w       *lock.Watch             // the task's notices
+
+	mu   sync.Mutex // a renewal and the vacating never overlap
+	over bool       // vacated, or replaced: renew no more
+}
+
+// occupy applies the task's concurrency policy to the attempt, before its
+// task starts: the attempt is recorded in the store as the one running
+// its task (lock.Controls.Occupy), taken after the slot's own claim, on a
+// key of the task's own.
 //
 // Two steps on two keys are safe because the slot's claim alone decides
 // who may run the slot (§1 holds whatever the record says), and the
 // record only decides whether a slot won runs beside another slot of its
 // task: each record is written by one script that compares first, carries
 // the holder's lease as its TTL (so a crashed holder's record ends with
-// its lease), and is renewed alongside it.
+// its lease), and is renewed with it, by the lease's watchdog.
 //
-// It returns busy if t forbids overlap and another slot's attempt runs
-// (the caller skips the slot); otherwise stop, which the caller calls when
-// the task has ended, to stop renewing the record and remove it. With
-// replace, another slot's attempt is cancelled (its holder's renewal
-// fails, woken by the notice) and occupy waits, up to a lease, until that
-// slot is no longer running. cancel cancels the task: it is called with
-// ErrSuperseded if a newer slot replaces this one. An error: the store did
-// not answer, and the task must not run.
-func (s *Scheduler) occupy(ctx context.Context, t *Task, slot lock.Slot, owner lock.Owner, cancel context.CancelCauseFunc, log func() *slog.Logger) (stop func(), busy *lock.Occupancy, err error) {
+// It returns busy if the task forbids overlap and another slot's attempt
+// runs (the caller skips the slot). With replace, another slot's attempt
+// is cancelled (its holder's renewal fails, woken by the notice) and
+// occupy waits, up to a lease, until that slot is no longer running.
+// cancel cancels the task: it is called with ErrSuperseded if a newer
+// slot replaces this one. An error: the store did not answer, and the
+// task must not run. A record taken is given up by vacate.
+func (a *attempt) occupy(cancel context.CancelCauseFunc) (busy *lock.Occupancy, err error) {
+	s, t := a.s, a.t
 	if s.controls == nil || (t.Concurrency != ConcurrencyForbid && t.Concurrency != ConcurrencyReplace) {
-		return func() {}, nil, nil
+		return nil, nil
 	}
+	ctx := a.lease.Context()
 	replace := t.Concurrency == ConcurrencyReplace
 	w := s.controls.WatchTask(t.Name)
 	cctx, ccancel := context.WithTimeout(ctx, t.Lease/3)
-	o, err := s.controls.Occupy(cctx, slot, owner, t.Lease, replace)
+	o, err := s.controls.Occupy(cctx, a.slot, a.lease.Owner(), t.Lease, replace)
 	ccancel()
 	if err != nil {
 		w.Stop()
-		return nil, nil, err
+		return nil, err
 	}
 	if !o.Taken {
 		w.Stop()
-		return nil, &o, nil
+		return &o, nil
 	}
 	if replace && o.Other != "" {
-		log().Info("replacing the task's running slot", "replaced_slot", o.Other, "replaced", o.Value)
+		a.log().Info("replacing the task's running slot", "replaced_slot", o.Other, "replaced", o.Value)
 		s.awaitStopped(ctx, t, lock.Slot{Task: t.Name, ID: o.Other})
 	}
-	done := make(chan struct{})
-	kept := make(chan struct{})
-	go func() {
-		defer close(kept)
-		s.keepOccupancy(ctx, t, slot, owner, replace, w, done, cancel, log)
-	}()
-	return func() {
-		close(done)
-		<-kept
-		w.Stop()
-		vctx, vcancel := context.WithTimeout(context.WithoutCancel(ctx), t.Lease)
-		defer vcancel()
-		if err := s.controls.Vacate(vctx, slot, owner); err != nil {
-			log().Warn("could not remove the task's running record; it ends with its lease", "err", err)
+	a.rec.Store(&occupancy{replace: replace, cancel: cancel, w: w})
+	w.OnChange(func(c lock.Change) {
+		if c == lock.Released {
+			a.lease.RenewSoon()
 		}
-	}, nil, nil
+	})
+	select { // a notice that came before OnChange
+	case <-w.C():
+		a.lease.RenewSoon()
+	default:
+	}
+	return nil, nil
 }
 
-// keepOccupancy renews the attempt's running record every lease/3, and at
-// once when the task's notice comes, until done or ctx ends. A record
+// renewRecord renews the attempt's running record, if it holds one; the
+// lease's watchdog calls it after each renewal of the slot. A record
 // replaced by a newer slot cancels the task (ErrSuperseded); under forbid
 // a record that expired is taken again.
-func (s *Scheduler) keepOccupancy(ctx context.Context, t *Task, slot lock.Slot, owner lock.Owner, replace bool,
-	w *lock.Watch, done <-chan struct{}, cancel context.CancelCauseFunc, log func() *slog.Logger) {
-	every := t.Lease / 3
-	for {
-		timer := s.clock.NewTimer(every)
-		select {
-		case <-done:
-			timer.Stop()
-			return
-		case <-ctx.Done():
-			timer.Stop()
-			return
-		case <-w.C():
-			timer.Stop()
-		case <-timer.C():
+func (a *attempt) renewRecord() {
+	rec := a.rec.Load()
+	if rec == nil {
+		return
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if rec.over {
+		return
+	}
+	s, t, owner := a.s, a.t, a.lease.Owner()
+	rctx, rcancel := context.WithTimeout(a.lease.Context(), t.Lease/3)
+	defer rcancel()
+	err := s.controls.RenewOccupancy(rctx, a.slot, owner, t.Lease)
+	if errors.Is(err, lock.ErrNotHeld) && !rec.replace {
+		var o lock.Occupancy
+		if o, err = s.controls.Occupy(rctx, a.slot, owner, t.Lease, false); err == nil && !o.Taken {
+			a.log().Warn("the task's running record expired and another slot took it; both run", "other_slot", o.Other)
 		}
-		rctx, rcancel := context.WithTimeout(ctx, every)
-		err := s.controls.RenewOccupancy(rctx, slot, owner, t.Lease)
-		if errors.Is(err, lock.ErrNotHeld) && !replace {
-			var o lock.Occupancy
-			if o, err = s.controls.Occupy(rctx, slot, owner, t.Lease, false); err == nil && !o.Taken {
-				log().Warn("the task's running record expired and another slot took it; both run", "other_slot", o.Other)
-			}
-		}
-		rcancel()
-		if errors.Is(err, lock.ErrNotHeld) {
-			log().Warn("a newer slot replaced this attempt: cancelling the task")
-			cancel(ErrSuperseded)
-			return
-		}
+	}
+	if errors.Is(err, lock.ErrNotHeld) {
+		a.log().Warn("a newer slot replaced this attempt: cancelling the task")
+		rec.cancel(ErrSuperseded)
+		rec.over = true
+	}
+}
+
+// vacate gives the attempt's running record up once its task has ended:
+// no renewal after this, and the record is removed if it is still the
+// attempt's.
+func (a *attempt) vacate() {
+	rec := a.rec.Load()
+	if rec == nil {
+		return
+	}
+	rec.mu.Lock()
+	rec.over = true
+	rec.mu.Unlock()
+	rec.w.Stop()
+	vctx, vcancel := context.WithTimeout(context.WithoutCancel(a.lease.Context()), a.t.Lease)
+	defer vcancel()
+	if err := a.s.controls.Vacate(vctx, a.slot, a.lease.Owner()); err != nil {
+		a.log().Warn("could not remove the task's running record; it ends with its lease", "err", err)
 	}
 }
 

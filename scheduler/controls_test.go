@@ -370,6 +370,92 @@ func TestReplaceAfterHolderCrash(t *testing.T) {
 	}
 }
 
+// forbid, with a run three times as long as its lease: the task's running
+// record is renewed with the lease, by the lease's watchdog, so it never
+// runs out while the task runs, and every slot fired meanwhile is skipped.
+func TestForbidRecordLivesAsLongAsTheLease(t *testing.T) {
+	stores := redisStores(t, 2)
+	l := newLedger()
+	hist := scheduler.NewMemoryHistory(0)
+	release := make(chan struct{})
+	var once sync.Once
+	job := l.job(func(ctx context.Context, _ tasks.Run) error {
+		block := false
+		once.Do(func() { block = true })
+		if block {
+			<-release
+		}
+		return nil
+	})
+	const lease = time.Second
+	task := testTask(t, "tick", "@every 1s", job, func(t *scheduler.Task) {
+		t.Concurrency = scheduler.ConcurrencyForbid
+		t.Lease = lease
+	})
+	for i, s := range stores {
+		startReplica(t, fmt.Sprintf("r%d", i), s, time.Second, []scheduler.Task{task}, scheduler.WithHistory(hist))
+	}
+	rs := l.await(t, "the long run", 10*time.Second, func(rs []record) bool { return len(rs) == 1 })
+	awaitHistory(t, hist, task.Name, "three skipped slots", func(es []scheduler.HistoryEntry) bool {
+		n := 0
+		for _, e := range es {
+			if e.Outcome == stats.OutcomeSkippedForbid {
+				n++
+			}
+		}
+		return n >= 3
+	})
+	if took := time.Since(rs[0].started); took < 3*lease {
+		t.Fatalf("three slots skipped %v into the long run, under three leases: the test shows nothing", took)
+	}
+	if rs := l.snapshot(); len(rs) != 1 {
+		t.Fatalf("a slot ran beside the running one, whose record ran out:\n%s", dump(rs))
+	}
+	close(release)
+	l.await(t, "runs again after the long one", 10*time.Second, func(rs []record) bool { return len(rs) >= 2 })
+}
+
+// replace, with a long lease (renewals 10s apart): the task's notice, sent
+// by the replacing slot, makes the replaced holder's watchdog renew at
+// once, and so find its record replaced and cancel its task, without
+// waiting for its next turn.
+func TestReplaceNoticeCancelsAtOnce(t *testing.T) {
+	stores := redisStores(t, 2)
+	l := newLedger()
+	cancelled := make(chan time.Time, 1)
+	var once sync.Once
+	job := l.job(func(ctx context.Context, _ tasks.Run) error {
+		first := false
+		once.Do(func() { first = true })
+		if !first {
+			return nil
+		}
+		<-ctx.Done()
+		cancelled <- time.Now()
+		return ctx.Err()
+	})
+	const lease = 30 * time.Second
+	task := testTask(t, "tick", "@every 2s", job, func(t *scheduler.Task) {
+		t.Concurrency = scheduler.ConcurrencyReplace
+		t.Lease = lease
+	})
+	for i, s := range stores {
+		startReplica(t, fmt.Sprintf("r%d", i), s, time.Second, []scheduler.Task{task}, scheduler.WithHistory(scheduler.NewMemoryHistory(0)))
+	}
+	rs := l.await(t, "the first run", 10*time.Second, func(rs []record) bool { return len(rs) >= 1 })
+	next := rs[0].run.SlotTime.Add(2 * time.Second)
+	var at time.Time
+	select {
+	case at = <-cancelled:
+	case <-time.After(lease / 3):
+		t.Fatalf("the replaced task was not cancelled within %v (a renewal's turn)", lease/3)
+	}
+	t.Logf("replaced task cancelled %v after the replacing slot's time (renewals every %v)", at.Sub(next), lease/3)
+	if d := at.Sub(next); d > 3*time.Second {
+		t.Errorf("replaced task cancelled %v after the replacing slot's time, want at once (not at the next renewal, %v apart)", d, lease/3)
+	}
+}
+
 // A key of the wrong type at one task's pause and trigger keys costs that
 // task's controls alone: the other task's trigger runs and its pause
 // takes hold on the replica.

@@ -655,16 +655,21 @@ func TestLoneReplicaFiresAfterClockStepsBack(t *testing.T) {
 	})
 }
 
-// failingComplete is a store whose completions never get an answer, and
-// which, once a completion was tried, confirms no renewal either: the lease
-// is truly lost before the slot can be marked done.
+// failingComplete is a store whose completions get no answer while the
+// slot is running, and which, once a completion was tried, confirms no
+// renewal either: the lease is truly lost before the slot can be marked
+// done, and the store's own answer, once its key has expired, is that
+// the slot is not held.
 type failingComplete struct {
 	lock.Store
 	completing atomic.Bool
 }
 
-func (f *failingComplete) Complete(context.Context, lock.Slot, lock.Owner, time.Duration) error {
+func (f *failingComplete) Complete(ctx context.Context, s lock.Slot, o lock.Owner, d time.Duration) error {
 	f.completing.Store(true)
+	if st, err := lock.ReadState(ctx, f.Store, s); err == nil && st.Status != "running" {
+		return f.Store.Complete(ctx, s, o, d)
+	}
 	return errors.New("injected: connection reset")
 }
 
@@ -688,8 +693,9 @@ func TestSuccessNotRerunWhenCompleteFails(t *testing.T) {
 	hist := scheduler.NewMemoryHistory(0)
 	rep := startReplica(t, "solo", &failingComplete{Store: lock.NewMemory(nil)}, time.Second, []scheduler.Task{task}, scheduler.WithHistory(hist))
 	l.await(t, "the attempt", 10*time.Second, func(rs []record) bool { return len(rs) > 0 && rs[0].done })
-	// Completion is retried until the lease could have run out (1s); then the
-	// replica gives the slot up and records the success as unmarked.
+	// Completion is retried past the lease (1s) until the store answers
+	// that the slot is no longer held; then the replica gives the slot up
+	// and records the success as unmarked.
 	es := awaitHistory(t, hist, "once", "attempt 1's entry", func(es []scheduler.HistoryEntry) bool { return len(es) > 0 })
 	if e := es[0]; e.Outcome != "success_unmarked" || e.Attempt != 1 || !strings.Contains(e.Error, "not be marked done") {
 		t.Errorf("history: %q attempt %d (%s), want success_unmarked attempt 1, saying it was not marked done", e.Outcome, e.Attempt, e.Error)

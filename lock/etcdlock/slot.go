@@ -54,8 +54,15 @@ func (s *Store) Renew(ctx context.Context, slot lock.Slot, owner lock.Owner, lea
 // Complete implements lock.Store: one transaction that, if owner holds the
 // slot, writes the done marker and moves the attempts counter (and the
 // rerun base, if any) onto the done TTL's bucket lease.
+//
+// A completion counts for the janitor (holds) as a renewal does: a
+// holder retries it, past its lease if need be (lock.Lease.Complete), and
+// its task has ended, so its hold must stay until the completion lands
+// or the holder stops trying, not be deleted a lease after the last
+// renewal — that would let a peer run the succeeded slot again.
 func (s *Store) Complete(ctx context.Context, slot lock.Slot, owner lock.Owner, doneTTL time.Duration) error {
 	state, attempts, base := s.keys(slot)
+	s.holds.touch(state, time.Now())
 	lo, _, err := s.clock.now(ctx)
 	if err != nil {
 		return fmt.Errorf("etcdlock: complete %s attempt %d: %w", slot, owner.Attempt, err)

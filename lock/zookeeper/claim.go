@@ -98,14 +98,26 @@ func (s *Store) Claim(ctx context.Context, slot lock.Slot, replica string, p loc
 			c.Sent = sent
 			return c, err
 		}
-		if run.exists {
+		if run.exists && !run.expired {
 			// Our own earlier claim, whose reply was lost (the connection
 			// dropped, or its ctx ended, after it was sent): it landed, and
-			// its run node would hold the slot for as long as our session
-			// lives. It is this claim now.
+			// no attempt ran under it. It is this claim now, once
+			// rewritten: peers judge its lease from the node's mtime, which
+			// must not be older than this claim's send time, from which
+			// its holder counts. The write is version-checked, so a peer
+			// that found its lease run out and took it over first wins.
 			s.doubt.CompareAndDelete(path, inDoubt)
+			res, err := s.multi(ctx,
+				&zk.CheckVersionRequest{Path: s.SlotPath(slot), Version: sn.stat.Version},
+				&zk.SetDataRequest{Path: path, Data: runData{value: inDoubt.value, lease: p.Lease}.encode(), Version: run.stat.Version})
+			if lost(err) {
+				continue
+			}
+			if err != nil {
+				return lock.Claim{}, fmt.Errorf("zklock: claim %s: taking up its own claim in doubt: %w", slot, err)
+			}
 			prior := slotData{attempts: d.attempts - 1, base: d.base, ttl: d.ttl}
-			return s.landed(ctx, slot, p, sent, d, prior, sn.stat.Version, run.stat.Version,
+			return s.landed(ctx, slot, p, sent, d, prior, sn.stat.Version, res[1].Stat.Version,
 				time.UnixMilli(run.stat.Ctime).UTC(), run.stat.Czxid)
 		}
 		if !sn.exists {
@@ -124,13 +136,18 @@ func (s *Store) Claim(ctx context.Context, slot lock.Slot, replica string, p loc
 		n := d.attempts + 1
 		owner := lock.Owner{Replica: replica, Attempt: n}
 		next := slotData{attempts: n, base: d.base, ttl: d.ttl}
+		ops := []any{
+			&zk.SetDataRequest{Path: s.SlotPath(slot), Data: next.encode(), Version: sn.stat.Version},
+			&zk.CreateRequest{Path: path, Data: runData{value: lock.RunValue(owner), lease: p.Lease}.encode(), Acl: s.acl, Flags: zk.FlagEphemeral},
+		}
+		if run.expired {
+			// A holder whose lease ran out, its session alive: its
+			// watchdog stopped its task a tenth of a lease ago at least.
+			// Its node goes in the same transaction, unless renewed since.
+			ops = append([]any{&zk.DeleteRequest{Path: path, Version: run.stat.Version}}, ops...)
+		}
 		msent := time.Now()
-		res, err := call(ctx, func() ([]zk.MultiResponse, error) {
-			return s.conn.Multi(
-				&zk.SetDataRequest{Path: s.SlotPath(slot), Data: next.encode(), Version: sn.stat.Version},
-				&zk.CreateRequest{Path: s.RunPath(slot), Data: []byte(lock.RunValue(owner)), Acl: s.acl, Flags: zk.FlagEphemeral},
-			)
-		})
+		res, err := s.multi(ctx, ops...)
 		if lost(err) {
 			continue
 		}
@@ -142,7 +159,7 @@ func (s *Store) Claim(ctx context.Context, slot lock.Slot, replica string, p loc
 			return lock.Claim{}, fmt.Errorf("zklock: claim %s: %w", slot, err)
 		}
 		s.doubt.Delete(path) // an earlier claim in doubt checked an older version
-		st := res[0].Stat
+		st := res[len(res)-2].Stat
 		at := time.UnixMilli(st.Mtime).UTC()
 		s.note(reading{mtime: at, sent: msent, recv: time.Now()})
 		return s.landed(ctx, slot, p, sent, next, d, st.Version, 0, at, st.Mzxid)
@@ -200,21 +217,37 @@ func (s *Store) decide(ctx context.Context, slot lock.Slot, inDoubt string, p lo
 	}
 	c.Now = lo
 	if run.exists {
-		st, err := lock.ParseValue(string(run.data))
+		rd := decodeRun(run.data)
+		st, err := lock.ParseValue(rd.value)
 		if err != nil || st.Status != "running" {
 			return c, sn, run, d, fmt.Errorf("zklock: claim %s: run node %w: %q", slot, lock.ErrForeign, run.data)
 		}
-		if inDoubt != "" && string(run.data) == inDoubt && run.stat.EphemeralOwner == s.conn.SessionID() {
+		left, recorded := leaseLeft(run, lo)
+		switch {
+		case inDoubt != "" && rd.value == inDoubt && run.stat.EphemeralOwner == s.conn.SessionID():
 			if d, err = decodeSlot(sn.data); err != nil || !sn.exists || d.attempts != st.Attempt {
 				return c, sn, run, d, fmt.Errorf("zklock: claim %s: run node of attempt %d beside slot node %q: %w", slot, st.Attempt, sn.data, lock.ErrForeign)
 			}
 			return c, sn, run, d, nil
+		case recorded && left <= 0:
+			// The lease ran out by the leader's clock: the holder's
+			// watchdog has cancelled its task, though its session may live
+			// on (a holder frozen for less than the session timeout). The
+			// slot is free; the claim deletes the node.
+			run.expired = true
+			if d, err = decodeSlot(sn.data); err != nil || !sn.exists {
+				return c, sn, run, d, fmt.Errorf("zklock: claim %s: run node of attempt %d beside slot node %q: %w", slot, st.Attempt, sn.data, lock.ErrForeign)
+			}
+		default:
+			c.Result, c.Holder, c.Instance, c.Attempt = lock.Held, st.Holder, st.Instance, st.Attempt
+			// Look again when the lease runs out (a lease, for a node
+			// held by its session alone), if no watch event comes first.
+			c.Wait = p.Lease
+			if recorded {
+				c.Wait = min(left, p.Lease)
+			}
+			return c, sn, run, d, nil
 		}
-		c.Result, c.Holder, c.Instance, c.Attempt = lock.Held, st.Holder, st.Instance, st.Attempt
-		// The holder keeps the slot while its session lives; look again
-		// after a lease, if no watch event comes first.
-		c.Wait = p.Lease
-		return c, sn, run, d, nil
 	}
 	if sn.exists {
 		if d, err = decodeSlot(sn.data); err != nil {

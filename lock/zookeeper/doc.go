@@ -13,7 +13,8 @@
 //	/slotd/<task>/<slot id>         the slot node: a TTL node (Policy.DoneTTL), data
 //	                                "<attempts>\n<base>\n<done value or empty>"
 //	/slotd/<task>/<slot id>/run     the running claim: an ephemeral node of the
-//	                                holder's session, data "run:<owner>:<attempt>"
+//	                                holder's session, data
+//	                                "run:<owner>:<attempt>\n<lease ms>"
 //	/slotd/.clock                   a TTL node every replica writes to read the
 //	                                leader's clock (its mtime)
 //	/slotd/.history/<task>          container of a task's history entries (history.go)
@@ -37,25 +38,35 @@
 // mistaken for the same attempt. Completing deletes the run node and writes
 // the done marker into the slot node's data in one multi-op.
 //
-// # Leases are sessions
+// # Leases are sessions, and run out by the leader's clock
 //
-// The run node lives as long as the session of the replica that claimed
-// it: it goes when the replica releases or completes the slot, or when the
-// ensemble expires the session — the session timeout after the ensemble
-// last heard from the replica. Policy.Lease is therefore not a TTL in the
-// store; it is how long the engine's Lease watchdog lets the task run
-// without a confirmed renewal. Renew is a write through the leader (a
-// version-checked set of the run node) that succeeds only while the
-// session lives, so each confirmed renewal proves the session was alive
-// when it was sent, and the ensemble cannot expire it before a session
-// timeout later. The watchdog cancels the task Lease (less a tenth) after
-// the last confirmed renewal was sent; Claim refuses a Policy.Lease longer
-// than the negotiated session timeout, so a replica cut off from the
-// ensemble has its task cancelled before the session can expire, and so
-// before a peer's claim can win. A replica that crashes frees its slots
-// one session timeout after it went silent (peers are woken by their
-// watches); one that shuts down cleanly closes its session and frees them
-// at once.
+// The run node lives at most as long as the session of the replica that
+// claimed it: it goes when the replica releases or completes the slot, or
+// when the ensemble expires the session — the session timeout after the
+// ensemble last heard from the replica. Within that, Policy.Lease is how
+// long the engine's Lease watchdog lets the task run without a confirmed
+// renewal. Renew is a write through the leader (a version-checked set of
+// the run node) that succeeds only while the session lives, so each
+// confirmed renewal proves the session was alive when it was sent, and the
+// ensemble cannot expire it before a session timeout later. The watchdog
+// cancels the task Lease (less a tenth) after the last confirmed renewal
+// was sent; Claim refuses a Policy.Lease longer than the negotiated
+// session timeout, so a replica cut off from the ensemble has its task
+// cancelled before the session can expire, and so before a peer's claim
+// can win. A replica that crashes frees its slots one session timeout
+// after it went silent (peers are woken by their watches); one that shuts
+// down cleanly closes its session and frees them at once.
+//
+// A session can outlive its holder's lease: a holder frozen for less than
+// the session timeout, or whose renewals fail while its pings pass. A
+// frozen holder cannot delete anything, so the run node records the lease,
+// and peers judge it by the leader's clock: a run node whose mtime (the
+// leader's stamp of the claim or of its last renewal, which the holder
+// sent no earlier than it counts its lease from) is a lease old by a
+// lower bound of the leader's clock is free, and a claim deletes it in its
+// own multi-op, under a check of the version read, so a renewal that
+// landed first wins. A holder awake to find its lease lost releases the
+// slot, which deletes the node at once (lock.Lease.Release).
 //
 // # Clock
 //

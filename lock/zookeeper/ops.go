@@ -20,7 +20,7 @@ func (s *Store) held(ctx context.Context, op string, slot lock.Slot, owner lock.
 	if err != nil {
 		return sn, run, fmt.Errorf("zklock: %s %s attempt %d: %w", op, slot, owner.Attempt, err)
 	}
-	if !run.exists || string(run.data) != lock.RunValue(owner) || run.stat.EphemeralOwner != s.conn.SessionID() || !sn.exists {
+	if !run.exists || decodeRun(run.data).value != lock.RunValue(owner) || run.stat.EphemeralOwner != s.conn.SessionID() || !sn.exists {
 		return sn, run, fmt.Errorf("zklock: %s %s attempt %d: %w", op, slot, owner.Attempt, lock.ErrNotHeld)
 	}
 	return sn, run, nil
@@ -135,7 +135,7 @@ func (s *Store) freeOrphan(ctx context.Context, path, value string) error {
 	if err != nil {
 		return err
 	}
-	if run.exists && string(run.data) == value && run.stat.EphemeralOwner == s.conn.SessionID() {
+	if run.exists && decodeRun(run.data).value == value && run.stat.EphemeralOwner == s.conn.SessionID() {
 		_, err := call(ctx, func() (struct{}, error) { return struct{}{}, s.conn.Delete(path, run.stat.Version) })
 		if err != nil && !lost(err) {
 			return err
@@ -159,10 +159,22 @@ func (s *Store) Rerun(ctx context.Context, slot lock.Slot, force bool) (lock.Rer
 			d, derr = decodeSlot(sn.data)
 			out.Attempts = d.attempts
 		}
+		ttl := s.SessionTimeout()
 		if run.exists {
-			out.Previous = string(run.data)
+			lo, _, err := s.now(ctx)
+			if err != nil {
+				return lock.Rerun{}, fmt.Errorf("zklock: rerun %s: %w", slot, err)
+			}
+			if left, ok := leaseLeft(run, lo); ok {
+				// A run node whose lease ran out holds nothing (see
+				// runData): it goes as a free slot's would have.
+				ttl, run.expired = left, left <= 0
+			}
+		}
+		if run.exists && !run.expired {
+			out.Previous = decodeRun(run.data).value
 			if !force {
-				out.Refused, out.TTL = "foreign", s.SessionTimeout()
+				out.Refused, out.TTL = "foreign", ttl
 				if strings.HasPrefix(out.Previous, "run:") {
 					out.Refused = "running"
 				}
@@ -202,9 +214,11 @@ func (s *Store) Rerun(ctx context.Context, slot lock.Slot, force bool) (lock.Rer
 // statesInFlight bounds the reads States keeps in flight at once.
 const statesInFlight = 64
 
-// States implements lock.Store. A running slot's TTL is the session
-// timeout (how long its run node outlives a holder gone silent); a done
-// slot's is what is left of the slot node's TTL by the leader's clock.
+// States implements lock.Store. A running slot's TTL is what is left of
+// its holder's lease by the leader's clock (the session timeout for a
+// run node that records no lease: how long it outlives a holder gone
+// silent), and a run node whose lease ran out reads as free; a done
+// slot's TTL is what is left of the slot node's TTL by the leader's clock.
 func (s *Store) States(ctx context.Context, slots []lock.Slot) ([]lock.State, error) {
 	out := make([]lock.State, len(slots))
 	errs := make([]error, len(slots))
@@ -248,14 +262,21 @@ func (s *Store) decodeState(slot lock.Slot, sn, run node, now time.Time) (lock.S
 			errs = append(errs, fmt.Errorf("zklock: state %s: %w", slot, err))
 		}
 	}
+	left, recorded := leaseLeft(run, now)
 	switch {
+	case run.exists && recorded && left <= 0:
+		// The lease ran out: free, as a Redis key would have expired
+		// (see runData), though the holder's session keeps the node.
 	case run.exists:
 		var err error
-		if st, err = lock.ParseValue(string(run.data)); err != nil || st.Status != "running" {
+		if st, err = lock.ParseValue(decodeRun(run.data).value); err != nil || st.Status != "running" {
 			st = lock.State{Status: "foreign", Value: string(run.data)}
 			errs = append(errs, fmt.Errorf("zklock: state %s: run node %w: %q", slot, lock.ErrForeign, run.data))
 		} else {
 			st.TTL = s.SessionTimeout()
+			if recorded {
+				st.TTL = left
+			}
 		}
 	case d.done != "":
 		st, _ = lock.ParseValue(d.done)

@@ -133,9 +133,11 @@ func TestLostSessionCancelsBeforePeerWins(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	// b renews nothing here: its lease may have run out meanwhile, which
+	// frees the slot; either way a's return changed nothing.
 	st, err := lock.ReadState(ctx, a, slot)
-	if err != nil || st.Status != "running" || st.Holder != "b" {
-		t.Fatalf("state = %+v, %v; want running by b", st, err)
+	if err != nil || st.Attempts != 2 || (st.Status != "free" && (st.Status != "running" || st.Holder != "b")) {
+		t.Fatalf("state = %+v, %v; want running by b (or free, b's lease run out), 2 attempts", st, err)
 	}
 }
 

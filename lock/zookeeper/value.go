@@ -51,6 +51,9 @@ type node struct {
 	data   []byte
 	stat   *zk.Stat
 	exists bool
+	// expired: a run node whose lease ran out by the leader's clock (see
+	// runData); claims take it over.
+	expired bool
 }
 
 // SlotTTL is what is left, at now by the leader's clock, of the TTL of a
@@ -66,3 +69,44 @@ func SlotTTL(b []byte, st *zk.Stat, now time.Time) time.Duration {
 // ClockTTL is the TTL of the clock node, which every reading of the
 // leader's clock refreshes.
 const ClockTTL = time.Hour
+
+// runData is the run node's data: "run:<owner>:<attempt>\n<lease ms>".
+// The lease is the claim's Policy.Lease: the claim's holder stops its
+// task a lease (less a tenth) after it sent its last confirmed renewal, and
+// every renewal rewrites the node, so a run node whose mtime is a lease old
+// by the leader's clock is a lost lease, whatever its session does (see
+// expired). A run node without a lease (written by a release of slotd
+// before it recorded one) is held for as long as its session lives.
+type runData struct {
+	value string        // the state value, "run:<owner>:<attempt>"
+	lease time.Duration // 0: not recorded
+}
+
+func (r runData) encode() []byte {
+	return []byte(r.value + "\n" + strconv.FormatInt(r.lease.Milliseconds(), 10))
+}
+
+// decodeRun splits a run node's data; the value is parsed by the caller
+// (lock.ParseValue), so a foreign value reads as foreign there.
+func decodeRun(b []byte) runData {
+	value, ms, ok := strings.Cut(string(b), "\n")
+	if !ok {
+		return runData{value: value}
+	}
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil || n <= 0 {
+		return runData{value: string(b)} // foreign as a whole
+	}
+	return runData{value: value, lease: time.Duration(n) * time.Millisecond}
+}
+
+// leaseLeft is what is left, at now by the leader's clock, of the lease of
+// the run node read as run (mtime: the leader's stamp of the claim or of
+// its last renewal); ok is false if the node records no lease.
+func leaseLeft(run node, now time.Time) (left time.Duration, ok bool) {
+	r := decodeRun(run.data)
+	if r.lease <= 0 || run.stat == nil {
+		return 0, false
+	}
+	return time.UnixMilli(run.stat.Mtime).Add(r.lease).Sub(now), true
+}
