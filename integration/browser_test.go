@@ -25,6 +25,7 @@ import (
 
 	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/internal/redistest"
+	"github.com/slotd/slotd/internal/stats"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler"
@@ -165,7 +166,7 @@ func pageFleet(t *testing.T, extra int) http.Handler {
 		}
 		owner := lock.Owner{ID: "r1", Attempt: c.Attempt}
 		e := scheduler.HistoryEntry{Slot: slot.ID, SlotTime: slot.Time, Attempt: c.Attempt, Token: lock.Token(slot.Time, c.Attempt),
-			Replica: "r1", Outcome: outcome, Started: clock(), Duration: 1500 * time.Millisecond, Error: errText,
+			Replica: "r1", Outcome: stats.Outcome(outcome), Started: clock(), Duration: 1500 * time.Millisecond, Error: errText,
 			Output: strings.Join(output, "")}
 		switch outcome {
 		case "":

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slotd/slotd/internal/assemble"
 	dconfig "github.com/slotd/slotd/internal/config"
 	"github.com/slotd/slotd/tasks"
 )
@@ -66,11 +67,11 @@ func loadDeployConfig(t *testing.T, path string, env map[string]string) *dconfig
 	for k, v := range env {
 		t.Setenv(k, v)
 	}
-	cfg, err := dconfig.Load(path, nil)
+	d, err := assemble.Load(path, nil)
 	if err != nil {
 		t.Fatalf("%v", err)
 	}
-	return cfg
+	return d.Config
 }
 
 // stopNeeds is how long `slotd run` may take to stop after SIGTERM with

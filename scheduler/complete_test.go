@@ -51,7 +51,7 @@ func TestCompleteRetriedThroughOOM(t *testing.T) {
 		return nil
 	})
 	task := testTask(t, "oom", "0 * * * *", job, func(t *scheduler.Task) {
-		t.Catchup = "latest"
+		t.Catchup = scheduler.CatchupLatest
 		t.Lease = lease
 	})
 	hist := scheduler.NewMemoryHistory(0)

@@ -57,7 +57,7 @@ func BenchmarkReplicaSlot(b *testing.B) {
 				ts[i] = scheduler.Task{
 					Name: fmt.Sprintf("tick-%05d", i), Spec: "* * * * * *", Plugin: "noop", Params: map[string]any{},
 					Policy:  lock.Policy{Lease: 15 * time.Second, DoneTTL: time.Minute, MaxAttempts: 3},
-					Timeout: time.Minute, Catchup: "none", Schedule: every, Job: job,
+					Timeout: time.Minute, Catchup: scheduler.CatchupNone, Schedule: every, Job: job,
 				}
 			}
 			log := slog.New(slog.DiscardHandler)

@@ -19,12 +19,25 @@ const (
 	DefaultMaxHooks = 8
 )
 
-// Catch-up policies: what a replica does on start-up with a slot whose
-// window is still open (Task.Catchup).
+// Catchup is a catch-up policy: what a replica does on start-up with a
+// slot whose window is still open (Task.Catchup).
+type Catchup uint8
+
 const (
-	CatchupLatest = "latest" // claim the latest slot if its window is still open
-	CatchupNone   = "none"   // wait for the next fire time
+	CatchupNone   Catchup = iota // wait for the next fire time
+	CatchupLatest                // claim the latest slot if its window is still open
 )
+
+// String is the policy's name in the configuration file: "none" or "latest".
+func (c Catchup) String() string {
+	switch c {
+	case CatchupNone:
+		return "none"
+	case CatchupLatest:
+		return "latest"
+	}
+	return "catchup(" + strconv.Itoa(int(c)) + ")"
+}
 
 // DefaultReplica is the replica id when none is configured:
 // "<hostname>-<pid>", unique per process on a fleet, at most 128 bytes.

@@ -33,7 +33,7 @@ func TestCatchupLimit(t *testing.T) {
 			for _, limit := range []time.Duration{24 * time.Hour, 0} {
 				l := newLedger()
 				task := testTask(t, tc.name, tc.spec, l.job(ok), func(t *scheduler.Task) {
-					t.Catchup, t.CatchupLimit, t.DoneTTL = "latest", limit, 24*time.Hour
+					t.Catchup, t.CatchupLimit, t.DoneTTL = scheduler.CatchupLatest, limit, 24*time.Hour
 				})
 				rep := startReplica(t, "solo", memlock.New(nil), time.Second, []scheduler.Task{task})
 				if limit == 0 {

@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/slotd/slotd/internal/stats"
 	"github.com/slotd/slotd/tasks"
 )
 
@@ -41,7 +42,7 @@ type HistoryEntry struct {
 	Attempt  int           `json:"attempt"`
 	Token    int64         `json:"token"`
 	Replica  string        `json:"replica"`
-	Outcome  string        `json:"outcome"` // success, failure, timeout, lease_lost, canceled or success_unmarked (as slotd_runs_total)
+	Outcome  stats.Outcome `json:"outcome"` // success, failure, timeout, lease_lost, canceled or success_unmarked (as slotd_runs_total)
 	Started  time.Time     `json:"started"`
 	Duration time.Duration `json:"-"`               // written as duration_ms
 	Error    string        `json:"error,omitempty"` // at most MaxHistoryError bytes of valid UTF-8

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slotd/slotd/internal/stats"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler"
@@ -18,7 +19,7 @@ func entry(slot string, attempt int, outcome, errText string) scheduler.HistoryE
 	at := time.Date(2024, 1, 15, 14, 0, 0, 0, time.UTC)
 	return scheduler.HistoryEntry{
 		Slot: slot, SlotTime: at, Attempt: attempt, Token: lock.Token(at, attempt),
-		Replica: "r1", Outcome: outcome,
+		Replica: "r1", Outcome: stats.Outcome(outcome),
 		Started:  at.Add(time.Duration(attempt)*time.Second + 123456789*time.Nanosecond),
 		Duration: 1500 * time.Millisecond, Error: errText,
 	}

@@ -169,7 +169,7 @@ func (l *loop) start() {
 	l.fires = make(fireHeap, 0, len(list))
 	for i := range list {
 		t := &list[i]
-		if t.Catchup == "latest" {
+		if t.Catchup == CatchupLatest {
 			if slot, ok := t.Schedule.Latest(now); ok && now.Before(t.SlotDeadline(slot)) && l.s.catchUp(t, slot, now) {
 				if now.Before(slot.Add(t.StartDelay(slot))) {
 					l.fires = append(l.fires, newFire(t, slot))

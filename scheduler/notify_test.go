@@ -55,8 +55,8 @@ func notifyStores(t *testing.T, n int) (*redistest.Server, []lock.Store) {
 }
 
 // notified sums the replicas' hook counts by outcome.
-func notified(reps []*replica) map[string]uint64 {
-	out := map[string]uint64{}
+func notified(reps []*replica) map[stats.Notify]uint64 {
+	out := map[stats.Notify]uint64{}
 	for _, r := range reps {
 		n := &r.sched.Stats().Notifications
 		for i, o := range stats.NotifyOutcomes {

@@ -35,7 +35,7 @@ type reload struct {
 }
 
 // Reload replaces the tasks the scheduler runs with tasks, which must be
-// valid and uniquely named (as internal/config loads them), and returns
+// valid and uniquely named (as internal/assemble builds them), and returns
 // what changed once the loop has taken them. A task whose definition is
 // unchanged keeps its fire times, so that no slot of it is lost or run
 // twice; an added task starts at its next fire time (there is no catch-up);

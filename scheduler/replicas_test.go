@@ -29,7 +29,7 @@ func TestCompleteNotAcknowledgedIsASuccess(t *testing.T) {
 		return nil
 	}
 	task := testTask(t, "acked", "0 * * * *", l.job(stall), func(t *scheduler.Task) {
-		t.Catchup = "latest"
+		t.Catchup = scheduler.CatchupLatest
 		t.Lease = 2 * time.Second
 	})
 	r := startReplica(t, "solo", store, time.Second, []scheduler.Task{task})

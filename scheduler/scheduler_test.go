@@ -116,7 +116,7 @@ func testTask(t *testing.T, name, spec string, job tasks.Task, edit func(*schedu
 	task := scheduler.Task{
 		Name: name, Spec: spec, Plugin: "test", Params: map[string]any{},
 		Policy:  lock.Policy{Lease: 3 * time.Second, DoneTTL: time.Hour, MaxAttempts: 3},
-		Timeout: time.Minute, Catchup: "none",
+		Timeout: time.Minute, Catchup: scheduler.CatchupNone,
 		Schedule: s,
 		Job:      job,
 	}
@@ -467,7 +467,7 @@ func TestSkewedClocksRunNothingEarly(t *testing.T) {
 // waits for the next fire time.
 func TestCatchupLatest(t *testing.T) {
 	l := newLedger()
-	hourly := testTask(t, "hourly", "0 * * * *", l.job(ok), func(t *scheduler.Task) { t.Catchup = "latest" })
+	hourly := testTask(t, "hourly", "0 * * * *", l.job(ok), func(t *scheduler.Task) { t.Catchup = scheduler.CatchupLatest })
 	none := testTask(t, "hourly-none", "0 * * * *", l.job(ok), nil)
 	store := memlock.New(nil)
 	rep := startReplica(t, "solo", store, time.Second, []scheduler.Task{hourly, none})
@@ -528,7 +528,7 @@ func TestRerunOfDoneSlotRunsAgain(t *testing.T) {
 
 func testRerunOfDoneSlot(t *testing.T, replicas int) {
 	l := newLedger()
-	task := testTask(t, "hourly", "0 * * * *", l.job(ok), func(t *scheduler.Task) { t.Catchup = "latest" })
+	task := testTask(t, "hourly", "0 * * * *", l.job(ok), func(t *scheduler.Task) { t.Catchup = scheduler.CatchupLatest })
 	store := memlock.New(nil)
 	for i := range replicas {
 		startReplica(t, fmt.Sprintf("r%d", i+1), store, time.Second, []scheduler.Task{task})
@@ -690,7 +690,7 @@ func (f *failingComplete) Renew(ctx context.Context, s lock.Slot, o lock.Owner, 
 func TestSuccessNotRerunWhenCompleteFails(t *testing.T) {
 	l := newLedger()
 	task := testTask(t, "once", "0 * * * *", l.job(ok), func(t *scheduler.Task) {
-		t.Catchup = "latest"
+		t.Catchup = scheduler.CatchupLatest
 		t.Lease = time.Second
 	})
 	hist := scheduler.NewMemoryHistory(0)
@@ -743,10 +743,10 @@ func TestLeaseLossAsksTaskToStopAtOnce(t *testing.T) {
 	}
 	l := newLedger()
 	lost := testTask(t, "lost", "0 * * * *", l.job(wait), func(t *scheduler.Task) {
-		t.Catchup, t.Lease = "latest", time.Second
+		t.Catchup, t.Lease = scheduler.CatchupLatest, time.Second
 	})
 	slow := testTask(t, "slow", "0 * * * *", l.job(wait), func(t *scheduler.Task) {
-		t.Catchup, t.Timeout = "latest", 500*time.Millisecond
+		t.Catchup, t.Timeout = scheduler.CatchupLatest, 500*time.Millisecond
 	})
 	startReplica(t, "solo", &failingRenew{Store: memlock.New(nil), task: "lost"}, time.Second, []scheduler.Task{lost, slow})
 	for range 2 {

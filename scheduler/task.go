@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"strconv"
 	"time"
 
 	"github.com/slotd/slotd/lock"
@@ -23,7 +24,7 @@ type Task struct {
 	// Policy is how each slot is claimed: lease, done TTL, attempt cap.
 	lock.Policy
 	Timeout time.Duration // one attempt's limit; > 0
-	Catchup string        // CatchupLatest or CatchupNone
+	Catchup Catchup       // CatchupNone (the zero value) or CatchupLatest
 	// CatchupLimit bounds catch-up: a slot older than this at start-up is
 	// not caught up (0: no bound but the window).
 	CatchupLimit time.Duration
@@ -38,9 +39,9 @@ type Task struct {
 	// state for it (an operator's pause or resume); see lock.Controls.
 	Paused bool
 	// Concurrency is what a slot does while the task's previous slot still
-	// runs: ConcurrencyAllow ("" too), ConcurrencyForbid or
+	// runs: ConcurrencyAllow (the zero value), ConcurrencyForbid or
 	// ConcurrencyReplace.
-	Concurrency string
+	Concurrency Concurrency
 
 	Schedule *schedule.Schedule
 	Job      tasks.Task // built by the plugin's factory at load
@@ -95,13 +96,29 @@ func (t *Task) StartDelay(at time.Time) time.Duration {
 	return time.Duration(h.Sum64()%uint64(ms)) * time.Millisecond
 }
 
-// Concurrency policies (Task.Concurrency), with Kubernetes CronJob's
-// names and meanings.
+// Concurrency is a concurrency policy (Task.Concurrency), with Kubernetes
+// CronJob's names and meanings.
+type Concurrency uint8
+
 const (
-	ConcurrencyAllow   = "allow"   // slots run side by side
-	ConcurrencyForbid  = "forbid"  // a slot is skipped while the previous one runs
-	ConcurrencyReplace = "replace" // the running slot is cancelled (done, superseded) and the new one runs
+	ConcurrencyAllow   Concurrency = iota // slots run side by side
+	ConcurrencyForbid                     // a slot is skipped while the previous one runs
+	ConcurrencyReplace                    // the running slot is cancelled (done, superseded) and the new one runs
 )
+
+// String is the policy's name in the configuration file: "allow",
+// "forbid" or "replace".
+func (c Concurrency) String() string {
+	switch c {
+	case ConcurrencyAllow:
+		return "allow"
+	case ConcurrencyForbid:
+		return "forbid"
+	case ConcurrencyReplace:
+		return "replace"
+	}
+	return "concurrency(" + strconv.Itoa(int(c)) + ")"
+}
 
 // TriggerSlot returns the slot of an operator's trigger of t at at (see
 // lock.TriggerSlot): a window as long as a scheduled slot's.

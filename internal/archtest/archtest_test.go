@@ -146,3 +146,22 @@ func TestOneOwnerPerDependency(t *testing.T) {
 		}
 	}
 }
+
+// The configuration is data: internal/config reads and validates the file
+// and imports no engine package — not the scheduler, the plugins, a slot
+// store, the store's assembly or the observation. What it cannot check by
+// itself it asks through its Checker (internal/assemble).
+func TestConfigImportsNoEngine(t *testing.T) {
+	p := list(t, mod+"/internal/config")[mod+"/internal/config"]
+	engine := []string{mod + "/scheduler", mod + "/tasks", mod + "/lock", mod + "/internal/store", mod + "/internal/observe", mod + "/internal/stats", mod + "/internal/assemble"}
+	for _, d := range p.Imports {
+		if d == mod+"/scheduler/schedule" { // the cron math, a leaf
+			continue
+		}
+		for _, banned := range engine {
+			if d == banned || strings.HasPrefix(d, banned+"/") {
+				t.Errorf("internal/config imports %s: the configuration must not depend on the engine", d)
+			}
+		}
+	}
+}

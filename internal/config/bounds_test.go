@@ -25,7 +25,7 @@ func TestBoundsRefuseDeepNesting(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			start := time.Now()
-			_, err := Parse([]byte(src), "deep.toml", nil)
+			_, err := Parse([]byte(src), "deep.toml", nil, testPlugins)
 			if d := time.Since(start); d > 2*time.Second {
 				t.Errorf("took %v to refuse", d)
 			}
@@ -132,7 +132,7 @@ func TestLoadBoundsFileSize(t *testing.T) {
 	}
 	for path, want := range map[string]string{"/dev/zero": "not a regular file", big: "16 MiB", t.TempDir(): "not a regular file"} {
 		start := time.Now()
-		_, err := Load(path, nil)
+		_, err := Load(path, nil, testPlugins)
 		if d := time.Since(start); d > 5*time.Second {
 			t.Errorf("%s: took %v", path, d)
 		}
@@ -145,7 +145,7 @@ func TestLoadBoundsFileSize(t *testing.T) {
 	if err := os.WriteFile(big, data[1:], 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Load(big, nil); err != nil {
+	if _, err := Load(big, nil, testPlugins); err != nil {
 		t.Errorf("a file of exactly %d bytes: %v", MaxFileSize, err)
 	}
 }

@@ -25,7 +25,7 @@ catchup_limit = "10m"
 	if got := cfg.Tasks[1].CatchupLimit; got != 10*time.Minute {
 		t.Errorf("task catchup_limit %v, want 10m", got)
 	}
-	_, err := Parse([]byte(minimal+"catchup_limit = \"-1s\"\n"), "test.toml", nil)
+	_, err := Parse([]byte(minimal+"catchup_limit = \"-1s\"\n"), "test.toml", nil, testPlugins)
 	if err == nil || !strings.Contains(err.Error(), "catchup_limit") || !strings.Contains(err.Error(), "report") {
 		t.Errorf("negative catchup_limit: %v, want an error naming the key and the task", err)
 	}

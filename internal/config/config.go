@@ -6,37 +6,41 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"time"
 	"unicode"
 
 	"github.com/BurntSushi/toml"
-	"github.com/slotd/slotd/lock"
-	"github.com/slotd/slotd/scheduler"
-	"github.com/slotd/slotd/tasks"
 )
 
-// Defaults of the configuration. The daemon's own defaults,
-// scheduler.DefaultShutdownGrace and scheduler.DefaultMaxClockSkew, apply
-// to [daemon] shutdown_grace and max_clock_skew.
+// Defaults and bounds of the configuration. Those that are also the
+// engine's (the daemon's options, the attempt cap, the output tail, the
+// http pool) equal its own; internal/assemble's tests hold them equal.
 const (
 	DefaultPrefix    = "slotd"
 	DefaultListen    = "127.0.0.1:9464"
 	DefaultLogFormat = "auto"
 
+	DefaultShutdownGrace = 30 * time.Second // [daemon] shutdown_grace
+	DefaultMaxClockSkew  = time.Second      // [daemon] max_clock_skew
+	DefaultMaxHooks      = 8                // [daemon] max_hooks
+
 	DefaultLease       = 15 * time.Second
 	DefaultMinDoneTTL  = 48 * time.Hour // done_ttl is at least this, and at least the slot window
 	DefaultMaxAttempts = 3
 	DefaultTimeout     = time.Hour
-	DefaultCatchup     = scheduler.CatchupLatest
+	DefaultCatchup     = CatchupLatest
 	// DefaultCatchupLimit bounds catch-up at start-up to slots at most
 	// this old: a window of up to a day (hourly, daily tasks) is caught up
 	// whole; a weekly, yearly or leap-day task's slot from long ago is not.
 	DefaultCatchupLimit = 24 * time.Hour
 	// DefaultOutputTail is how many bytes of each attempt's output (its
 	// tail) the history keeps.
-	DefaultOutputTail = tasks.DefaultOutputTail
+	DefaultOutputTail = 4 << 10
+	// MaxOutputTail bounds output_tail.
+	MaxOutputTail = 64 << 10
 
 	// MinLease is the shortest lease: it is renewed every lease/3, and a
 	// renewal must fit a Redis round trip with room to spare.
@@ -45,10 +49,28 @@ const (
 	MinDeadline = time.Second
 	// MaxAttemptsLimit bounds max_attempts: the fencing token is
 	// slot_unix_seconds*1000 + attempt, so attempts must stay below 1000.
-	MaxAttemptsLimit = lock.MaxAttempts
+	MaxAttemptsLimit = 999
+
+	// The http plugin's connection pool, [plugins.http].
+	DefaultHTTPMaxIdlePerHost = 256
+	DefaultHTTPIdleTimeout    = 90 * time.Second
+	MaxHTTPMaxIdlePerHost     = 10000 // each idle connection holds a file descriptor
 )
 
-// Config is a validated slotd configuration. It is read-only after load.
+// HTTPPool is [plugins.http]: the http plugin's connection pool, one per
+// process (see tasks.HTTPPool).
+type HTTPPool struct {
+	MaxIdlePerHost  int           // max_idle_per_host: 1 to MaxHTTPMaxIdlePerHost
+	IdleTimeout     time.Duration // idle_timeout: positive
+	MaxConnsPerHost int           // max_conns_per_host: 0 (no bound) to MaxHTTPMaxIdlePerHost
+}
+
+// DefaultHTTPPool is the pool when [plugins.http] sets nothing.
+var DefaultHTTPPool = HTTPPool{MaxIdlePerHost: DefaultHTTPMaxIdlePerHost, IdleTimeout: DefaultHTTPIdleTimeout,
+	MaxConnsPerHost: DefaultHTTPMaxIdlePerHost}
+
+// Config is a validated slotd configuration: data, read-only after load.
+// internal/assemble builds the engine's objects from it.
 type Config struct {
 	Source        string           // where it was loaded from (the file path)
 	Replica       string           // [daemon] replica; default "<hostname>-<pid>"
@@ -66,13 +88,13 @@ type Config struct {
 	Listen        string           // [http] listen; default "127.0.0.1:9464"; "off" disables the HTTP server
 	// Token is the bearer token of the write endpoints, read from [http]
 	// token_file or token_env at load; "" disables them. Never logged.
-	Token     string           `json:"-"`
-	TokenFile string           // [http] token_file, the path
-	TokenEnv  string           // [http] token_env, the variable's name; exec tasks do not inherit it
-	LogLevel  slog.Level       // [log] level: debug|info|warn|error; default info
-	LogFormat string           // [log] format: auto|text|json; default auto
-	HTTPPool  tasks.HTTPPool   // [plugins.http]: the http plugin's connection pool, one per process
-	Tasks     []scheduler.Task // [[task]], in file order
+	Token     string     `json:"-"`
+	TokenFile string     // [http] token_file, the path
+	TokenEnv  string     // [http] token_env, the variable's name; exec tasks do not inherit it
+	LogLevel  slog.Level // [log] level: debug|info|warn|error; default info
+	LogFormat string     // [log] format: auto|text|json; default auto
+	HTTPPool  HTTPPool   // [plugins.http]: the http plugin's connection pool, one per process
+	Tasks     []Task     // [[task]], in file order
 
 	// AllowedHosts are the Host names the HTTP server answers besides
 	// loopback names, IP literals and the listen host ([http]
@@ -109,8 +131,8 @@ var logLevels = map[string]slog.Level{
 // most MaxFileSize bytes, within FileReadTimeout, unchanged while it was
 // read (readFile) — and validates it as Parse does. Every problem in the
 // file is reported, each prefixed with the path.
-func Load(path string, log *slog.Logger) (*Config, error) {
-	return load(path, log, false)
+func Load(path string, log *slog.Logger, check Checker) (*Config, error) {
+	return load(path, log, check, false)
 }
 
 // LoadReadOnly is Load for the commands that only read the fleet (status,
@@ -118,33 +140,35 @@ func Load(path string, log *slog.Logger) (*Config, error) {
 // read the token, so that an operator who may read the fleet needs no
 // access to the write endpoints' secret. Its Config's Token is "";
 // Config.ReadToken reads it on demand.
-func LoadReadOnly(path string, log *slog.Logger) (*Config, error) {
-	return load(path, log, true)
+func LoadReadOnly(path string, log *slog.Logger, check Checker) (*Config, error) {
+	return load(path, log, check, true)
 }
 
-func load(path string, log *slog.Logger, readOnly bool) (*Config, error) {
+func load(path string, log *slog.Logger, check Checker, readOnly bool) (*Config, error) {
 	data, _, err := readFile(path, MaxFileSize)
 	if err != nil {
 		return nil, fmt.Errorf("load config: %w", err)
 	}
-	return parseConfig(data, path, log, readOnly)
+	return parseConfig(data, path, log, check, readOnly)
 }
 
 // Parse parses and validates a TOML configuration; source names it in
-// errors. It builds every task with its plugin's factory, giving each a
-// logger scoped with the task's name (log may be nil). The error, if any,
-// joins one error per problem found (errors.Join), so that an operator can
-// fix the file in one go. A file past MaxFileSize, MaxDepth or MaxKeys is
-// rejected before it is decoded.
-func Parse(data []byte, source string, log *slog.Logger) (*Config, error) {
-	return parseConfig(data, source, log, false)
+// errors, and log (which may be nil) gets a warning if it has no task.
+// What config cannot know by itself — the plugins and their params, what
+// the configured store supports — check checks (nil: not checked), and its
+// errors are reported with the file's own, in file order. The error, if
+// any, joins one error per problem found (errors.Join), so that an
+// operator can fix the file in one go. A file past MaxFileSize, MaxDepth or
+// MaxKeys is rejected before it is decoded.
+func Parse(data []byte, source string, log *slog.Logger, check Checker) (*Config, error) {
+	return parseConfig(data, source, log, check, false)
 }
 
-func parseConfig(data []byte, source string, log *slog.Logger, readOnly bool) (*Config, error) {
+func parseConfig(data []byte, source string, log *slog.Logger, check Checker, readOnly bool) (*Config, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	p := &problems{source: source}
+	p := &problems{source: source, check: check}
 	if err := checkBounds(data); err != nil {
 		p.add(err)
 		return nil, p.err()
@@ -169,14 +193,14 @@ func parseConfig(data []byte, source string, log *slog.Logger, readOnly bool) (*
 	top.checkKeys(topKeys)
 	cfg := &Config{
 		Source:        source,
-		ShutdownGrace: scheduler.DefaultShutdownGrace,
-		MaxClockSkew:  scheduler.DefaultMaxClockSkew,
-		MaxHooks:      scheduler.DefaultMaxHooks,
+		ShutdownGrace: DefaultShutdownGrace,
+		MaxClockSkew:  DefaultMaxClockSkew,
+		MaxHooks:      DefaultMaxHooks,
 		Prefix:        DefaultPrefix,
 		Listen:        DefaultListen,
 		LogLevel:      slog.LevelInfo,
 		LogFormat:     DefaultLogFormat,
-		HTTPPool:      tasks.DefaultHTTPPool,
+		HTTPPool:      DefaultHTTPPool,
 	}
 	cfg.readDaemon(top.sub("daemon", daemonKeys))
 	cfg.readRedis(top.sub("redis", redisKeys))
@@ -186,10 +210,17 @@ func parseConfig(data []byte, source string, log *slog.Logger, readOnly bool) (*
 	cfg.readHTTPPool(top.sub("plugins", pluginsKeys).sub("http", httpPoolKeys))
 	defTable := top.sub("defaults", defaultKeys)
 	defaults := readPolicy(defTable)
-	defaultHook := readHook(defTable, "defaults.on_failure", log.With("hook", "on_failure"))
-	cfg.readTasks(top, defaults, defaultHook, log)
+	defaultHook := readHook(defTable, "defaults.on_failure", "")
+	cfg.readTasks(top, defaults, defaultHook)
 	cfg.readZooKeeper(top.sub("zookeeper", zookeeperKeys))
-	cfg.checkStoreSupport(top.p)
+	if check != nil {
+		// With the valid tasks, once the store's sections are read.
+		for _, err := range splitJoined(check.CheckStore(cfg)) {
+			if err != nil {
+				p.add(err)
+			}
+		}
+	}
 
 	if err := p.err(); err != nil {
 		return nil, err
@@ -212,7 +243,7 @@ func (c *Config) readDaemon(t table) {
 		}
 	}
 	if c.Replica == "" {
-		c.Replica = scheduler.DefaultReplica()
+		c.Replica = DefaultReplica()
 	}
 	if d, ok := t.positive("shutdown_grace"); ok {
 		c.ShutdownGrace = d
@@ -250,6 +281,21 @@ func (c *Config) readEnvDrop(t table) {
 }
 
 func badNameRune(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }
+
+// DefaultReplica is the replica id when none is configured:
+// "<hostname>-<pid>", unique per process on a fleet, at most 128 bytes (as
+// the engine's own default, scheduler.DefaultReplica).
+func DefaultReplica() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" || strings.IndexFunc(host, badNameRune) >= 0 {
+		host = "slotd"
+	}
+	pid := "-" + strconv.Itoa(os.Getpid())
+	if len(host)+len(pid) > 128 {
+		host = host[:128-len(pid)]
+	}
+	return host + pid
+}
 
 func (c *Config) readHTTP(t table, readOnly bool) {
 	c.readToken(t, readOnly)
@@ -293,7 +339,7 @@ func (c *Config) readLog(t table) {
 // readHTTPPool reads [plugins.http]: the pool of connections every http
 // task of the process shares.
 func (c *Config) readHTTPPool(t table) {
-	if o := t.integer("max_idle_per_host", 1, tasks.MaxHTTPMaxIdlePerHost,
+	if o := t.integer("max_idle_per_host", 1, MaxHTTPMaxIdlePerHost,
 		"idle connections kept per host; each holds a file descriptor"); o.set && !o.bad {
 		c.HTTPPool.MaxIdlePerHost = o.v
 	}
@@ -303,7 +349,7 @@ func (c *Config) readHTTPPool(t table) {
 	// Unset, the bound follows the idle pool: no connection is opened that
 	// the pool could not keep.
 	c.HTTPPool.MaxConnsPerHost = c.HTTPPool.MaxIdlePerHost
-	if o := t.integer("max_conns_per_host", 0, tasks.MaxHTTPMaxIdlePerHost,
+	if o := t.integer("max_conns_per_host", 0, MaxHTTPMaxIdlePerHost,
 		"connections open to one host at once; 0: no bound"); o.set && !o.bad {
 		c.HTTPPool.MaxConnsPerHost = o.v
 	}

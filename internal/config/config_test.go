@@ -2,7 +2,6 @@ package config
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"log/slog"
 	"os"
@@ -12,32 +11,46 @@ import (
 	"testing"
 	"time"
 
-	"github.com/slotd/slotd/scheduler"
 	"github.com/slotd/slotd/scheduler/schedule"
-	"github.com/slotd/slotd/tasks"
 )
 
-// Test plugins, registered under names no other package uses.
+// Test plugins: the names config's tests check files against.
 const (
 	noopPlugin   = "config-test-noop"   // accepts any params
 	strictPlugin = "config-test-strict" // rejects params.fail
-	panicPlugin  = "config-test-panic"  // its factory panics
 )
 
-func init() {
-	tasks.Register(noopPlugin, func(params map[string]any, log *slog.Logger) (tasks.Task, error) {
-		log.Debug("built", "params", len(params))
-		return tasks.TaskFunc(func(context.Context) error { return nil }), nil
-	})
-	tasks.Register(strictPlugin, func(params map[string]any, _ *slog.Logger) (tasks.Task, error) {
-		if _, bad := params["fail"]; bad {
-			return nil, errors.New(`parameter "fail" is not allowed`)
-		}
-		return tasks.TaskFunc(func(context.Context) error { return nil }), nil
-	})
-	tasks.Register(panicPlugin, func(map[string]any, *slog.Logger) (tasks.Task, error) {
-		panic("boom")
-	})
+// testPlugins stands in for the plugin registry (internal/assemble's
+// tests check files against the real one): the test plugins, and exec and
+// http with any params.
+var testPlugins = &fakeChecker{}
+
+// fakeChecker is a Checker that records what it is asked.
+type fakeChecker struct {
+	refs   []PluginRef
+	stores []*Config
+	store  error // CheckStore's answer
+}
+
+func (*fakeChecker) Plugins() []string {
+	return []string{noopPlugin, strictPlugin, "exec", "http"}
+}
+
+func (c *fakeChecker) CheckPlugin(ref PluginRef) error {
+	if c != testPlugins { // testPlugins is shared by parallel tests: no record
+		c.refs = append(c.refs, ref)
+	}
+	if _, bad := ref.Params["fail"]; bad && ref.Plugin == strictPlugin {
+		return errors.Join(errors.New(`parameter "fail" is not allowed`), errors.New("and a second problem"))
+	}
+	return nil
+}
+
+func (c *fakeChecker) CheckStore(cfg *Config) error {
+	if c != testPlugins {
+		c.stores = append(c.stores, cfg)
+	}
+	return c.store
 }
 
 const minimal = `
@@ -49,7 +62,7 @@ plugin = "config-test-noop"
 
 func parse(t *testing.T, src string) *Config {
 	t.Helper()
-	cfg, err := Parse([]byte(src), "test.toml", nil)
+	cfg, err := Parse([]byte(src), "test.toml", nil, testPlugins)
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
 	}
@@ -75,7 +88,7 @@ func TestParseConfigDefaults(t *testing.T) {
 		t.Fatalf("%d tasks", len(cfg.Tasks))
 	}
 	task := cfg.Tasks[0]
-	want := taskPolicy{Lease: 15 * time.Second, DoneTTL: 48 * time.Hour, MaxAttempts: 3, Timeout: time.Hour, Catchup: "latest"}
+	want := taskPolicy{Lease: 15 * time.Second, DoneTTL: 48 * time.Hour, MaxAttempts: 3, Timeout: time.Hour, Catchup: CatchupLatest}
 	if got := policyOf(task); got != want {
 		t.Errorf("Policy = %+v, want %+v", got, want)
 	}
@@ -84,14 +97,10 @@ func TestParseConfigDefaults(t *testing.T) {
 		t.Errorf("task = %+v", task)
 	case task.Params == nil || len(task.Params) != 0:
 		t.Errorf("Params = %#v, want an empty map", task.Params)
-	case task.Job == nil, task.Schedule == nil:
-		t.Errorf("Job, Schedule = %v, %v", task.Job, task.Schedule)
-	case task.Window() != time.Hour:
-		t.Errorf("Window() = %v", task.Window())
-	}
-	slot := utc("2024-01-15T14:00:00Z")
-	if got := task.SlotDeadline(slot); !got.Equal(utc("2024-01-15T15:00:00Z")) {
-		t.Errorf("SlotDeadline(14:00) = %v, want 15:00", got)
+	case task.Schedule == nil || task.Schedule.MaxGap() != time.Hour:
+		t.Errorf("Schedule = %v", task.Schedule)
+	case task.Concurrency != ConcurrencyAllow, task.OnFailure != nil, task.CatchupLimit != DefaultCatchupLimit, task.OutputTail != DefaultOutputTail:
+		t.Errorf("task = %+v", task)
 	}
 }
 
@@ -171,28 +180,24 @@ done_ttl = "200h"
 	}
 
 	inherits := policyOf(cfg.Tasks[0])
-	if want := (taskPolicy{Lease: 20 * time.Second, DoneTTL: 72 * time.Hour, MaxAttempts: 5, Timeout: 30 * time.Minute, Catchup: "none"}); inherits != want {
+	if want := (taskPolicy{Lease: 20 * time.Second, DoneTTL: 72 * time.Hour, MaxAttempts: 5, Timeout: 30 * time.Minute, Catchup: CatchupNone}); inherits != want {
 		t.Errorf("inherited policy = %+v, want %+v", inherits, want)
 	}
 
 	o := cfg.Tasks[1]
-	if want := (taskPolicy{Lease: time.Second, DoneTTL: 9 * 24 * time.Hour, MaxAttempts: 999, Timeout: 2 * time.Hour, Catchup: "latest", Deadline: 10 * time.Minute}); policyOf(o) != want {
+	if want := (taskPolicy{Lease: time.Second, DoneTTL: 9 * 24 * time.Hour, MaxAttempts: 999, Timeout: 2 * time.Hour, Catchup: CatchupLatest, Deadline: 10 * time.Minute}); policyOf(o) != want {
 		t.Errorf("overridden policy = %+v, want %+v", policyOf(o), want)
 	}
-	if o.Timezone != "Europe/Paris" || o.Schedule.String() != "0 9 * * 1 in Europe/Paris" || o.Window() != 10*time.Minute {
-		t.Errorf("timezone %q, schedule %v, window %v", o.Timezone, o.Schedule, o.Window())
+	if o.Timezone != "Europe/Paris" || o.Schedule.String() != "0 9 * * 1 in Europe/Paris" {
+		t.Errorf("timezone %q, schedule %v", o.Timezone, o.Schedule)
 	}
 	if cmd, ok := o.Params["command"].([]any); !ok || len(cmd) != 1 || cmd[0] != "/bin/true" {
 		t.Errorf("params = %#v", o.Params)
 	}
-	slot := utc("2024-01-15T08:00:00Z") // 09:00 in Paris
-	if got := o.SlotDeadline(slot); !got.Equal(slot.Add(10 * time.Minute)) {
-		t.Errorf("SlotDeadline = %v", got)
-	}
 
 	// The weekly task's window is a week, longer than the default done_ttl.
-	if w := cfg.Tasks[2]; w.Window() != 7*24*time.Hour || w.DoneTTL != 200*time.Hour {
-		t.Errorf("weekly: window %v, done_ttl %v", w.Window(), w.DoneTTL)
+	if w := cfg.Tasks[2]; w.Schedule.MaxGap() != 7*24*time.Hour || w.DoneTTL != 200*time.Hour {
+		t.Errorf("weekly: window %v, done_ttl %v", w.Schedule.MaxGap(), w.DoneTTL)
 	}
 }
 
@@ -211,18 +216,6 @@ func TestDoneTTLDefaultCoversWindow(t *testing.T) {
 		if got := cfg.Tasks[0].DoneTTL; got != tc.want {
 			t.Errorf("%s: DoneTTL = %v, want %v", tc.extra, got, tc.want)
 		}
-	}
-}
-
-func TestFactoryGetsParamsAndScopedLogger(t *testing.T) {
-	var buf bytes.Buffer
-	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	_, err := Parse([]byte(minimal+"  [task.params]\n  a = 1\n  b = 2\n"), "x", log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out := buf.String(); !strings.Contains(out, "task=report") || !strings.Contains(out, "params=2") {
-		t.Errorf("factory log = %q, want task=report and params=2", out)
 	}
 }
 
@@ -307,12 +300,11 @@ func TestParseConfigErrors(t *testing.T) {
 		{"plugin missing", "[[task]]\nname = \"report\"\nschedule = \"@daily\"\n", []string{`task "report" (task #1): plugin: required`, noopPlugin}},
 		{"plugin unknown", "[[task]]\nname = \"report\"\nschedule = \"@daily\"\nplugin = \"shell\"\n", []string{`task "report" (task #1): plugin: unknown plugin "shell"`, noopPlugin, strictPlugin}},
 		{"params rejected", "[[task]]\nname = \"report\"\nschedule = \"@daily\"\nplugin = \"config-test-strict\"\n[task.params]\nfail = true\n",
-			[]string{`task "report" (task #1): params: parameter "fail" is not allowed`}},
-		{"factory panics", "[[task]]\nname = \"report\"\nschedule = \"@daily\"\nplugin = \"config-test-panic\"\n", []string{`task "report" (task #1): params: plugin "config-test-panic" panicked: boom`}},
+			[]string{`task "report" (task #1): params: parameter "fail" is not allowed`, `task "report" (task #1): params: and a second problem`}},
 		{"params not a table", task("params = \"x\"\n"), []string{`task "report" (task #1): params: must be a table`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := Parse([]byte(tc.src), "test.toml", nil)
+			cfg, err := Parse([]byte(tc.src), "test.toml", nil, testPlugins)
 			if err == nil {
 				t.Fatalf("no error; config %+v", cfg)
 			}
@@ -334,7 +326,7 @@ func TestParseConfigErrors(t *testing.T) {
 }
 
 func TestParseConfigDoesNotQuoteRedisPassword(t *testing.T) {
-	_, err := Parse([]byte("[redis]\nurl = \"redis://:s3cret@host:notaport/0\"\n"+minimal), "x", nil)
+	_, err := Parse([]byte("[redis]\nurl = \"redis://:s3cret@host:notaport/0\"\n"+minimal), "x", nil, testPlugins)
 	if err == nil || !strings.Contains(err.Error(), "redis.url") || strings.Contains(err.Error(), "s3cret") {
 		t.Fatalf("err = %v; want a redis.url error without the password", err)
 	}
@@ -362,7 +354,7 @@ schedule = "@daily"
 plugin = "config-test-noop"
 timezone = "Nowhere"
 max_attempts = 0
-`), "multi.toml", nil)
+`), "multi.toml", nil, testPlugins)
 	if err == nil {
 		t.Fatal("no error")
 	}
@@ -386,7 +378,7 @@ max_attempts = 0
 }
 
 func TestParseScheduleErrorIsWrapped(t *testing.T) {
-	_, err := Parse([]byte("[[task]]\nname = \"x\"\nschedule = \"@every 1ms\"\nplugin = \"config-test-noop\"\n"), "x", nil)
+	_, err := Parse([]byte("[[task]]\nname = \"x\"\nschedule = \"@every 1ms\"\nplugin = \"config-test-noop\"\n"), "x", nil, testPlugins)
 	_, direct := schedule.Parse("@every 1ms", "")
 	if err == nil || direct == nil || !strings.Contains(err.Error(), direct.Error()) {
 		t.Fatalf("config error %v does not carry the schedule error %v", err, direct)
@@ -395,7 +387,7 @@ func TestParseScheduleErrorIsWrapped(t *testing.T) {
 
 func TestEmptyConfigIsValid(t *testing.T) {
 	var buf bytes.Buffer
-	cfg, err := Parse(nil, "empty.toml", slog.New(slog.NewTextHandler(&buf, nil)))
+	cfg, err := Parse(nil, "empty.toml", slog.New(slog.NewTextHandler(&buf, nil)), testPlugins)
 	if err != nil || len(cfg.Tasks) != 0 {
 		t.Fatalf("cfg, err = %+v, %v", cfg, err)
 	}
@@ -410,7 +402,7 @@ func TestLoadConfig(t *testing.T) {
 	if err := os.WriteFile(path, []byte(minimal), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := Load(path, nil)
+	cfg, err := Load(path, nil, testPlugins)
 	if err != nil || cfg.Source != path || len(cfg.Tasks) != 1 {
 		t.Fatalf("Load = %+v, %v", cfg, err)
 	}
@@ -419,58 +411,13 @@ func TestLoadConfig(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("[log]\nlevel = \"loud\"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Load(bad, nil); err == nil || !strings.HasPrefix(err.Error(), bad+": log.level") {
+	if _, err := Load(bad, nil, testPlugins); err == nil || !strings.HasPrefix(err.Error(), bad+": log.level") {
 		t.Errorf("err = %v, want it prefixed with %s", err, bad)
 	}
 
 	missing := filepath.Join(dir, "missing.toml")
-	if _, err := Load(missing, nil); !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), missing) {
+	if _, err := Load(missing, nil, testPlugins); !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), missing) {
 		t.Errorf("err = %v, want a not-exist error naming the path", err)
-	}
-}
-
-// The sample configuration at the repository root loads as shipped.
-func TestSampleConfig(t *testing.T) {
-	for _, p := range []string{"exec", "http"} {
-		if _, ok := tasks.Lookup(p); !ok {
-			t.Fatalf("built-in plugin %q is not registered", p)
-		}
-	}
-	cfg, err := Load(filepath.Join("..", "..", "config.toml"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cfg.RedisURL != "" {
-		t.Errorf("the sample uses Redis at %q; it must run on the embedded store", cfg.RedisURL)
-	}
-	if len(cfg.Tasks) < 2 {
-		t.Fatalf("%d tasks", len(cfg.Tasks))
-	}
-	for _, task := range cfg.Tasks {
-		if task.Job == nil || task.Plugin != "exec" {
-			t.Errorf("task %q: plugin %q, job %v", task.Name, task.Plugin, task.Job)
-		}
-	}
-
-	// The commented-out http example is valid once uncommented.
-	data, err := os.ReadFile(filepath.Join("..", "..", "config.toml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	i := bytes.Index(data, []byte("# [[task]]\n# name = \"ping-api\""))
-	if i < 0 {
-		t.Fatal("no commented-out ping-api task in config.toml")
-	}
-	example := string(data[:i])
-	for _, line := range strings.SplitAfter(string(data[i:]), "\n") {
-		example += strings.TrimPrefix(line, "# ")
-	}
-	cfg, err = Parse([]byte(example), "config.toml with ping-api", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if last := cfg.Tasks[len(cfg.Tasks)-1]; last.Name != "ping-api" || last.Plugin != "http" {
-		t.Errorf("last task = %q (%s)", last.Name, last.Plugin)
 	}
 }
 
@@ -481,7 +428,7 @@ func FuzzParseConfig(f *testing.F) {
 		"[daemon]\nreplica = \"a\"\nshutdown_grace = \"1s\"\n[redis]\nurl = \"redis://localhost:6379\"\n",
 		"[defaults]\nlease = \"5s\"\ndone_ttl = \"1h\"\nmax_attempts = 2\ncatchup = \"none\"\ndeadline = \"1m\"\n" + minimal,
 		"[[task]]\nname = \"x\"\nschedule = \"@every 90s\"\ntimezone = \"Europe/London\"\nplugin = \"config-test-strict\"\n[task.params]\nfail = 1\n",
-		"[[task]]\nname = \"a b\"\nschedule = \"0 0 30 2 *\"\nplugin = \"config-test-panic\"\nlease = 3\n",
+		"[[task]]\nname = \"a b\"\nschedule = \"0 0 30 2 *\"\nplugin = \"config-test-unknown\"\nlease = 3\n",
 		"task = [{name = \"i\", schedule = \"@daily\", plugin = \"config-test-noop\", params = 7}]\n",
 		"[task]\n[http]\nlisten = \"off\"\n[log]\nlevel = \"warn\"\nformat = \"text\"\n",
 		"a.b.c = 1\n[[task]]\n[[task]]\nname = \"\"\n",
@@ -489,7 +436,7 @@ func FuzzParseConfig(f *testing.F) {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, src string) {
-		cfg, err := Parse([]byte(src), "fuzz.toml", nil)
+		cfg, err := Parse([]byte(src), "fuzz.toml", nil, testPlugins)
 		if (cfg == nil) == (err == nil) {
 			t.Fatalf("cfg %v, err %v: exactly one must be set", cfg, err)
 		}
@@ -497,16 +444,25 @@ func FuzzParseConfig(f *testing.F) {
 			return
 		}
 		for _, task := range cfg.Tasks {
-			if task.Schedule == nil || task.Job == nil || task.Params == nil || task.Lease < time.Second ||
-				task.MaxAttempts < 1 || task.MaxAttempts > 999 || task.DoneTTL < task.Window() || task.Timeout <= 0 {
+			if task.Schedule == nil || task.Plugin == "" || task.Params == nil || task.Lease < time.Second ||
+				task.MaxAttempts < 1 || task.MaxAttempts > 999 || task.DoneTTL < window(task) || task.Timeout <= 0 {
 				t.Fatalf("invalid task accepted: %+v", task)
 			}
 		}
 	})
 }
 
+// window is a valid task's slot window (as scheduler.Task.Window): the
+// deadline, or the schedule's longest gap.
+func window(t Task) time.Duration {
+	if t.Deadline > 0 || t.Schedule == nil {
+		return t.Deadline
+	}
+	return t.Schedule.MaxGap()
+}
+
 // policyOf reads back a task's merged policy keys.
-func policyOf(t scheduler.Task) taskPolicy {
+func policyOf(t Task) taskPolicy {
 	return taskPolicy{Lease: t.Lease, DoneTTL: t.DoneTTL, MaxAttempts: t.MaxAttempts, Timeout: t.Timeout, Catchup: t.Catchup, Deadline: t.Deadline}
 }
 

@@ -5,8 +5,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/slotd/slotd/scheduler"
 )
 
 func TestControlKeys(t *testing.T) {
@@ -31,14 +29,14 @@ concurrency = "allow"
 `)
 	want := []struct {
 		paused      bool
-		concurrency string
-	}{{true, scheduler.ConcurrencyForbid}, {false, scheduler.ConcurrencyReplace}, {false, scheduler.ConcurrencyAllow}}
+		concurrency Concurrency
+	}{{true, ConcurrencyForbid}, {false, ConcurrencyReplace}, {false, ConcurrencyAllow}}
 	for i, w := range want {
 		if got := cfg.Tasks[i]; got.Paused != w.paused || got.Concurrency != w.concurrency {
 			t.Errorf("task %s: paused %v concurrency %q, want %v %q", got.Name, got.Paused, got.Concurrency, w.paused, w.concurrency)
 		}
 	}
-	if d := parse(t, minimal); d.Tasks[0].Concurrency != scheduler.ConcurrencyAllow || d.Tasks[0].Paused || d.Token != "" {
+	if d := parse(t, minimal); d.Tasks[0].Concurrency != ConcurrencyAllow || d.Tasks[0].Paused || d.Token != "" {
 		t.Errorf("defaults: %+v, token set %v", d.Tasks[0], d.Token != "")
 	}
 }
@@ -72,7 +70,7 @@ func TestTokenSources(t *testing.T) {
 			if !strings.Contains(src, "[[task]]") {
 				src += minimal
 			}
-			_, err := Parse([]byte(src), "test.toml", nil)
+			_, err := Parse([]byte(src), "test.toml", nil, testPlugins)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want it to say %q", err, tc.want)
 			}

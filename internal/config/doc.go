@@ -1,8 +1,11 @@
 // Package config loads and validates slotd's configuration file (TOML,
 // SPEC §4): [daemon], [redis] (one server, Sentinel, Cluster or Redlock,
-// TLS files, min_replicas_ack), [http], [log], [defaults] and every
-// [[task]], which it turns into the engine's scheduler.Task values, each
-// with its schedule parsed and its job built by its plugin's factory.
+// TLS files, min_replicas_ack), [etcd], [zookeeper], [http], [log],
+// [plugins.http], [defaults] and every [[task]], each with its schedule
+// parsed. A Config is data: config imports no engine package, knows no
+// plugin and opens no store. What it cannot check by itself — a plugin's
+// params, what the configured store supports — it asks a Checker
+// (internal/assemble, which also builds the engine's objects from it).
 //
 // Guarantees:
 //   - the file is read once, at most MaxFileSize bytes of it whatever kind
@@ -11,8 +14,9 @@
 //     loading slow or large (checkBounds, a linear scan);
 //   - the file is validated whole: every problem (unknown
 //     key, wrong type, bad duration, spec, zone, plugin or parameter,
-//     inconsistent policy or Redis mode) is reported in one error, each
-//     naming the file, the key and, for a task, the task;
+//     inconsistent policy or Redis mode, what the store cannot do) is
+//     reported in one error, in file order, each naming the file, the key
+//     and, for a task, the task;
 //   - a Config returned without error is complete and consistent: defaults
 //     are filled in, each task's policy is merged over [defaults] and
 //     checked against its schedule (done_ttl covers the slot window, the

@@ -34,7 +34,7 @@ func TestRedisURLEnvErrors(t *testing.T) {
 		{"both", "url = \"redis://127.0.0.1:6379/0\"\nurl_env = \"SLOTD_TEST_OK\"", []string{"redis.url_env", "either url or url_env"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := Parse([]byte("[redis]\n"+tc.src+"\n"+minimal), "test.toml", nil)
+			_, err := Parse([]byte("[redis]\n"+tc.src+"\n"+minimal), "test.toml", nil, testPlugins)
 			if err == nil {
 				t.Fatalf("no error; want %q", tc.want)
 			}
@@ -66,7 +66,7 @@ func TestEnvDrop(t *testing.T) {
 		{`env_drop = ["OK", "NOT-A-NAME"]`, `item 2 (NOT-A-NAME) is not an environment variable name`},
 		{`env_drop = [5]`, `item 1 (5) is not an environment variable name`},
 	} {
-		_, err := Parse([]byte("[daemon]\n"+tc.src+"\n"+minimal), "test.toml", nil)
+		_, err := Parse([]byte("[daemon]\n"+tc.src+"\n"+minimal), "test.toml", nil, testPlugins)
 		if err == nil || !strings.Contains(err.Error(), "daemon.env_drop") || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v, want daemon.env_drop and %q", tc.src, err, tc.want)
 		}

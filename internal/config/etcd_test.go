@@ -21,7 +21,7 @@ endpoints = ["http://e1:2379", "http://e2:2379/", "http://127.0.0.1:2379"]
 username = "slotd"
 password = "pw"
 prefix = "jobs"
-`+etcdTask), "t.toml", nil)
+`+etcdTask), "t.toml", nil, testPlugins)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +30,7 @@ prefix = "jobs"
 		e.Username != "slotd" || e.Password != "pw" || cfg.Prefix != "jobs" || e.TLSConfig != nil {
 		t.Fatalf("etcd options = %+v, prefix %q", e, cfg.Prefix)
 	}
-	cfg, err = Parse([]byte("[etcd]\nendpoints = [\"https://e1:2379\"]\n"+etcdTask), "t.toml", nil)
+	cfg, err = Parse([]byte("[etcd]\nendpoints = [\"https://e1:2379\"]\n"+etcdTask), "t.toml", nil, testPlugins)
 	if err != nil || cfg.Etcd.TLSConfig == nil {
 		t.Fatalf("https endpoints: %v, TLS %v", err, cfg.Etcd.TLSConfig)
 	}
@@ -53,7 +53,7 @@ func TestEtcdErrorsNameTheKey(t *testing.T) {
 		{"with redis", "[redis]\nurl = \"redis://r:6379\"\n[etcd]\nendpoints = [\"http://e1:2379\"]", "etcd.endpoints: [etcd] and [redis]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := Parse([]byte(tc.file+"\n"+etcdTask), "t.toml", nil)
+			_, err := Parse([]byte(tc.file+"\n"+etcdTask), "t.toml", nil, testPlugins)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want it to contain %q", err, tc.want)
 			}

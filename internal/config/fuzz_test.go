@@ -31,7 +31,7 @@ func FuzzParse(f *testing.F) {
 				}
 			}
 		}
-		cfg, err := Parse(data, "fuzz.toml", nil)
+		cfg, err := Parse(data, "fuzz.toml", nil, testPlugins)
 		if (cfg == nil) == (err == nil) {
 			t.Fatalf("cfg %v, err %v: exactly one must be set", cfg, err)
 		}
@@ -39,14 +39,14 @@ func FuzzParse(f *testing.F) {
 			if !strings.HasPrefix(err.Error(), "fuzz.toml: ") {
 				t.Fatalf("error does not name the file: %v", err)
 			}
-			if _, again := Parse(data, "fuzz.toml", nil); again == nil || again.Error() != err.Error() {
+			if _, again := Parse(data, "fuzz.toml", nil, testPlugins); again == nil || again.Error() != err.Error() {
 				t.Fatalf("errors differ between two parses:\n%v\n%v", err, again)
 			}
 			return
 		}
 		for _, task := range cfg.Tasks {
-			if task.Schedule == nil || task.Job == nil || task.Params == nil || task.Lease < time.Second ||
-				task.MaxAttempts < 1 || task.MaxAttempts > 999 || task.DoneTTL < task.Window() || task.Timeout <= 0 {
+			if task.Schedule == nil || task.Plugin == "" || task.Params == nil || task.Lease < time.Second ||
+				task.MaxAttempts < 1 || task.MaxAttempts > 999 || task.DoneTTL < window(task) || task.Timeout <= 0 {
 				t.Fatalf("invalid task accepted: %+v", task)
 			}
 		}

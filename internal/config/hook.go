@@ -2,11 +2,17 @@ package config
 
 import (
 	"fmt"
-	"log/slog"
 	"time"
-
-	"github.com/slotd/slotd/scheduler"
 )
+
+// Hook is an on_failure hook: a plugin run once per slot that ends
+// exhausted or missed. internal/assemble builds the engine's
+// scheduler.Hook from it.
+type Hook struct {
+	Plugin  string         // the registered plugin's name
+	Params  map[string]any // its params; never nil
+	Timeout time.Duration  // bounds one run of the hook; > 0
+}
 
 // DefaultHookTimeout bounds one run of an on_failure hook unless its
 // timeout key says otherwise.
@@ -19,12 +25,12 @@ var hookKeys = []string{"plugin", "params", "timeout"}
 // absent, off (false: a task opting out of the default's), or a hook.
 type rawHook struct {
 	set, off bool
-	hook     *scheduler.Hook // nil when off, absent or invalid (reported)
+	hook     *Hook // nil when off, absent or invalid (reported)
 	bad      bool
 }
 
 // or is the task's hook over the default's.
-func (h rawHook) or(def rawHook) *scheduler.Hook {
+func (h rawHook) or(def rawHook) *Hook {
 	if h.set {
 		return h.hook
 	}
@@ -32,10 +38,10 @@ func (h rawHook) or(def rawHook) *scheduler.Hook {
 }
 
 // readHook reads the on_failure key of t — a table naming a plugin (with
-// its params and a timeout), or false — and builds the hook's task with
-// the plugin's factory; scope names it in errors ("defaults.on_failure",
-// `task "x" (task #1): on_failure`).
-func readHook(t table, scope string, log *slog.Logger) rawHook {
+// its params and a timeout), or false — and has its plugin checked; scope
+// names it in errors ("defaults.on_failure", `task "x" (task #1):
+// on_failure`), and task is the task's name ("" in [defaults]).
+func readHook(t table, scope, task string) rawHook {
 	v, ok := t.m["on_failure"]
 	if !ok {
 		return rawHook{}
@@ -48,21 +54,21 @@ func readHook(t table, scope string, log *slog.Logger) rawHook {
 		}
 		return rawHook{set: true, off: true}
 	case map[string]any:
-		return buildHook(table{m: v, p: t.p, scope: scope}, log)
+		return buildHook(table{m: v, p: t.p, scope: scope}, task)
 	default:
 		t.errorf("on_failure", "must be a table (with plugin, params, timeout) or false, not %s", tomlType(v))
 		return rawHook{set: true, bad: true}
 	}
 }
 
-func buildHook(t table, log *slog.Logger) rawHook {
+func buildHook(t table, task string) rawHook {
 	before := len(t.p.errs)
 	t.checkKeys(hookKeys)
-	h := &scheduler.Hook{Params: map[string]any{}, Timeout: DefaultHookTimeout}
+	h := &Hook{Params: map[string]any{}, Timeout: DefaultHookTimeout}
 	if d, ok := t.positive("timeout"); ok {
 		h.Timeout = d
 	}
-	h.Plugin, h.Params, h.Job = readPlugin(t, "[on_failure.params]", log)
+	h.Plugin, h.Params = readPlugin(t, "[on_failure.params]", PluginRef{Task: task, Hook: h})
 	if len(t.p.errs) != before {
 		return rawHook{set: true, bad: true}
 	}

@@ -4,31 +4,29 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/slotd/slotd/tasks"
 )
 
 // [plugins.http] sizes the http plugin's shared connection pool; unset,
-// the pool is tasks.DefaultHTTPPool. Bad values are load errors naming the
+// the pool is DefaultHTTPPool. Bad values are load errors naming the
 // key.
 func TestHTTPPoolConfig(t *testing.T) {
-	cfg, err := Parse([]byte(minimal), "test.toml", nil)
+	cfg, err := Parse([]byte(minimal), "test.toml", nil, testPlugins)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.HTTPPool != tasks.DefaultHTTPPool {
-		t.Errorf("default pool %+v, want %+v", cfg.HTTPPool, tasks.DefaultHTTPPool)
+	if cfg.HTTPPool != DefaultHTTPPool {
+		t.Errorf("default pool %+v, want %+v", cfg.HTTPPool, DefaultHTTPPool)
 	}
-	cfg, err = Parse([]byte("[plugins.http]\nmax_idle_per_host = 1000\nidle_timeout = \"5m\"\nmax_conns_per_host = 512\n"+minimal), "test.toml", nil)
+	cfg, err = Parse([]byte("[plugins.http]\nmax_idle_per_host = 1000\nidle_timeout = \"5m\"\nmax_conns_per_host = 512\n"+minimal), "test.toml", nil, testPlugins)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (tasks.HTTPPool{MaxIdlePerHost: 1000, IdleTimeout: 5 * time.Minute, MaxConnsPerHost: 512}); cfg.HTTPPool != want {
+	if want := (HTTPPool{MaxIdlePerHost: 1000, IdleTimeout: 5 * time.Minute, MaxConnsPerHost: 512}); cfg.HTTPPool != want {
 		t.Errorf("pool %+v, want %+v", cfg.HTTPPool, want)
 	}
 	// Unset, the bound on connections follows the idle pool; 0 lifts it.
 	for src, want := range map[string]int{"max_idle_per_host = 64\n": 64, "max_idle_per_host = 64\nmax_conns_per_host = 0\n": 0} {
-		cfg, err = Parse([]byte("[plugins.http]\n"+src+minimal), "test.toml", nil)
+		cfg, err = Parse([]byte("[plugins.http]\n"+src+minimal), "test.toml", nil, testPlugins)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -48,7 +46,7 @@ func TestHTTPPoolConfig(t *testing.T) {
 		{"plugins = 1\n", "plugins: must be a table ([plugins])"},
 		{"[plugins]\nhttp = 1\n", "plugins.http: must be a table ([plugins.http])"},
 	} {
-		_, err := Parse([]byte(tc.src+minimal), "test.toml", nil)
+		_, err := Parse([]byte(tc.src+minimal), "test.toml", nil, testPlugins)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: error %v, want %q", tc.src, err, tc.want)
 		}
@@ -63,7 +61,7 @@ func TestOutputTailConfig(t *testing.T) {
 		src           string
 		report, quiet int
 	}{
-		{two, tasks.DefaultOutputTail, 0},
+		{two, DefaultOutputTail, 0},
 		{"[defaults]\noutput_tail = 65536\n" + two, 65536, 0},
 		{"[defaults]\noutput_tail = 100\n" + two, 100, 0},
 	} {
@@ -77,7 +75,7 @@ func TestOutputTailConfig(t *testing.T) {
 		{"[defaults]\noutput_tail = -1\n" + minimal, "defaults.output_tail: -1 is out of range"},
 		{minimal + "output_tail = \"4KiB\"\n", `task "report" (task #1): output_tail: must be an integer`},
 	} {
-		_, err := Parse([]byte(tc.src), "test.toml", nil)
+		_, err := Parse([]byte(tc.src), "test.toml", nil, testPlugins)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: error %v, want %q", tc.src, err, tc.want)
 		}

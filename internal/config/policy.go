@@ -7,9 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/slotd/slotd/scheduler"
 	"github.com/slotd/slotd/scheduler/schedule"
-	"github.com/slotd/slotd/tasks"
 )
 
 // rawPolicy is a policy table as written: each key unset, valid, or invalid
@@ -19,7 +17,8 @@ type rawPolicy struct {
 	lease, doneTTL, timeout, deadline opt[time.Duration]
 	catchupLimit                      opt[time.Duration]
 	maxAttempts, outputTail           opt[int]
-	catchup, concurrency              opt[string]
+	catchup                           opt[Catchup]
+	concurrency                       opt[Concurrency]
 }
 
 type opt[T any] struct {
@@ -57,32 +56,26 @@ func readPolicy(t table) rawPolicy {
 	rp.catchupLimit = t.duration("catchup_limit", positive)
 	rp.maxAttempts = t.integer("max_attempts", 1, MaxAttemptsLimit,
 		"the fencing token is slot_unix_seconds*1000 + attempt")
-	rp.outputTail = t.integer("output_tail", 0, tasks.MaxOutputTail,
+	rp.outputTail = t.integer("output_tail", 0, MaxOutputTail,
 		"bytes of each attempt's output its history entry keeps; 0 keeps none")
-	if v, ok := t.str("catchup"); ok {
-		rp.catchup.set = true
-		if v != scheduler.CatchupLatest && v != scheduler.CatchupNone {
-			rp.catchup.bad = true
-			t.errorf("catchup", "%q: want %q or %q", v, scheduler.CatchupLatest, scheduler.CatchupNone)
-		}
-		rp.catchup.v = v
-	} else if t.has("catchup") {
-		rp.catchup.set, rp.catchup.bad = true, true
-	}
-	rp.concurrency = t.choice("concurrency", scheduler.ConcurrencyAllow, scheduler.ConcurrencyForbid, scheduler.ConcurrencyReplace)
+	rp.catchup = choice(t, "catchup", CatchupLatest, CatchupNone)
+	rp.concurrency = choice(t, "concurrency", ConcurrencyAllow, ConcurrencyForbid, ConcurrencyReplace)
 	return rp
 }
 
-// choice reads the string at key, which must be one of want.
-func (t table) choice(key string, want ...string) opt[string] {
-	var o opt[string]
+// choice reads the string at key, which must name one of want.
+func choice[E fmt.Stringer](t table, key string, want ...E) opt[E] {
+	var o opt[E]
 	v, ok := t.str(key)
 	switch {
 	case ok:
-		o.set, o.v = true, v
-		if !slices.Contains(want, v) {
+		o.set = true
+		i := slices.IndexFunc(want, func(e E) bool { return e.String() == v })
+		if i < 0 {
 			o.bad = true
 			t.errorf(key, "%q: want %s", v, quoteList(want))
+		} else {
+			o.v = want[i]
 		}
 	case t.has(key):
 		o.set, o.bad = true, true
@@ -91,10 +84,10 @@ func (t table) choice(key string, want ...string) opt[string] {
 }
 
 // quoteList is "a", "b" or "c".
-func quoteList(want []string) string {
+func quoteList[E fmt.Stringer](want []E) string {
 	q := make([]string, len(want))
 	for i, w := range want {
-		q[i] = strconv.Quote(w)
+		q[i] = strconv.Quote(w.String())
 	}
 	if len(q) < 2 {
 		return strings.Join(q, "")
@@ -132,7 +125,7 @@ func resolvePolicy(t table, own, defaults rawPolicy, sched *schedule.Schedule) t
 
 		CatchupLimit: pick(catchupLimit, DefaultCatchupLimit),
 		OutputTail:   pick(outputTail, DefaultOutputTail),
-		Concurrency:  pick(concurrency, scheduler.ConcurrencyAllow),
+		Concurrency:  pick(concurrency, ConcurrencyAllow),
 	}
 	// The window is unknown when the deadline is invalid, or unset with an
 	// invalid schedule: then there is nothing to compare done_ttl with.
@@ -170,7 +163,8 @@ type taskPolicy struct {
 	Lease, DoneTTL, Timeout, Deadline time.Duration
 	CatchupLimit                      time.Duration
 	MaxAttempts, OutputTail           int
-	Catchup, Concurrency              string
+	Catchup                           Catchup
+	Concurrency                       Concurrency
 }
 
 func pick[T any](o opt[T], def T) T {

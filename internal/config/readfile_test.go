@@ -44,7 +44,7 @@ func TestNamedFilesBounded(t *testing.T) {
 			{"http.token_file", "[http]\ntoken_file = " + q(bad.path)},
 		} {
 			start := time.Now()
-			_, err := Parse([]byte(tc.src+"\n"+minimal), "test.toml", nil)
+			_, err := Parse([]byte(tc.src+"\n"+minimal), "test.toml", nil, testPlugins)
 			if d := time.Since(start); d > 4*time.Second {
 				t.Errorf("%s = %s: took %v", tc.key, bad.path, d)
 			}
@@ -56,7 +56,7 @@ func TestNamedFilesBounded(t *testing.T) {
 			continue // a big configuration file is TestLoadBoundsFileSize's
 		}
 		start := time.Now()
-		if _, err := Load(bad.path, nil); err == nil || !strings.Contains(err.Error(), bad.why) {
+		if _, err := Load(bad.path, nil, testPlugins); err == nil || !strings.Contains(err.Error(), bad.why) {
 			t.Errorf("Load(%s) = %v; want %q", bad.path, err, bad.why)
 		}
 		if d := time.Since(start); d > 4*time.Second {
@@ -70,7 +70,7 @@ func TestNamedFilesBounded(t *testing.T) {
 	if err := os.Symlink(x.CAFile, link); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Parse([]byte("[redis]\nurl = \"rediss://db:6380\"\ntls_ca_file = "+q(link)+"\n"+minimal), "test.toml", nil); err != nil {
+	if _, err := Parse([]byte("[redis]\nurl = \"rediss://db:6380\"\ntls_ca_file = "+q(link)+"\n"+minimal), "test.toml", nil, testPlugins); err != nil {
 		t.Errorf("a CA file behind a symlink: %v", err)
 	}
 }
@@ -93,7 +93,7 @@ func TestLoadRefusesFileChangedWhileRead(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	_, err := Load(path, nil)
+	_, err := Load(path, nil, testPlugins)
 	afterRead = nil
 	if err == nil || !strings.Contains(err.Error(), "changed while it was read") || !strings.Contains(err.Error(), path) {
 		t.Errorf("Load = %v; want the file refused as changed while read", err)

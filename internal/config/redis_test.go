@@ -46,7 +46,7 @@ min_replicas_ack = 1`, ModeSentinel, func(c *Config) bool {
 		{"redlock with empty url", "url = \"\"\nredlock = [\"redis://a:1\", \"redis://b:1\", \"redis://c:1\"]", ModeRedlock, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := Parse([]byte("[redis]\n"+tc.redis+"\n"+minimal), "test.toml", nil)
+			cfg, err := Parse([]byte("[redis]\n"+tc.redis+"\n"+minimal), "test.toml", nil, testPlugins)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -116,7 +116,7 @@ func TestRedlockErrorsHidePasswords(t *testing.T) {
 		`["redis://:s3cret@a:1", "redis://:s3cret@b:1/x", "redis://c:1"]`,
 		`["redis://:s3cret@a:1", "redis://:s3cret@b:1"]`,
 	} {
-		_, err := Parse([]byte("[redis]\nredlock = "+redlock+"\n"+minimal), "x", nil)
+		_, err := Parse([]byte("[redis]\nredlock = "+redlock+"\n"+minimal), "x", nil, testPlugins)
 		if err == nil || strings.Contains(err.Error(), "s3cret") {
 			t.Errorf("redlock = %s: err = %v; want an error that does not quote the password", redlock, err)
 		}
@@ -125,7 +125,7 @@ func TestRedlockErrorsHidePasswords(t *testing.T) {
 
 // Passwords are never quoted in errors.
 func TestRedisModeErrorsHidePasswords(t *testing.T) {
-	_, err := Parse([]byte("[redis]\nurl = \"redis://h:6379\"\npassword = \"s3cret\"\nsentinel_password = \"s3cret2\"\n"+minimal), "x", nil)
+	_, err := Parse([]byte("[redis]\nurl = \"redis://h:6379\"\npassword = \"s3cret\"\nsentinel_password = \"s3cret2\"\n"+minimal), "x", nil, testPlugins)
 	if err == nil || strings.Contains(err.Error(), "s3cret") {
 		t.Fatalf("err = %v; want errors that do not quote the passwords", err)
 	}
@@ -135,7 +135,7 @@ func TestRedisModeErrorsHidePasswords(t *testing.T) {
 // that the error contains every string of want.
 func wantRedisError(t *testing.T, redis string, want []string) {
 	t.Helper()
-	_, err := Parse([]byte("[redis]\n"+redis+"\n"+minimal), "test.toml", nil)
+	_, err := Parse([]byte("[redis]\n"+redis+"\n"+minimal), "test.toml", nil, testPlugins)
 	if err == nil {
 		t.Fatalf("no error; want one containing %q", want)
 	}
@@ -188,7 +188,7 @@ func TestRedisURLErrorsNeverQuoteUserinfo(t *testing.T) {
 			"url_env": "url_env = \"SLOTD_TEST_URL\"",
 		} {
 			t.Setenv("SLOTD_TEST_URL", u.url)
-			_, err := Parse([]byte("[redis]\n"+src+"\n"+minimal), "x.toml", nil)
+			_, err := Parse([]byte("[redis]\n"+src+"\n"+minimal), "x.toml", nil, testPlugins)
 			if err == nil {
 				t.Errorf("%s = %q accepted", key, u.url)
 				continue

@@ -77,7 +77,7 @@ func TestScheduleKeyErrors(t *testing.T) {
 		{"jitter deadline", task("schedule = \"@hourly\"\ndeadline = \"5m\"\njitter = \"5m\"\n"), []string{"jitter", "window 5m0s"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := Parse([]byte(tc.src), "test.toml", nil)
+			_, err := Parse([]byte(tc.src), "test.toml", nil, testPlugins)
 			if err == nil {
 				t.Fatal("no error")
 			}
@@ -102,7 +102,7 @@ func TestMaxRunning(t *testing.T) {
 		{"[daemon]\nmax_running = \"10\"\n", "daemon.max_running: must be an integer"},
 		{"[daemon]\nmax_running = 2000000\n", "out of range: want 0 to 1000000"},
 	} {
-		_, err := Parse([]byte(tc.src+minimal), "test.toml", nil)
+		_, err := Parse([]byte(tc.src+minimal), "test.toml", nil, testPlugins)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: %v, want %q", tc.src, err, tc.want)
 		}

@@ -14,6 +14,7 @@ import (
 type problems struct {
 	source string
 	errs   []error
+	check  Checker // nil: plugins and store support unchecked
 }
 
 func (p *problems) add(err error) {

@@ -2,22 +2,49 @@ package config
 
 import (
 	"fmt"
-	"log/slog"
 	"regexp"
-	"strings"
+	"time"
 
-	"github.com/slotd/slotd/lock"
-	"github.com/slotd/slotd/scheduler"
 	"github.com/slotd/slotd/scheduler/schedule"
-	"github.com/slotd/slotd/tasks"
 )
+
+// Task is one [[task]], validated: its schedule parsed, its policy merged
+// over [defaults] and checked against the schedule. It is data:
+// internal/assemble builds the engine's scheduler.Task from it, with the
+// job its plugin builds.
+type Task struct {
+	Name     string
+	Spec     string             // the schedule key as written; schedules joined by "; "
+	Timezone string             // as written; "" is UTC
+	Schedule *schedule.Schedule // Spec parsed in Timezone
+	Plugin   string             // the registered plugin's name
+	Params   map[string]any     // [task.params]; never nil
+
+	// How each slot is claimed (lock.Policy).
+	Lease       time.Duration
+	DoneTTL     time.Duration // at least the slot window
+	MaxAttempts int           // 1 to MaxAttemptsLimit
+
+	Timeout      time.Duration // one attempt's limit; > 0
+	Catchup      Catchup
+	CatchupLimit time.Duration // a slot older than this at start-up is not caught up
+	Deadline     time.Duration // 0: a slot's window ends at the next fire time
+	Jitter       time.Duration // each slot starts up to this long after its slot time; 0: at it
+	OutputTail   int           // bytes of output each history entry keeps
+	Paused       bool          // starts paused unless the store records a pause state
+	Concurrency  Concurrency
+
+	// OnFailure is the task's on_failure hook, its own or [defaults]'
+	// (then shared by every task that inherits it); nil: none.
+	OnFailure *Hook
+}
 
 // taskNameRE is what a task name may look like: it is written inside the
 // hash-tag braces of Redis keys ("slotd:{<task>:<slot id>}"), so no braces,
 // colons or spaces.
 var taskNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
-func (c *Config) readTasks(top table, defaults rawPolicy, defaultHook rawHook, log *slog.Logger) {
+func (c *Config) readTasks(top table, defaults rawPolicy, defaultHook rawHook) {
 	v, ok := top.m["task"]
 	if !ok {
 		return
@@ -41,15 +68,15 @@ func (c *Config) readTasks(top table, defaults rawPolicy, defaultHook rawHook, l
 	}
 	seen := make(map[string]int, len(list))
 	for i, m := range list {
-		if t, ok := readTask(m, i+1, seen, defaults, defaultHook, top.p, log); ok {
+		if t, ok := readTask(m, i+1, seen, defaults, defaultHook, top.p); ok {
 			c.Tasks = append(c.Tasks, t)
 		}
 	}
 }
 
-// readTask validates the n-th [[task]] (1-based) and builds its job. It
+// readTask validates the n-th [[task]] (1-based), its plugin checked. It
 // reports its problems to t.p and returns false if there were any.
-func readTask(m map[string]any, n int, seen map[string]int, defaults rawPolicy, defaultHook rawHook, p *problems, log *slog.Logger) (scheduler.Task, bool) {
+func readTask(m map[string]any, n int, seen map[string]int, defaults rawPolicy, defaultHook rawHook, p *problems) (Task, bool) {
 	before := len(p.errs)
 	t := table{m: m, path: "task", p: p, scope: fmt.Sprintf("task #%d", n)}
 	name, nameOK := t.str("name")
@@ -58,7 +85,7 @@ func readTask(m map[string]any, n int, seen map[string]int, defaults rawPolicy, 
 	}
 	t.checkKeys(taskKeys)
 
-	task := scheduler.Task{Name: name}
+	task := Task{Name: name}
 	switch {
 	case !t.has("name"):
 		t.errorf("name", "required")
@@ -93,19 +120,19 @@ func readTask(m map[string]any, n int, seen map[string]int, defaults rawPolicy, 
 	}
 	task.Spec, task.Schedule = readSchedule(t, name, zone, tzOK)
 
-	task.Plugin, task.Params, task.Job = readPlugin(t, "[task.params]", log.With("task", name))
+	task.Plugin, task.Params = readPlugin(t, "[task.params]", PluginRef{Task: name})
 
 	pol := resolvePolicy(t, readPolicy(t), defaults, task.Schedule)
-	task.Policy = lock.Policy{Lease: pol.Lease, DoneTTL: pol.DoneTTL, MaxAttempts: pol.MaxAttempts}
+	task.Lease, task.DoneTTL, task.MaxAttempts = pol.Lease, pol.DoneTTL, pol.MaxAttempts
 	task.Timeout, task.Catchup, task.Deadline = pol.Timeout, pol.Catchup, pol.Deadline
 	task.CatchupLimit = pol.CatchupLimit
 	task.OutputTail = pol.OutputTail
 	task.Concurrency = pol.Concurrency
-	if task.Schedule != nil || pol.Deadline > 0 {
-		task.Jitter = readJitter(t, task.Window())
-	} else {
-		task.Jitter = readJitter(t, 0)
+	window := pol.Deadline // the slot window (scheduler.Task.Window); 0: unknown
+	if window == 0 && task.Schedule != nil {
+		window = task.Schedule.MaxGap()
 	}
+	task.Jitter = readJitter(t, window)
 	if v, ok := m["paused"]; ok {
 		if b, isBool := v.(bool); isBool {
 			task.Paused = b
@@ -113,75 +140,6 @@ func readTask(m map[string]any, n int, seen map[string]int, defaults rawPolicy, 
 			t.errorf("paused", "must be true or false, not %s", tomlType(v))
 		}
 	}
-	task.OnFailure = readHook(t, hookScope(t.scope), log.With("task", name, "hook", "on_failure")).or(defaultHook)
+	task.OnFailure = readHook(t, hookScope(t.scope), name).or(defaultHook)
 	return task, len(p.errs) == before
-}
-
-// readPlugin reads a table's plugin and params (named paramsTable in an
-// error about their type) and builds the plugin's job, reporting each
-// problem under its key. The job is nil when anything is wrong. Tasks and
-// on_failure hooks read theirs alike.
-func readPlugin(t table, paramsTable string, log *slog.Logger) (plugin string, params map[string]any, job tasks.Task) {
-	params = map[string]any{}
-	paramsOK := true
-	if v, ok := t.m["params"]; ok {
-		if pm, isTable := v.(map[string]any); isTable {
-			params = pm
-		} else {
-			t.errorf("params", "must be a table (%s), not %s", paramsTable, tomlType(v))
-			paramsOK = false
-		}
-	}
-	plugin, pluginOK := t.str("plugin")
-	switch {
-	case !t.has("plugin"):
-		t.errorf("plugin", "required (registered plugins: %s)", registered())
-	case !pluginOK:
-	default:
-		factory, known := tasks.Lookup(plugin)
-		if !known {
-			t.errorf("plugin", "unknown plugin %q (registered plugins: %s)", plugin, registered())
-		} else if paramsOK {
-			var err error
-			job, err = build(factory, plugin, params, log)
-			// A factory may join one error per problem: one line each.
-			for _, e := range splitJoined(err) {
-				if e != nil {
-					t.wrapf("params", e)
-				}
-			}
-		}
-	}
-	return plugin, params, job
-}
-
-// build calls a plugin's factory, turning a panic into an error: no
-// configuration may crash the daemon at load.
-func build(factory tasks.Factory, plugin string, params map[string]any, log *slog.Logger) (job tasks.Task, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			job, err = nil, fmt.Errorf("plugin %q panicked: %v", plugin, r)
-		}
-	}()
-	job, err = factory(params, log)
-	if err == nil && job == nil {
-		err = fmt.Errorf("plugin %q returned no task", plugin)
-	}
-	return job, err
-}
-
-// splitJoined returns the errors that errors.Join joined into err, or err.
-func splitJoined(err error) []error {
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		return j.Unwrap()
-	}
-	return []error{err}
-}
-
-func registered() string {
-	names := tasks.Plugins()
-	if len(names) == 0 {
-		return "none"
-	}
-	return strings.Join(names, ", ")
 }

@@ -26,7 +26,7 @@ func TestRedisTLSConfig(t *testing.T) {
 		{"sentinel over TLS, system roots", "addrs = [\"s1:26379\"]\nmaster_name = \"m\"\ntls = true", false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := Parse([]byte("[redis]\n"+tc.redis+"\n"+minimal), "test.toml", nil)
+			cfg, err := Parse([]byte("[redis]\n"+tc.redis+"\n"+minimal), "test.toml", nil, testPlugins)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -41,7 +41,7 @@ func TestTokenFileRefusedWhenWritableOrUnsendable(t *testing.T) {
 			if err := os.Symlink(file, link); err != nil {
 				t.Fatal(err)
 			}
-			cfg, err := Parse([]byte("[http]\ntoken_file = \""+link+"\"\n"+minimal), "test.toml", nil)
+			cfg, err := Parse([]byte("[http]\ntoken_file = \""+link+"\"\n"+minimal), "test.toml", nil, testPlugins)
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatalf("refused: %v", err)
@@ -55,7 +55,7 @@ func TestTokenFileRefusedWhenWritableOrUnsendable(t *testing.T) {
 		})
 	}
 	t.Setenv("SLOTD_TEST_TOKEN_UTF8", "s3cret-tökèn-0123456789")
-	if _, err := Parse([]byte("[http]\ntoken_env = \"SLOTD_TEST_TOKEN_UTF8\"\n"+minimal), "test.toml", nil); err == nil ||
+	if _, err := Parse([]byte("[http]\ntoken_env = \"SLOTD_TEST_TOKEN_UTF8\"\n"+minimal), "test.toml", nil, testPlugins); err == nil ||
 		!strings.Contains(err.Error(), "http.token_env: ") || !strings.Contains(err.Error(), "visible ASCII") {
 		t.Errorf("token_env with a UTF-8 letter: %v", err)
 	}

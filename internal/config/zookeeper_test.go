@@ -46,35 +46,12 @@ func TestZooKeeperErrors(t *testing.T) {
 		{"[redis]\nurl = \"redis://db:6379\"\n[zookeeper]\nservers = [\"zk1:2181\"]", "exclusive"},
 		{"[etcd]\nendpoints = [\"http://etcd1:2379\"]\n[zookeeper]\nservers = [\"zk1:2181\"]", "[zookeeper] and [etcd] are exclusive"},
 	} {
-		_, err := Parse([]byte(tc.src+minimal), "test.toml", nil)
+		_, err := Parse([]byte(tc.src+minimal), "test.toml", nil, testPlugins)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: err = %v, want it to contain %q", tc.src, err, tc.want)
 		}
 		if err != nil && strings.Contains(err.Error(), "pw") {
 			t.Errorf("%q: error quotes the password: %v", tc.src, err)
 		}
-	}
-}
-
-// What a store cannot do yet is refused at load, naming the task and key,
-// not ignored.
-func TestStoreSupportRefused(t *testing.T) {
-	for _, tc := range []struct{ src, want string }{
-		{"[zookeeper]\nservers = [\"zk1:2181\"]\n[[task]]\nname = \"a\"\nschedule = \"@hourly\"\nplugin = \"exec\"\nconcurrency = \"forbid\"\n  [task.params]\n  command = [\"true\"]\n",
-			`task "a": concurrency: "forbid" needs the store's operator controls, which [zookeeper] does not have`},
-		{"[etcd]\nendpoints = [\"http://etcd1:2379\"]\n[[task]]\nname = \"b\"\nschedule = \"@hourly\"\nplugin = \"exec\"\n  [task.params]\n  command = [\"true\"]\n  [task.on_failure]\n  plugin = \"exec\"\n    [task.on_failure.params]\n    command = [\"true\"]\n",
-			`task "b": on_failure: hooks need a one-time marker in the store, which [etcd] does not have`},
-		{"[redis]\nredlock = [\"redis://a:6379\", \"redis://b:6379\", \"redis://c:6379\"]\n[[task]]\nname = \"c\"\nschedule = \"@hourly\"\nplugin = \"exec\"\nconcurrency = \"replace\"\n  [task.params]\n  command = [\"true\"]\n",
-			`task "c": concurrency: "replace" needs the store's operator controls, which [redis] redlock does not have`},
-	} {
-		_, err := Parse([]byte(tc.src), "test.toml", nil)
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s\nerr = %v\nwant %q", tc.src, err, tc.want)
-		}
-	}
-	// On Redis both are fine.
-	ok := "[redis]\nurl = \"redis://db:6379\"\n[[task]]\nname = \"d\"\nschedule = \"@hourly\"\nplugin = \"exec\"\nconcurrency = \"forbid\"\n  [task.params]\n  command = [\"true\"]\n"
-	if _, err := Parse([]byte(ok), "test.toml", nil); err != nil {
-		t.Errorf("forbid on Redis: %v", err)
 	}
 }

@@ -120,7 +120,7 @@ func writeText(w io.Writer, set *stats.Set, up bool, skew time.Duration) error {
 	}
 	t.header("slotd_notifications_total", helpNotifications, "counter")
 	for i, o := range stats.NotifyOutcomes {
-		t.labelled("slotd_notifications_total", "outcome", o, float64(set.Notifications[i].Load()))
+		t.labelled("slotd_notifications_total", "outcome", string(o), float64(set.Notifications[i].Load()))
 	}
 	t.header("slotd_claims_total", helpClaims, "counter")
 	for _, st := range tasks {
@@ -135,7 +135,7 @@ func writeText(w io.Writer, set *stats.Set, up bool, skew time.Duration) error {
 	t.header("slotd_runs_total", helpRuns, "counter")
 	for _, st := range tasks {
 		for i, o := range stats.Outcomes {
-			t.sample("slotd_runs_total", st.Name, "outcome", o, float64(st.Runs[i].Load()))
+			t.sample("slotd_runs_total", st.Name, "outcome", string(o), float64(st.Runs[i].Load()))
 		}
 	}
 	histograms("slotd_task_duration_seconds", helpDuration, func(st *stats.Task) *stats.Histogram { return &st.Duration })

@@ -42,7 +42,7 @@ func TestMetricsExposition(t *testing.T) {
 		st.Claimed(r)
 	}
 	st.ClaimFailed()
-	for _, o := range []string{stats.OutcomeSuccess, stats.OutcomeSuccess, stats.OutcomeFailure, stats.OutcomeTimeout, stats.OutcomeLeaseLost, stats.OutcomeCanceled, "bogus"} {
+	for _, o := range []stats.Outcome{stats.OutcomeSuccess, stats.OutcomeSuccess, stats.OutcomeFailure, stats.OutcomeTimeout, stats.OutcomeLeaseLost, stats.OutcomeCanceled, "bogus"} {
 		st.Ran(o)
 	}
 	// Powers of two, so that the sums print exactly.
@@ -390,7 +390,7 @@ func vecSeries(reg prometheus.Registerer, names []string) {
 		}
 		claims.WithLabelValues(n, stats.ResultError)
 		for _, o := range stats.Outcomes {
-			runs.WithLabelValues(n, o)
+			runs.WithLabelValues(n, string(o))
 		}
 		for _, h := range hists {
 			h.WithLabelValues(n)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/slotd/slotd/internal/observe"
+	"github.com/slotd/slotd/internal/stats"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler"
@@ -56,7 +57,7 @@ func (f *fleet) attempt(task *scheduler.Task, slot time.Time, replica string, at
 	}
 	err = f.hist.Append(ctx, task.Name, scheduler.HistoryEntry{
 		Slot: s.ID, SlotTime: s.Time, Attempt: c.Attempt, Token: lock.Token(s.Time, c.Attempt),
-		Replica: replica, Outcome: outcome, Started: at, Duration: 2 * time.Second, Error: errText,
+		Replica: replica, Outcome: stats.Outcome(outcome), Started: at, Duration: 2 * time.Second, Error: errText,
 	})
 	if err != nil {
 		f.t.Fatal(err)
@@ -72,7 +73,7 @@ func statusTask(t *testing.T, name, spec string, maxAttempts int, doneTTL time.D
 	return scheduler.Task{
 		Name: name, Spec: spec, Plugin: "test", Params: map[string]any{},
 		Policy:  lock.Policy{Lease: 3 * time.Second, DoneTTL: doneTTL, MaxAttempts: maxAttempts},
-		Timeout: time.Minute, Catchup: "none", Schedule: sched,
+		Timeout: time.Minute, Catchup: scheduler.CatchupNone, Schedule: sched,
 	}
 }
 
@@ -134,7 +135,7 @@ func TestStatus(t *testing.T) {
 		s := m.Slots[i]
 		last := ""
 		if s.Last != nil {
-			last = s.Last.Outcome
+			last = string(s.Last.Outcome)
 		}
 		if s.ID != w.id || s.Phase != w.phase || s.State != w.state || s.Attempts != w.attempts || s.Replica != w.replica || last != w.last {
 			t.Errorf("slot %d: got id %s phase %s state %s attempts %d replica %q last %q; want %+v",

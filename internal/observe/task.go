@@ -58,7 +58,7 @@ func Detail(ctx context.Context, task *scheduler.Task, store lock.Store, hist sc
 	d := TaskDetail{
 		Now: rep.Now, Task: rep.Tasks[0], State: taskState(rep.Tasks[0]),
 		Lease: task.Lease.String(), DoneTTL: task.DoneTTL.String(), Timeout: task.Timeout.String(),
-		Window: task.Window().String(), Catchup: task.Catchup,
+		Window: task.Window().String(), Catchup: task.Catchup.String(),
 	}
 	loc, err := time.LoadLocation(task.Timezone) // "" is UTC; validated at load
 	if err != nil {

@@ -27,30 +27,35 @@ import (
 	"github.com/slotd/slotd/lock"
 )
 
-// Outcomes of an attempt, as the run history and the metrics name them.
+// Outcome is how an attempt ended, by the name the run history and the
+// metrics give it. It is a string because it travels: a history entry
+// written by another release keeps an outcome this one does not know.
+type Outcome string
+
+// Outcomes of an attempt.
 const (
-	OutcomeSuccess   = "success"
-	OutcomeFailure   = "failure"
-	OutcomeTimeout   = "timeout"
-	OutcomeLeaseLost = "lease_lost"
-	OutcomeCanceled  = "canceled"
+	OutcomeSuccess   Outcome = "success"
+	OutcomeFailure   Outcome = "failure"
+	OutcomeTimeout   Outcome = "timeout"
+	OutcomeLeaseLost Outcome = "lease_lost"
+	OutcomeCanceled  Outcome = "canceled"
 	// OutcomeSuccessUnmarked: the task succeeded, but its lease was lost
 	// (or the daemon stopped) before the slot could be marked done, so a
 	// peer may run the slot again with a higher fencing token.
-	OutcomeSuccessUnmarked = "success_unmarked"
+	OutcomeSuccessUnmarked Outcome = "success_unmarked"
 	// OutcomeSuperseded: the attempt was cancelled because a newer slot of
 	// its task replaced it (concurrency = "replace"); its slot is marked
 	// done.
-	OutcomeSuperseded = "superseded"
+	OutcomeSuperseded Outcome = "superseded"
 	// OutcomeSkippedForbid is the history's record of a slot won but not
 	// run because the previous slot of its task was still running
 	// (concurrency = "forbid"); its slot is marked done. It is no run:
 	// Task.Skipped counts it.
-	OutcomeSkippedForbid = "skipped_forbid"
+	OutcomeSkippedForbid Outcome = "skipped_forbid"
 )
 
 // Outcomes lists the outcomes in the order of Task.Runs.
-var Outcomes = [...]string{OutcomeSuccess, OutcomeFailure, OutcomeTimeout, OutcomeLeaseLost, OutcomeCanceled, OutcomeSuccessUnmarked, OutcomeSuperseded}
+var Outcomes = [...]Outcome{OutcomeSuccess, OutcomeFailure, OutcomeTimeout, OutcomeLeaseLost, OutcomeCanceled, OutcomeSuccessUnmarked, OutcomeSuperseded}
 
 // Reasons a slot is skipped, in the order of Task.Skipped.
 const (
@@ -162,7 +167,7 @@ func (t *Task) ClaimFailed() { t.Claims[0].Inc() }
 
 // Ran counts an attempt that ended with outcome, one of Outcomes (another
 // counts as a failure).
-func (t *Task) Ran(outcome string) {
+func (t *Task) Ran(outcome Outcome) {
 	i := slices.Index(Outcomes[:], outcome)
 	if i < 0 {
 		i = slices.Index(Outcomes[:], OutcomeFailure)
@@ -278,24 +283,27 @@ func (s *Set) Task(name string) *Task { return s.list.Load().byName[name] }
 // not change the slice.
 func (s *Set) Tasks() []*Task { return s.list.Load().tasks }
 
+// Notify is how an on_failure hook ended, by the name the metrics give it.
+type Notify string
+
 // Outcomes of an on_failure hook, in the order of Notifications.
 const (
-	NotifySuccess = "success" // the hook ran and succeeded
-	NotifyFailure = "failure" // the hook ran and failed, or timed out; not retried
+	NotifySuccess Notify = "success" // the hook ran and succeeded
+	NotifyFailure Notify = "failure" // the hook ran and failed, or timed out; not retried
 	// NotifyError: the store could not say whether another replica had
 	// already notified (the once marker); the hook did not run.
-	NotifyError = "store_error"
+	NotifyError Notify = "store_error"
 	// NotifyUnsupported: the store has no once marker (lock.Oncer), so no
 	// replica could be sure to be the only one; the hook did not run.
-	NotifyUnsupported = "unsupported"
+	NotifyUnsupported Notify = "unsupported"
 	// NotifyDropped: the replica already ran its most hooks at once
 	// ([daemon] max_hooks); the hook did not run here, and its once marker
 	// was left for a peer.
-	NotifyDropped = "dropped"
+	NotifyDropped Notify = "dropped"
 )
 
 // NotifyOutcomes lists the outcomes in the order of Notifications.
-var NotifyOutcomes = [...]string{NotifySuccess, NotifyFailure, NotifyError, NotifyUnsupported, NotifyDropped}
+var NotifyOutcomes = [...]Notify{NotifySuccess, NotifyFailure, NotifyError, NotifyUnsupported, NotifyDropped}
 
 // Notifications counts on_failure hooks by outcome, in NotifyOutcomes'
 // order.
@@ -303,7 +311,7 @@ type Notifications [len(NotifyOutcomes)]Counter
 
 // Add counts one hook that ended with outcome, one of NotifyOutcomes
 // (another counts as a failure).
-func (n *Notifications) Add(outcome string) {
+func (n *Notifications) Add(outcome Notify) {
 	i := slices.Index(NotifyOutcomes[:], outcome)
 	if i < 0 {
 		i = 1

@@ -20,7 +20,7 @@ import (
 
 func parseRedis(t *testing.T, keys string) *config.Config {
 	t.Helper()
-	cfg, err := config.Parse([]byte("[redis]\n"+keys+"\n"), "test.toml", nil)
+	cfg, err := config.Parse([]byte("[redis]\n"+keys+"\n"), "test.toml", nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -26,7 +27,7 @@ schedule = "@hourly"
 plugin = "exec"
   [task.params]
   command = ["true"]
-`), "t.toml", nil)
+`), "t.toml", nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,13 +45,17 @@ func TestOpenEtcd(t *testing.T) {
 	c := etcdtest.Start(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	b, err := Open(ctx, parseEtcd(t, endpointsTOML(c)), nil, WithSubscribe())
+	cfg := parseEtcd(t, endpointsTOML(c))
+	b, err := Open(ctx, cfg, nil, WithSubscribe())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
 	if _, ok := b.Store.(*etcdlock.Store); !ok {
 		t.Fatalf("Store is %T, want *etcdlock.Store", b.Store)
+	}
+	if z := Zero(cfg); reflect.TypeOf(z) != reflect.TypeOf(b.Store) {
+		t.Errorf("Zero is a %T, Open returned a %T", z, b.Store)
 	}
 	h, ok := b.History.(*EtcdHistory)
 	if !ok {

@@ -161,7 +161,7 @@ func TestDataLossRerunsSlotWithSameToken(t *testing.T) {
 	task := scheduler.Task{
 		Name: "hourly", Spec: "@every 1h", Plugin: "test", Params: map[string]any{},
 		Policy:  lock.Policy{Lease: 3 * time.Second, DoneTTL: 3 * time.Hour, MaxAttempts: 3},
-		Timeout: time.Minute, Catchup: "latest", Schedule: sched,
+		Timeout: time.Minute, Catchup: scheduler.CatchupLatest, Schedule: sched,
 		Job: tasks.TaskFunc(func(ctx context.Context) error {
 			r, _ := tasks.RunFrom(ctx)
 			runs <- r

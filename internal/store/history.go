@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/slotd/slotd/internal/coalesce"
 	"github.com/slotd/slotd/internal/config"
+	"github.com/slotd/slotd/internal/stats"
 	"github.com/slotd/slotd/scheduler"
 )
 
@@ -215,7 +216,7 @@ func (h *RedisHistory) write(ctx context.Context, batch []*coalesce.Call[histApp
 			"attempt", strconv.Itoa(e.Attempt),
 			"token", strconv.FormatInt(e.Token, 10),
 			"replica", e.Replica,
-			"outcome", e.Outcome,
+			"outcome", string(e.Outcome), // go-redis writes no named string type
 			"started", e.Started.UTC().Format(time.RFC3339Nano),
 			"duration_ms", strconv.FormatInt(e.Duration.Milliseconds(), 10),
 			"error", scheduler.TruncateHistoryError(e.Error),
@@ -462,7 +463,7 @@ func decodeEntry(m redis.XMessage, key string) scheduler.HistoryEntry {
 		ID:      m.ID,
 		Slot:    str("slot"),
 		Replica: str("replica"),
-		Outcome: str("outcome"),
+		Outcome: stats.Outcome(str("outcome")),
 		Error:   str("error"),
 		Output:  str("output"),
 	}

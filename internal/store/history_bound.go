@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/slotd/slotd/internal/stats"
 	"github.com/slotd/slotd/scheduler"
 )
 
@@ -30,15 +31,17 @@ func decodeJSONEntry(b []byte, key, id string) scheduler.HistoryEntry {
 	_ = json.Unmarshal(b, &e)
 	e.ID = id
 	var cut []string
+	outcome := string(e.Outcome)
 	for _, f := range []struct {
 		name string
 		v    *string
-	}{{"slot", &e.Slot}, {"replica", &e.Replica}, {"outcome", &e.Outcome}} {
+	}{{"slot", &e.Slot}, {"replica", &e.Replica}, {"outcome", &outcome}} {
 		if len(*f.v) > readValueCap {
 			cut = append(cut, fmt.Sprintf("%s of %d bytes", f.name, len(*f.v)))
 			*f.v = strings.ToValidUTF8((*f.v)[:readValueCap], "\uFFFD")
 		}
 	}
+	e.Outcome = stats.Outcome(outcome)
 	if len(e.Error) > readValueCap {
 		cut = append(cut, fmt.Sprintf("error of %d bytes", len(e.Error)))
 	}

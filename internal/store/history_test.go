@@ -11,6 +11,7 @@ import (
 
 	"github.com/slotd/slotd/internal/config"
 	"github.com/slotd/slotd/internal/redistest"
+	"github.com/slotd/slotd/internal/stats"
 	"github.com/slotd/slotd/internal/store"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/scheduler"
@@ -77,7 +78,7 @@ func entry(slot string, attempt int, outcome, errText string) scheduler.HistoryE
 	at := time.Date(2024, 1, 15, 14, 0, 0, 0, time.UTC)
 	return scheduler.HistoryEntry{
 		Slot: slot, SlotTime: at, Attempt: attempt, Token: lock.Token(at, attempt),
-		Replica: "r1", Outcome: outcome,
+		Replica: "r1", Outcome: stats.Outcome(outcome),
 		Started:  at.Add(time.Duration(attempt)*time.Second + 123456789*time.Nanosecond),
 		Duration: 1500 * time.Millisecond, Error: errText,
 	}
@@ -247,11 +248,11 @@ func TestRedisHistoryStreamGoneBetweenRenewals(t *testing.T) {
 }
 
 func TestHistoryTTL(t *testing.T) {
-	cfg := &config.Config{Tasks: []scheduler.Task{{Policy: lock.Policy{DoneTTL: 48 * time.Hour}}}}
+	cfg := &config.Config{Tasks: []config.Task{{DoneTTL: 48 * time.Hour}}}
 	if got := store.HistoryTTL(cfg); got != store.MinHistoryTTL {
 		t.Errorf("HistoryTTL with done_ttl 48h = %v, want %v", got, store.MinHistoryTTL)
 	}
-	cfg.Tasks = append(cfg.Tasks, scheduler.Task{Policy: lock.Policy{DoneTTL: 30 * 24 * time.Hour}})
+	cfg.Tasks = append(cfg.Tasks, config.Task{DoneTTL: 30 * 24 * time.Hour})
 	if got := store.HistoryTTL(cfg); got != 30*24*time.Hour {
 		t.Errorf("HistoryTTL with done_ttl 720h = %v, want 720h", got)
 	}

@@ -17,6 +17,9 @@
 //   - the Redis history is a capped stream per task, HistoryKey, whose TTL
 //     (HistoryTTL) outlives every slot's own keys; appends that meet in
 //     flight share one round trip;
+//   - Zero names, without dialing, the Store type Open returns for a
+//     configuration, so that what a store supports is read from the
+//     interfaces that type implements;
 //   - no error quotes a Redis URL or a password.
 package store
 
@@ -95,6 +98,25 @@ func WithRedisHook(h redis.Hook) Option { return func(o *options) { o.hooks = ap
 // returned: the watches subscribe again by themselves, and claims fail
 // closed until Redis answers.
 func WithSubscribe() Option { return func(o *options) { o.subscribe = true } }
+
+// Zero returns the zero value (a nil pointer) of the Store type that Open
+// returns for cfg, without dialing anything: what that type implements
+// (lock.Controls, lock.Oncer, ...) is what the configured store supports,
+// so that a command can refuse a task the store cannot serve before any
+// store is reached. Only type assertions may be made on it.
+func Zero(cfg *config.Config) lock.Store {
+	switch {
+	case cfg.UsesZooKeeper():
+		return (*zklock.Store)(nil)
+	case cfg.UsesEtcd():
+		return (*etcdlock.Store)(nil)
+	case cfg.Embedded():
+		return (*memlock.Store)(nil)
+	case cfg.RedisMode() == config.ModeRedlock:
+		return (*redislock.Redlock)(nil)
+	}
+	return (*redislock.Store)(nil)
+}
 
 // Open builds the store and history of cfg's backend (cfg.RedisMode()),
 // logging which one on log. It does no I/O unless WithSubscribe is given,

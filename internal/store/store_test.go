@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -82,5 +83,28 @@ func TestOpenRedis(t *testing.T) {
 	}
 	if err := b.Close(); err != nil {
 		t.Errorf("Close: %v", err)
+	}
+}
+
+// Zero names, without dialing, the Store type Open returns for each Redis
+// mode and the embedded store (etcd and ZooKeeper: TestOpenEtcd,
+// TestOpenZooKeeper). Open does no I/O for these without WithSubscribe.
+func TestZeroIsTheTypeOpenReturns(t *testing.T) {
+	for _, keys := range []string{
+		``,
+		`url = "redis://127.0.0.1:1/0"`,
+		"addrs = [\"127.0.0.1:1\"]\nmaster_name = \"m\"",
+		"addrs = [\"127.0.0.1:1\"]\ncluster = true",
+		`redlock = ["redis://127.0.0.1:1", "redis://127.0.0.1:2", "redis://127.0.0.1:3"]`,
+	} {
+		cfg := parseRedis(t, keys)
+		b, err := Open(context.Background(), cfg, nil)
+		if err != nil {
+			t.Fatalf("%q: %v", keys, err)
+		}
+		if z := Zero(cfg); reflect.TypeOf(z) != reflect.TypeOf(b.Store) {
+			t.Errorf("%s: Zero is a %T, Open returned a %T", cfg.RedisMode(), z, b.Store)
+		}
+		_ = b.Close()
 	}
 }

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +21,7 @@ import (
 func TestOpenZooKeeper(t *testing.T) {
 	e := zktest.Start(t, 1)
 	src := fmt.Sprintf("[zookeeper]\nservers = [%q]\nroot = \"/opened\"\n[[task]]\nname = \"report\"\nschedule = \"* * * * *\"\nplugin = \"exec\"\nlease = \"2s\"\nparams = { command = [\"true\"] }\n", e.Servers()[0])
-	cfg, err := config.Parse([]byte(src), "test.toml", nil)
+	cfg, err := config.Parse([]byte(src), "test.toml", nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,12 +35,16 @@ func TestOpenZooKeeper(t *testing.T) {
 	if !ok || zs.Root() != "/opened" || zs.SessionTimeout() != 2*time.Second {
 		t.Fatalf("store = %T %+v", b.Store, b.Store)
 	}
+	if z := store.Zero(cfg); reflect.TypeOf(z) != reflect.TypeOf(b.Store) {
+		t.Errorf("Zero is a %T, Open returned a %T", z, b.Store)
+	}
 	now, err := b.Store.Time(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	slot := lock.Slot{Task: "report", ID: "1", Time: now.Add(-time.Second), Deadline: now.Add(time.Minute)}
-	c, err := b.Store.Claim(ctx, slot, "r", cfg.Tasks[0].Policy)
+	task := cfg.Tasks[0]
+	c, err := b.Store.Claim(ctx, slot, "r", lock.Policy{Lease: task.Lease, DoneTTL: task.DoneTTL, MaxAttempts: task.MaxAttempts})
 	if err != nil || c.Result != lock.Won || c.Revision == 0 {
 		t.Fatalf("claim = %+v, %v; want won with a revision", c, err)
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slotd/slotd/internal/assemble"
 	"github.com/slotd/slotd/internal/config"
 	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/internal/store"
@@ -129,27 +130,27 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, opts ...
 	}
 }
 
-// loadConfig loads and validates the file at path, building the plugins
-// with log; on failure it says why on stderr.
-func loadConfig(path string, log *slog.Logger, stderr io.Writer) (*config.Config, bool) {
-	cfg, err := config.Load(path, log)
+// loadConfig loads and validates the file at path and builds its tasks,
+// the plugins with log; on failure it says why on stderr.
+func loadConfig(path string, log *slog.Logger, stderr io.Writer) (*assemble.Daemon, bool) {
+	d, err := assemble.Load(path, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "slotd: %v\n", err)
 		return nil, false
 	}
-	return cfg, true
+	return d, true
 }
 
 // loadReadOnly is loadConfig for the commands that do not send the write
-// endpoints' bearer token: the token is not read (config.LoadReadOnly), so
+// endpoints' bearer token: the token is not read (assemble.LoadReadOnly), so
 // that reading the fleet needs no access to the write secret.
-func loadReadOnly(path string, log *slog.Logger, stderr io.Writer) (*config.Config, bool) {
-	cfg, err := config.LoadReadOnly(path, log)
+func loadReadOnly(path string, log *slog.Logger, stderr io.Writer) (*assemble.Daemon, bool) {
+	d, err := assemble.LoadReadOnly(path, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "slotd: %v\n", err)
 		return nil, false
 	}
-	return cfg, true
+	return d, true
 }
 
 var discard = slog.New(slog.DiscardHandler)
@@ -162,10 +163,11 @@ func cmdValidate(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exitUsage
 	}
-	cfg, ok := loadReadOnly(path, discard, stderr)
+	d, ok := loadReadOnly(path, discard, stderr)
 	if !ok {
 		return exitUsage
 	}
+	cfg := d.Config
 	// The token is checked if this user may read it; one who may not
 	// (the secret is the daemon's) still validates the rest.
 	if _, key, err := cfg.ReadToken(); errors.Is(err, config.ErrTokenUnreadable) {
@@ -175,8 +177,8 @@ func cmdValidate(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	now := time.Now()
-	for i := range cfg.Tasks {
-		t := &cfg.Tasks[i]
+	for i := range d.Tasks {
+		t := &d.Tasks[i]
 		tz := t.Timezone
 		if tz == "" {
 			tz = "UTC"
@@ -223,10 +225,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, o opti
 	// before its [log] settings are known: they get a logger whose handler
 	// is chosen once the file is loaded.
 	late := newLateHandler()
-	cfg, ok := loadConfig(path, slog.New(late), stderr)
+	d, ok := loadConfig(path, slog.New(late), stderr)
 	if !ok {
 		return exitUsage
 	}
+	cfg := d.Config
 	level := new(slog.LevelVar) // a reload may change it
 	level.Set(cfg.LogLevel)
 	base := newLogger(stderr, level, cfg.LogFormat)
@@ -237,7 +240,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, o opti
 	// task's business.
 	tasks.DropEnv(cfg.URLEnv, cfg.TokenEnv)
 	tasks.DropEnv(cfg.EnvDrop...)
-	if err := tasks.SetHTTPPool(cfg.HTTPPool); err != nil { // validated at load; not expected
+	if err := tasks.SetHTTPPool(d.HTTPPool); err != nil { // validated at load; not expected
 		log.Error("slotd failed", "err", err)
 		return exitUsage
 	}
@@ -248,7 +251,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, o opti
 	// it starts; a reload waits for the scheduler.
 	hup, stopHangups := hangups()
 	defer stopHangups()
-	if err := run(ctx, cfg, base, o, hup, level); err != nil {
+	if err := run(ctx, d, base, o, hup, level); err != nil {
 		log.Error("slotd failed", "err", err)
 		return exitError
 	}
@@ -259,7 +262,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, o opti
 // log is not yet scoped to the replica: the scheduler adds that itself.
 // Each SIGHUP from hup (nil: none) reloads the configuration (reloader),
 // which sets level (nil: fixed) to the file's [log] level.
-func run(ctx context.Context, cfg *config.Config, log *slog.Logger, o options, hup <-chan os.Signal, level *slog.LevelVar) error {
+func run(ctx context.Context, d *assemble.Daemon, log *slog.Logger, o options, hup <-chan os.Signal, level *slog.LevelVar) error {
+	cfg := d.Config
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -290,14 +294,14 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, o options, h
 	}
 	reg.MustRegister(policies)
 
-	sched := scheduler.New(cfg.Tasks, b.Store, scheduler.WithLogger(log),
+	sched := scheduler.New(d.Tasks, b.Store, scheduler.WithLogger(log),
 		scheduler.WithHistory(b.History), scheduler.WithReplica(cfg.Replica),
 		scheduler.WithShutdownGrace(cfg.ShutdownGrace), scheduler.WithMaxClockSkew(cfg.MaxClockSkew),
 		scheduler.WithMaxRunning(cfg.MaxRunning),
 		scheduler.WithMaxHooks(cfg.MaxHooks))
 	// reloads.Reload is the daemon's one reload: SIGHUP's here, and the
 	// HTTP API's POST /api/v1/reload (slotd reload).
-	reloads := newReloader(cfg, sched, log.With("replica", cfg.Replica), level, reg)
+	reloads := newReloader(d, sched, log.With("replica", cfg.Replica), level, reg)
 	defer reloads.onHangup(hup)()
 
 	if cfg.Listen != "off" {

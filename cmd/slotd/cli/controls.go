@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/slotd/slotd/internal/assemble"
 	"github.com/slotd/slotd/internal/config"
 	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/internal/store"
@@ -40,11 +41,12 @@ func cmdTrigger(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if !ok {
 		return exitUsage
 	}
-	cfg, ok := loadReadOnly(path, discard, stderr)
+	d, ok := loadReadOnly(path, discard, stderr)
 	if !ok {
 		return exitUsage
 	}
-	task, err := findTask(cfg, pos[0])
+	cfg := d.Config
+	task, err := findTask(d, pos[0])
 	if err != nil {
 		fmt.Fprintf(stderr, "slotd trigger: %v\n", err)
 		return exitUsage
@@ -93,11 +95,12 @@ func cmdPause(ctx context.Context, name string, args []string, stdout, stderr io
 	if !ok {
 		return exitUsage
 	}
-	cfg, ok := loadReadOnly(path, discard, stderr)
+	d, ok := loadReadOnly(path, discard, stderr)
 	if !ok {
 		return exitUsage
 	}
-	task, err := findTask(cfg, pos[0])
+	cfg := d.Config
+	task, err := findTask(d, pos[0])
 	if err != nil {
 		fmt.Fprintf(stderr, "slotd %s: %v\n", name, err)
 		return exitUsage
@@ -155,11 +158,12 @@ func cmdReload(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if !ok {
 		return exitUsage
 	}
-	cfg, err := config.Load(path, discard)
+	d, err := assemble.Load(path, discard)
 	if err != nil {
 		fmt.Fprintf(stderr, "slotd reload: the daemon was not asked, it keeps its running config: %v\n", err)
 		return exitUsage
 	}
+	cfg := d.Config
 	if _, code := callAPI(ctx, "reload", cfg, "/api/v1/reload", stderr); code != exitOK {
 		return code
 	}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/slotd/slotd/internal/config"
+	"github.com/slotd/slotd/internal/assemble"
 	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/internal/store"
@@ -36,11 +36,11 @@ func TestRedlockBackendAndCommands(t *testing.T) {
 	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Load(path, slog.New(slog.DiscardHandler))
+	d, err := assemble.Load(path, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := store.Open(ctx, cfg, nil, store.WithMaxRetries(0))
+	b, err := store.Open(ctx, d.Config, nil, store.WithMaxRetries(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func TestRedlockBackendAndCommands(t *testing.T) {
 	if _, ok := b.Store.(*redislock.Redlock); !ok {
 		t.Fatalf("store is %T, want *lock.Redlock", b.Store)
 	}
-	task, _ := findTask(cfg, "report")
+	task, _ := findTask(d, "report")
 	now, err := b.Store.Time(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/slotd/slotd/internal/assemble"
 	"github.com/slotd/slotd/internal/config"
 	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/scheduler"
@@ -53,13 +54,13 @@ type reloader struct {
 
 // newReloader returns the reloader of the daemon that started with cfg,
 // its metrics registered with reg.
-func newReloader(cfg *config.Config, sched *scheduler.Scheduler, log *slog.Logger, level *slog.LevelVar, reg prometheus.Registerer) *reloader {
+func newReloader(d *assemble.Daemon, sched *scheduler.Scheduler, log *slog.Logger, level *slog.LevelVar, reg prometheus.Registerer) *reloader {
 	r := &reloader{
-		started: cfg,
+		started: d.Config,
 		sched:   sched,
 		log:     log,
 		level:   level,
-		pool:    cfg.HTTPPool,
+		pool:    d.HTTPPool,
 		failures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "slotd_config_reload_failures_total",
 			Help: "Reloads (SIGHUP, slotd reload, POST /api/v1/reload) that changed nothing: the file was invalid or unreadable, or the engine did not take its tasks (it was stopping, or the request ended first); the running configuration stayed.",
@@ -98,8 +99,8 @@ func (r *reloader) Reload(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	path := r.started.Source
-	cfg, err := config.Load(path, r.log)
-	if err == nil && len(cfg.Tasks) == 0 && len(r.sched.Tasks()) > 0 {
+	d, err := assemble.Load(path, r.log)
+	if err == nil && len(d.Config.Tasks) == 0 && len(r.sched.Tasks()) > 0 {
 		err = errNoTasks
 	}
 	if err != nil {
@@ -107,7 +108,8 @@ func (r *reloader) Reload(ctx context.Context) error {
 		r.log.Error("configuration reload failed: the running configuration stays", "config", path, "err", err)
 		return fmt.Errorf("%w: %w", observe.ErrInvalidConfig, err)
 	}
-	change, err := r.sched.Reload(ctx, cfg.Tasks)
+	cfg := d.Config
+	change, err := r.sched.Reload(ctx, d.Tasks)
 	if err != nil {
 		r.failures.Inc()
 		r.log.Error("configuration reload failed: the tasks were not replaced", "config", path, "err", err)
@@ -124,11 +126,11 @@ func (r *reloader) Reload(ctx context.Context) error {
 		}
 	}
 	applied = append(applied, "HTTPPool")
-	if cfg.HTTPPool != r.pool {
-		if err := tasks.SetHTTPPool(cfg.HTTPPool); err != nil { // validated at load; not expected
+	if d.HTTPPool != r.pool {
+		if err := tasks.SetHTTPPool(d.HTTPPool); err != nil { // validated at load; not expected
 			r.log.Error("the http plugin's connection pool was not changed", "err", err)
 		} else {
-			r.pool = cfg.HTTPPool
+			r.pool = d.HTTPPool
 			r.log.Info("the http plugin's connection pool changed: requests in flight finish on their connections")
 		}
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/slotd/slotd/internal/config"
+	"github.com/slotd/slotd/internal/assemble"
 	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler"
@@ -49,17 +49,17 @@ func TestReloadValidInvalidRestartNeeded(t *testing.T) {
 	var logs syncBuffer
 	level := new(slog.LevelVar)
 	log := newLogger(&logs, level, "json")
-	cfg, err := config.Load(path, log)
+	d, err := assemble.Load(path, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sched := scheduler.New(cfg.Tasks, memlock.New(time.Now), scheduler.WithLogger(log))
+	sched := scheduler.New(d.Tasks, memlock.New(time.Now), scheduler.WithLogger(log))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- sched.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 	reg := prometheus.NewRegistry()
-	r := newReloader(cfg, sched, log, level, reg)
+	r := newReloader(d, sched, log, level, reg)
 	names := func() string {
 		var ns []string
 		for _, task := range sched.Tasks() {

@@ -16,7 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/slotd/slotd/internal/config"
+	"github.com/slotd/slotd/internal/assemble"
 	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler"
@@ -47,16 +47,16 @@ plugin = "cli-test-counted"
 	write(twoTasks)
 	var logs syncBuffer
 	log := newLogger(&logs, slog.LevelInfo, "json")
-	cfg, err := config.Load(path, log)
+	d, err := assemble.Load(path, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sched := scheduler.New(cfg.Tasks, memlock.New(time.Now), scheduler.WithLogger(log))
+	sched := scheduler.New(d.Tasks, memlock.New(time.Now), scheduler.WithLogger(log))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- sched.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	r := newReloader(cfg, sched, log, nil, prometheus.NewRegistry())
+	r := newReloader(d, sched, log, nil, prometheus.NewRegistry())
 	names := func() string {
 		var ns []string
 		for _, task := range sched.Tasks() {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slotd/slotd/internal/assemble"
 	"github.com/slotd/slotd/internal/config"
 	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/internal/store"
@@ -71,11 +72,12 @@ func parseCommand(name string, args []string, stderr io.Writer, names []string, 
 
 // openShared loads the configuration at path and connects to its Redis.
 // It prints why not and returns the exit code if it cannot.
-func openShared(ctx context.Context, name, path string, stderr io.Writer) (*config.Config, *store.Backend, int) {
-	cfg, ok := loadReadOnly(path, discard, stderr)
+func openShared(ctx context.Context, name, path string, stderr io.Writer) (*assemble.Daemon, *store.Backend, int) {
+	d, ok := loadReadOnly(path, discard, stderr)
 	if !ok {
 		return nil, nil, exitUsage
 	}
+	cfg := d.Config
 	if cfg.Embedded() {
 		where := ""
 		if cfg.Listen != "off" {
@@ -91,7 +93,7 @@ func openShared(ctx context.Context, name, path string, stderr io.Writer) (*conf
 		fmt.Fprintf(stderr, "slotd: %s: %v\n", path, err)
 		return nil, nil, exitUsage
 	}
-	return cfg, b, exitOK
+	return d, b, exitOK
 }
 
 // quietRedis drops go-redis's own messages for a command: it logs each
@@ -100,15 +102,15 @@ func openShared(ctx context.Context, name, path string, stderr io.Writer) (*conf
 // reach. Only run keeps them, in its own log (cmdRun).
 func quietRedis() { redis.SetLogger(redisLogger{discard}) }
 
-func findTask(cfg *config.Config, name string) (*scheduler.Task, error) {
-	names := make([]string, 0, len(cfg.Tasks))
-	for i := range cfg.Tasks {
-		if cfg.Tasks[i].Name == name {
-			return &cfg.Tasks[i], nil
+func findTask(d *assemble.Daemon, name string) (*scheduler.Task, error) {
+	names := make([]string, 0, len(d.Tasks))
+	for i := range d.Tasks {
+		if d.Tasks[i].Name == name {
+			return &d.Tasks[i], nil
 		}
-		names = append(names, cfg.Tasks[i].Name)
+		names = append(names, d.Tasks[i].Name)
 	}
-	return nil, fmt.Errorf("no task %q in %s (tasks: %s)", name, cfg.Source, strings.Join(names, ", "))
+	return nil, fmt.Errorf("no task %q in %s (tasks: %s)", name, d.Config.Source, strings.Join(names, ", "))
 }
 
 // cmdStatus is `slotd status`: the fleet's recent slots per task.
@@ -125,14 +127,14 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 		return exitUsage
 	}
-	cfg, b, code := openShared(ctx, "status", path, stderr)
-	if cfg == nil {
+	d, b, code := openShared(ctx, "status", path, stderr)
+	if d == nil {
 		return code
 	}
 	defer b.Close()
 	ctx, cancel := context.WithTimeout(ctx, commandTimeout)
 	defer cancel()
-	rep, err := observe.Report(ctx, cfg.Tasks, b.Store, b.History, n)
+	rep, err := observe.Report(ctx, d.Tasks, b.Store, b.History, n)
 	if err != nil {
 		fmt.Fprintf(stderr, "slotd status: %v\n", err)
 		return exitError
@@ -140,7 +142,7 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if asJSON {
 		err = observe.WriteJSON(stdout, rep)
 	} else {
-		err = writeStatus(stdout, rep, clockName(cfg))
+		err = writeStatus(stdout, rep, clockName(d.Config))
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "slotd status: %v\n", err)
@@ -197,7 +199,7 @@ func writeStatus(w io.Writer, rep observe.StatusReport, clock string) error {
 					replica = l.Replica
 				}
 				started, took = stamp(l.Started), l.Duration.Round(time.Millisecond).String()
-				outcome = l.Outcome + " #" + strconv.Itoa(l.Attempt)
+				outcome = string(l.Outcome) + " #" + strconv.Itoa(l.Attempt)
 				errText = l.Error
 			}
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\t%s\n", s.ID, stamp(s.Time), s.Phase,
@@ -225,12 +227,12 @@ func cmdHistory(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 		return exitUsage
 	}
-	cfg, b, code := openShared(ctx, "history", path, stderr)
-	if cfg == nil {
+	d, b, code := openShared(ctx, "history", path, stderr)
+	if d == nil {
 		return code
 	}
 	defer b.Close()
-	task, err := findTask(cfg, pos[0])
+	task, err := findTask(d, pos[0])
 	if err != nil {
 		fmt.Fprintf(stderr, "slotd history: %v\n", err)
 		return exitUsage
@@ -271,7 +273,7 @@ func writeHistory(w io.Writer, task string, entries []scheduler.HistoryEntry, ou
 	fmt.Fprintln(tw, "STARTED (UTC)\tSLOT\tATTEMPT\tREPLICA\tOUTCOME\tDURATION\tTOKEN\tERROR\tOUTPUT (LAST LINE)")
 	for _, e := range entries {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s\n", stamp(e.Started), clean(e.Slot), e.Attempt,
-			clean(e.Replica), clean(e.Outcome), e.Duration.Round(time.Millisecond), e.Token, shorten(clean(e.Error), 100),
+			clean(e.Replica), clean(string(e.Outcome)), e.Duration.Round(time.Millisecond), e.Token, shorten(clean(e.Error), 100),
 			shorten(clean(lastLine(e.Output)), 60))
 	}
 	if err := tw.Flush(); err != nil {
@@ -289,7 +291,7 @@ func writeHistory(w io.Writer, task string, entries []scheduler.HistoryEntry, ou
 			text += "\n"
 		}
 		if _, err := fmt.Fprintf(w, "\n--- output of slot %s attempt %d (%s, %s, started %s UTC):\n%s", clean(e.Slot), e.Attempt,
-			clean(e.Replica), clean(e.Outcome), stamp(e.Started), text); err != nil {
+			clean(e.Replica), clean(string(e.Outcome)), stamp(e.Started), text); err != nil {
 			return err
 		}
 	}
@@ -312,12 +314,12 @@ func cmdRerun(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if !ok {
 		return exitUsage
 	}
-	cfg, b, code := openShared(ctx, "rerun", path, stderr)
-	if cfg == nil {
+	d, b, code := openShared(ctx, "rerun", path, stderr)
+	if d == nil {
 		return code
 	}
 	defer b.Close()
-	task, err := findTask(cfg, pos[0])
+	task, err := findTask(d, pos[0])
 	if err != nil {
 		fmt.Fprintf(stderr, "slotd rerun: %v\n", err)
 		return exitUsage
@@ -327,7 +329,7 @@ func cmdRerun(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "slotd rerun: %v\n", err)
 		return exitUsage
 	}
-	log := newLogger(stderr, cfg.LogLevel, cfg.LogFormat).With("task", task.Name, "slot", slot.ID)
+	log := newLogger(stderr, d.Config.LogLevel, d.Config.LogFormat).With("task", task.Name, "slot", slot.ID)
 	ctx, cancel := context.WithTimeout(ctx, commandTimeout)
 	defer cancel()
 
@@ -360,7 +362,7 @@ func cmdRerun(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			slot.ID, task.Name, clean(res.Previous), res.TTL)
 		return exitError
 	case "foreign":
-		state, _ := redislock.Keys(cfg.Prefix, slot)
+		state, _ := redislock.Keys(d.Config.Prefix, slot)
 		fmt.Fprintf(stderr, "slotd rerun: slot key %s holds a value slotd did not write (%q); refusing. -force deletes it.\n",
 			state, shorten(res.Previous, 80))
 		return exitError

@@ -14,9 +14,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/slotd/slotd/internal/config"
+	"github.com/slotd/slotd/internal/assemble"
 	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/internal/redistest"
+	"github.com/slotd/slotd/internal/stats"
 	"github.com/slotd/slotd/internal/store"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/redislock"
@@ -28,7 +29,7 @@ import (
 type shared struct {
 	t     *testing.T
 	path  string
-	cfg   *config.Config
+	cfg   *assemble.Daemon
 	rdb   *redis.Client
 	store *redislock.Store
 	hist  *store.RedisHistory
@@ -72,7 +73,7 @@ format = "json"
 	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Load(path, slog.New(slog.DiscardHandler))
+	cfg, err := assemble.Load(path, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +132,7 @@ func (s *shared) record(slot lock.Slot, o lock.Owner, outcome, errText string) {
 	s.t.Helper()
 	err := s.hist.Append(context.Background(), slot.Task, scheduler.HistoryEntry{
 		Slot: slot.ID, SlotTime: slot.Time, Attempt: o.Attempt, Token: lock.Token(slot.Time, o.Attempt),
-		Replica: o.ID, Outcome: outcome, Started: s.now, Duration: 1500 * time.Millisecond, Error: errText,
+		Replica: o.ID, Outcome: stats.Outcome(outcome), Started: s.now, Duration: 1500 * time.Millisecond, Error: errText,
 	})
 	if err != nil {
 		s.t.Fatal(err)

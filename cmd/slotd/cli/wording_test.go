@@ -34,7 +34,7 @@ func TestStatusWording(t *testing.T) {
 			t.Fatal("load")
 		}
 		var b strings.Builder
-		if err := writeStatus(&b, observe.StatusReport{Now: time.Now()}, clockName(cfg)); err != nil {
+		if err := writeStatus(&b, observe.StatusReport{Now: time.Now()}, clockName(cfg.Config)); err != nil {
 			t.Fatal(err)
 		}
 		if !strings.Contains(b.String(), tc.want) {

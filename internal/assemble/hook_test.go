@@ -1,9 +1,11 @@
-package config
+package assemble
 
 import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/slotd/slotd/internal/config"
 )
 
 const hookTasks = `
@@ -50,7 +52,7 @@ plugin = "http"
 		byName[task.Name] = i
 	}
 	inh := cfg.Tasks[byName["inherits"]].OnFailure
-	if inh == nil || inh.Plugin != "http" || inh.Timeout != DefaultHookTimeout || inh.Job == nil || inh.Params["method"] != "POST" {
+	if inh == nil || inh.Plugin != "http" || inh.Timeout != config.DefaultHookTimeout || inh.Job == nil || inh.Params["method"] != "POST" {
 		t.Errorf("inherited hook: %+v", inh)
 	}
 	own := cfg.Tasks[byName["own"]].OnFailure
@@ -62,6 +64,11 @@ plugin = "http"
 	}
 	if h := parse(t, hookTasks).Tasks[0].OnFailure; h != nil {
 		t.Errorf("no default: the inheriting task has hook %+v", h)
+	}
+	two := parse(t, "[defaults.on_failure]\nplugin = \"exec\"\nparams = { command = [\"/bin/true\"] }\n"+minimal+
+		"[[task]]\nname = \"second\"\nschedule = \"@hourly\"\nplugin = \"assemble-test-noop\"\n")
+	if a, b := two.Tasks[0].OnFailure, two.Tasks[1].OnFailure; a == nil || a != b || a.Job == nil {
+		t.Errorf("two tasks inheriting [defaults]' hook: %p and %p; want one, built once", a, b)
 	}
 }
 

@@ -1,4 +1,4 @@
-package config
+package assemble
 
 import (
 	"strings"
@@ -15,14 +15,14 @@ func TestTaskErrorsAllReported(t *testing.T) {
 		task string
 		want []string
 	}{
-		{"bad zone and bad @every", "schedule = \"@every 1.5s\"\ntimezone = \"Mars/Olympus\"\nplugin = \"config-test-noop\"\n", []string{
+		{"bad zone and bad @every", "schedule = \"@every 1.5s\"\ntimezone = \"Mars/Olympus\"\nplugin = \"assemble-test-noop\"\n", []string{
 			`task "t" (task #1): timezone: unknown time zone "Mars/Olympus"`,
 			`task "t" (task #1): schedule: "@every 1.5s": @every needs a whole number of seconds`,
 		}},
-		{"bad zone and bad cron", "schedule = \"0 25 * * *\"\ntimezone = \"Nowhere/Land\"\nplugin = \"config-test-noop\"\n", []string{
+		{"bad zone and bad cron", "schedule = \"0 25 * * *\"\ntimezone = \"Nowhere/Land\"\nplugin = \"assemble-test-noop\"\n", []string{
 			`timezone: unknown time zone "Nowhere/Land"`, `schedule: "0 25 * * *"`,
 		}},
-		{"timezone on @every", "schedule = \"@every 90s\"\ntimezone = \"Europe/Paris\"\nplugin = \"config-test-noop\"\n", []string{
+		{"timezone on @every", "schedule = \"@every 90s\"\ntimezone = \"Europe/Paris\"\nplugin = \"assemble-test-noop\"\n", []string{
 			`task "t" (task #1): timezone: "Europe/Paris" has no effect on "@every 90s"`, "remove timezone",
 		}},
 		{"unknown param and command not in PATH", "schedule = \"@hourly\"\nplugin = \"exec\"\n[task.params]\ncommand = [\"slotd-no-such-program\"]\ncomand = [\"true\"]\n", []string{
@@ -32,7 +32,7 @@ func TestTaskErrorsAllReported(t *testing.T) {
 		{"exec dir missing", "schedule = \"@hourly\"\nplugin = \"exec\"\n[task.params]\ncommand = [\"/bin/true\"]\ndir = \"/nonexistent/slotd-dir\"\n", []string{
 			`task "t" (task #1): params: tasks: exec: parameter "dir": "/nonexistent/slotd-dir" does not exist`,
 		}},
-		{"deadline under 1s", "schedule = \"@hourly\"\nplugin = \"config-test-noop\"\ndeadline = \"500ms\"\n", []string{
+		{"deadline under 1s", "schedule = \"@hourly\"\nplugin = \"assemble-test-noop\"\ndeadline = \"500ms\"\n", []string{
 			`task "t" (task #1): deadline: 500ms is shorter than 1s`,
 		}},
 		{"everything at once", "schedule = \"@every 1.5s\"\ntimezone = \"Mars/Olympus\"\nplugin = \"exec\"\ndeadline = \"999ms\"\n[task.params]\ncommand = [\"slotd-no-such-program\"]\ncomand = 1\ndir = \"/nonexistent/slotd-dir\"\n", []string{
@@ -59,8 +59,8 @@ func TestTaskErrorsAllReported(t *testing.T) {
 	}
 	// A deadline of 1s, timezone UTC on @every, and a dir that exists are fine.
 	for _, ok := range []string{
-		"schedule = \"@hourly\"\nplugin = \"config-test-noop\"\ndeadline = \"1s\"\n",
-		"schedule = \"@every 90s\"\ntimezone = \"UTC\"\nplugin = \"config-test-noop\"\n",
+		"schedule = \"@hourly\"\nplugin = \"assemble-test-noop\"\ndeadline = \"1s\"\n",
+		"schedule = \"@every 90s\"\ntimezone = \"UTC\"\nplugin = \"assemble-test-noop\"\n",
 		"schedule = \"@hourly\"\nplugin = \"exec\"\n[task.params]\ncommand = [\"/bin/true\"]\ndir = \"/\"\n",
 	} {
 		if _, err := Parse([]byte("[[task]]\nname = \"t\"\n"+ok), "test.toml", nil); err != nil {

@@ -1,0 +1,67 @@
+package assemble
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// What a store cannot do yet is refused at load, naming the task and key,
+// not ignored.
+func TestStoreSupportRefused(t *testing.T) {
+	for _, tc := range []struct{ src, want string }{
+		{"[zookeeper]\nservers = [\"zk1:2181\"]\n[[task]]\nname = \"a\"\nschedule = \"@hourly\"\nplugin = \"exec\"\nconcurrency = \"forbid\"\n  [task.params]\n  command = [\"true\"]\n",
+			`task "a": concurrency: "forbid" needs the store's operator controls, which [zookeeper] does not have`},
+		{"[etcd]\nendpoints = [\"http://etcd1:2379\"]\n[[task]]\nname = \"b\"\nschedule = \"@hourly\"\nplugin = \"exec\"\n  [task.params]\n  command = [\"true\"]\n  [task.on_failure]\n  plugin = \"exec\"\n    [task.on_failure.params]\n    command = [\"true\"]\n",
+			`task "b": on_failure: hooks need a one-time marker in the store, which [etcd] does not have`},
+		{"[redis]\nredlock = [\"redis://a:6379\", \"redis://b:6379\", \"redis://c:6379\"]\n[[task]]\nname = \"c\"\nschedule = \"@hourly\"\nplugin = \"exec\"\nconcurrency = \"replace\"\n  [task.params]\n  command = [\"true\"]\n",
+			`task "c": concurrency: "replace" needs the store's operator controls, which [redis] redlock does not have`},
+	} {
+		_, err := Parse([]byte(tc.src), "test.toml", nil)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s\nerr = %v\nwant %q", tc.src, err, tc.want)
+		}
+	}
+	// On Redis both are fine.
+	ok := "[redis]\nurl = \"redis://db:6379\"\n[[task]]\nname = \"d\"\nschedule = \"@hourly\"\nplugin = \"exec\"\nconcurrency = \"forbid\"\n  [task.params]\n  command = [\"true\"]\n"
+	if _, err := Parse([]byte(ok), "test.toml", nil); err != nil {
+		t.Errorf("forbid on Redis: %v", err)
+	}
+}
+
+// What each store supports follows from the interfaces its Store type
+// implements (lock.Controls, lock.Oncer), read without dialing it: every
+// store and every key that needs one, with the refusal's wording.
+func TestStoreSupportEveryStore(t *testing.T) {
+	const task = "[[task]]\nname = \"t\"\nschedule = \"@hourly\"\nplugin = \"exec\"\nparams = { command = [\"true\"] }\n"
+	for _, tc := range []struct {
+		store           string
+		name            string // as the refusal names it
+		controls, oncer bool
+	}{
+		{"", "the embedded store", true, true},
+		{"[redis]\nurl = \"redis://127.0.0.1:1\"\n", "[redis] url", true, true},
+		{"[redis]\naddrs = [\"127.0.0.1:1\"]\nmaster_name = \"m\"\n", "[redis] sentinel", true, true},
+		{"[redis]\naddrs = [\"127.0.0.1:1\"]\ncluster = true\n", "[redis] cluster", true, true},
+		{"[redis]\nredlock = [\"redis://127.0.0.1:1\", \"redis://127.0.0.1:2\", \"redis://127.0.0.1:3\"]\n", "[redis] redlock", false, true},
+		{"[etcd]\nendpoints = [\"http://127.0.0.1:1\"]\n", "[etcd]", false, false},
+		{"[zookeeper]\nservers = [\"127.0.0.1:1\"]\n", "[zookeeper]", false, false},
+	} {
+		for _, key := range []string{`concurrency = "forbid"`, `concurrency = "replace"`, "on_failure = { plugin = \"exec\", params = { command = [\"true\"] } }"} {
+			_, err := Parse([]byte(tc.store+task+key+"\n"), "test.toml", nil)
+			supported := tc.controls
+			want := fmt.Sprintf(`test.toml: task "t": concurrency: %q needs the store's operator controls, which %s does not have yet (Redis and the embedded store do)`,
+				strings.Trim(strings.TrimPrefix(key, "concurrency = "), `"`), tc.name)
+			if strings.HasPrefix(key, "on_failure") {
+				supported = tc.oncer
+				want = fmt.Sprintf(`test.toml: task "t": on_failure: hooks need a one-time marker in the store, which %s does not have yet (Redis, Redlock and the embedded store do); set on_failure = false for this task`, tc.name)
+			}
+			switch {
+			case supported && err != nil:
+				t.Errorf("%s with %s: %v", tc.name, key, err)
+			case !supported && (err == nil || err.Error() != want):
+				t.Errorf("%s with %s:\nerr  %v\nwant %s", tc.name, key, err, want)
+			}
+		}
+	}
+}
