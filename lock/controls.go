@@ -73,13 +73,13 @@ type Controls interface {
 	Epoch(ctx context.Context) (int64, error)
 }
 
-// Operator-control constants.
+// Bounds of the records the capabilities keep (Controls, Fleet).
 const (
-	// TriggerBase is the attempt count a triggered slot starts from: its
-	// first attempt is TriggerBase+1. A scheduled slot of the same second
-	// counts from 0, so the trigger's tokens are greater unless that slot
-	// had more than TriggerBase attempts (reruns included).
-	TriggerBase = 500
+	// FirstStartTTL is the fleet's first-start record's TTL. Every replica
+	// renews it at each clock check, so it expires only when the whole
+	// fleet has been down this long; the next start then counts as a new
+	// fleet's first.
+	FirstStartTTL = 400 * 24 * time.Hour
 	// TriggerTTL bounds how long a pending trigger and an idempotency key
 	// are kept.
 	TriggerTTL = 24 * time.Hour
@@ -151,12 +151,12 @@ func TriggerSlot(task string, at time.Time, window time.Duration) Slot {
 // IsTrigger reports whether id is a triggered slot's id.
 func IsTrigger(id string) bool { return strings.HasSuffix(id, "t") }
 
-// ShownAttempt is attempt, a count of the slot id's attempts as the store
+// ShownAttempt is attempt, a count of the slot's attempts as the store
 // keeps it, as a task, a hook, the history and the pages show it: 1 to
 // max_attempts. A triggered slot counts from TriggerBase, for its tokens
 // only: its attempt TriggerBase+1 is shown as 1.
-func ShownAttempt(id string, attempt int) int {
-	if IsTrigger(id) && attempt > TriggerBase {
+func (s Slot) ShownAttempt(attempt int) int {
+	if IsTrigger(s.ID) && attempt > TriggerBase {
 		return attempt - TriggerBase
 	}
 	return attempt

@@ -46,8 +46,3 @@ type Presence struct {
 	// (Redlock).
 	Live []string
 }
-
-// FirstStartTTL is the first-start record's TTL. Every replica renews it
-// at each clock check, so it expires only when the whole fleet has been
-// down this long; the next start then counts as a new fleet's first.
-const FirstStartTTL = 400 * 24 * time.Hour

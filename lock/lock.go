@@ -131,8 +131,16 @@ func Token(slot time.Time, attempt int) int64 {
 	return slot.Unix()*1000 + int64(attempt)
 }
 
-// MaxAttempts is the largest attempt cap Token can encode.
-const MaxAttempts = 999
+// Attempt numbers.
+const (
+	// MaxAttempts is the largest attempt cap Token can encode.
+	MaxAttempts = 999
+	// TriggerBase is the attempt count a triggered slot starts from: its
+	// first attempt is TriggerBase+1. A scheduled slot of the same second
+	// counts from 0, so the trigger's tokens are greater unless that slot
+	// had more than TriggerBase attempts (reruns included).
+	TriggerBase = 500
+)
 
 // State is a read of one slot's keys, for status pages and tests.
 type State struct {

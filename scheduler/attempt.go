@@ -53,13 +53,13 @@ type attempt struct {
 
 // shown is the attempt's number as the task, its history and the pages see
 // it: 1-based on triggered slots too, whose tokens keep the claim's number.
-func (a *attempt) shown() int { return lock.ShownAttempt(a.slot.ID, a.claim.Attempt) }
+func (a *attempt) shown() int { return a.slot.ShownAttempt(a.claim.Attempt) }
 
 func (s *Scheduler) newAttempt(t *Task, slot lock.Slot, c lock.Claim) *attempt {
 	return &attempt{
 		s: s, t: t, slot: slot, claim: c, st: s.stats.Task(t.Name),
 		log: sync.OnceValue(func() *slog.Logger {
-			return s.log.With("task", t.Name, "slot", slot.ID, "attempt", lock.ShownAttempt(slot.ID, c.Attempt), "token", lock.Token(slot.Time, c.Attempt))
+			return s.log.With("task", t.Name, "slot", slot.ID, "attempt", slot.ShownAttempt(c.Attempt), "token", lock.Token(slot.Time, c.Attempt))
 		}),
 	}
 }

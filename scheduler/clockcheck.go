@@ -7,9 +7,16 @@ import (
 	"github.com/slotd/slotd/lock"
 )
 
+// Ping timing, for a store that can tell a lost quorum (lock.Pinger): a
+// quorum's loss shows within pingEvery + pingTimeout.
+const (
+	pingEvery   = 500 * time.Millisecond
+	pingTimeout = time.Second
+)
+
 // clockLoop measures the store's reachability and clock skew, and probes
 // that it takes writes, periodically. Between two checks it pings a store
-// that can tell a lost quorum cheaply (lock.Pinger) every lock.PingEvery:
+// that can tell a lost quorum cheaply (lock.Pinger) every pingEvery:
 // a failed ping makes the replica unready at once, and the next check
 // (within recheckEvery) finds when the store is back.
 func (s *Scheduler) clockLoop(ctx context.Context) {
@@ -21,9 +28,9 @@ func (s *Scheduler) clockLoop(ctx context.Context) {
 			every = s.recheckEvery
 		}
 		wait := every - s.clock.Now().Sub(last)
-		ping := pinger != nil && s.storeOK.Load() && wait > lock.PingEvery
+		ping := pinger != nil && s.storeOK.Load() && wait > pingEvery
 		if ping {
-			wait = lock.PingEvery
+			wait = pingEvery
 		}
 		t := s.clock.NewTimer(wait)
 		select {
@@ -44,7 +51,7 @@ func (s *Scheduler) clockLoop(ctx context.Context) {
 // ping asks pinger whether a quorum answers, and on no answer marks the
 // store unreachable (the clock check marks it reachable again).
 func (s *Scheduler) ping(ctx context.Context, pinger lock.Pinger) {
-	pctx, cancel := context.WithTimeout(ctx, lock.PingTimeout)
+	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
 	err := pinger.Ping(pctx)
 	if err == nil || ctx.Err() != nil {

@@ -124,7 +124,7 @@ func (s *Scheduler) notify(ctx context.Context, e slotEnd) {
 	// e.attempt is the store's count (a trigger's from lock.TriggerBase),
 	// which makes the token; the hook sees the attempt 1-based, as the
 	// history has it.
-	run := tasks.Run{Task: e.t.Name, Slot: e.slot.ID, SlotTime: e.slot.Time, Attempt: lock.ShownAttempt(e.slot.ID, e.attempt), Replica: s.replica}
+	run := tasks.Run{Task: e.t.Name, Slot: e.slot.ID, SlotTime: e.slot.Time, Attempt: e.slot.ShownAttempt(e.attempt), Replica: s.replica}
 	if e.attempt > 0 {
 		run.Token = lock.Token(e.slot.Time, e.attempt)
 	}

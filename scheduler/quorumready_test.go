@@ -39,7 +39,7 @@ func readyLag(t *testing.T, store lock.Store, lose func()) time.Duration {
 
 // Issue 26 item 13: readiness lagged an etcd quorum's loss by 6–10 s (the
 // clock check's period, then its timeout). A ping through the quorum
-// every lock.PingEvery makes it at most 2 s.
+// every 500 ms ping makes it at most 2 s.
 func TestEtcdReadinessFollowsQuorumLoss(t *testing.T) {
 	c := etcdtest.Start(t, 3)
 	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), Logger: zap.NewNop()})

@@ -206,7 +206,7 @@ func (l *loop) onClaimReply(r *run, reply lock.ClaimReply) {
 		l.startAttempt(r, c)
 	case lock.Done, lock.Exhausted:
 		if s.log.Enabled(l.ctx, slog.LevelDebug) {
-			r.logger(s).Debug("slot settled", "result", c.Result, "holder", c.Holder, "attempt", lock.ShownAttempt(r.slot.ID, c.Attempt))
+			r.logger(s).Debug("slot settled", "result", c.Result, "holder", c.Holder, "attempt", r.slot.ShownAttempt(c.Attempt))
 		}
 		if c.Result == lock.Exhausted {
 			l.runFailed(r, slotEnd{kind: tasks.FailureExhausted, attempt: c.Attempt, attempts: c.Attempt - c.Base})

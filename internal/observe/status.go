@@ -172,7 +172,7 @@ func readSlots(ctx context.Context, tasks []scheduler.Task, store lock.Store, no
 		// A triggered slot's counter starts at lock.TriggerBase (for its
 		// tokens); its attempts are shown from 1, as the history has them.
 		if id := r.slots[j].ID; lock.IsTrigger(id) {
-			sts[j].Attempt = lock.ShownAttempt(id, sts[j].Attempt)
+			sts[j].Attempt = r.slots[j].ShownAttempt(sts[j].Attempt)
 			if sts[j].Attempts >= lock.TriggerBase {
 				sts[j].Attempts -= lock.TriggerBase
 			}
