@@ -314,7 +314,7 @@ func pipeUntilCut(stub *toxics.ToxicStub, cut func(data []byte) bool) {
 // returns its trigger.
 func (np *netProxy) resetOn(script, mode string) *resetTrigger {
 	np.t.Helper()
-	src, err := os.ReadFile(filepath.Join("..", "lock", script))
+	src, err := os.ReadFile(filepath.Join("..", "lock", "redislock", script))
 	if err != nil {
 		np.t.Fatal(err)
 	}
@@ -344,7 +344,7 @@ func (c *cluster) startAt(name, redisURL, defaults string, tasks ...string) *rep
 // round trip instead of failing with NOSCRIPT first.
 func (c *cluster) loadScript(script string) {
 	c.t.Helper()
-	src, err := os.ReadFile(filepath.Join("..", "lock", script))
+	src, err := os.ReadFile(filepath.Join("..", "lock", "redislock", script))
 	if err != nil {
 		c.t.Fatal(err)
 	}
