@@ -23,7 +23,9 @@ func (l *loop) startAttempt(r *run, c lock.Claim) {
 	l.workers.Add(1)
 	go func() {
 		defer l.workers.Done()
-		finished, failed := l.s.newAttempt(t, slot, c).run(l.ctx, l.hard)
+		a := l.s.newAttempt(t, slot, c)
+		a.backfill = r.backfill
+		finished, failed := a.run(l.ctx, l.hard)
 		l.inbox.post(event{kind: attempted, run: r, reply: lock.ClaimReply{Claim: c}, done: finished, entry: failed})
 	}()
 }
@@ -49,6 +51,9 @@ type attempt struct {
 	// rec is the task's running record once occupy took it (forbid,
 	// replace); the lease's watchdog reads it to renew it.
 	rec atomic.Pointer[occupancy]
+	// backfill: an operator's backfill started the slot; its history
+	// entries say so.
+	backfill bool
 }
 
 // shown is the attempt's number as the task, its history and the pages see
@@ -153,7 +158,7 @@ func (a *attempt) execute(ctx, tctx context.Context, oerr error) (HistoryEntry, 
 	}
 	return HistoryEntry{
 		Slot: a.slot.ID, SlotTime: a.slot.Time, Attempt: a.shown(), Token: a.lease.Token(),
-		Replica: s.replica, Started: start, Output: out.String(),
+		Replica: s.replica, Started: start, Output: out.String(), Backfilled: a.backfill,
 	}, err
 }
 
@@ -278,7 +283,7 @@ func (a *attempt) skipForbidden(ctx context.Context, busy *lock.Occupancy) bool 
 	a.log().Info("slot skipped: the previous slot of the task still runs (concurrency = forbid)", "running_slot", busy.Other)
 	s.record(ctx, a.t.Name, HistoryEntry{
 		Slot: a.slot.ID, SlotTime: a.slot.Time, Attempt: a.shown(), Token: a.lease.Token(), Replica: s.replica,
-		Outcome: stats.OutcomeSkippedForbid, Started: s.now(),
+		Outcome: stats.OutcomeSkippedForbid, Started: s.now(), Backfilled: a.backfill,
 		Error: "skipped: slot " + busy.Other + " of the task still runs (concurrency = forbid)",
 	}, a.log)
 	return true

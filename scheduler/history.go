@@ -51,6 +51,8 @@ type HistoryEntry struct {
 	// MaxHistoryOutput, of valid UTF-8. It is the task's own, so it is
 	// attacker-controlled text: escape it wherever it is shown.
 	Output string `json:"output,omitempty"`
+	// Backfilled: an operator's backfill started the slot (slotd backfill).
+	Backfilled bool `json:"backfilled,omitempty"`
 }
 
 // historyJSON is HistoryEntry as JSON: the duration in milliseconds.

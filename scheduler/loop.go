@@ -53,6 +53,8 @@ type loop struct {
 	// by name; their slots are skipped when they fire.
 	paused map[string]bool
 	ctl    *controller // nil: the store has no operator controls
+	// backfills: operators' backfills under way here (backfill.go).
+	backfills []*backfill
 
 	workers sync.WaitGroup // claim batches and attempts in flight
 }
@@ -114,6 +116,7 @@ func (l *loop) run() {
 		l.admit()
 		l.wakeDue()
 		l.fireDue()
+		l.backfillDue()
 	}
 	if grace != nil {
 		grace.Stop()
@@ -156,6 +159,8 @@ func (l *loop) handle(e event) {
 		l.onTriggered(e.task, e.at)
 	case reloaded:
 		l.onReload(e.reload)
+	case backfilled:
+		l.onBackfill(e.backfill)
 	}
 }
 
@@ -303,6 +308,7 @@ const (
 	controlled                      // the task was paused (with done) or resumed, by the controller
 	triggered                       // an operator's trigger of the task at at, armed, by the controller
 	reloaded                        // Reload's new tasks
+	backfilled                      // an operator's backfill request (backfill.go); run is nil
 )
 
 // event is a message to the loop about one run.
@@ -316,6 +322,8 @@ type event struct {
 	at     time.Time       // triggered: the trigger's time
 	// reload: reloaded's tasks and answer; run is nil.
 	reload *reload
+	// backfill: backfilled's request.
+	backfill *backfill
 	// entry: attempted, when the attempt failed: its history entry.
 	entry *HistoryEntry
 }

@@ -89,6 +89,7 @@ type run struct {
 	last     lock.Result // of the latest claim answered
 	failures int         // claims in a row that got no answer
 	reported bool        // its slot's end without a success went to failed (notify.go)
+	backfill bool        // an operator's backfill started it (backfill.go): it ends when settled
 	// deferUntil: while deferring, when the claim goes out whatever this
 	// replica is still waiting for (see loop.keepDeferring).
 	deferUntil time.Time
@@ -358,6 +359,10 @@ func (l *loop) advance(r *run, isSettled bool) {
 		isSettled = true // as a claim would find it, without the claim
 	}
 	r.news = noNotice
+	if isSettled && r.backfill {
+		l.end(r) // no rerun to wait for: its backfill admits the next slot
+		return
+	}
 	if isSettled {
 		r.state = settled
 		l.schedule(r, r.slot.Deadline.Sub(l.s.now())+expireLag)

@@ -109,6 +109,7 @@ func writeRoutes(mux *http.ServeMux, d Daemon) {
 			_ = WriteJSON(w, PauseReply{Task: t.Name, Paused: paused})
 		})
 	}
+	backfillRoute(mux, d)
 	mux.HandleFunc("POST /api/v1/reload", func(w http.ResponseWriter, r *http.Request) {
 		if !authorized(w, r, d.Token) {
 			return

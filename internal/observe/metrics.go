@@ -29,6 +29,7 @@ const (
 	helpRenewals      = "Lease renewals confirmed by the store."
 	helpLeaseLosses   = "Leases lost while a task ran (the task was cancelled)."
 	helpExhausted     = "Slots whose last allowed attempt failed on this replica."
+	helpBackfilled    = "Slots of a past range that an operator's backfill started on this replica (each is claimed as a fired slot; a slot already done is not run again)."
 	helpMissed        = "Slots this replica saw close without a success and without exhausting their attempts."
 	helpLastSuccess   = "Slot time of the task's latest slot completed by this replica, in Unix seconds."
 	helpRunning       = "Task attempts running on this replica."
@@ -144,6 +145,7 @@ func writeText(w io.Writer, set *stats.Set, up bool, skew time.Duration) error {
 	counters("slotd_lease_losses_total", helpLeaseLosses, func(st *stats.Task) *stats.Counter { return &st.LeaseLosses })
 	counters("slotd_slots_exhausted_total", helpExhausted, func(st *stats.Task) *stats.Counter { return &st.Exhausted })
 	counters("slotd_slots_missed_total", helpMissed, func(st *stats.Task) *stats.Counter { return &st.Missed })
+	counters("slotd_slots_backfilled_total", helpBackfilled, func(st *stats.Task) *stats.Counter { return &st.Backfilled })
 	counters("slotd_finish_errors_total", helpFinishErrors, func(st *stats.Task) *stats.Counter { return &st.FinishErrors })
 	gauges("slotd_last_success_timestamp_seconds", helpLastSuccess, func(st *stats.Task) (float64, bool) {
 		at, ok := st.LastSuccess()

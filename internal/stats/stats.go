@@ -138,6 +138,7 @@ type Task struct {
 	// MissedCapacity: of Missed, the slots this replica waited to claim,
 	// at max_running, until their window closed.
 	MissedCapacity Counter
+	Backfilled     Counter                   // slots an operator's backfill started on this replica
 	FinishErrors   Counter                   // completions or releases that failed
 	Skipped        [len(SkipReasons)]Counter // slots not run, by SkipReasons' order
 	Paused         atomic.Bool               // the task is paused, as this replica last heard

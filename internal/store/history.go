@@ -224,6 +224,9 @@ func (h *RedisHistory) write(ctx context.Context, batch []*coalesce.Call[histApp
 		if e.Output != "" { // most attempts print nothing: no field
 			values = append(values, "output", scheduler.TruncateHistoryOutput(e.Output))
 		}
+		if e.Backfilled {
+			values = append(values, "backfilled", "1")
+		}
 		x := p.XAdd(ctx, &redis.XAddArgs{
 			Stream:     key,
 			NoMkStream: !isFull,
@@ -460,12 +463,13 @@ func previousID(id string) (string, bool) {
 func decodeEntry(m redis.XMessage, key string) scheduler.HistoryEntry {
 	str := func(k string) string { s, _ := m.Values[k].(string); return s }
 	e := scheduler.HistoryEntry{
-		ID:      m.ID,
-		Slot:    str("slot"),
-		Replica: str("replica"),
-		Outcome: stats.Outcome(str("outcome")),
-		Error:   str("error"),
-		Output:  str("output"),
+		ID:         m.ID,
+		Slot:       str("slot"),
+		Replica:    str("replica"),
+		Outcome:    stats.Outcome(str("outcome")),
+		Error:      str("error"),
+		Output:     str("output"),
+		Backfilled: str("backfilled") == "1",
 	}
 	e.SlotTime, _ = time.Parse(time.RFC3339, str("slot_time"))
 	e.Started, _ = time.Parse(time.RFC3339Nano, str("started"))

@@ -1,5 +1,5 @@
 // Package cli is slotd's command line: run, validate, status, history,
-// rerun, trigger, pause, resume, reload, healthcheck and version. It is a package rather than part of main so that a
+// rerun, trigger, backfill, pause, resume, reload, healthcheck and version. It is a package rather than part of main so that a
 // custom binary — slotd plus plugins of its own — is a three-line main that
 // imports its plugins and calls Main (see cmd/slotd-custom).
 package cli
@@ -65,6 +65,8 @@ commands:
   rerun     -config FILE [-force] TASK SLOT   clear a slot's done marker and attempts so it
                                               may run again within its window
   trigger   -config FILE [-key KEY] TASK      run TASK now, once, on one replica (asks the daemon)
+  backfill  -config FILE TASK FROM TO         run each slot of TASK in [FROM, TO) once, oldest first
+                                              (RFC 3339 times or dates; asks the daemon)
   pause     -config FILE TASK                 fire no slot of TASK on any replica until resumed
   resume    -config FILE TASK                 fire TASK's slots again from its next fire time
   reload    -config FILE                      make the running daemon re-read its config
@@ -112,6 +114,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, opts ...
 		return cmdRerun(ctx, rest, stdout, stderr)
 	case "trigger":
 		return cmdTrigger(ctx, rest, stdout, stderr)
+	case "backfill":
+		return cmdBackfill(ctx, rest, stdout, stderr)
 	case "pause", "resume":
 		return cmdPause(ctx, cmd, rest, stdout, stderr)
 	case "reload":
