@@ -48,6 +48,8 @@ var (
 	// ErrBackfillTask: the task is not configured, or its concurrency
 	// policy is replace.
 	ErrBackfillTask = errors.New("scheduler: cannot backfill the task")
+	// ErrNotRunning: Run has not started the loop yet.
+	ErrNotRunning = errors.New("scheduler: not running yet")
 )
 
 // BackfillPlan is the answer to Backfill: the slots queued.
@@ -106,10 +108,13 @@ func (s *Scheduler) Backfill(ctx context.Context, task string, from, to time.Tim
 		First: t.Schedule.SlotID(at[0]), Last: t.Schedule.SlotID(at[len(at)-1]),
 	}}
 	s.mu.Lock()
-	l := s.loop
+	l, ran := s.loop, s.ran
 	if l == nil {
 		s.mu.Unlock()
-		return BackfillPlan{}, ErrStopped
+		if ran {
+			return BackfillPlan{}, ErrStopped
+		}
+		return BackfillPlan{}, ErrNotRunning
 	}
 	l.inbox.post(event{kind: backfilled, backfill: req})
 	s.mu.Unlock()
@@ -172,6 +177,7 @@ func (l *loop) onBackfill(b *backfill) {
 			ErrBackfillBusy, len(l.backfills))
 	default:
 		l.backfills = append(l.backfills, b)
+		l.s.stats.Task(b.t.Name).BackfillLeft.Add(int64(len(b.at)))
 		l.s.log.Info("backfill queued", "task", b.t.Name, "slots", len(b.at), "first_slot", b.plan.First, "last_slot", b.plan.Last)
 	}
 }
@@ -182,6 +188,9 @@ func (l *loop) onBackfill(b *backfill) {
 // changed its task: its slots not admitted are dropped).
 func (l *loop) backfillDue() {
 	l.backfills = slices.DeleteFunc(l.backfills, func(b *backfill) bool {
+		st := l.s.stats.Task(b.t.Name)
+		before := len(b.at) + len(b.live)
+		defer func() { st.BackfillLeft.Add(int64(len(b.at) + len(b.live) - before)) }()
 		b.live = slices.DeleteFunc(b.live, func(r *run) bool { return r.state == ended })
 		if len(b.at) > 0 && (l.stopping || l.current[b.t.Name] != b.t) {
 			l.s.log.Warn("backfill stopped: slots not started are dropped", "task", b.t.Name, "dropped", len(b.at),
@@ -196,7 +205,7 @@ func (l *loop) backfillDue() {
 			r := l.newSlotRun(b.t, slot)
 			r.backfill = true
 			b.live = append(b.live, r)
-			l.s.stats.Task(b.t.Name).Backfilled.Inc()
+			st.Backfilled.Inc()
 			l.advance(r, false)
 		}
 		if len(b.at) == 0 && len(b.live) == 0 {

@@ -32,6 +32,7 @@ const (
 	helpBackfilled    = "Slots of a past range that an operator's backfill started on this replica (each is claimed as a fired slot; a slot already done is not run again)."
 	helpMissed        = "Slots this replica saw close without a success and without exhausting their attempts."
 	helpLastSuccess   = "Slot time of the task's latest slot completed by this replica, in Unix seconds."
+	helpBackfillLeft  = "Slots of the operators' backfills under way on this replica that have not ended yet (queued or started)."
 	helpRunning       = "Task attempts running on this replica."
 	helpFinishErrors  = "Completions or releases that failed; the slot's lease then runs out on its own."
 	helpNotifications = "on_failure hooks by outcome: success, failure (including a timeout; not retried), store_error (the once marker could not be set: not run), unsupported (the store has no once marker: not run), dropped (this replica already ran max_hooks hooks: not run here, left to a peer)."
@@ -151,6 +152,7 @@ func writeText(w io.Writer, set *stats.Set, up bool, skew time.Duration) error {
 		at, ok := st.LastSuccess()
 		return float64(at.Unix()), ok
 	})
+	gauges("slotd_backfill_slots_pending", helpBackfillLeft, func(st *stats.Task) (float64, bool) { return float64(st.BackfillLeft.Load()), true })
 	gauges("slotd_running_tasks", helpRunning, func(st *stats.Task) (float64, bool) { return float64(st.Running.Load()), true })
 	gauges("slotd_task_window_seconds", helpWindow, func(st *stats.Task) (float64, bool) { return st.Window().Seconds(), true })
 	gauges("slotd_task_paused", helpPaused, func(st *stats.Task) (float64, bool) {

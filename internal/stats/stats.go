@@ -143,6 +143,7 @@ type Task struct {
 	Skipped        [len(SkipReasons)]Counter // slots not run, by SkipReasons' order
 	Paused         atomic.Bool               // the task is paused, as this replica last heard
 	Running        atomic.Int64              // attempts running now
+	BackfillLeft   atomic.Int64              // slots of backfills under way here not yet ended (queued or admitted)
 	lastSuccess    atomic.Int64              // Unix seconds; noSuccess until one
 	_              [0]func()                 // not comparable
 }
