@@ -70,6 +70,8 @@ func TestMetricsExposition(t *testing.T) {
 	st.Skip(stats.SkipForbid)
 	st.Skip("bogus") // no such reason: not counted
 	st.MissedCapacity.Inc()
+	st.Backfilled.Add(5)
+	st.BackfillLeft.Store(2)
 	set.Capacity.Max.Store(8)
 	set.Capacity.Running.Store(8)
 	set.Capacity.Waiting.Store(3)
@@ -257,6 +259,14 @@ slotd_capacity_waiting_slots 3
 # TYPE slotd_slots_missed_capacity_total counter
 slotd_slots_missed_capacity_total{task="nightly"} 1
 slotd_slots_missed_capacity_total{task="idle"} 0
+# HELP slotd_slots_backfilled_total Slots of a past range that an operator's backfill started on this replica (each is claimed as a fired slot; a slot already done is not run again).
+# TYPE slotd_slots_backfilled_total counter
+slotd_slots_backfilled_total{task="nightly"} 5
+slotd_slots_backfilled_total{task="idle"} 0
+# HELP slotd_backfill_slots_pending Slots of the operators' backfills under way on this replica that have not ended yet (queued or started).
+# TYPE slotd_backfill_slots_pending gauge
+slotd_backfill_slots_pending{task="nightly"} 2
+slotd_backfill_slots_pending{task="idle"} 0
 `
 	want = strings.TrimPrefix(want, "\n")
 	got := scrape(t, set, true, -250*time.Millisecond)

@@ -163,6 +163,9 @@ type TaskPage struct {
 	Error    string // why the task's state could not be read, if it could not
 	// NotFound is the name asked for when no task has it.
 	NotFound string
+	// Backfilling: slots of backfills under way on the serving replica
+	// not yet ended (scheduler.Backfill); 0 leaves it out.
+	Backfilling int64
 }
 
 // WriteTaskPage renders the page of one task to w.

@@ -110,6 +110,9 @@ func statusRoutes(mux *http.ServeMux, d Daemon) {
 		ctx, cancel := context.WithTimeout(r.Context(), pageTimeout)
 		defer cancel()
 		p := TaskPage{Replica: d.Replica}
+		if d.Scheduler != nil {
+			p.Backfilling = d.Scheduler.Stats().Task(t.Name).BackfillLeft.Load()
+		}
 		var err error
 		p.TaskDetail, err = detail(ctx, t, slots(r))
 		if err == nil {
