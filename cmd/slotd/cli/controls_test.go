@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -204,9 +206,125 @@ func TestControlsExitCodes(t *testing.T) {
 
 func TestUsageListsEveryCommand(t *testing.T) {
 	r := runCLI(t, "help")
-	for _, cmd := range []string{"run", "validate", "status", "history", "rerun", "trigger", "pause", "resume", "reload", "healthcheck", "version"} {
+	for _, cmd := range []string{"run", "validate", "status", "history", "rerun", "trigger", "backfill", "pause", "resume", "reload", "healthcheck", "version"} {
 		if !strings.Contains(r.stdout, "\n  "+cmd+" ") {
 			t.Errorf("usage does not list %s:\n%s", cmd, r.stdout)
 		}
+	}
+}
+
+// slotd backfill asks the daemon on the embedded store to run a past
+// range's slots: each runs once (as its scheduled slot, attempt 1), the
+// history says backfilled, the same request again runs nothing, and bad
+// input exits 2 naming the value.
+func TestBackfillCommand(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "runs")
+	port := redistest.FreePort(t)
+	t.Setenv("SLOTD_CLI_TEST_TOKEN", cliToken)
+	path := filepath.Join(dir, "slotd.toml")
+	src := fmt.Sprintf(`[http]
+listen = "127.0.0.1:%d"
+token_env = "SLOTD_CLI_TEST_TOKEN"
+
+[log]
+format = "json"
+
+[[task]]
+name = "hourly"
+schedule = "0 * * * *"
+plugin = "exec"
+catchup = "none"
+  [task.params]
+  command = ["sh", "-c", "echo \"run $SLOTD_SLOT $SLOTD_ATTEMPT\" >> %s"]
+`, port, out)
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	to := time.Now().UTC().Truncate(time.Hour)
+	from, toArg := to.Add(-3*time.Hour).Format(time.RFC3339), to.Format(time.RFC3339)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"backfill", "-config", path, "hourly", from}, "want 3 arguments"},
+		{[]string{"backfill", "-config", path, "hourly", "last week", toArg}, `FROM "last week"`},
+		{[]string{"backfill", "-config", path, "hourly", toArg, from}, "is not before TO"},
+		{[]string{"backfill", "-config", path, "nope", from, toArg}, `no task "nope"`},
+	} {
+		if r := runCLI(t, tc.args...); r.code != exitUsage || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("%v: %v; want exit 2 saying %q", tc.args, r, tc.want)
+		}
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- Main(ctx, []string{"run", "-config", path}, &stdout, &stderr) }()
+	defer func() {
+		cancel()
+		if code := <-done; code != exitOK {
+			t.Errorf("run exited %d:\n%s", code, stderr.String())
+		}
+	}()
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(stderr.String(), "http listening"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the daemon did not start:\n%s", stderr.String())
+		}
+	}
+	r := runCLI(t, "backfill", "-config", path, "hourly", to.Add(-3*time.Hour).Format(time.DateTime)+"x", toArg)
+	if r.code != exitUsage {
+		t.Errorf("backfill with a bad FROM: %v; want exit 2", r)
+	}
+	if r = runCLI(t, "backfill", "-config", path, "hourly", from, to.Add(2*time.Hour).Format(time.RFC3339)); r.code != exitError || !strings.Contains(r.stderr, "in the future") {
+		t.Errorf("backfill into the future: %v; want exit 1 saying so", r)
+	}
+	if r = runCLI(t, "backfill", "-config", path, "hourly", from, toArg); r.code != exitOK || !strings.Contains(r.stdout, "backfilling hourly: 3 slots") {
+		t.Fatalf("backfill: %v", r)
+	}
+	var runs []string
+	for deadline := time.Now().Add(20 * time.Second); len(runs) < 3; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the backfill ran %d slots of 3; log:\n%s", len(runs), stderr.String())
+		}
+		b, _ := os.ReadFile(out)
+		runs = strings.Split(strings.TrimSpace(string(b)), "\n")
+		if runs[0] == "" {
+			runs = nil
+		}
+	}
+	seen := map[string]bool{}
+	for _, line := range runs {
+		f := strings.Fields(line)
+		if len(f) != 3 || f[2] != "1" || seen[f[1]] || f[1] < to.Add(-3*time.Hour).Format("2006010215") || f[1] >= to.Format("2006010215") {
+			t.Fatalf("runs %q: want each of the 3 slots once, as attempt 1", runs)
+		}
+		seen[f[1]] = true
+	}
+	// The embedded store's history lives in the daemon: read it there.
+	var hist string
+	for deadline := time.Now().Add(10 * time.Second); strings.Count(hist, `"backfilled": true`) < 3; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("history does not show 3 backfilled attempts: %s", hist)
+		}
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/api/v1/tasks/hourly/history", port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		hist = string(b)
+	}
+	if r = runCLI(t, "backfill", "-config", path, "hourly", from, toArg); r.code != exitOK {
+		t.Fatalf("backfill again: %v", r)
+	}
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(stderr.String(), `"backfill finished"`) || strings.Count(stderr.String(), `"backfill finished"`) < 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the second backfill did not finish; log:\n%s", stderr.String())
+		}
+	}
+	if b, _ := os.ReadFile(out); strings.Count(string(b), "\n") != 3 {
+		t.Errorf("after the same backfill again, runs = %q; want the 3 runs of the first only", b)
 	}
 }

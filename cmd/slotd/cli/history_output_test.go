@@ -65,3 +65,18 @@ func TestHistoryCommandOutput(t *testing.T) {
 		t.Errorf("history -json does not escape HTML in the output: %s", r.stdout)
 	}
 }
+
+// A backfilled attempt is marked so in slotd history's table.
+func TestHistoryMarksBackfilled(t *testing.T) {
+	var b strings.Builder
+	entries := []scheduler.HistoryEntry{
+		{Slot: "2024011514", Attempt: 1, Outcome: "success", Backfilled: true},
+		{Slot: "2024011515", Attempt: 1, Outcome: "success"},
+	}
+	if err := writeHistory(&b, "hourly", entries, false); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "2024011514 (backfilled)") || strings.Contains(b.String(), "2024011515 (backfilled)") {
+		t.Errorf("history table:\n%s\nwant slot 2024011514 alone marked backfilled", b.String())
+	}
+}

@@ -272,7 +272,11 @@ func writeHistory(w io.Writer, task string, entries []scheduler.HistoryEntry, ou
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "STARTED (UTC)\tSLOT\tATTEMPT\tREPLICA\tOUTCOME\tDURATION\tTOKEN\tERROR\tOUTPUT (LAST LINE)")
 	for _, e := range entries {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s\n", stamp(e.Started), clean(e.Slot), e.Attempt,
+		slot := clean(e.Slot)
+		if e.Backfilled {
+			slot += " (backfilled)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s\n", stamp(e.Started), slot, e.Attempt,
 			clean(e.Replica), clean(string(e.Outcome)), e.Duration.Round(time.Millisecond), e.Token, shorten(clean(e.Error), 100),
 			shorten(clean(lastLine(e.Output)), 60))
 	}
