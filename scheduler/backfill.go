@@ -170,8 +170,8 @@ func (l *loop) onBackfill(b *backfill) {
 	switch {
 	case l.stopping:
 		b.err = ErrStopped
-	case l.current[b.t.Name] != b.t:
-		b.err = fmt.Errorf("%w: task %s was reloaded while the request was read: send it again", ErrBackfillTask, b.t.Name)
+	case l.backfillTask(b) == nil:
+		b.err = fmt.Errorf("%w: task %s was changed or removed by a reload while the request was read: send it again", ErrBackfillTask, b.t.Name)
 	case len(l.backfills) >= MaxBackfills:
 		b.err = fmt.Errorf("%w: %d backfills are under way on this replica, the most it takes (MaxBackfills); wait for one to finish",
 			ErrBackfillBusy, len(l.backfills))
@@ -180,6 +180,18 @@ func (l *loop) onBackfill(b *backfill) {
 		l.s.stats.Task(b.t.Name).BackfillLeft.Add(int64(len(b.at)))
 		l.s.log.Info("backfill queued", "task", b.t.Name, "slots", len(b.at), "first_slot", b.plan.First, "last_slot", b.plan.Last)
 	}
+}
+
+// backfillTask returns b's task as the loop has it now, and makes it b's:
+// after a reload that left the task's definition as it was, the reloaded
+// one; nil if a reload removed or changed it.
+func (l *loop) backfillTask(b *backfill) *Task {
+	cur := l.current[b.t.Name]
+	if cur == nil || (cur != b.t && !sameTask(cur, b.t)) {
+		return nil
+	}
+	b.t = cur
+	return cur
 }
 
 // backfillDue admits the next slots of each backfill while fewer than its
@@ -192,9 +204,12 @@ func (l *loop) backfillDue() {
 		before := len(b.at) + len(b.live)
 		defer func() { st.BackfillLeft.Add(int64(len(b.at) + len(b.live) - before)) }()
 		b.live = slices.DeleteFunc(b.live, func(r *run) bool { return r.state == ended })
-		if len(b.at) > 0 && (l.stopping || l.current[b.t.Name] != b.t) {
-			l.s.log.Warn("backfill stopped: slots not started are dropped", "task", b.t.Name, "dropped", len(b.at),
-				"reason", map[bool]string{true: "shutting down", false: "the task was reloaded"}[l.stopping])
+		if len(b.at) > 0 && (l.stopping || l.backfillTask(b) == nil) {
+			reason := "the replica is shutting down"
+			if !l.stopping {
+				reason = "a reload changed or removed the task"
+			}
+			l.s.log.Warn("backfill stopped: slots not started are dropped", "task", b.t.Name, "dropped", len(b.at), "reason", reason)
 			b.at = nil
 		}
 		for len(b.at) > 0 && len(b.live) < b.inFlight {

@@ -237,3 +237,51 @@ func TestBackfillsUnderWayAreCapped(t *testing.T) {
 		t.Fatalf("backfill once the others finished: %v", err)
 	}
 }
+
+// A reload that leaves the task as it was lets its backfill go on; one
+// that changes the task drops the slots not yet started (those running
+// finish).
+func TestBackfillAcrossReload(t *testing.T) {
+	store := memlock.New(nil)
+	l := newLedger()
+	release := make(chan struct{})
+	job := l.job(func(ctx context.Context, _ tasks.Run) error {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	})
+	task := testTask(t, "hourly", "0 * * * *", job, nil)
+	other := testTask(t, "other", "0 0 1 1 *", tasks.TaskFunc(func(context.Context) error { return nil }), nil)
+	r := startReplica(t, "solo", store, time.Second, []scheduler.Task{task})
+	to := time.Now().UTC().Truncate(time.Hour)
+	if _, err := backfill(t, r, "hourly", to.Add(-6*time.Hour), to); err != nil {
+		t.Fatal(err)
+	}
+	l.await(t, "4 slots started", 10*time.Second, func(rs []record) bool { return len(rs) == scheduler.BackfillInFlight })
+	if _, err := r.sched.Reload(context.Background(), []scheduler.Task{task, other}); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	awaitBackfilled(t, "hourly", r)
+	if n := len(l.snapshot()); n != 6 {
+		t.Fatalf("across a reload that left the task as it was, %d of 6 slots ran:\n%s", n, dump(l.snapshot()))
+	}
+
+	release = make(chan struct{})
+	if _, err := backfill(t, r, "hourly", to.Add(-12*time.Hour), to.Add(-6*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	l.await(t, "4 more slots started", 10*time.Second, func(rs []record) bool { return len(rs) == 6+scheduler.BackfillInFlight })
+	changed := task
+	changed.MaxAttempts = 5
+	if _, err := r.sched.Reload(context.Background(), []scheduler.Task{changed}); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	awaitBackfilled(t, "hourly", r)
+	if n := len(l.snapshot()); n != 6+scheduler.BackfillInFlight {
+		t.Fatalf("after a reload that changed the task, %d slots ran, want the %d running only:\n%s", n-6, scheduler.BackfillInFlight, dump(l.snapshot()))
+	}
+}
