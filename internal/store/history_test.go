@@ -95,6 +95,7 @@ func TestHistoryAppendRecent(t *testing.T) {
 				entry("2024011514", 2, "timeout", "scheduler: task timed out"),
 				entry("2024011514", 3, "success", ""),
 			}
+			want[2].Backfilled = true // kept by every history, as written
 			for _, e := range want {
 				if err := h.Append(ctx, "report", e); err != nil {
 					t.Fatal(err)
