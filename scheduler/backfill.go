@@ -18,9 +18,9 @@ import (
 // the admission time plus the task's window, so the claim's no-early-run
 // check (slot time, already past) and its window check (the new deadline)
 // both pass as written. The request lives in this replica's memory only:
-// if the replica dies, the slots not yet admitted are lost, and the same
-// request, sent again to any replica, runs exactly those (and any whose
-// attempts all failed no more: they are exhausted).
+// if the replica dies, the slots not yet admitted are lost; the same
+// request, sent again to any replica, runs every slot not done (a slot
+// whose attempts were all spent stays exhausted).
 
 // Backfill limits.
 const (
