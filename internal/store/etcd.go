@@ -54,7 +54,7 @@ func openEtcd(ctx context.Context, cfg *config.Config, log *slog.Logger, subscri
 		}
 		cancel()
 	}
-	return &Backend{Store: s, History: NewEtcdHistory(s, cfg.Prefix, HistoryTTL(cfg)), etcd: s, etcdCli: cli}, nil
+	return &Backend{Store: s, History: etcdlock.NewHistory(s, cfg.Prefix, HistoryTTL(cfg)), etcd: s, etcdCli: cli}, nil
 }
 
 // closeEtcd revokes the store's running leases, stops its watch, then

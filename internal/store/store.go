@@ -37,14 +37,29 @@ import (
 	"github.com/slotd/slotd/lock/etcdlock"
 	"github.com/slotd/slotd/lock/memlock"
 	zklock "github.com/slotd/slotd/lock/zklock"
-	"github.com/slotd/slotd/scheduler"
 
 	// replicasAckTimeout bounds each WAIT of min_replicas_ack; the lock package
 	// caps it further at a quarter of the lease for a claim.
 	"github.com/slotd/slotd/lock/redislock"
+	"github.com/slotd/slotd/scheduler/history"
 )
 
 const replicasAckTimeout = time.Second
+
+// MinHistoryTTL is the shortest life of a task's history after its last
+// entry; HistoryTTL raises it to the longest done_ttl.
+const MinHistoryTTL = 7 * 24 * time.Hour
+
+// HistoryTTL is how long a task's history lives after its last entry: the
+// longest done_ttl of cfg's tasks, and at least MinHistoryTTL, so that the
+// history of a slot outlives the slot's own keys.
+func HistoryTTL(cfg *config.Config) time.Duration {
+	ttl := MinHistoryTTL
+	for i := range cfg.Tasks {
+		ttl = max(ttl, cfg.Tasks[i].DoneTTL)
+	}
+	return ttl
+}
 
 // subscribeTimeout bounds the first subscription to release notifications
 // (WithSubscribe).
@@ -57,14 +72,14 @@ type Backend struct {
 	Store lock.Store
 	// History is the run history: in memory (embedded), in Redis, or on
 	// every Redlock master (*MultiHistory).
-	History scheduler.History
+	History history.History
 
 	redis   redisStore       // nil when embedded
 	zk      *zklock.Store    // set on [zookeeper]
 	etcd    *etcdlock.Store  // set on [etcd]
 	etcdCli *clientv3.Client // its client, closed after it
 	clients []redis.UniversalClient
-	hists   []*RedisHistory // closed before the clients
+	hists   []*redislock.History // closed before the clients
 }
 
 // redisStore is what the Redis stores offer beyond lock.Store.
@@ -137,7 +152,7 @@ func Open(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Opt
 	}
 	if cfg.Embedded() {
 		log.Warn("no [redis] url, addrs or redlock: using the embedded in-memory store; slots are not shared with other replicas")
-		return &Backend{Store: memlock.New(nil), History: scheduler.NewMemoryHistory(0)}, nil
+		return &Backend{Store: memlock.New(nil), History: history.NewMemory(0)}, nil
 	}
 	b, err := openRedis(cfg, o.maxRetries)
 	if err != nil {
@@ -173,12 +188,12 @@ func openRedis(cfg *config.Config, maxRetries int) (*Backend, error) {
 		}
 		b.clients = []redis.UniversalClient{rdb}
 		b.setRedis(redislock.New(rdb, cfg.Prefix, redisStoreOptions(cfg)...))
-		h := NewRedisHistory(rdb, cfg.Prefix, HistoryTTL(cfg))
-		b.History, b.hists = h, []*RedisHistory{h}
+		h := redislock.NewHistory(rdb, cfg.Prefix, HistoryTTL(cfg))
+		b.History, b.hists = h, []*redislock.History{h}
 		return b, nil
 	}
 	nodes := make([]redislock.Client, 0, len(cfg.Redis.Redlock))
-	hists := make([]scheduler.History, 0, len(cfg.Redis.Redlock))
+	hists := make([]history.History, 0, len(cfg.Redis.Redlock))
 	for i := range cfg.Redis.Redlock {
 		c, err := newRedlockClient(cfg, i, maxRetries)
 		if err != nil {
@@ -187,7 +202,7 @@ func openRedis(cfg *config.Config, maxRetries int) (*Backend, error) {
 		}
 		b.clients = append(b.clients, c)
 		nodes = append(nodes, c)
-		h := NewRedisHistory(c, cfg.Prefix, HistoryTTL(cfg))
+		h := redislock.NewHistory(c, cfg.Prefix, HistoryTTL(cfg))
 		hists, b.hists = append(hists, h), append(b.hists, h)
 	}
 	s, err := redislock.NewRedlock(nodes, cfg.Prefix)
@@ -196,11 +211,21 @@ func openRedis(cfg *config.Config, maxRetries int) (*Backend, error) {
 		return nil, err
 	}
 	b.setRedis(s)
-	b.History = NewMultiHistory(hists...)
+	b.History = redislock.NewMultiHistory(hists...)
 	return b, nil
 }
 
 func (b *Backend) setRedis(s redisStore) { b.redis, b.Store = s, s }
+
+// CheckEviction reads the eviction policy of every Redis server the
+// backend writes to, and logs one that may evict slotd's keys
+// (redislock.CheckEviction); nothing for the other stores.
+func (b *Backend) CheckEviction(ctx context.Context, log *slog.Logger) []redislock.Eviction {
+	if len(b.clients) == 0 {
+		return nil
+	}
+	return redislock.CheckEviction(ctx, log, b.clients)
+}
 
 // Close stops the store's subscriptions, waits for the history appends
 // already queued, then closes the clients.

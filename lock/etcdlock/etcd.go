@@ -63,7 +63,9 @@
 //
 // Keys (see Keys) are under the prefix: the state key
 // "<prefix>:{<task>:<slot id>}", its ":attempts" and ":base", and
-// "<prefix>:probe:{<replica>}" for Probe.
+// "<prefix>:probe:{<replica>}" for Probe; beside them, the run history
+// (History, history.go): one key per entry under HistoryPrefix, on
+// leases shared per expiry bucket, as done markers are.
 package etcdlock
 
 import (
@@ -207,18 +209,14 @@ func (s *Store) keys(slot lock.Slot) (state, attempts, base string) {
 
 var errTooContended = errors.New("etcdlock: the slot's keys kept changing under the transaction")
 
-// Client is the etcd client the Store runs on, for what lives beside the
-// slots (the run history).
-func (s *Store) Client() *clientv3.Client { return s.cli }
-
-// TTLLease returns a lease that lives at least ttl from now and at most a
+// ttlLease returns a lease that lives at least ttl from now and at most a
 // 64th of it longer (see the package doc's buckets), shared with every
 // other key whose TTL ends in the same bucket: how what lives beside the
 // slots expires without a lease per key.
-func (s *Store) TTLLease(ctx context.Context, ttl time.Duration) (clientv3.LeaseID, error) {
+func (s *Store) ttlLease(ctx context.Context, ttl time.Duration) (clientv3.LeaseID, error) {
 	return s.leases.bucket(ctx, ttl)
 }
 
-// ForgetLease drops a lease TTLLease returned after etcd answered that it
+// forgetLease drops a lease ttlLease returned after etcd answered that it
 // does not know it (it was revoked), so that the next call grants another.
-func (s *Store) ForgetLease(id clientv3.LeaseID) { s.leases.forgetBucket(id) }
+func (s *Store) forgetLease(id clientv3.LeaseID) { s.leases.forgetBucket(id) }
