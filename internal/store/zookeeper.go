@@ -13,20 +13,20 @@ import (
 const dialTimeout = 10 * time.Second
 
 // openZooKeeper builds the slot store and history of a [zookeeper]
-// configuration: one session, for both.
+// configuration (zklock.Open: one session, for both).
 func openZooKeeper(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Backend, error) {
 	z := cfg.ZooKeeper
 	o := zklock.Options{Servers: z.Servers, SessionTimeout: z.SessionTimeout, Root: z.Root,
-		Logger: log.With("component", "zookeeper")}
+		Logger: log.With("component", "zookeeper"), HistoryTTL: HistoryTTL(cfg)}
 	if z.Username != "" {
 		o.Digest = z.Username + ":" + z.Password
 	}
 	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
-	s, err := zklock.Dial(dctx, o)
+	s, h, err := zklock.Open(dctx, o)
 	if err != nil {
 		return nil, err
 	}
 	log.Info("zookeeper", "servers", z.Servers, "root", z.Root, "session_timeout", s.SessionTimeout())
-	return &Backend{Store: s, History: zklock.NewHistory(s, HistoryTTL(cfg)), zk: s}, nil
+	return &Backend{Store: s, History: h, zk: s}, nil
 }

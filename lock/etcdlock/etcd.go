@@ -97,6 +97,8 @@ type Store struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	closed sync.Once
+
+	ownsClient bool // Open made cli: Close closes it
 }
 
 // Option changes how New builds a Store.
@@ -131,8 +133,8 @@ func New(cli *clientv3.Client, prefix string, opts ...Option) *Store {
 
 // Close stops the watch, the keepalive stream and the clock, and revokes
 // the running leases (bounded by a second), so that the slots this process
-// still holds free at once rather than after their lease. It does not close
-// the client.
+// still holds free at once rather than after their lease. It closes the
+// client only if Open made it.
 func (s *Store) Close() error {
 	var err error
 	s.closed.Do(func() {
@@ -143,8 +145,19 @@ func (s *Store) Close() error {
 		s.cancel()
 		s.wg.Wait()
 		s.clock.wait()
+		if cerr := s.closeClient(); err == nil {
+			err = cerr
+		}
 	})
 	return err
+}
+
+// closeClient closes the client if Open made it.
+func (s *Store) closeClient() error {
+	if !s.ownsClient {
+		return nil
+	}
+	return s.cli.Close()
 }
 
 // go runs f on a goroutine the Store owns and Close waits for.

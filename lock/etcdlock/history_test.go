@@ -9,24 +9,22 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/slotd/slotd/internal/etcdtest"
 	"github.com/slotd/slotd/scheduler/history"
 	"github.com/slotd/slotd/scheduler/history/historytest"
 )
 
-// newHistory returns the history beside a store on c, under "slotd",
-// each entry living an hour.
+// newHistory returns the history Open gives beside a store on c, under
+// "slotd", each entry living an hour.
 func newHistory(t *testing.T, c *etcdtest.Cluster) *History {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	s, h, err := Open(Config{Endpoints: c.Endpoints(), Prefix: "slotd", HistoryTTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := New(cli, "slotd")
-	t.Cleanup(func() { s.Close(); cli.Close() })
-	return NewHistory(s, "slotd", time.Hour)
+	t.Cleanup(func() { s.Close() })
+	return h
 }
 
 // The history keeps about its bound of entries per task, newest first,

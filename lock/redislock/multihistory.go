@@ -27,6 +27,16 @@ type MultiHistory struct {
 // NewMultiHistory returns the history kept on every one of hs.
 func NewMultiHistory(hs ...history.History) *MultiHistory { return &MultiHistory{hs: hs} }
 
+// Close closes every one of its histories that can be closed (a History
+// waits for the appends already queued).
+func (m *MultiHistory) Close() {
+	for _, h := range m.hs {
+		if c, ok := h.(interface{ Close() }); ok {
+			c.Close()
+		}
+	}
+}
+
 // eachHistory runs f on every store in parallel and waits for all of them.
 func (m *MultiHistory) eachHistory(f func(i int, h history.History) error) []error {
 	errs := make([]error, len(m.hs))

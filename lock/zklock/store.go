@@ -27,7 +27,7 @@ var (
 	ErrNoTTL = errors.New("zklock: the servers refuse TTL nodes (start them with -Dzookeeper.extendedTypesEnabled=true)")
 )
 
-// Options configure Dial.
+// Options configure Dial and Open.
 type Options struct {
 	Servers        []string      // host:port of each member
 	SessionTimeout time.Duration // asked of the ensemble; it may grant less (see Store.SessionTimeout)
@@ -37,6 +37,8 @@ type Options struct {
 	Digest string
 	Logger *slog.Logger // the client's own messages, at debug; none if nil
 	Dialer zk.Dialer    // how to reach a member (tests put a proxy between); net.DialTimeout if nil
+	// HistoryTTL is how long an entry of the run history lives (Open).
+	HistoryTTL time.Duration
 }
 
 // Store is a lock.Store on ZooKeeper; see the package doc. It owns its
