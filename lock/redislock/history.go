@@ -77,11 +77,11 @@ func readArgs(end string, n, budget, keep int) []any {
 // as a full append, XADD and PEXPIRE in one MULTI. A PEXPIRE per entry was
 // a fifth of Redis's cost of an append under sustained load.
 //
-// Appends go through the same coalescer as lock's claims
-// (internal/coalesce): a lone append leaves at once, and appends made while
-// one is in flight queue up and leave together, up to historyBatch in one
-// transaction, so the slots of a burst that finish together cost a few
-// round trips, not one each.
+// Appends go through the same coalescer as the store's claims
+// (internal/coalesce, see batch.go): a lone append leaves at once, and
+// appends made while one is in flight queue up and leave together, up to
+// historyBatch in one transaction, so the slots of a burst that finish
+// together cost a few round trips, not one each.
 type History struct {
 	rdb    HistoryClient
 	prefix string
