@@ -146,7 +146,8 @@ func Open(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Opt
 	}
 	if cfg.Embedded() {
 		log.Warn("no [redis] url, addrs or redlock: using the embedded in-memory store; slots are not shared with other replicas")
-		return &Backend{Store: memlock.New(nil), History: history.NewMemory(0)}, nil
+		s, h := memlock.Open()
+		return &Backend{Store: s, History: h}, nil
 	}
 	return openRedis(ctx, cfg, log, o)
 }
