@@ -100,7 +100,7 @@ func (b *Backend) CheckEviction(ctx context.Context, log *slog.Logger) []redislo
 // ContextTimeoutEnabled is always on: without it go-redis ignores the
 // deadlines lock puts on each call and waits out its ReadTimeout, and a
 // lease watchdog blocked on a frozen Redis cannot cancel its task before the
-// lease runs out (see lock.NewRedis).
+// lease runs out (see redislock.New).
 func newClient(cfg *config.Config, maxRetries int) (redis.UniversalClient, error) {
 	switch cfg.RedisMode() {
 	case config.ModeURL:

@@ -43,7 +43,7 @@ func TestOpenEmbedded(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, ok := b.Store.(*memlock.Store); !ok {
-		t.Errorf("Store is %T, want *lock.Memory", b.Store)
+		t.Errorf("Store is %T, want *memlock.Store", b.Store)
 	}
 	if _, ok := b.History.(*history.Memory); !ok {
 		t.Errorf("History is %T, want *history.Memory", b.History)
@@ -65,7 +65,7 @@ func TestOpenRedis(t *testing.T) {
 	}
 	defer b.Close()
 	if _, ok := b.Store.(*redislock.Store); !ok {
-		t.Errorf("Store is %T, want *lock.Redis", b.Store)
+		t.Errorf("Store is %T, want *redislock.Store", b.Store)
 	}
 	if _, ok := b.History.(*redislock.History); !ok {
 		t.Errorf("History is %T, want *redislock.History", b.History)
