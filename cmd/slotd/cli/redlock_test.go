@@ -46,7 +46,7 @@ func TestRedlockBackendAndCommands(t *testing.T) {
 	}
 	defer b.Close()
 	if _, ok := b.Store.(*redislock.Redlock); !ok {
-		t.Fatalf("store is %T, want *lock.Redlock", b.Store)
+		t.Fatalf("store is %T, want *redislock.Redlock", b.Store)
 	}
 	task, _ := findTask(d, "report")
 	now, err := b.Store.Time(ctx)
