@@ -328,3 +328,24 @@ func TestHistoryOutput(t *testing.T) {
 		})
 	}
 }
+
+// Closing a MultiHistory closes every node's history: an append made
+// before is on every node, and one made after fails on every node.
+func TestMultiHistoryCloseClosesEveryNode(t *testing.T) {
+	a, b := redistest.Start(t), redistest.Start(t)
+	ctx := context.Background()
+	m := redislock.NewMultiHistory(redislock.NewHistory(a.Client(), "slotd", time.Hour),
+		redislock.NewHistory(b.Client(), "slotd", time.Hour))
+	if err := m.Append(ctx, "t", entry("2024011514", 1, "success", "")); err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+	for i, srv := range []*redistest.Server{a, b} {
+		if n, err := srv.Client().XLen(ctx, redislock.HistoryKey("slotd", "t")).Result(); err != nil || n != 1 {
+			t.Errorf("node %d holds %d entries, %v; want the one appended before Close", i, n, err)
+		}
+	}
+	if err := m.Append(ctx, "t", entry("2024011514", 2, "success", "")); err == nil {
+		t.Error("an append after Close succeeded")
+	}
+}
