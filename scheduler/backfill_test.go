@@ -12,6 +12,7 @@ import (
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler"
+	"github.com/slotd/slotd/scheduler/history"
 	"github.com/slotd/slotd/tasks"
 )
 
@@ -73,7 +74,7 @@ func TestBackfillRunsEachSlotOnceAcrossReplicas(t *testing.T) {
 		markDone(t, stores[0], task, at)
 		done[task.Schedule.SlotID(at)] = true
 	}
-	hist := scheduler.NewMemoryHistory(100)
+	hist := history.NewMemory(100)
 	var reps []*replica
 	for i, s := range stores {
 		reps = append(reps, startReplica(t, fmt.Sprintf("r%d", i), s, time.Second, []scheduler.Task{task}, scheduler.WithHistory(hist)))

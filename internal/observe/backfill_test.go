@@ -15,6 +15,7 @@ import (
 	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler"
+	"github.com/slotd/slotd/scheduler/history"
 	"github.com/slotd/slotd/tasks"
 )
 
@@ -27,7 +28,7 @@ func TestBackfillEndpoint(t *testing.T) {
 	var ran atomic.Int64
 	task := statusTask(t, "report", "@every 1h", 3, 48*time.Hour)
 	task.Job = tasks.TaskFunc(func(context.Context) error { ran.Add(1); return nil })
-	hist := scheduler.NewMemoryHistory(100)
+	hist := history.NewMemory(100)
 	sched := scheduler.New([]scheduler.Task{task}, store, scheduler.WithReplica("r1"),
 		scheduler.WithLogger(slog.New(slog.DiscardHandler)), scheduler.WithHistory(hist))
 	ctx, cancel := context.WithCancel(context.Background())
