@@ -31,6 +31,18 @@ func postBackfill(t *testing.T, addr, token, task string, from, to time.Time) (i
 	return resp.StatusCode, string(b)
 }
 
+// postBackfillRunning is postBackfill, again while the replica's scheduler
+// has not started its loop yet (a moment after its HTTP server listens).
+func postBackfillRunning(t *testing.T, addr, token, task string, from, to time.Time) (int, string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		code, body := postBackfill(t, addr, token, task, from, to)
+		if !strings.Contains(body, "not running yet") || time.Now().After(deadline) {
+			return code, body
+		}
+	}
+}
+
 // A backfill lives on the replica that took it. Killed with SIGKILL while
 // its first slots run, that replica takes the rest of the range with it:
 // no peer starts any of the range's slots, and the slots it was running
@@ -57,7 +69,7 @@ timeout = "2m"`, task), `listen = "127.0.0.1:0"`, `listen = "127.0.0.1:0"`+"\nto
 	to := time.Now().UTC().Truncate(time.Hour)
 	from := to.Add(-6 * time.Hour)
 	r1 := c.replica("r1")
-	if code, body := postBackfill(t, r1.httpAddr(10*time.Second), token, "hourly", from, to); code != http.StatusAccepted || !strings.Contains(body, `"slots": 6`) {
+	if code, body := postBackfillRunning(t, r1.httpAddr(10*time.Second), token, "hourly", from, to); code != http.StatusAccepted || !strings.Contains(body, `"slots": 6`) {
 		t.Fatalf("backfill on r1: %d %s", code, body)
 	}
 	// Four at once (BackfillInFlight), oldest first.
@@ -80,7 +92,7 @@ timeout = "2m"`, task), `listen = "127.0.0.1:0"`, `listen = "127.0.0.1:0"`+"\nto
 	}
 
 	// The same request to r2 runs every slot of the range not done.
-	if code, body := postBackfill(t, c.replica("r2").httpAddr(10*time.Second), token, "hourly", from, to); code != http.StatusAccepted {
+	if code, body := postBackfillRunning(t, c.replica("r2").httpAddr(10*time.Second), token, "hourly", from, to); code != http.StatusAccepted {
 		t.Fatalf("backfill on r2: %d %s", code, body)
 	}
 	evs = c.ledger.await("6 slots ended", 30*time.Second, func(evs []event) bool { return slotsWith(evs, "end", 1) >= 6 })

@@ -15,8 +15,8 @@ import (
 // every scheduled slot of the task in the range once, oldest first
 // (scheduler.Backfill). It answers 202 with the plan (BackfillReply), 404
 // for an unknown task, 422 for a range or task it refuses (the error
-// names the value), 429 when MaxBackfills are under way, 503 once the
-// daemon is stopping. Token-protected like the other write endpoints.
+// names the value), 429 when MaxBackfills are under way, 503 while the
+// daemon's scheduler is not running (starting, or stopping). Token-protected like the other write endpoints.
 func backfillRoute(mux *http.ServeMux, d Daemon) {
 	mux.HandleFunc("POST /api/v1/tasks/{name}/backfill", func(w http.ResponseWriter, r *http.Request) {
 		if !authorized(w, r, d.Token) {

@@ -280,7 +280,15 @@ catchup = "none"
 	if r = runCLI(t, "backfill", "-config", path, "hourly", from, to.Add(2*time.Hour).Format(time.RFC3339)); r.code != exitError || !strings.Contains(r.stderr, "in the future") {
 		t.Errorf("backfill into the future: %v; want exit 1 saying so", r)
 	}
-	if r = runCLI(t, "backfill", "-config", path, "hourly", from, toArg); r.code != exitOK || !strings.Contains(r.stdout, "backfilling hourly: 3 slots") {
+	// The daemon's HTTP server listens a moment before its scheduler's
+	// loop runs: until then a backfill is answered 503, not running yet.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		r = runCLI(t, "backfill", "-config", path, "hourly", from, toArg)
+		if !strings.Contains(r.stderr, "not running yet") || time.Now().After(deadline) {
+			break
+		}
+	}
+	if r.code != exitOK || !strings.Contains(r.stdout, "backfilling hourly: 3 slots") {
 		t.Fatalf("backfill: %v", r)
 	}
 	var runs []string
