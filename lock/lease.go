@@ -271,3 +271,21 @@ func (l *Lease) wrap(op string, err error) error {
 		return err
 	}
 }
+
+// ReleaseAfter is Release with a retry backoff: the slot's next claim, by
+// any replica, waits until delay after the release by the store's clock
+// (Backoffer). A store that cannot keep one, or a delay ≤ 0, releases at
+// once.
+func (l *Lease) ReleaseAfter(ctx context.Context, delay time.Duration) error {
+	b, ok := l.store.(Backoffer)
+	if !ok || delay <= 0 {
+		return l.Release(ctx)
+	}
+	err := l.finish(ctx, "release", false, func(ctx context.Context) error {
+		return b.ReleaseAfter(ctx, l.slot, l.owner, delay)
+	})
+	if errors.Is(err, ErrNotHeld) || errors.Is(err, ErrLeaseLost) {
+		return nil
+	}
+	return err
+}
