@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/retry"
 	"github.com/slotd/slotd/scheduler"
 	"github.com/slotd/slotd/tasks"
@@ -43,7 +44,16 @@ func (f *failedAt) get(slot string, attempt int) time.Time {
 // ended (redis-server's clock is this host's), where without one a peer
 // retries about 20 ms later.
 func TestRetryBackoffSpacesAttemptsAcrossReplicas(t *testing.T) {
-	stores := redisStores(t, 3)
+	testRetryBackoffSpaces(t, redisStores(t, 3))
+}
+
+// The embedded store keeps the backoff too: its one replica waits it out
+// between its own attempts.
+func TestRetryBackoffOnTheEmbeddedStore(t *testing.T) {
+	testRetryBackoffSpaces(t, []lock.Store{memlock.New(nil)})
+}
+
+func testRetryBackoffSpaces(t *testing.T, stores []lock.Store) {
 	l := newLedger()
 	var f failedAt
 	task := testTask(t, "spaced", "0 * * * *", l.job(func(_ context.Context, r tasks.Run) error {
