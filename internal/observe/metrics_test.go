@@ -70,6 +70,7 @@ func TestMetricsExposition(t *testing.T) {
 	st.Skip(stats.SkipForbid)
 	st.Skip("bogus") // no such reason: not counted
 	st.MissedCapacity.Inc()
+	st.MissedBackoff.Inc()
 	st.Backfilled.Add(5)
 	st.BackfillLeft.Store(2)
 	set.Capacity.Max.Store(8)
@@ -259,6 +260,10 @@ slotd_capacity_waiting_slots 3
 # TYPE slotd_slots_missed_capacity_total counter
 slotd_slots_missed_capacity_total{task="nightly"} 1
 slotd_slots_missed_capacity_total{task="idle"} 0
+# HELP slotd_slots_missed_backoff_total Of slotd_slots_missed_total, the slots whose retry_backoff after a failed attempt ended at or after their deadline.
+# TYPE slotd_slots_missed_backoff_total counter
+slotd_slots_missed_backoff_total{task="nightly"} 1
+slotd_slots_missed_backoff_total{task="idle"} 0
 # HELP slotd_slots_backfilled_total Slots of a past range that an operator's backfill started on this replica (each is claimed as a fired slot; a slot already done is not run again).
 # TYPE slotd_slots_backfilled_total counter
 slotd_slots_backfilled_total{task="nightly"} 5
