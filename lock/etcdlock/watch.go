@@ -146,6 +146,8 @@ func (h *hub) deliver(ev *clientv3.Event) {
 	case ev.Type == mvccpb.DELETE:
 	case strings.HasPrefix(string(ev.Kv.Value), "done:"):
 		change = lock.Completed
+	case ev.IsCreate() && strings.HasPrefix(string(ev.Kv.Value), "run:"):
+		change = lock.Taken // a claim won: a deferring replica need not claim
 	default:
 		return
 	}
