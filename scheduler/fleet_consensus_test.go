@@ -1,0 +1,104 @@
+package scheduler_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/etcdlock"
+	"github.com/slotd/slotd/lock/zklock"
+	"github.com/slotd/slotd/scheduler"
+)
+
+// etcdCounter and zkCounter count the claims made through a store,
+// keeping every capability of the store they embed (the fleet among them).
+type etcdCounter struct {
+	*etcdlock.Store
+	n *atomic.Int64
+}
+
+func (c etcdCounter) Claim(ctx context.Context, slot lock.Slot, replica string, p lock.Policy) (lock.Claim, error) {
+	c.n.Add(1)
+	return c.Store.Claim(ctx, slot, replica, p)
+}
+
+func (c etcdCounter) ClaimMany(ctx context.Context, reqs []lock.ClaimRequest, f func(int, lock.ClaimReply)) {
+	c.n.Add(int64(len(reqs)))
+	c.Store.ClaimMany(ctx, reqs, f)
+}
+
+type zkCounter struct {
+	*zklock.Store
+	n *atomic.Int64
+}
+
+func (c zkCounter) Claim(ctx context.Context, slot lock.Slot, replica string, p lock.Policy) (lock.Claim, error) {
+	c.n.Add(1)
+	return c.Store.Claim(ctx, slot, replica, p)
+}
+
+func (c zkCounter) ClaimMany(ctx context.Context, reqs []lock.ClaimRequest, f func(int, lock.ClaimReply)) {
+	c.n.Add(int64(len(reqs)))
+	c.Store.ClaimMany(ctx, reqs, f)
+}
+
+// preferredClaimsAlone starts three replicas on stores, due n slots, and
+// reports the claims they made: with the fleet's live set and the store's
+// Taken notices, each slot's preferred claimant claims it and the others
+// do not.
+func preferredClaimsAlone(t *testing.T, stores []lock.Store, claims *atomic.Int64) {
+	led := newLedger()
+	const n = 60
+	// Due in 5 to 6 s: the replicas have started and seen one another by
+	// then, even in a slow -race run.
+	ts := manyTasks(t, n, later(5*time.Second), led.job(ok), nil)
+	for i, s := range stores {
+		if _, ok := s.(lock.Fleet); !ok {
+			t.Fatalf("%T is no lock.Fleet", s)
+		}
+		startReplica(t, fmt.Sprintf("r%d", i+1), s, time.Second, ts, scheduler.WithClockCheck(200*time.Millisecond))
+	}
+	led.await(t, "every slot done", 60*time.Second, func(rs []record) bool {
+		done := 0
+		for _, r := range rs {
+			if r.done {
+				done++
+			}
+		}
+		return done >= n
+	})
+	// The others would have claimed by now: their wait is bounded by
+	// deferLimit (2 s for a daily task).
+	time.Sleep(2500 * time.Millisecond)
+	got := claims.Load()
+	t.Logf("%d claims for %d slots by 3 replicas", got, n)
+	if got < n || got > n+n/2 {
+		t.Errorf("%d claims of %d slots by 3 replicas, want about one each (at most %d; %d without the preferred claimant)", got, n, n+n/2, 3*n)
+	}
+	for slot, runs := range bySlot(led.snapshot()) {
+		if len(runs) != n {
+			t.Errorf("slot %s: %d runs, want %d", slot, len(runs), n)
+		}
+	}
+}
+
+func TestEtcdPreferredClaimantClaimsAlone(t *testing.T) {
+	var claims atomic.Int64
+	var stores []lock.Store
+	for _, s := range etcdStores(t, 3) {
+		stores = append(stores, etcdCounter{s.(*etcdlock.Store), &claims})
+	}
+	preferredClaimsAlone(t, stores, &claims)
+}
+
+func TestZooKeeperPreferredClaimantClaimsAlone(t *testing.T) {
+	var claims atomic.Int64
+	var stores []lock.Store
+	for _, s := range zkStores(t, 3, 10*time.Second) {
+		stores = append(stores, zkCounter{s.(*zklock.Store), &claims})
+	}
+	preferredClaimsAlone(t, stores, &claims)
+}
