@@ -21,6 +21,11 @@
 // pause state is seeded, written and read; a task's running record is
 // taken, refused (forbid), replaced and expires with its lease; every key
 // has a TTL.
+//
+// RunFleet is the suite of the fleet (lock.Fleet, fleet.go): the first
+// start is recorded once; a second instance of a replica id is refused
+// until the holder withdraws or its TTL runs out; the live set, on a store
+// that keeps one, lists the announced ids and its change notices come.
 package locktest
 
 import (
