@@ -15,6 +15,7 @@ import (
 	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/lock/redislock"
 	"github.com/slotd/slotd/scheduler"
+	"github.com/slotd/slotd/scheduler/history"
 	"github.com/slotd/slotd/tasks"
 )
 
@@ -209,7 +210,7 @@ func TestConfigPausedStartsPaused(t *testing.T) {
 func TestForbidSkipsWhileRunning(t *testing.T) {
 	stores := redisStores(t, 2)
 	l := newLedger()
-	hist := scheduler.NewMemoryHistory(0)
+	hist := history.NewMemory(0)
 	release := make(chan struct{})
 	var once sync.Once
 	job := l.job(func(ctx context.Context, _ tasks.Run) error {
@@ -290,7 +291,7 @@ func TestForbidAfterHolderCrash(t *testing.T) {
 func TestReplaceCancelsRunning(t *testing.T) {
 	stores := redisStores(t, 2)
 	l := newLedger()
-	hist := scheduler.NewMemoryHistory(0)
+	hist := history.NewMemory(0)
 	causes := make(chan error, 10)
 	var once sync.Once
 	var firstEnded, overlapped atomic.Bool
@@ -378,7 +379,7 @@ func TestReplaceAfterHolderCrash(t *testing.T) {
 func TestForbidRecordLivesAsLongAsTheLease(t *testing.T) {
 	stores := redisStores(t, 2)
 	l := newLedger()
-	hist := scheduler.NewMemoryHistory(0)
+	hist := history.NewMemory(0)
 	release := make(chan struct{})
 	var once sync.Once
 	job := l.job(func(ctx context.Context, _ tasks.Run) error {
@@ -442,7 +443,7 @@ func TestReplaceNoticeCancelsAtOnce(t *testing.T) {
 		t.Lease = lease
 	})
 	for i, s := range stores {
-		startReplica(t, fmt.Sprintf("r%d", i), s, time.Second, []scheduler.Task{task}, scheduler.WithHistory(scheduler.NewMemoryHistory(0)))
+		startReplica(t, fmt.Sprintf("r%d", i), s, time.Second, []scheduler.Task{task}, scheduler.WithHistory(history.NewMemory(0)))
 	}
 	rs := l.await(t, "the first run", 10*time.Second, func(rs []record) bool { return len(rs) >= 1 })
 	next := rs[0].run.SlotTime.Add(2 * time.Second)
