@@ -3,13 +3,18 @@ package scheduler_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/slotd/slotd/internal/stats"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/etcdlock"
 	"github.com/slotd/slotd/scheduler"
+	"github.com/slotd/slotd/tasks"
 )
 
 // etcdCounter counts the claims made through a store, keeping every
@@ -78,4 +83,51 @@ func TestEtcdPreferredClaimantClaimsAlone(t *testing.T) {
 		stores = append(stores, etcdCounter{s.(*etcdlock.Store), &claims})
 	}
 	preferredClaimsAlone(t, stores, &claims)
+}
+
+// On etcd, three replicas race for a task whose every attempt fails: each
+// slot ends exhausted and its on_failure hook runs once in the fleet,
+// behind the store's once marker (before, etcd had none and the hook was
+// refused at load).
+func TestEtcdExhaustedSlotNotifiesOnce(t *testing.T) {
+	stores := etcdStores(t, 3)
+	out := filepath.Join(t.TempDir(), "hook.out")
+	h := hook(t, "exec", map[string]any{"command": []any{"/bin/sh", "-c", `printf '%s|%s\n' "$SLOTD_SLOT" "$SLOTD_FAILURE" >> "$OUT"`},
+		"env": map[string]any{"OUT": out}}, 10*time.Second)
+	l := newLedger()
+	fail := l.job(func(_ context.Context, r tasks.Run) error { return fmt.Errorf("boom in %s #%d", r.Slot, r.Attempt) })
+	task := testTask(t, "fails", "@every 1s", fail, func(d *scheduler.Task) {
+		d.MaxAttempts = 2
+		d.Deadline = 10 * time.Second
+		d.OnFailure = h
+	})
+	var reps []*replica
+	for i, s := range stores {
+		if _, ok := s.(lock.Oncer); !ok {
+			t.Fatalf("%T is no lock.Oncer", s)
+		}
+		reps = append(reps, startReplica(t, fmt.Sprintf("r%d", i), s, time.Second, []scheduler.Task{task}))
+	}
+	read := func() string { b, _ := os.ReadFile(out); return string(b) }
+	await(t, "three hooks", 30*time.Second, func() bool { return strings.Count(read(), "\n") >= 3 })
+	for _, r := range reps {
+		r.stop()
+	}
+	seen := map[string]int{}
+	lines := strings.Split(strings.TrimSpace(read()), "\n")
+	for _, line := range lines {
+		slot, failure, _ := strings.Cut(line, "|")
+		seen[slot]++
+		if failure != "exhausted" {
+			t.Errorf("hook of slot %s: failure %q, want exhausted", slot, failure)
+		}
+	}
+	for slot, n := range seen {
+		if n != 1 {
+			t.Errorf("slot %s: hook ran %d times, want once", slot, n)
+		}
+	}
+	if got := notified(reps); got[stats.NotifySuccess] != uint64(len(lines)) || got[stats.NotifyFailure]+got[stats.NotifyError] != 0 {
+		t.Errorf("notifications %v, want %d successes", got, len(lines))
+	}
 }
