@@ -219,18 +219,32 @@ func (z zkKV) OnMembers(dir string, f func()) (stop func()) {
 	}
 	w.wg.Add(1)
 	w.mu.Unlock()
+	// ctx ends the calls in flight at stop or Close: a call waiting for a
+	// connection must not hold Close up.
+	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		defer w.wg.Done()
+		defer cancel()
 		first := true
 		for {
-			var ch <-chan zk.Event
-			_, _, ch, err := z.s.conn.ChildrenW(p)
+			ch, err := call(ctx, func() (<-chan zk.Event, error) {
+				_, _, ch, err := z.s.conn.ChildrenW(p)
+				return ch, err
+			})
 			if errors.Is(err, zk.ErrNoNode) {
-				var ok bool
-				ok, _, ch, err = z.s.conn.ExistsW(p)
-				if err == nil && ok { // created in between: watch its children
+				type exists struct {
+					ok bool
+					ch <-chan zk.Event
+				}
+				var e exists
+				e, err = call(ctx, func() (exists, error) {
+					ok, _, ch, err := z.s.conn.ExistsW(p)
+					return exists{ok, ch}, err
+				})
+				if err == nil && e.ok { // created in between: watch its children
 					continue
 				}
+				ch = e.ch
 			}
 			if first {
 				first = false
@@ -251,6 +265,13 @@ func (z zkKV) OnMembers(dir string, f func()) (stop func()) {
 			case <-retry:
 			}
 		}
+	}()
+	go func() {
+		select {
+		case <-done:
+		case <-w.stop:
+		}
+		cancel()
 	}()
 	select {
 	case <-ready:
