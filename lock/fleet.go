@@ -7,8 +7,10 @@ import (
 
 // Fleet is what a shared store knows about the replicas that share it:
 // which process instance holds each replica id, and when the fleet first
-// started. Redis and Redlock implement it; Memory, one process's own store,
-// does not (there is no fleet to know about).
+// started. Every store implements it: Redis and Redlock with their own
+// scripts, etcd, ZooKeeper and Memory over one primitive (lock/internal/kv).
+// Memory's fleet is its one process: it records the first start and the
+// id's presence, and has no live set.
 type Fleet interface {
 	// Announce claims replica for the process instance (a nonce of its
 	// own) for ttl, or renews its claim. If another instance holds the id,
@@ -30,7 +32,7 @@ type Fleet interface {
 	// next periodic Announce. A hint, like Watch's: a notice lost is seen
 	// at that next Announce. f runs on the store's notification goroutine
 	// and must return quickly. stop ends the calls. A store without a live
-	// set (Redlock) never calls f.
+	// set (Redlock, Memory) never calls f.
 	OnFleetChange(f func()) (stop func())
 }
 
@@ -41,8 +43,8 @@ type Presence struct {
 	// Live lists the replica ids announced and not expired or withdrawn,
 	// the caller's included, in no particular order — on a store that
 	// sends Taken notices (Redis, unless WithMinReplicasAck; it starts
-	// sending them with its first Announce), so that a replica may leave a
-	// slot to its preferred claimant among them. nil on any other store
-	// (Redlock).
+	// sending them with its first Announce; etcd; ZooKeeper), so that a
+	// replica may leave a slot to its preferred claimant among them. nil
+	// on any other store (Redlock, Memory).
 	Live []string
 }

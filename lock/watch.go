@@ -15,9 +15,10 @@ const (
 	// Completed: the holder marked the slot done.
 	Completed
 	// Taken: a claim of the slot was won (by any replica, the watcher's own
-	// included). A hint, sent by a Redis store only, once it has announced
-	// a replica: one notice per round trip of claims, naming every slot it
-	// won (see package redislock).
+	// included). A hint, sent by Redis once it has announced a replica
+	// (one notice per round trip of claims, naming every slot it won: see
+	// package redislock), by etcd and by ZooKeeper (which may also send
+	// it for a renewal).
 	Taken
 )
 

@@ -154,7 +154,7 @@ func (b *builder) CheckStore(cfg *config.Config) error {
 			errs = append(errs, fmt.Errorf("task %q: retry_backoff: needs the store to keep a release's not-before time, which %s does not do yet", t.Name, storeName(cfg)))
 		}
 		if !once && t.OnFailure != nil {
-			errs = append(errs, fmt.Errorf("task %q: on_failure: hooks need a one-time marker in the store, which %s does not have yet (Redis, Redlock and the embedded store do); set on_failure = false for this task", t.Name, storeName(cfg)))
+			errs = append(errs, fmt.Errorf("task %q: on_failure: hooks need a one-time marker in the store, which %s does not have (every store of slotd has one); set on_failure = false for this task", t.Name, storeName(cfg)))
 		}
 	}
 	return errors.Join(errs...)

@@ -82,8 +82,8 @@ import (
 	"github.com/slotd/slotd/lock"
 )
 
-// Store is the slot protocol on an etcd cluster. It implements lock.Store
-// and lock.Prober.
+// Store is the slot protocol on an etcd cluster. It implements lock.Store,
+// lock.Prober, lock.Fleet and lock.Oncer (fleet.go).
 type Store struct {
 	cli    *clientv3.Client
 	prefix string

@@ -147,6 +147,8 @@ func (h *hub) deliver(ev *clientv3.Event) {
 	case strings.HasPrefix(string(ev.Kv.Value), lock.BackoffPrefix): // a release with a retry backoff
 	case strings.HasPrefix(string(ev.Kv.Value), "done:"):
 		change = lock.Completed
+	case ev.IsCreate() && strings.HasPrefix(string(ev.Kv.Value), "run:"):
+		change = lock.Taken // a claim won: a deferring replica need not claim
 	default:
 		return
 	}

@@ -23,6 +23,11 @@
 // pause state is seeded, written and read; a task's running record is
 // taken, refused (forbid), replaced and expires with its lease; every key
 // has a TTL.
+//
+// RunFleet is the suite of the fleet (lock.Fleet, fleet.go): the first
+// start is recorded once; a second instance of a replica id is refused
+// until the holder withdraws or its TTL runs out; the live set, on a store
+// that keeps one, lists the announced ids and its change notices come.
 package locktest
 
 import (
@@ -533,7 +538,10 @@ func testOnce(t *testing.T, h Harness) {
 	}
 	ctx := context.Background()
 	slot := UniqueSlot(t, h)
-	const ttl = time.Minute // Expire(ttl) must not clear the other tests' done markers (DefaultPolicy: an hour)
+	// Expire(ttl) must not clear the other tests' done markers (an hour
+	// by DefaultPolicy); two leases, for a store whose TTLs run in real
+	// time with a short lease.
+	ttl := min(time.Minute, 2*h.Policy.Lease)
 
 	// Racing callers: at most one sets it (a quorum store may split the
 	// vote, and then none does).

@@ -46,3 +46,7 @@ func TestConformance(t *testing.T) { locktest.Run(t, memoryHarness(t)) }
 
 // TestControlsConformance runs the operator controls' suite on the store.
 func TestControlsConformance(t *testing.T) { locktest.RunControls(t, memoryHarness(t)) }
+
+// TestFleetConformance runs the fleet's suite on the store: the embedded
+// daemon records its first start.
+func TestFleetConformance(t *testing.T) { locktest.RunFleet(t, memoryHarness(t), time.Minute) }

@@ -20,6 +20,8 @@
 //	/slotd/.probe-<replica>         a TTL node a replica writes to show the
 //	                                ensemble takes its writes (Probe)
 //	/slotd/.history/<task>          container of a task's history entries (history.go)
+//	/slotd/.kv/<dir>/<name>         the fleet's presence and first start, and the
+//	                                slots' one-time markers: TTL nodes (fleet.go)
 //
 // Containers go when their last child goes, TTL nodes when they have no
 // children and their TTL has passed since their last write, ephemeral nodes

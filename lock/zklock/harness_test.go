@@ -108,9 +108,11 @@ func harness(t *testing.T, s *zklock.Store) locktest.Harness {
 				out[p] = s.SessionTimeout()
 			case p == s.Root()+"/.clock":
 				out[p] = zklock.ClockTTL - at.Sub(time.UnixMilli(st.Mtime))
+			case kvTTL(s, p, data, st, at) != 0:
+				out[p] = kvTTL(s, p, data, st, at)
 			case zklock.SlotTTL(data, st, at) != 0:
 				out[p] = zklock.SlotTTL(data, st, at)
-			case p == s.Root() || path.Dir(p) == s.Root():
+			case p == s.Root() || path.Dir(p) == s.Root() || path.Dir(p) == s.Root()+"/.kv":
 				// A container goes with its last child: it lives as long
 				// as the longest-lived of them (the reaper is quick).
 				ttl := time.Duration(0)
@@ -144,7 +146,7 @@ func harness(t *testing.T, s *zklock.Store) locktest.Harness {
 		Now:   now,
 		Expire: func(d time.Duration) {
 			for p, ttl := range ttls() {
-				if ttl <= d && path.Base(p) == "run" {
+				if ttl <= d && (path.Base(p) == "run" || path.Dir(path.Dir(p)) == s.Root()+"/.kv") {
 					if err := c.Delete(p, -1); err != nil && err != zk.ErrNoNode {
 						t.Fatalf("expire %s: %v", p, err)
 					}

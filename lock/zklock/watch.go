@@ -58,8 +58,10 @@ func (w *watcher) close() {
 }
 
 // Watch implements lock.Store. The slot's ZooKeeper watches are armed by
-// its next read, Claim's: the engine watches a slot before it claims it,
-// so no release after that claim's read goes unseen.
+// a read the watcher makes at once (and again by Claim's): the engine
+// watches a slot before it claims it, so no release after that claim's
+// read goes unseen, and a replica that defers its claim to the slot's
+// preferred claimant hears of that claim (lock.Taken) without claiming.
 func (s *Store) Watch(slot lock.Slot) *lock.Watch {
 	key := s.SlotPath(slot)
 	var lw *lock.Watch
@@ -67,6 +69,7 @@ func (s *Store) Watch(slot lock.Slot) *lock.Watch {
 	s.watch.mu.Lock()
 	s.watch.m[key] = append(s.watch.m[key], lw)
 	s.watch.mu.Unlock()
+	s.watch.enqueue(key, false)
 	return lw
 }
 
@@ -158,8 +161,8 @@ func (w *watcher) work() {
 }
 
 // look reads a watched slot again, which re-arms its watches, and, if
-// notify, tells its Watches what it found: done, or free (a release or a
-// rerun). A slot still held tells nothing.
+// notify, tells its Watches what it found: done, free (a release or a
+// rerun), or held (Taken: a hint, also sent for a renewal).
 func (w *watcher) look(key string, notify bool) {
 	if !w.watched(key) {
 		return
@@ -176,11 +179,16 @@ func (w *watcher) look(key string, notify bool) {
 		w.retry(key, notify)
 		return
 	}
-	if !notify || run.exists {
+	if !notify {
 		return
 	}
 	change := lock.Released
-	if sn.exists {
+	switch {
+	case run.exists && run.expired:
+		return // held still, by a holder whose lease ran out: a claim's to take
+	case run.exists:
+		change = lock.Taken
+	case sn.exists:
 		if d, err := decodeSlot(sn.data); err == nil && d.done != "" {
 			change = lock.Completed
 		}
