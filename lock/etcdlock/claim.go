@@ -212,12 +212,14 @@ func (s *Store) claimFrom(ctx context.Context, c lock.Claim, slot lock.Slot, rep
 			}
 			return c, 0, nil
 		}
-		n, err := count(attempts, ak)
-		if err != nil {
+		// n and b are declared apart so that err stays the loop's: the
+		// compared transaction below answers through it (a := here would
+		// hide its error, and the next turn would read a nil resp).
+		var n, b int
+		if n, err = count(attempts, ak); err != nil {
 			return c, 0, err
 		}
-		b, err := count(base, bk)
-		if err != nil {
+		if b, err = count(base, bk); err != nil {
 			return c, 0, err
 		}
 		c.Base = b
