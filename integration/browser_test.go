@@ -29,6 +29,7 @@ import (
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler"
+	"github.com/slotd/slotd/scheduler/history"
 	"github.com/slotd/slotd/scheduler/schedule"
 )
 
@@ -135,7 +136,7 @@ func pageFleet(t *testing.T, extra int) http.Handler {
 	var offset time.Duration
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return time.Now().Add(offset) }
 	st := memlock.New(clock)
-	hist := scheduler.NewMemoryHistory(0)
+	hist := history.NewMemory(0)
 	ctx := context.Background()
 	cur := time.Now().UTC().Truncate(time.Hour)
 	if time.Since(cur) < 2*time.Minute || time.Until(cur.Add(time.Hour)) < 2*time.Minute {

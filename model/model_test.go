@@ -21,6 +21,7 @@ var notMirrored = map[string]bool{
 	"lock/redislock/announce.lua":        true, // replica presence, not the slot protocol
 	"lock/redislock/probe.lua":           true, // the readiness write probe, on a key of its own
 	"lock/redislock/live.lua":            true, // the fleet's live set: who claims first, not whether it is safe
+	"lock/redislock/history_read.lua":    true, // reads the run history, a record beside the slots
 	"lock/mutex/mutex_acquire.lua":       true,
 	"lock/mutex/mutex_fence.lua":         true,
 	"lock/mutex/mutex_release.lua":       true,

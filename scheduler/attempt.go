@@ -11,6 +11,7 @@ import (
 
 	"github.com/slotd/slotd/internal/stats"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/scheduler/history"
 	"github.com/slotd/slotd/tasks"
 )
 
@@ -141,7 +142,7 @@ func (a *attempt) execute(ctx, tctx context.Context, oerr error) (HistoryEntry, 
 	})
 	var out *tasks.Output // nil keeps none
 	if t.OutputTail > 0 {
-		out = tasks.NewOutput(min(t.OutputTail, MaxHistoryOutput))
+		out = tasks.NewOutput(min(t.OutputTail, history.MaxOutput))
 		rctx = tasks.WithOutput(rctx, out)
 	}
 	var err error

@@ -10,6 +10,7 @@ import (
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/redislock"
 	"github.com/slotd/slotd/scheduler"
+	"github.com/slotd/slotd/scheduler/history"
 	"github.com/slotd/slotd/tasks"
 )
 
@@ -55,7 +56,7 @@ func TestCompleteRetriedThroughOOM(t *testing.T) {
 		t.Catchup = scheduler.CatchupLatest
 		t.Lease = lease
 	})
-	hist := scheduler.NewMemoryHistory(0)
+	hist := history.NewMemory(0)
 	for _, name := range []string{"a", "b"} {
 		startReplica(t, name, stores[name[0]-'a'], time.Second, []scheduler.Task{task}, scheduler.WithHistory(hist))
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/lock/redislock"
 	"github.com/slotd/slotd/scheduler"
+	"github.com/slotd/slotd/scheduler/history"
 	"github.com/slotd/slotd/tasks"
 )
 
@@ -212,7 +213,7 @@ func TestForbidSkipsWhileRunning(t *testing.T) {
 	t.Parallel()
 	stores := redisStores(t, 2)
 	l := newLedger()
-	hist := scheduler.NewMemoryHistory(0)
+	hist := history.NewMemory(0)
 	release := make(chan struct{})
 	var once sync.Once
 	job := l.job(func(ctx context.Context, _ tasks.Run) error {
@@ -295,7 +296,7 @@ func TestReplaceCancelsRunning(t *testing.T) {
 	t.Parallel()
 	stores := redisStores(t, 2)
 	l := newLedger()
-	hist := scheduler.NewMemoryHistory(0)
+	hist := history.NewMemory(0)
 	causes := make(chan error, 10)
 	var once sync.Once
 	var firstEnded, overlapped atomic.Bool
@@ -384,7 +385,7 @@ func TestReplaceAfterHolderCrash(t *testing.T) {
 func TestForbidRecordLivesAsLongAsTheLease(t *testing.T) {
 	stores := redisStores(t, 2)
 	l := newLedger()
-	hist := scheduler.NewMemoryHistory(0)
+	hist := history.NewMemory(0)
 	release := make(chan struct{})
 	var once sync.Once
 	job := l.job(func(ctx context.Context, _ tasks.Run) error {
@@ -449,7 +450,7 @@ func TestReplaceNoticeCancelsAtOnce(t *testing.T) {
 		t.Lease = lease
 	})
 	for i, s := range stores {
-		startReplica(t, fmt.Sprintf("r%d", i), s, time.Second, []scheduler.Task{task}, scheduler.WithHistory(scheduler.NewMemoryHistory(0)))
+		startReplica(t, fmt.Sprintf("r%d", i), s, time.Second, []scheduler.Task{task}, scheduler.WithHistory(history.NewMemory(0)))
 	}
 	rs := l.await(t, "the first run", 10*time.Second, func(rs []record) bool { return len(rs) >= 1 })
 	next := rs[0].run.SlotTime.Add(2 * time.Second)

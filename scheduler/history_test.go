@@ -2,57 +2,17 @@ package scheduler_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/slotd/slotd/internal/stats"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler"
+	"github.com/slotd/slotd/scheduler/history"
 	"github.com/slotd/slotd/tasks"
 )
-
-func entry(slot string, attempt int, outcome, errText string) scheduler.HistoryEntry {
-	at := time.Date(2024, 1, 15, 14, 0, 0, 0, time.UTC)
-	return scheduler.HistoryEntry{
-		Slot: slot, SlotTime: at, Attempt: attempt, Token: lock.Token(at, attempt),
-		Replica: "r1", Outcome: stats.Outcome(outcome),
-		Started:  at.Add(time.Duration(attempt)*time.Second + 123456789*time.Nanosecond),
-		Duration: 1500 * time.Millisecond, Error: errText,
-	}
-}
-
-// JSON has snake_case keys and the duration in milliseconds, and reads
-// back.
-func TestHistoryEntryJSON(t *testing.T) {
-	e := entry("2024011514", 2, "failure", "boom")
-	b, err := json.Marshal(e)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatal(err)
-	}
-	for _, k := range []string{"id", "slot", "slot_time", "attempt", "token", "replica", "outcome", "started", "duration_ms", "error"} {
-		if _, ok := m[k]; !ok {
-			t.Errorf("JSON %s lacks %q", b, k)
-		}
-	}
-	if m["duration_ms"] != 1500.0 {
-		t.Errorf("duration_ms = %v, want 1500", m["duration_ms"])
-	}
-	var back scheduler.HistoryEntry
-	if err := json.Unmarshal(b, &back); err != nil {
-		t.Fatal(err)
-	}
-	if back.Duration != e.Duration || back.Token != e.Token || !back.Started.Equal(e.Started) {
-		t.Errorf("round trip: got %+v, want %+v", back, e)
-	}
-}
 
 // awaitHistory polls h until cond holds for task's entries (newest first).
 func awaitHistory(t *testing.T, h scheduler.History, task, what string, cond func([]scheduler.HistoryEntry) bool) []scheduler.HistoryEntry {
@@ -77,7 +37,7 @@ func awaitHistory(t *testing.T, h scheduler.History, task, what string, cond fun
 // retry's success, with the slot facts of each.
 func TestSchedulerRecordsAttempts(t *testing.T) {
 	store := memlock.New(nil)
-	hist := scheduler.NewMemoryHistory(0)
+	hist := history.NewMemory(0)
 	l := newLedger()
 	task := testTask(t, "flaky", "@every 1s", l.job(func(_ context.Context, r tasks.Run) error {
 		if r.Attempt == 1 {

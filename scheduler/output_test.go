@@ -9,6 +9,7 @@ import (
 
 	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler"
+	"github.com/slotd/slotd/scheduler/history"
 	"github.com/slotd/slotd/tasks"
 )
 
@@ -17,7 +18,7 @@ import (
 // OutputTail 0 keeps none.
 func TestAttemptOutputInHistory(t *testing.T) {
 	store := memlock.New(nil)
-	hist := scheduler.NewMemoryHistory(0)
+	hist := history.NewMemory(0)
 	chatty := tasks.TaskFunc(func(ctx context.Context) error {
 		out := tasks.OutputFrom(ctx)
 		for range 1000 {
@@ -68,7 +69,7 @@ func TestExecOutputInHistory(t *testing.T) {
 		tk.OutputTail = tasks.DefaultOutputTail
 		tk.MaxAttempts = 1
 	})
-	hist := scheduler.NewMemoryHistory(0)
+	hist := history.NewMemory(0)
 	startReplica(t, "r1", memlock.New(nil), time.Second, []scheduler.Task{task}, scheduler.WithHistory(hist))
 	es := awaitHistory(t, hist, "cmd", "a failed attempt", func(es []scheduler.HistoryEntry) bool { return len(es) > 0 })
 	e := es[0]
@@ -78,18 +79,18 @@ func TestExecOutputInHistory(t *testing.T) {
 	}
 }
 
-// Every History bounds an entry's output to MaxHistoryOutput, keeping
+// Every History bounds an entry's output to history.MaxOutput, keeping
 // its tail.
 func TestTruncateHistoryOutput(t *testing.T) {
-	long := strings.Repeat("é", scheduler.MaxHistoryOutput) + "end"
-	got := scheduler.TruncateHistoryOutput(long)
-	if len(got) > scheduler.MaxHistoryOutput || !strings.HasPrefix(got, "…é") || !strings.HasSuffix(got, "éend") {
+	long := strings.Repeat("é", history.MaxOutput) + "end"
+	got := history.TruncateOutput(long)
+	if len(got) > history.MaxOutput || !strings.HasPrefix(got, "…é") || !strings.HasSuffix(got, "éend") {
 		t.Errorf("%d bytes, %q...%q", len(got), got[:10], got[len(got)-10:])
 	}
-	if got := scheduler.TruncateHistoryOutput("a\xffb"); got != "a\uFFFDb" {
+	if got := history.TruncateOutput("a\xffb"); got != "a\uFFFDb" {
 		t.Errorf("invalid UTF-8 kept as %q", got)
 	}
-	if got := scheduler.TruncateHistoryOutput("short"); got != "short" {
+	if got := history.TruncateOutput("short"); got != "short" {
 		t.Errorf("short output changed to %q", got)
 	}
 }

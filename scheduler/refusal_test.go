@@ -132,8 +132,17 @@ func TestZooKeeperNoAuthMakesUnready(t *testing.T) {
 		t.Errorf("Refused() = %+v, %v; want a zookeeper refusal of kind noperm", ref, ok)
 	}
 
+	// The owner opens its root, as an operator would, with a client of its own.
+	admin, _, err := zk.Connect(e.Servers(), 5*time.Second, zk.WithLogInfo(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	if err := admin.AddAuth("digest", []byte("slotd:secret")); err != nil {
+		t.Fatal(err)
+	}
 	for _, p := range []string{owner.Root(), owner.Root() + "/.clock"} {
-		if _, err := owner.Conn().SetACL(p, zk.WorldACL(zk.PermAll), -1); err != nil {
+		if _, err := admin.SetACL(p, zk.WorldACL(zk.PermAll), -1); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -24,6 +24,7 @@ import (
 
 	// ledger records every attempt the replicas start and finish.
 	"github.com/slotd/slotd/lock/memlock"
+	"github.com/slotd/slotd/scheduler/history"
 )
 
 type ledger struct {
@@ -703,7 +704,7 @@ func TestSuccessNotRerunWhenCompleteFails(t *testing.T) {
 		t.Catchup = scheduler.CatchupLatest
 		t.Lease = time.Second
 	})
-	hist := scheduler.NewMemoryHistory(0)
+	hist := history.NewMemory(0)
 	rep := startReplica(t, "solo", &failingComplete{Store: memlock.New(nil)}, time.Second, []scheduler.Task{task}, scheduler.WithHistory(hist))
 	l.await(t, "the attempt", 10*time.Second, func(rs []record) bool { return len(rs) > 0 && rs[0].done })
 	// Completion is retried past the lease (1s) until the store answers

@@ -33,7 +33,7 @@ type Task struct {
 	// slot time, less than Jitter; 0 starts at the slot time.
 	Jitter time.Duration
 	// OutputTail is how many bytes of each attempt's output (its tail)
-	// the history keeps, at most MaxHistoryOutput; 0 keeps none.
+	// the history keeps, at most history.MaxOutput; 0 keeps none.
 	OutputTail int
 	// Paused: the task starts paused unless the store records a pause
 	// state for it (an operator's pause or resume); see lock.Controls.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/scheduler"
+	"github.com/slotd/slotd/scheduler/history"
 	"github.com/slotd/slotd/tasks"
 )
 
@@ -17,7 +18,7 @@ import (
 // above a same-second scheduled slot's.
 func TestTriggeredAttemptsShownFromOne(t *testing.T) {
 	stores := redisStores(t, 1)
-	hist := scheduler.NewMemoryHistory(100)
+	hist := history.NewMemory(100)
 	l := newLedger()
 	hooked := make(chan tasks.Run, 1)
 	h := &scheduler.Hook{Plugin: "test", Params: map[string]any{}, Timeout: time.Minute,

@@ -74,13 +74,15 @@ func TestEngineImportsNoBackend(t *testing.T) {
 	}
 }
 
-// Leaves import nothing of ours above them: lock, retry, tasks and the
-// schedule math (and their tests) never reach the engine, config, store,
-// observation, the commands or the integration suite.
+// Leaves import nothing of ours above them: lock, retry, tasks, the
+// schedule math and the history's vocabulary (and their tests) never reach
+// the engine, config, store, observation, the commands or the integration
+// suite. The store packages under lock write their histories with
+// scheduler/history, a leaf.
 func TestLeavesDoNotImportTheEngine(t *testing.T) {
-	leaves := []string{mod + "/lock", mod + "/retry", mod + "/tasks", mod + "/scheduler/schedule"}
+	leaves := []string{mod + "/lock", mod + "/retry", mod + "/tasks", mod + "/scheduler/schedule", mod + "/scheduler/history"}
 	above := func(d string) bool {
-		if d == mod+"/scheduler/schedule" {
+		if d == mod+"/scheduler/schedule" || d == mod+"/scheduler/history" || strings.HasPrefix(d, mod+"/scheduler/history/") {
 			return false
 		}
 		for _, a := range []string{mod + "/scheduler", mod + "/internal/config", mod + "/internal/store", mod + "/internal/observe", mod + "/cmd", mod + "/integration"} {
@@ -90,7 +92,7 @@ func TestLeavesDoNotImportTheEngine(t *testing.T) {
 		}
 		return false
 	}
-	for path, p := range list(t, leaves[0]+"/...", leaves[1]+"/...", leaves[2]+"/...", leaves[3]+"/...") {
+	for path, p := range list(t, leaves[0]+"/...", leaves[1]+"/...", leaves[2]+"/...", leaves[3]+"/...", leaves[4]+"/...") {
 		for _, d := range slices.Concat(p.Imports, p.TestImports, p.XTestImports) {
 			if above(d) {
 				t.Errorf("%s imports %s", path, d)
@@ -107,6 +109,17 @@ func TestScheduleMathIsALeaf(t *testing.T) {
 			continue
 		}
 		t.Errorf("scheduler/schedule depends on %s", path)
+	}
+}
+
+// The history's vocabulary (entry, interface, bounds, the memory history)
+// is a leaf on the standard library alone, so that the engine and every
+// store package can share it without reaching each other.
+func TestHistoryIsALeaf(t *testing.T) {
+	for path, p := range list(t, "-deps", mod+"/scheduler/history") {
+		if !p.Standard && path != mod+"/scheduler/history" {
+			t.Errorf("scheduler/history depends on %s", path)
+		}
 	}
 }
 

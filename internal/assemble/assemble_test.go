@@ -15,6 +15,7 @@ import (
 	"github.com/slotd/slotd/internal/config"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/scheduler"
+	"github.com/slotd/slotd/scheduler/history"
 	"github.com/slotd/slotd/tasks"
 )
 
@@ -180,6 +181,7 @@ func TestConfigDefaultsAreTheEngines(t *testing.T) {
 		{"attempt cap", config.MaxAttemptsLimit, lock.MaxAttempts},
 		{"output tail", config.DefaultOutputTail, tasks.DefaultOutputTail},
 		{"output tail bound", config.MaxOutputTail, tasks.MaxOutputTail},
+		{"history output bound", history.MaxOutput, tasks.MaxOutputTail},
 		{"http pool", tasks.HTTPPool(config.DefaultHTTPPool), tasks.DefaultHTTPPool},
 		{"http pool bound", config.MaxHTTPMaxIdlePerHost, tasks.MaxHTTPMaxIdlePerHost},
 	} {

@@ -41,7 +41,7 @@ type RedisOptions struct {
 	TLSConfig *tls.Config
 	// Redlock is [redis] redlock: the URLs of at least MinRedlockNodes
 	// independent masters, each parsed as url is; the slot protocol runs
-	// on all of them and a quorum decides (see lock.NewRedlock).
+	// on all of them and a quorum decides (see redislock.NewRedlock).
 	Redlock []string
 }
 

@@ -9,7 +9,7 @@ import (
 )
 
 // ZooKeeperOptions is [zookeeper]: slots on a ZooKeeper ensemble
-// (lock/zookeeper) instead of Redis. Servers is empty when the section is
+// (lock/zklock) instead of Redis. Servers is empty when the section is
 // absent.
 type ZooKeeperOptions struct {
 	Servers []string // [zookeeper] servers: host:port of each member

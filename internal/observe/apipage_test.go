@@ -15,6 +15,7 @@ import (
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler"
+	"github.com/slotd/slotd/scheduler/history"
 )
 
 // pageStore is a Memory store that counts the slots and tasks whose
@@ -41,7 +42,7 @@ func (s *pageStore) Paused(ctx context.Context, tasks []string, renew bool) ([]b
 
 // pageHistory counts the entries asked of it.
 type pageHistory struct {
-	*scheduler.MemoryHistory
+	*history.Memory
 	mu      sync.Mutex
 	entries int
 }
@@ -50,7 +51,7 @@ func (h *pageHistory) Recent(ctx context.Context, task string, n int) ([]schedul
 	h.mu.Lock()
 	h.entries += n
 	h.mu.Unlock()
-	return h.MemoryHistory.Recent(ctx, task, n)
+	return h.Memory.Recent(ctx, task, n)
 }
 
 func (s *pageStore) take() (slots, names int) {
@@ -68,7 +69,7 @@ func (s *pageStore) take() (slots, names int) {
 func TestTasksAPIReadsOnlyItsPage(t *testing.T) {
 	const fleet = 10_000
 	st := &pageStore{Store: memlock.New(nil)}
-	hist := &pageHistory{MemoryHistory: scheduler.NewMemoryHistory(0)}
+	hist := &pageHistory{Memory: history.NewMemory(0)}
 	tasks := make([]scheduler.Task, fleet)
 	for i := range tasks {
 		tasks[i] = statusTask(t, fmt.Sprintf("task-%05d", i), "@every 1m", 3, 48*time.Hour)

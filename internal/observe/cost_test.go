@@ -18,7 +18,6 @@ import (
 
 	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/internal/redistest"
-	"github.com/slotd/slotd/internal/store"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/redislock"
 	"github.com/slotd/slotd/scheduler"
@@ -45,12 +44,12 @@ func newCostFleet(t *testing.T) *costFleet {
 	for i := range costTasks {
 		name := fmt.Sprintf("task-%03d", i)
 		tasks = append(tasks, statusTask(t, name, "@every 1m", 3, 48*time.Hour))
-		// HistoryMaxLen-ish: a busy task's stream; under -race, whose
+		// history.MaxLen-ish: a busy task's stream; under -race, whose
 		// decoding of 40,000 entries can outlast the 5 s page timeout on a
 		// loaded machine, 50 (the command counts are the same).
 		for k := range map[bool]int{false: 400, true: 50}[raceDetector] {
 			at := now.Add(-time.Duration(k) * time.Minute).Truncate(time.Minute)
-			p.XAdd(ctx, &redis.XAddArgs{Stream: store.HistoryKey("slotd", name), Values: []string{
+			p.XAdd(ctx, &redis.XAddArgs{Stream: redislock.HistoryKey("slotd", name), Values: []string{
 				"slot", at.Format("200601021504"), "slot_time", at.Format(time.RFC3339), "attempt", "1",
 				"token", strconv.FormatInt(lock.Token(at, 1), 10), "replica", "r1", "outcome", "success",
 				"started", at.Format(time.RFC3339Nano), "duration_ms", "1200", "error", "",
@@ -63,7 +62,7 @@ func newCostFleet(t *testing.T) *costFleet {
 		}
 	}
 	st := redislock.New(rdb, "slotd")
-	hist := store.NewRedisHistory(rdb, "slotd", time.Hour)
+	hist := redislock.NewHistory(rdb, "slotd", time.Hour)
 	t.Cleanup(hist.Close)
 	sched := scheduler.New(tasks, st, scheduler.WithReplica("r1"), scheduler.WithLogger(slog.New(slog.DiscardHandler)))
 	return &costFleet{rdb: rdb, h: observe.Handler(observe.Daemon{Scheduler: sched, Store: st, History: hist, Replica: "r1"})}

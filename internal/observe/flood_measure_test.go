@@ -20,7 +20,6 @@ import (
 
 	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/internal/redistest"
-	"github.com/slotd/slotd/internal/store"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/redislock"
 	"github.com/slotd/slotd/scheduler"
@@ -66,7 +65,7 @@ func TestMeasureReadFloodRSS(t *testing.T) {
 	output := strings.Repeat("o", 64<<10)
 	for k := range 1000 {
 		at := start.Add(time.Duration(k) * time.Minute)
-		if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: store.HistoryKey("slotd", "t"), ID: fmt.Sprintf("%d-0", at.UnixMilli()), Values: []string{
+		if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: redislock.HistoryKey("slotd", "t"), ID: fmt.Sprintf("%d-0", at.UnixMilli()), Values: []string{
 			"slot", at.Format("200601021504"), "slot_time", at.Format(time.RFC3339), "attempt", "1",
 			"token", strconv.FormatInt(lock.Token(at, 1), 10), "replica", "r1", "outcome", "failure",
 			"started", at.Format(time.RFC3339Nano), "duration_ms", "1200", "error", "exit status 1", "output", output,
@@ -75,7 +74,7 @@ func TestMeasureReadFloodRSS(t *testing.T) {
 		}
 	}
 	st := redislock.New(rdb, "slotd")
-	hist := store.NewRedisHistory(rdb, "slotd", time.Hour)
+	hist := redislock.NewHistory(rdb, "slotd", time.Hour)
 	t.Cleanup(hist.Close)
 	// A task of a second, run by the same process meanwhile: what the
 	// flood costs the slots.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler"
+	"github.com/slotd/slotd/scheduler/history"
 )
 
 // gatedHistory is a history whose first hold page reads in flight wait
@@ -21,7 +22,7 @@ import (
 // cap fails the test instead of hanging it), counting the reads in
 // flight and the most seen at once.
 type gatedHistory struct {
-	*scheduler.MemoryHistory
+	*history.Memory
 	hold    int
 	entered chan struct{} // one send per read that waits
 	release chan struct{}
@@ -44,7 +45,7 @@ func (h *gatedHistory) RecentBefore(ctx context.Context, task, before string, n 
 	h.mu.Lock()
 	h.inFlight--
 	h.mu.Unlock()
-	return h.MemoryHistory.RecentBefore(ctx, task, before, n)
+	return h.Memory.RecentBefore(ctx, task, before, n)
 }
 
 // A flood of history pages, each with a cursor of its own so that no two
@@ -53,7 +54,7 @@ func (h *gatedHistory) RecentBefore(ctx context.Context, task, before string, n 
 // Retry-After at once, while the reads in flight are still blocked (no
 // queue, no timing). Once those end, a new request is served again.
 func TestReadFloodIsCapped(t *testing.T) {
-	hist := &gatedHistory{MemoryHistory: scheduler.NewMemoryHistory(0), hold: observe.MaxReads,
+	hist := &gatedHistory{Memory: history.NewMemory(0), hold: observe.MaxReads,
 		entered: make(chan struct{}), release: make(chan struct{})}
 	task := statusTask(t, "report", "@every 1h", 3, 48*time.Hour)
 	st := memlock.New(nil)

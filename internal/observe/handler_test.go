@@ -21,6 +21,7 @@ import (
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler"
+	"github.com/slotd/slotd/scheduler/history"
 )
 
 // served is a daemon's HTTP handler over a Memory store and history, as
@@ -30,7 +31,7 @@ type served struct {
 	t     *testing.T
 	tasks []scheduler.Task
 	store lock.Store
-	hist  *scheduler.MemoryHistory
+	hist  *history.Memory
 	h     http.Handler
 }
 
@@ -46,7 +47,7 @@ func newServed(t *testing.T, store lock.Store) *served {
 		task.Deadline = 47 * time.Hour
 		tasks = append(tasks, task)
 	}
-	hist := scheduler.NewMemoryHistory(0)
+	hist := history.NewMemory(0)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "slotd_build_info", Help: "Always 1."}, func() float64 { return 1 }))
 	sched := scheduler.New(tasks, store, scheduler.WithReplica("r1"), scheduler.WithLogger(slog.New(slog.DiscardHandler)))

@@ -15,7 +15,6 @@ import (
 
 	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/internal/redistest"
-	"github.com/slotd/slotd/internal/store"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler"
@@ -24,6 +23,7 @@ import (
 	// and a quarter of that under the race detector, which checks the
 	// concurrency, not the scale, and is slow.
 	"github.com/slotd/slotd/lock/redislock"
+	"github.com/slotd/slotd/scheduler/history"
 )
 
 var bigFleet = map[bool]int{false: 10_000, true: 2_500}[raceDetector]
@@ -139,7 +139,7 @@ func TestOverviewCost(t *testing.T) {
 		t.Skip("10,000 tasks")
 	}
 	t.Run("memory", func(t *testing.T) {
-		st, hist := memlock.New(nil), scheduler.NewMemoryHistory(0)
+		st, hist := memlock.New(nil), history.NewMemory(0)
 		tasks, want := seedBigFleet(t, st, hist)
 		f := &costFleet{h: bigHandler(tasks, st, hist)}
 		checkOverview(t, f, want)
@@ -150,7 +150,7 @@ func TestOverviewCost(t *testing.T) {
 		t.Cleanup(func() { rdb.Close() })
 		st := redislock.New(rdb, "slotd")
 		t.Cleanup(func() { st.Close() })
-		hist := store.NewRedisHistory(rdb, "slotd", time.Hour)
+		hist := redislock.NewHistory(rdb, "slotd", time.Hour)
 		t.Cleanup(hist.Close)
 		tasks, want := seedBigFleet(t, st, hist)
 		f := &costFleet{rdb: rdb, h: bigHandler(tasks, st, hist)}
@@ -164,7 +164,7 @@ func TestOverviewCost(t *testing.T) {
 		t.Cleanup(func() { rdb.Close() })
 		st := redislock.New(rdb, "slotd")
 		t.Cleanup(func() { st.Close() })
-		hist := store.NewRedisHistory(rdb, "slotd", time.Hour)
+		hist := redislock.NewHistory(rdb, "slotd", time.Hour)
 		t.Cleanup(hist.Close)
 		tasks := make([]scheduler.Task, bigFleet)
 		for i := range tasks {

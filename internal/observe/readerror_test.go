@@ -12,7 +12,6 @@ import (
 
 	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/internal/redistest"
-	"github.com/slotd/slotd/internal/store"
 
 	"github.com/slotd/slotd/lock/redislock"
 	"github.com/slotd/slotd/scheduler"
@@ -28,7 +27,7 @@ func TestWrongTypeKeysArePerTask(t *testing.T) {
 	rdb := srv.Client()
 	ctx := context.Background()
 	st := redislock.New(rdb, "slotd")
-	hist := store.NewRedisHistory(rdb, "slotd", time.Hour)
+	hist := redislock.NewHistory(rdb, "slotd", time.Hour)
 	t.Cleanup(hist.Close)
 	var tasks []scheduler.Task
 	for _, name := range []string{"slotkey", "stream", "pause", "fine"} {
@@ -43,7 +42,7 @@ func TestWrongTypeKeysArePerTask(t *testing.T) {
 	at, _ := tasks[0].Schedule.Latest(now)
 	state, _ := redislock.Keys("slotd", tasks[0].Slot(at))
 	_, paused, _, _ := redislock.ControlKeys("slotd", "pause")
-	for _, key := range []string{state, store.HistoryKey("slotd", "stream"), paused} {
+	for _, key := range []string{state, redislock.HistoryKey("slotd", "stream"), paused} {
 		if err := rdb.SAdd(ctx, key, "planted").Err(); err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/redislock"
 	"github.com/slotd/slotd/scheduler"
+	"github.com/slotd/slotd/scheduler/history"
 )
 
 // Phases of a slot in a status: what an operator wants to know about it,
@@ -295,7 +296,7 @@ func taskNames(tasks []scheduler.Task) string {
 }
 
 // historyBatch is a History that reads many tasks' entries in few round
-// trips; store.RedisHistory is one.
+// trips; redislock.History is one.
 type historyBatch interface {
 	// RecentEach returns up to ns[i] of tasks[i]'s entries, newest first,
 	// and errs[i], the error of tasks[i]'s read.
@@ -314,7 +315,7 @@ func latestAttempts(ctx context.Context, tasks []scheduler.Task, want []bool, hi
 	if hist == nil || n <= 0 {
 		return lasts, errs, nil
 	}
-	count := func(t *scheduler.Task) int { return min(scheduler.HistoryMaxLen, n*(t.MaxAttempts+1)) }
+	count := func(t *scheduler.Task) int { return min(history.MaxLen, n*(t.MaxAttempts+1)) }
 	if b, ok := hist.(historyBatch); ok {
 		names, counts := make([]string, len(tasks)), make([]int, len(tasks))
 		for i := range tasks {

@@ -14,6 +14,7 @@ import (
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler"
+	"github.com/slotd/slotd/scheduler/history"
 	"github.com/slotd/slotd/scheduler/schedule"
 )
 
@@ -22,11 +23,11 @@ type fleet struct {
 	t     *testing.T
 	now   time.Time
 	store *memlock.Store
-	hist  *scheduler.MemoryHistory
+	hist  *history.Memory
 }
 
 func newFleet(t *testing.T, now time.Time) *fleet {
-	f := &fleet{t: t, now: now, hist: scheduler.NewMemoryHistory(0)}
+	f := &fleet{t: t, now: now, hist: history.NewMemory(0)}
 	f.store = memlock.New(func() time.Time { return f.now })
 	return f
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/scheduler"
+	"github.com/slotd/slotd/scheduler/history"
 )
 
 // Bounds of a task's page and its endpoints.
@@ -86,8 +87,8 @@ type Attempts struct {
 
 // HistoryPager is a History that can read a page of a task's entries
 // older than a cursor (an entry's ID) without reading the newer ones;
-// store.RedisHistory is one. Other histories are paged by reading up to
-// scheduler.HistoryMaxLen entries and skipping.
+// redislock.History is one. Other histories are paged by reading up to
+// history.MaxLen entries and skipping.
 type HistoryPager interface {
 	// RecentBefore returns up to n of task's entries older than the entry
 	// whose ID is before ("": the newest), newest first.
@@ -101,7 +102,7 @@ var ErrBadCursor = errors.New("observe: the cursor is not a history id (<unix ms
 // than the cursor before ("": the newest), holding at most about
 // MaxPageBytes of their text. It reads at most limit+1 entries from a
 // HistoryPager (every history of slotd is one), and at most
-// scheduler.HistoryMaxLen from another history.
+// history.MaxLen from another history.
 func ReadAttempts(ctx context.Context, hist scheduler.History, task, before string, limit int) (Attempts, error) {
 	a := Attempts{Task: task, Entries: []scheduler.HistoryEntry{}}
 	if before != "" {
@@ -119,7 +120,7 @@ func ReadAttempts(ctx context.Context, hist scheduler.History, task, before stri
 	} else {
 		n := limit + 1
 		if before != "" {
-			n = scheduler.HistoryMaxLen
+			n = history.MaxLen
 		}
 		es, err = hist.Recent(ctx, task, n)
 		if before != "" {

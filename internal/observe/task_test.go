@@ -15,10 +15,11 @@ import (
 
 	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/internal/redistest"
-	"github.com/slotd/slotd/internal/store"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/memlock"
+	"github.com/slotd/slotd/lock/redislock"
 	"github.com/slotd/slotd/scheduler"
+	"github.com/slotd/slotd/scheduler/history"
 	"github.com/slotd/slotd/scheduler/schedule"
 )
 
@@ -129,15 +130,15 @@ func TestTaskAPI(t *testing.T) {
 func TestReadAttemptsPages(t *testing.T) {
 	ctx := context.Background()
 	srv, a, b := redistest.Start(t), redistest.Start(t), redistest.Start(t)
-	redisHist := store.NewRedisHistory(srv.Client(), "slotd", time.Hour)
+	redisHist := redislock.NewHistory(srv.Client(), "slotd", time.Hour)
 	if _, ok := any(redisHist).(observe.HistoryPager); !ok {
 		t.Errorf("the Redis history does not read a page by itself (observe.HistoryPager)")
 	}
 	for name, h := range map[string]scheduler.History{
-		"memory": scheduler.NewMemoryHistory(0),
+		"memory": history.NewMemory(0),
 		"redis":  redisHist,
-		"multi": store.NewMultiHistory(store.NewRedisHistory(a.Client(), "slotd", time.Hour),
-			store.NewRedisHistory(b.Client(), "slotd", time.Hour)),
+		"multi": redislock.NewMultiHistory(redislock.NewHistory(a.Client(), "slotd", time.Hour),
+			redislock.NewHistory(b.Client(), "slotd", time.Hour)),
 	} {
 		t.Run(name, func(t *testing.T) {
 			start := time.Now()
@@ -266,7 +267,7 @@ func TestPagesEscapeTaskNames(t *testing.T) {
 	const name = `<img src=x onerror=alert(1)>`
 	task := statusTask(t, name, "@every 24h", 3, 47*time.Hour) // see newServed: no missed slot 23:00-24:00
 	task.Deadline = 47 * time.Hour
-	st, hist := memlock.New(nil), scheduler.NewMemoryHistory(0)
+	st, hist := memlock.New(nil), history.NewMemory(0)
 	ctx := context.Background()
 	at, _ := task.Schedule.Latest(time.Now())
 	slot := task.Slot(at)
@@ -301,7 +302,7 @@ func TestPagesEscapeTaskNames(t *testing.T) {
 func TestLatestAttemptByNumber(t *testing.T) {
 	task := statusTask(t, "job", "@every 1h", 3, 48*time.Hour)
 	task.Deadline = 47 * time.Hour
-	st, hist := memlock.New(nil), scheduler.NewMemoryHistory(0)
+	st, hist := memlock.New(nil), history.NewMemory(0)
 	ctx := context.Background()
 	now := time.Now()
 	at, _ := task.Schedule.Latest(now)
@@ -336,12 +337,12 @@ func TestReadAttemptsPageBytesBounded(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.Start(t)
 	for name, h := range map[string]scheduler.History{
-		"memory": scheduler.NewMemoryHistory(0),
-		"redis":  store.NewRedisHistory(srv.Client(), "slotd", time.Hour),
+		"memory": history.NewMemory(0),
+		"redis":  redislock.NewHistory(srv.Client(), "slotd", time.Hour),
 	} {
 		t.Run(name, func(t *testing.T) {
 			const entries = 60
-			output := strings.Repeat("o", scheduler.MaxHistoryOutput)
+			output := strings.Repeat("o", history.MaxOutput)
 			for k := 1; k <= entries; k++ {
 				e := scheduler.HistoryEntry{Slot: fmt.Sprintf("s%02d", k), Attempt: 1, Outcome: "failure", Output: output}
 				if err := h.Append(ctx, "job", e); err != nil {
@@ -360,7 +361,7 @@ func TestReadAttemptsPageBytesBounded(t *testing.T) {
 					got = append(got, e.Slot)
 					size += len(e.Output)
 				}
-				if size > observe.MaxPageBytes+scheduler.MaxHistoryOutput || len(p.Entries) == 0 {
+				if size > observe.MaxPageBytes+history.MaxOutput || len(p.Entries) == 0 {
 					t.Errorf("page %d holds %d entries, %d bytes of output; want at most about %d", pages, len(p.Entries), size, observe.MaxPageBytes)
 				}
 				if before = p.Next; before == "" {

@@ -25,12 +25,13 @@ import (
 	"time"
 
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/scheduler/history"
 )
 
 // Outcome is how an attempt ended, by the name the run history and the
-// metrics give it. It is a string because it travels: a history entry
-// written by another release keeps an outcome this one does not know.
-type Outcome string
+// metrics give it: the history's own type (it travels in every entry),
+// whose names slotd writes are these.
+type Outcome = history.Outcome
 
 // Outcomes of an attempt.
 const (

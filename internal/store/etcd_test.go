@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"github.com/slotd/slotd/scheduler/history"
 	"reflect"
 	"strings"
 	"testing"
@@ -15,7 +16,6 @@ import (
 	"github.com/slotd/slotd/internal/etcdtest"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/etcdlock"
-	"github.com/slotd/slotd/scheduler"
 )
 
 func parseEtcd(t *testing.T, section string) *config.Config {
@@ -38,9 +38,8 @@ func endpointsTOML(c *etcdtest.Cluster) string {
 	return fmt.Sprintf("[etcd]\nendpoints = [%q, %q, %q]\n", c.Endpoints()[0], c.Endpoints()[1], c.Endpoints()[2])
 }
 
-// [etcd] opens the etcd store and the history beside it; the history keeps
-// about its bound of entries per task, newest first, and every entry has a
-// TTL.
+// [etcd] opens the etcd store and the history beside it, whose entries
+// live the history TTL of the configuration.
 func TestOpenEtcd(t *testing.T) {
 	c := etcdtest.Start(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -57,38 +56,25 @@ func TestOpenEtcd(t *testing.T) {
 	if z := Zero(cfg); reflect.TypeOf(z) != reflect.TypeOf(b.Store) {
 		t.Errorf("Zero is a %T, Open returned a %T", z, b.Store)
 	}
-	h, ok := b.History.(*EtcdHistory)
+	h, ok := b.History.(*etcdlock.History)
 	if !ok {
-		t.Fatalf("History is %T, want *EtcdHistory", b.History)
+		t.Fatalf("History is %T, want *etcdlock.History", b.History)
 	}
-	h.maxLen = 10
-	for i := 1; i <= 2*etcdTrimEvery; i++ {
-		if err := h.Append(ctx, "t", scheduler.HistoryEntry{Slot: "s", Attempt: i, Outcome: "success", Error: strings.Repeat("x", 2*scheduler.MaxHistoryError)}); err != nil {
-			t.Fatal(err)
-		}
+	if err := h.Append(ctx, "t", history.Entry{Slot: "s", Attempt: 1, Outcome: "success"}); err != nil {
+		t.Fatal(err)
 	}
-	got, err := h.Recent(ctx, "t", 5)
-	if err != nil || len(got) != 5 {
-		t.Fatalf("Recent = %d entries, %v", len(got), err)
-	}
-	for i, e := range got {
-		if e.Attempt != 2*etcdTrimEvery-i || e.ID == "" || len(e.Error) > scheduler.MaxHistoryError {
-			t.Errorf("entry %d = attempt %d id %q error %d bytes; want attempt %d, newest first", i, e.Attempt, e.ID, len(e.Error), 2*etcdTrimEvery-i)
-		}
-	}
-	cli := b.Store.(*etcdlock.Store).Client()
-	resp, err := cli.Get(ctx, EtcdHistoryPrefix("slotd", "t"), clientv3.WithPrefix())
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := len(resp.Kvs); n < h.maxLen || n > h.maxLen+etcdTrimEvery {
-		t.Errorf("%d entries kept, want about %d", n, h.maxLen)
+	defer cli.Close()
+	resp, err := cli.Get(ctx, etcdlock.HistoryPrefix("slotd", "t"), clientv3.WithPrefix())
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("history entries = %v, %v; want the one appended", resp, err)
 	}
-	for _, kv := range resp.Kvs {
-		ttl, err := cli.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
-		if err != nil || time.Duration(ttl.TTL)*time.Second < HistoryTTL(parseEtcd(t, endpointsTOML(c)))-time.Minute {
-			t.Fatalf("entry %s: lease TTL %v, %v; want the history TTL", kv.Key, ttl, err)
-		}
+	ttl, err := cli.TimeToLive(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))
+	if err != nil || time.Duration(ttl.TTL)*time.Second < HistoryTTL(cfg)-time.Minute {
+		t.Fatalf("entry %s: lease TTL %v, %v; want the history TTL", resp.Kvs[0].Key, ttl, err)
 	}
 }
 

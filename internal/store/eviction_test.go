@@ -38,7 +38,7 @@ func (l *lockedBuffer) String() string {
 
 // checkEviction opens srv's backend as the daemon does and runs
 // CheckEviction, returning its findings and its log.
-func checkEviction(t *testing.T, url string) ([]Eviction, string) {
+func checkEviction(t *testing.T, url string) ([]redislock.Eviction, string) {
 	t.Helper()
 	b, err := Open(context.Background(), parseRedis(t, fmt.Sprintf("url = %q", url)), nil)
 	if err != nil {

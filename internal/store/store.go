@@ -1,22 +1,21 @@
-// Package store builds slotd's shared state from a configuration: the slot
-// store (lock.Store) and the run history (scheduler.History) of the
-// configured backend — the embedded in-memory store, one Redis server,
-// Sentinel, Cluster or a Redlock quorum of independent masters, with TLS
-// and min_replicas_ack as configured, or an etcd cluster (lock/etcdlock) or
-// a ZooKeeper ensemble (lock/zookeeper), each with the history beside the
-// slots — and closes them.
+// Package store opens slotd's shared state from a configuration: the slot
+// store (lock.Store) and the run history (history.History) of the
+// configured backend, and closes them. Each backend is one slice: its
+// section of the configuration (internal/config), one file here that turns
+// that section into its store package's own options (redis.go, etcd.go,
+// zookeeper.go), and the store package, whose Open returns the store and
+// the history beside its slots (lock/redislock, lock/etcdlock,
+// lock/zklock; the embedded store is lock/memlock with history.Memory).
 //
-// It is the only place slotd builds go-redis clients, so that the engine
-// (package scheduler) never imports go-redis. Guarantees:
+// It builds the go-redis clients, so that the engine (package scheduler)
+// never imports go-redis. Guarantees:
 //   - every client has ContextTimeoutEnabled, so each Redis call ends by
 //     the deadline its caller set (a lease watchdog is never stuck on a
 //     frozen server);
 //   - a Redlock deployment gets one client per master, the slot protocol on
-//     all of them (lock.NewRedlock), and the history on every one of them
-//     (MultiHistory);
-//   - the Redis history is a capped stream per task, HistoryKey, whose TTL
-//     (HistoryTTL) outlives every slot's own keys; appends that meet in
-//     flight share one round trip;
+//     all of them and the history on every one of them
+//     (redislock.OpenRedlock);
+//   - every history outlives the slots' own keys (HistoryTTL);
 //   - Zero names, without dialing, the Store type Open returns for a
 //     configuration, so that what a store supports is read from the
 //     interfaces that type implements;
@@ -30,21 +29,30 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/slotd/slotd/internal/config"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/etcdlock"
 	"github.com/slotd/slotd/lock/memlock"
-	zklock "github.com/slotd/slotd/lock/zklock"
-	"github.com/slotd/slotd/scheduler"
-
-	// replicasAckTimeout bounds each WAIT of min_replicas_ack; the lock package
-	// caps it further at a quarter of the lease for a claim.
 	"github.com/slotd/slotd/lock/redislock"
+	zklock "github.com/slotd/slotd/lock/zklock"
+	"github.com/slotd/slotd/scheduler/history"
 )
 
-const replicasAckTimeout = time.Second
+// MinHistoryTTL is the shortest life of a task's history after its last
+// entry; HistoryTTL raises it to the longest done_ttl.
+const MinHistoryTTL = 7 * 24 * time.Hour
+
+// HistoryTTL is how long a task's history lives after its last entry: the
+// longest done_ttl of cfg's tasks, and at least MinHistoryTTL, so that the
+// history of a slot outlives the slot's own keys.
+func HistoryTTL(cfg *config.Config) time.Duration {
+	ttl := MinHistoryTTL
+	for i := range cfg.Tasks {
+		ttl = max(ttl, cfg.Tasks[i].DoneTTL)
+	}
+	return ttl
+}
 
 // subscribeTimeout bounds the first subscription to release notifications
 // (WithSubscribe).
@@ -52,19 +60,20 @@ const subscribeTimeout = 5 * time.Second
 
 // Backend is the shared state of one configuration. Close it when done.
 type Backend struct {
-	// Store is the slot store: *lock.Memory (embedded), *lock.Redis or
-	// *lock.Redlock.
+	// Store is the slot store: *memlock.Store (embedded),
+	// *redislock.Store, *redislock.Redlock, *etcdlock.Store or
+	// *zklock.Store.
 	Store lock.Store
-	// History is the run history: in memory (embedded), in Redis, or on
-	// every Redlock master (*MultiHistory).
-	History scheduler.History
+	// History is the run history beside the slots: *history.Memory
+	// (embedded), *redislock.History, *redislock.MultiHistory (on every
+	// Redlock master), *etcdlock.History or *zklock.History.
+	History history.History
 
-	redis   redisStore       // nil when embedded
-	zk      *zklock.Store    // set on [zookeeper]
-	etcd    *etcdlock.Store  // set on [etcd]
-	etcdCli *clientv3.Client // its client, closed after it
+	redis   redisStore      // nil when embedded
+	zk      *zklock.Store   // set on [zookeeper]
+	etcd    *etcdlock.Store // set on [etcd]; it closes its client
 	clients []redis.UniversalClient
-	hists   []*RedisHistory // closed before the clients
+	hist    interface{ Close() } // the Redis history, closed before the clients
 }
 
 // redisStore is what the Redis stores offer beyond lock.Store.
@@ -137,77 +146,18 @@ func Open(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Opt
 	}
 	if cfg.Embedded() {
 		log.Warn("no [redis] url, addrs or redlock: using the embedded in-memory store; slots are not shared with other replicas")
-		return &Backend{Store: memlock.New(nil), History: scheduler.NewMemoryHistory(0)}, nil
+		s, h := memlock.Open()
+		return &Backend{Store: s, History: h}, nil
 	}
-	b, err := openRedis(cfg, o.maxRetries)
-	if err != nil {
-		return nil, err
-	}
-	for _, c := range b.clients {
-		for _, h := range o.hooks {
-			c.AddHook(h)
-		}
-	}
-	log.Info("redis", "mode", cfg.RedisMode(), "min_replicas_ack", cfg.Redis.MinReplicasAck, "redlock_nodes", len(cfg.Redis.Redlock))
-	if o.subscribe {
-		sctx, cancel := context.WithTimeout(ctx, subscribeTimeout)
-		if err := b.redis.Subscribe(sctx); err != nil {
-			log.Warn("release notifications not subscribed yet", "err", err)
-		}
-		cancel()
-	}
-	return b, nil
+	return openRedis(ctx, cfg, log, o)
 }
-
-// openRedis builds the store and history of cfg's Redis mode; see
-// newClient for maxRetries. In Redlock mode there is one client per
-// master, the slot protocol runs on all of them through lock.NewRedlock,
-// and the history is kept on every one of them (MultiHistory). It does no
-// I/O.
-func openRedis(cfg *config.Config, maxRetries int) (*Backend, error) {
-	b := &Backend{}
-	if cfg.RedisMode() != config.ModeRedlock {
-		rdb, err := newClient(cfg, maxRetries)
-		if err != nil {
-			return nil, err
-		}
-		b.clients = []redis.UniversalClient{rdb}
-		b.setRedis(redislock.New(rdb, cfg.Prefix, redisStoreOptions(cfg)...))
-		h := NewRedisHistory(rdb, cfg.Prefix, HistoryTTL(cfg))
-		b.History, b.hists = h, []*RedisHistory{h}
-		return b, nil
-	}
-	nodes := make([]redislock.Client, 0, len(cfg.Redis.Redlock))
-	hists := make([]scheduler.History, 0, len(cfg.Redis.Redlock))
-	for i := range cfg.Redis.Redlock {
-		c, err := newRedlockClient(cfg, i, maxRetries)
-		if err != nil {
-			_ = b.Close()
-			return nil, err
-		}
-		b.clients = append(b.clients, c)
-		nodes = append(nodes, c)
-		h := NewRedisHistory(c, cfg.Prefix, HistoryTTL(cfg))
-		hists, b.hists = append(hists, h), append(b.hists, h)
-	}
-	s, err := redislock.NewRedlock(nodes, cfg.Prefix)
-	if err != nil {
-		_ = b.Close()
-		return nil, err
-	}
-	b.setRedis(s)
-	b.History = NewMultiHistory(hists...)
-	return b, nil
-}
-
-func (b *Backend) setRedis(s redisStore) { b.redis, b.Store = s, s }
 
 // Close stops the store's subscriptions, waits for the history appends
 // already queued, then closes the clients.
 func (b *Backend) Close() error {
 	var errs []error
-	for _, h := range b.hists {
-		h.Close()
+	if b.hist != nil {
+		b.hist.Close()
 	}
 	if b.redis != nil {
 		errs = append(errs, b.redis.Close())
@@ -219,16 +169,7 @@ func (b *Backend) Close() error {
 		errs = append(errs, b.zk.Close())
 	}
 	if b.etcd != nil {
-		errs = append(errs, b.closeEtcd())
+		errs = append(errs, b.etcd.Close())
 	}
 	return errors.Join(errs...)
-}
-
-// redisStoreOptions are the lock options cfg asks for.
-func redisStoreOptions(cfg *config.Config) []redislock.Option {
-	var opts []redislock.Option
-	if n := cfg.Redis.MinReplicasAck; n > 0 {
-		opts = append(opts, redislock.WithMinReplicasAck(n, replicasAckTimeout))
-	}
-	return opts
 }

@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"fmt"
+	"github.com/slotd/slotd/internal/config"
+	"github.com/slotd/slotd/scheduler/history"
 	"reflect"
 	"sync/atomic"
 	"testing"
@@ -13,7 +15,6 @@ import (
 	"github.com/slotd/slotd/internal/redistest"
 
 	"github.com/slotd/slotd/lock/memlock"
-	"github.com/slotd/slotd/scheduler"
 
 	// countHook counts the commands a client sends.
 	"github.com/slotd/slotd/lock/redislock"
@@ -42,10 +43,10 @@ func TestOpenEmbedded(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, ok := b.Store.(*memlock.Store); !ok {
-		t.Errorf("Store is %T, want *lock.Memory", b.Store)
+		t.Errorf("Store is %T, want *memlock.Store", b.Store)
 	}
-	if _, ok := b.History.(*scheduler.MemoryHistory); !ok {
-		t.Errorf("History is %T, want *scheduler.MemoryHistory", b.History)
+	if _, ok := b.History.(*history.Memory); !ok {
+		t.Errorf("History is %T, want *history.Memory", b.History)
 	}
 	if err := b.Close(); err != nil {
 		t.Errorf("Close: %v", err)
@@ -64,10 +65,10 @@ func TestOpenRedis(t *testing.T) {
 	}
 	defer b.Close()
 	if _, ok := b.Store.(*redislock.Store); !ok {
-		t.Errorf("Store is %T, want *lock.Redis", b.Store)
+		t.Errorf("Store is %T, want *redislock.Store", b.Store)
 	}
-	if _, ok := b.History.(*RedisHistory); !ok {
-		t.Errorf("History is %T, want *RedisHistory", b.History)
+	if _, ok := b.History.(*redislock.History); !ok {
+		t.Errorf("History is %T, want *redislock.History", b.History)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -106,5 +107,16 @@ func TestZeroIsTheTypeOpenReturns(t *testing.T) {
 			t.Errorf("%s: Zero is a %T, Open returned a %T", cfg.RedisMode(), z, b.Store)
 		}
 		_ = b.Close()
+	}
+}
+
+func TestHistoryTTL(t *testing.T) {
+	cfg := &config.Config{Tasks: []config.Task{{DoneTTL: 48 * time.Hour}}}
+	if got := HistoryTTL(cfg); got != MinHistoryTTL {
+		t.Errorf("HistoryTTL with done_ttl 48h = %v, want %v", got, MinHistoryTTL)
+	}
+	cfg.Tasks = append(cfg.Tasks, config.Task{DoneTTL: 30 * 24 * time.Hour})
+	if got := HistoryTTL(cfg); got != 30*24*time.Hour {
+		t.Errorf("HistoryTTL with done_ttl 720h = %v, want 720h", got)
 	}
 }

@@ -2,193 +2,31 @@ package store
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
 	"log/slog"
-	"slices"
-	"strconv"
-	"strings"
-	"sync"
 	"time"
-
-	"github.com/go-zookeeper/zk"
 
 	"github.com/slotd/slotd/internal/config"
 	zklock "github.com/slotd/slotd/lock/zklock"
-	"github.com/slotd/slotd/scheduler"
 )
 
 // dialTimeout bounds the wait for a ZooKeeper session at Open.
 const dialTimeout = 10 * time.Second
 
 // openZooKeeper builds the slot store and history of a [zookeeper]
-// configuration: one session, for both.
+// configuration (zklock.Open: one session, for both).
 func openZooKeeper(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Backend, error) {
 	z := cfg.ZooKeeper
 	o := zklock.Options{Servers: z.Servers, SessionTimeout: z.SessionTimeout, Root: z.Root,
-		Logger: log.With("component", "zookeeper")}
+		Logger: log.With("component", "zookeeper"), HistoryTTL: HistoryTTL(cfg)}
 	if z.Username != "" {
 		o.Digest = z.Username + ":" + z.Password
 	}
 	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
-	s, err := zklock.Dial(dctx, o)
+	s, h, err := zklock.Open(dctx, o)
 	if err != nil {
 		return nil, err
 	}
 	log.Info("zookeeper", "servers", z.Servers, "root", z.Root, "session_timeout", s.SessionTimeout())
-	return &Backend{Store: s, History: NewZooKeeperHistory(s, HistoryTTL(cfg)), zk: s}, nil
-}
-
-// ZooKeeperHistory keeps each task's history on the ensemble, beside the
-// slots: one persistent sequential TTL node per entry under
-// <root>/.history/<task> (a container), its data the entry as JSON. Each
-// entry lives ttl (HistoryTTL); about scheduler.HistoryMaxLen are kept per
-// task, the oldest deleted every historyTrimEvery appends.
-type ZooKeeperHistory struct {
-	s   *zklock.Store
-	ttl time.Duration
-	mu  sync.Mutex // one trim at a time
-}
-
-// historyTrimEvery is how many appends to a task pass between trims.
-const historyTrimEvery = 64
-
-// NewZooKeeperHistory returns the history of store s; entries live ttl.
-func NewZooKeeperHistory(s *zklock.Store, ttl time.Duration) *ZooKeeperHistory {
-	return &ZooKeeperHistory{s: s, ttl: ttl}
-}
-
-func (h *ZooKeeperHistory) dir(task string) string {
-	return h.s.Root() + "/.history/" + strings.TrimPrefix(h.s.TaskPath(task), h.s.Root()+"/")
-}
-
-// Append implements scheduler.History.
-func (h *ZooKeeperHistory) Append(ctx context.Context, task string, e scheduler.HistoryEntry) error {
-	e.Error = scheduler.TruncateHistoryError(e.Error)
-	e.ID = ""
-	b, err := json.Marshal(e)
-	if err != nil {
-		return fmt.Errorf("history: append %s slot %s attempt %d: %w", task, e.Slot, e.Attempt, err)
-	}
-	c, dir := h.s.Conn(), h.dir(task)
-	for try := 0; ; try++ {
-		p, err := zklock.Call(ctx, func() (string, error) {
-			return c.CreateTTL(dir+"/e-", b, zk.FlagPersistentSequentialWithTTL, h.s.ACL(), h.ttl)
-		})
-		if errors.Is(err, zk.ErrNoNode) && try == 0 {
-			for _, d := range []string{h.s.Root(), h.s.Root() + "/.history", dir} {
-				if _, err := zklock.Call(ctx, func() (string, error) { return c.CreateContainer(d, nil, zk.FlagContainer, h.s.ACL()) }); err != nil && !errors.Is(err, zk.ErrNodeExists) {
-					return fmt.Errorf("history: append %s: create %s: %w", task, d, err)
-				}
-			}
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("history: append %s slot %s attempt %d: %w", task, e.Slot, e.Attempt, err)
-		}
-		if n, _ := strconv.Atoi(p[strings.LastIndex(p, "-")+1:]); n >= scheduler.HistoryMaxLen && n%historyTrimEvery == 0 {
-			h.trim(ctx, dir)
-		}
-		return nil
-	}
-}
-
-// trim deletes the oldest entries beyond HistoryMaxLen; a failure is left
-// to the next trim (and the entries' TTL).
-func (h *ZooKeeperHistory) trim(ctx context.Context, dir string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	kids, err := zklock.Call(ctx, func() ([]string, error) { kids, _, err := h.s.Conn().Children(dir); return kids, err })
-	if err != nil || len(kids) <= scheduler.HistoryMaxLen {
-		return
-	}
-	slices.Sort(kids) // the sequence numbers are zero-padded
-	for _, k := range kids[:len(kids)-scheduler.HistoryMaxLen] {
-		if _, err := zklock.Call(ctx, func() (struct{}, error) { return struct{}{}, h.s.Conn().Delete(dir+"/"+k, -1) }); err != nil && !errors.Is(err, zk.ErrNoNode) {
-			return
-		}
-	}
-}
-
-// Recent implements scheduler.History: the newest n entries, read at
-// once. An entry's ID is "<unix ms>-<sequence>" of its node's creation;
-// each entry is bounded (decodeJSONEntry).
-func (h *ZooKeeperHistory) Recent(ctx context.Context, task string, n int) ([]scheduler.HistoryEntry, error) {
-	return h.RecentBefore(ctx, task, "", n)
-}
-
-// RecentBefore returns up to n of task's entries older than the entry
-// whose ID is before ("": the newest), newest first: the children's names
-// (at most about scheduler.HistoryMaxLen) and then n entries, however
-// deep the page (it implements observe.HistoryPager).
-func (h *ZooKeeperHistory) RecentBefore(ctx context.Context, task, before string, n int) ([]scheduler.HistoryEntry, error) {
-	if n <= 0 {
-		return nil, nil
-	}
-	below := int64(-1) // the cursor's sequence number; -1: none
-	if before != "" {
-		_, b, ok := strings.Cut(before, "-")
-		seq, err := strconv.ParseInt(b, 10, 64)
-		if !ok || err != nil || seq < 0 {
-			return nil, fmt.Errorf("history: read %s: cursor %q is not an id (<unix ms>-<sequence>)", task, before)
-		}
-		below = seq
-	}
-	dir := h.dir(task)
-	kids, err := zklock.Call(ctx, func() ([]string, error) { kids, _, err := h.s.Conn().Children(dir); return kids, err })
-	if errors.Is(err, zk.ErrNoNode) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("history: read %s: %w", task, err)
-	}
-	slices.Sort(kids)
-	slices.Reverse(kids)
-	if below >= 0 {
-		kids = slices.DeleteFunc(kids, func(k string) bool {
-			seq, err := strconv.ParseInt(strings.TrimPrefix(k, "e-"), 10, 64)
-			return err != nil || seq >= below
-		})
-	}
-	kids = kids[:min(n, len(kids))]
-	out := make([]scheduler.HistoryEntry, len(kids))
-	ok := make([]bool, len(kids))
-	var wg sync.WaitGroup
-	var firstErr error
-	var mu sync.Mutex
-	for i, k := range kids {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			type got struct {
-				b    []byte
-				stat *zk.Stat
-			}
-			g, err := zklock.Call(ctx, func() (got, error) { b, st, err := h.s.Conn().Get(dir + "/" + k); return got{b, st}, err })
-			switch {
-			case errors.Is(err, zk.ErrNoNode): // trimmed or expired meanwhile
-			case err != nil:
-				mu.Lock()
-				firstErr = err
-				mu.Unlock()
-			default:
-				seq, _ := strconv.ParseInt(strings.TrimPrefix(k, "e-"), 10, 64)
-				id := strconv.FormatInt(g.stat.Ctime, 10) + "-" + strconv.FormatInt(seq, 10)
-				out[i], ok[i] = decodeJSONEntry(g.b, dir+"/"+k, id), true
-			}
-		}()
-	}
-	wg.Wait()
-	if firstErr != nil {
-		return nil, fmt.Errorf("history: read %s: %w", task, firstErr)
-	}
-	kept := out[:0]
-	for i := range out {
-		if ok[i] {
-			kept = append(kept, out[i])
-		}
-	}
-	return kept, nil
+	return &Backend{Store: s, History: h, zk: s}, nil
 }

@@ -62,37 +62,3 @@ func TestOpenZooKeeper(t *testing.T) {
 		t.Fatalf("another task's history = %+v", got)
 	}
 }
-
-// A task's history keeps about HistoryMaxLen entries.
-func TestZooKeeperHistoryBounded(t *testing.T) {
-	if testing.Short() {
-		t.Skip("appends a thousand entries")
-	}
-	e := zktest.Start(t, 1)
-	ctx := context.Background()
-	s, err := zklock.Dial(ctx, zklock.Options{Servers: e.Servers(), SessionTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	h := store.NewZooKeeperHistory(s, time.Hour)
-	n := scheduler.HistoryMaxLen + 64 + 1
-	for i := range n {
-		if err := h.Append(ctx, "t", scheduler.HistoryEntry{Slot: fmt.Sprint(i)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	kids, _, err := s.Conn().Children(s.Root() + "/.history/t")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(kids) > scheduler.HistoryMaxLen+historySlack || len(kids) < scheduler.HistoryMaxLen {
-		t.Fatalf("%d entries after %d appends, want about %d", len(kids), n, scheduler.HistoryMaxLen)
-	}
-	got, err := h.Recent(ctx, "t", 1)
-	if err != nil || len(got) != 1 || got[0].Slot != fmt.Sprint(n-1) {
-		t.Fatalf("newest = %+v, %v", got, err)
-	}
-}
-
-const historySlack = 64

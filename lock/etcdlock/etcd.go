@@ -63,7 +63,9 @@
 //
 // Keys (see Keys) are under the prefix: the state key
 // "<prefix>:{<task>:<slot id>}", its ":attempts" and ":base", and
-// "<prefix>:probe:{<replica>}" for Probe.
+// "<prefix>:probe:{<replica>}" for Probe; beside them, the run history
+// (History, history.go): one key per entry under HistoryPrefix, on
+// leases shared per expiry bucket, as done markers are.
 package etcdlock
 
 import (
@@ -95,6 +97,8 @@ type Store struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	closed sync.Once
+
+	ownsClient bool // Open made cli: Close closes it
 }
 
 // Option changes how New builds a Store.
@@ -129,8 +133,8 @@ func New(cli *clientv3.Client, prefix string, opts ...Option) *Store {
 
 // Close stops the watch, the keepalive stream and the clock, and revokes
 // the running leases (bounded by a second), so that the slots this process
-// still holds free at once rather than after their lease. It does not close
-// the client.
+// still holds free at once rather than after their lease. It closes the
+// client only if Open made it.
 func (s *Store) Close() error {
 	var err error
 	s.closed.Do(func() {
@@ -141,8 +145,19 @@ func (s *Store) Close() error {
 		s.cancel()
 		s.wg.Wait()
 		s.clock.wait()
+		if cerr := s.closeClient(); err == nil {
+			err = cerr
+		}
 	})
 	return err
+}
+
+// closeClient closes the client if Open made it.
+func (s *Store) closeClient() error {
+	if !s.ownsClient {
+		return nil
+	}
+	return s.cli.Close()
 }
 
 // go runs f on a goroutine the Store owns and Close waits for.
@@ -207,18 +222,14 @@ func (s *Store) keys(slot lock.Slot) (state, attempts, base string) {
 
 var errTooContended = errors.New("etcdlock: the slot's keys kept changing under the transaction")
 
-// Client is the etcd client the Store runs on, for what lives beside the
-// slots (the run history).
-func (s *Store) Client() *clientv3.Client { return s.cli }
-
-// TTLLease returns a lease that lives at least ttl from now and at most a
+// ttlLease returns a lease that lives at least ttl from now and at most a
 // 64th of it longer (see the package doc's buckets), shared with every
 // other key whose TTL ends in the same bucket: how what lives beside the
 // slots expires without a lease per key.
-func (s *Store) TTLLease(ctx context.Context, ttl time.Duration) (clientv3.LeaseID, error) {
+func (s *Store) ttlLease(ctx context.Context, ttl time.Duration) (clientv3.LeaseID, error) {
 	return s.leases.bucket(ctx, ttl)
 }
 
-// ForgetLease drops a lease TTLLease returned after etcd answered that it
+// forgetLease drops a lease ttlLease returned after etcd answered that it
 // does not know it (it was revoked), so that the next call grants another.
-func (s *Store) ForgetLease(id clientv3.LeaseID) { s.leases.forgetBucket(id) }
+func (s *Store) forgetLease(id clientv3.LeaseID) { s.leases.forgetBucket(id) }

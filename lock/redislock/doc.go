@@ -6,7 +6,10 @@
 // capabilities: operator controls (lock.Controls), the fleet (lock.Fleet),
 // one-time markers (lock.Oncer) and the write probe (lock.Prober). It
 // classes Redis's refusals (OOM, NOPERM, READONLY, MISCONF, NOREPLICAS) as
-// lock.StoreError with the fix to name.
+// lock.StoreError with the fix to name. Beside the slots it keeps the run
+// history (History: a capped stream per task, read by history_read.lua;
+// MultiHistory on every Redlock master) and reads the servers' eviction
+// policy (CheckEviction).
 //
 // It is the one owner of slotd's Redis schema. Keys (prefix "slotd"; the
 // braces are a Redis Cluster hash tag so one slot's keys share a shard):
@@ -24,6 +27,7 @@
 //	slotd:fleet                        see fleet.go
 //	slotd:replica:{<replica id>}       see fleet.go
 //	slotd:first-start                  see fleet.go
+//	slotd:history:{<task>}             the task's run history, a stream (HistoryKey, history.go)
 //
 // and the operator controls' keys (see redis_controls.go and ControlKeys).
 // The in-memory store (package memlock) mirrors this layout step for step.

@@ -85,7 +85,7 @@ func BenchmarkRedisCPUOneKey(b *testing.B) {
 		})
 	})
 	b.Run("history", func(b *testing.B) {
-		// As internal/store's RedisHistory appends: one XADD NOMKSTREAM
+		// As History (history.go) appends: one XADD NOMKSTREAM
 		// per slot, capped ~1000, the entry's nine fields, 100 tasks'
 		// streams, pipelined in a transaction.
 		for i := range 100 {

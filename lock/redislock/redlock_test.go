@@ -405,7 +405,7 @@ func TestRedlockUndoWakesNobody(t *testing.T) {
 }
 
 // BenchmarkRedlock prices Redlock: the success cycle (claim + complete) on
-// one server (lock.Redis, the baseline) and on Redlock stores of 3 and 5
+// one server (redislock.Store, the baseline) and on Redlock stores of 3 and 5
 // local servers, in the same run:
 //
 //	go test -run '^$' -bench Redlock -benchtime 2s ./lock/

@@ -27,7 +27,7 @@ var (
 	ErrNoTTL = errors.New("zklock: the servers refuse TTL nodes (start them with -Dzookeeper.extendedTypesEnabled=true)")
 )
 
-// Options configure Dial.
+// Options configure Dial and Open.
 type Options struct {
 	Servers        []string      // host:port of each member
 	SessionTimeout time.Duration // asked of the ensemble; it may grant less (see Store.SessionTimeout)
@@ -37,6 +37,8 @@ type Options struct {
 	Digest string
 	Logger *slog.Logger // the client's own messages, at debug; none if nil
 	Dialer zk.Dialer    // how to reach a member (tests put a proxy between); net.DialTimeout if nil
+	// HistoryTTL is how long an entry of the run history lives (Open).
+	HistoryTTL time.Duration
 }
 
 // Store is a lock.Store on ZooKeeper; see the package doc. It owns its
@@ -144,13 +146,6 @@ func (s *Store) SessionTimeout() time.Duration { return time.Duration(s.timeout.
 // SessionID is the current session's id (0 while there is none).
 func (s *Store) SessionID() int64 { return s.conn.SessionID() }
 
-// Conn is the store's client, for tests and tools that look under it.
-func (s *Store) Conn() *zk.Conn { return s.conn }
-
-// ACL is the ACL the store creates its nodes with: the digest user's only
-// when Options.Digest is set, everyone's otherwise.
-func (s *Store) ACL() []zk.ACL { return s.acl }
-
 // Root is the path under which the store keeps its nodes.
 func (s *Store) Root() string { return s.root }
 
@@ -195,12 +190,6 @@ func (s *Store) SlotPath(slot lock.Slot) string { return s.TaskPath(slot.Task) +
 func (s *Store) RunPath(slot lock.Slot) string { return s.SlotPath(slot) + "/run" }
 
 func (s *Store) clockPath() string { return s.root + "/.clock" }
-
-// Call runs f, a blocking call on the store's connection (Conn), until it
-// returns or ctx ends (the call then finishes on its own, its result
-// unread): how code beside the store, such as the history on the
-// ensemble, bounds its own calls as the store does.
-func Call[T any](ctx context.Context, f func() (T, error)) (T, error) { return call(ctx, f) }
 
 // call runs f, a blocking client call, until it returns or ctx ends (the
 // call then finishes on its own, its result unread). f's error, if it is

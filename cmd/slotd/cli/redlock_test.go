@@ -46,7 +46,7 @@ func TestRedlockBackendAndCommands(t *testing.T) {
 	}
 	defer b.Close()
 	if _, ok := b.Store.(*redislock.Redlock); !ok {
-		t.Fatalf("store is %T, want *lock.Redlock", b.Store)
+		t.Fatalf("store is %T, want *redislock.Redlock", b.Store)
 	}
 	task, _ := findTask(d, "report")
 	now, err := b.Store.Time(ctx)
@@ -71,7 +71,7 @@ func TestRedlockBackendAndCommands(t *testing.T) {
 		if v := s.Client().Get(ctx, state).Val(); !strings.HasPrefix(v, "done:r1:1:") {
 			t.Errorf("master %d holds %q, want the done marker", i, v)
 		}
-		if n := s.Client().XLen(ctx, store.HistoryKey("slotd", "report")).Val(); n != 1 {
+		if n := s.Client().XLen(ctx, redislock.HistoryKey("slotd", "report")).Val(); n != 1 {
 			t.Errorf("master %d holds %d history entries, want 1", i, n)
 		}
 	}

@@ -18,7 +18,6 @@ import (
 	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/internal/stats"
-	"github.com/slotd/slotd/internal/store"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/redislock"
 	"github.com/slotd/slotd/scheduler"
@@ -32,7 +31,7 @@ type shared struct {
 	cfg   *assemble.Daemon
 	rdb   *redis.Client
 	store *redislock.Store
-	hist  *store.RedisHistory
+	hist  *redislock.History
 	now   time.Time // the Redis clock at start
 }
 
@@ -79,7 +78,7 @@ format = "json"
 	}
 	rdb := srv.Client()
 	s := &shared{t: t, path: path, cfg: cfg, rdb: rdb, store: redislock.New(rdb, "slotd"),
-		hist: store.NewRedisHistory(rdb, "slotd", time.Hour)}
+		hist: redislock.NewHistory(rdb, "slotd", time.Hour)}
 	if s.now, err = s.store.Time(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -429,12 +428,12 @@ func TestStatusWrongTypeKeyIsPerTask(t *testing.T) {
 	_, paused, _, _ := redislock.ControlKeys("slotd", "report")
 	for _, c := range []struct{ what, key, want string }{
 		{"slot key", state, "slot " + report.ID},
-		{"history stream", store.HistoryKey("slotd", "report"), "history: read report"},
+		{"history stream", redislock.HistoryKey("slotd", "report"), "history: read report"},
 		{"pause key", paused, "pause state"},
 	} {
 		t.Run(c.what, func(t *testing.T) {
 			ctx := context.Background()
-			if err := s.rdb.Del(ctx, state, store.HistoryKey("slotd", "report"), paused).Err(); err != nil {
+			if err := s.rdb.Del(ctx, state, redislock.HistoryKey("slotd", "report"), paused).Err(); err != nil {
 				t.Fatal(err)
 			}
 			if err := s.rdb.RPush(ctx, c.key, "planted").Err(); err != nil {

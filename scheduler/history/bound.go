@@ -1,31 +1,28 @@
-package store
+package history
 
 import (
 	"encoding/json"
 	"fmt"
 	"strings"
-
-	"github.com/slotd/slotd/internal/stats"
-	"github.com/slotd/slotd/scheduler"
 )
 
-// maxRawEntry bounds an entry's stored JSON that etcd and ZooKeeper
+// MaxJSON bounds an entry's stored JSON that etcd and ZooKeeper
 // histories decode: slotd's own is at most about six times the output and
 // error caps (JSON escapes "<" as six bytes); a larger value was written
 // by someone else and is refused unread (the stores cap a value anyway:
 // etcd's --max-request-bytes, ZooKeeper's jute.maxbuffer, both about 1 MiB).
-const maxRawEntry = 8 * (scheduler.MaxHistoryOutput + scheduler.MaxHistoryError)
+const MaxJSON = 8 * (MaxOutput + MaxError)
 
-// decodeJSONEntry decodes the JSON entry b stored at key, bounded as the
-// Redis history's read script bounds one: a value over maxRawEntry is not
+// DecodeJSON decodes the JSON entry b stored at key, bounded as the
+// Redis history's read script bounds one: a value over MaxJSON is not
 // decoded, and reads as an entry whose Error says so; fields over their
 // caps are cut, with CutMark first in Error. id is the entry's ID.
-func decodeJSONEntry(b []byte, key, id string) scheduler.HistoryEntry {
-	if len(b) > maxRawEntry {
-		return scheduler.HistoryEntry{ID: id, Error: scheduler.CutMark(key, id,
-			fmt.Sprintf("%d bytes, over the cap of %d: not read", len(b), maxRawEntry))}
+func DecodeJSON(b []byte, key, id string) Entry {
+	if len(b) > MaxJSON {
+		return Entry{ID: id, Error: CutMark(key, id,
+			fmt.Sprintf("%d bytes, over the cap of %d: not read", len(b), MaxJSON))}
 	}
-	var e scheduler.HistoryEntry
+	var e Entry
 	// An entry that does not parse is left zero but for its id: one odd
 	// entry should not hide the others.
 	_ = json.Unmarshal(b, &e)
@@ -36,22 +33,22 @@ func decodeJSONEntry(b []byte, key, id string) scheduler.HistoryEntry {
 		name string
 		v    *string
 	}{{"slot", &e.Slot}, {"replica", &e.Replica}, {"outcome", &outcome}} {
-		if len(*f.v) > readValueCap {
+		if len(*f.v) > MaxError {
 			cut = append(cut, fmt.Sprintf("%s of %d bytes", f.name, len(*f.v)))
-			*f.v = strings.ToValidUTF8((*f.v)[:readValueCap], "\uFFFD")
+			*f.v = strings.ToValidUTF8((*f.v)[:MaxError], "\uFFFD")
 		}
 	}
-	e.Outcome = stats.Outcome(outcome)
-	if len(e.Error) > readValueCap {
+	e.Outcome = Outcome(outcome)
+	if len(e.Error) > MaxError {
 		cut = append(cut, fmt.Sprintf("error of %d bytes", len(e.Error)))
 	}
-	if len(e.Output) > readOutputCap {
+	if len(e.Output) > MaxOutput {
 		cut = append(cut, fmt.Sprintf("output of %d bytes", len(e.Output)))
 	}
 	if len(cut) > 0 {
-		e.Error = scheduler.CutMark(key, id, strings.Join(cut, ", ")) + e.Error
+		e.Error = CutMark(key, id, strings.Join(cut, ", ")) + e.Error
 	}
-	e.Error = scheduler.TruncateHistoryError(e.Error)
-	e.Output = scheduler.TruncateHistoryOutput(e.Output)
+	e.Error = TruncateError(e.Error)
+	e.Output = TruncateOutput(e.Output)
 	return e
 }

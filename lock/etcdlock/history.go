@@ -1,4 +1,4 @@
-package store
+package etcdlock
 
 import (
 	"context"
@@ -14,22 +14,21 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/slotd/slotd/lock/etcdlock"
-	"github.com/slotd/slotd/scheduler"
+	"github.com/slotd/slotd/scheduler/history"
 )
 
-// EtcdHistory keeps each task's history on the etcd cluster that holds its
-// slots: one key per entry, EtcdHistoryPrefix(prefix, task) followed by the
+// History keeps each task's history on the etcd cluster that holds its
+// slots: one key per entry, HistoryPrefix(prefix, task) followed by the
 // entry's time in zero-padded unix nanoseconds (so keys sort by time) and
 // a random suffix, each on a lease of the history TTL shared per expiry
 // bucket. Every etcdTrimEvery appends of a task, this process deletes all
-// but its newest scheduler.HistoryMaxLen entries: a task keeps about that
+// but its newest history.MaxLen entries: a task keeps about that
 // many.
-type EtcdHistory struct {
-	s      *etcdlock.Store
+type History struct {
+	s      *Store
 	prefix string
 	ttl    time.Duration
-	maxLen int // entries kept per task: scheduler.HistoryMaxLen
+	maxLen int // entries kept per task: history.MaxLen
 
 	mu      sync.Mutex
 	appends map[string]int // per task, since this process started
@@ -38,35 +37,35 @@ type EtcdHistory struct {
 // etcdTrimEvery is how many appends of a task pass between two trims.
 const etcdTrimEvery = 64
 
-// EtcdHistoryPrefix is the key prefix of task's history entries.
-func EtcdHistoryPrefix(prefix, task string) string { return prefix + ":history:{" + task + "}:" }
+// HistoryPrefix is the key prefix of task's history entries.
+func HistoryPrefix(prefix, task string) string { return prefix + ":history:{" + task + "}:" }
 
-// NewEtcdHistory returns the history beside s's slots, under prefix, each
+// NewHistory returns the history beside s's slots, under prefix, each
 // entry living ttl.
-func NewEtcdHistory(s *etcdlock.Store, prefix string, ttl time.Duration) *EtcdHistory {
-	return &EtcdHistory{s: s, prefix: prefix, ttl: ttl, maxLen: scheduler.HistoryMaxLen, appends: map[string]int{}}
+func NewHistory(s *Store, prefix string, ttl time.Duration) *History {
+	return &History{s: s, prefix: prefix, ttl: ttl, maxLen: history.MaxLen, appends: map[string]int{}}
 }
 
-// Append implements scheduler.History.
-func (h *EtcdHistory) Append(ctx context.Context, task string, e scheduler.HistoryEntry) error {
-	e.Error = scheduler.TruncateHistoryError(e.Error)
+// Append implements history.History.
+func (h *History) Append(ctx context.Context, task string, e history.Entry) error {
+	e.Error = history.TruncateError(e.Error)
 	e.ID = ""
 	b, err := json.Marshal(e)
 	if err != nil {
 		return fmt.Errorf("history: append %s slot %s attempt %d: %w", task, e.Slot, e.Attempt, err)
 	}
-	p := EtcdHistoryPrefix(h.prefix, task)
+	p := HistoryPrefix(h.prefix, task)
 	key := fmt.Sprintf("%s%020d-%08x", p, time.Now().UnixNano(), rand.Uint32())
-	cli := h.s.Client()
+	cli := h.s.cli
 	for try := 0; ; try++ {
 		var id clientv3.LeaseID
-		if id, err = h.s.TTLLease(ctx, h.ttl); err == nil {
+		if id, err = h.s.ttlLease(ctx, h.ttl); err == nil {
 			_, err = cli.Put(ctx, key, string(b), clientv3.WithLease(id))
 		}
 		if err == nil || try > 0 || !isLeaseGone(err) {
 			break
 		}
-		h.s.ForgetLease(id)
+		h.s.forgetLease(id)
 	}
 	if err != nil {
 		return fmt.Errorf("history: append %s slot %s attempt %d: %w", task, e.Slot, e.Attempt, err)
@@ -83,9 +82,9 @@ func (h *EtcdHistory) Append(ctx context.Context, task string, e scheduler.Histo
 
 func isLeaseGone(err error) bool { return err != nil && errors.Is(err, rpctypes.ErrLeaseNotFound) }
 
-// trim deletes every entry under p but the newest HistoryMaxLen.
-func (h *EtcdHistory) trim(ctx context.Context, p string) error {
-	cli := h.s.Client()
+// trim deletes every entry under p but the newest maxLen.
+func (h *History) trim(ctx context.Context, p string) error {
+	cli := h.s.cli
 	resp, err := cli.Get(ctx, p, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
 		clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(int64(h.maxLen+1)))
 	if err != nil || len(resp.Kvs) <= h.maxLen {
@@ -98,9 +97,9 @@ func (h *EtcdHistory) trim(ctx context.Context, p string) error {
 	return nil
 }
 
-// Recent implements scheduler.History. An entry's ID is "<unix ms>-<etcd
-// revision>" of its write; each entry is bounded (decodeJSONEntry).
-func (h *EtcdHistory) Recent(ctx context.Context, task string, n int) ([]scheduler.HistoryEntry, error) {
+// Recent implements history.History. An entry's ID is "<unix ms>-<etcd
+// revision>" of its write; each entry is bounded (history.DecodeJSON).
+func (h *History) Recent(ctx context.Context, task string, n int) ([]history.Entry, error) {
 	return h.RecentBefore(ctx, task, "", n)
 }
 
@@ -109,11 +108,11 @@ func (h *EtcdHistory) Recent(ctx context.Context, task string, n int) ([]schedul
 // ends below the cursor's millisecond (keys sort by time), so a page costs
 // about n entries however deep it is (it implements observe.HistoryPager).
 // Entries of the cursor's own millisecond are older if their revision is.
-func (h *EtcdHistory) RecentBefore(ctx context.Context, task, before string, n int) ([]scheduler.HistoryEntry, error) {
+func (h *History) RecentBefore(ctx context.Context, task, before string, n int) ([]history.Entry, error) {
 	if n <= 0 {
 		return nil, nil
 	}
-	p := EtcdHistoryPrefix(h.prefix, task)
+	p := HistoryPrefix(h.prefix, task)
 	end := clientv3.GetPrefixRangeEnd(p)
 	var curMS, curRev int64
 	if before != "" {
@@ -126,11 +125,11 @@ func (h *EtcdHistory) RecentBefore(ctx context.Context, task, before string, n i
 		curMS, curRev = ms, rev
 		end = fmt.Sprintf("%s%020d", p, (ms+1)*int64(time.Millisecond))
 	}
-	var out []scheduler.HistoryEntry
+	var out []history.Entry
 	// Entries of the cursor's millisecond that are not older are skipped,
 	// so a page may take another read; a millisecond holds few entries.
 	for range 4 {
-		resp, err := h.s.Client().Get(ctx, p, clientv3.WithRange(end),
+		resp, err := h.s.cli.Get(ctx, p, clientv3.WithRange(end),
 			clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(int64(n-len(out))))
 		if err != nil {
 			return nil, fmt.Errorf("history: read %s: %w", task, err)
@@ -142,7 +141,7 @@ func (h *EtcdHistory) RecentBefore(ctx context.Context, task, before string, n i
 				continue
 			}
 			id := strconv.FormatInt(ms, 10) + "-" + strconv.FormatInt(kv.CreateRevision, 10)
-			out = append(out, decodeJSONEntry(kv.Value, string(kv.Key), id))
+			out = append(out, history.DecodeJSON(kv.Value, string(kv.Key), id))
 		}
 		if len(out) >= n || !resp.More || len(resp.Kvs) == 0 {
 			break

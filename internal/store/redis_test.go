@@ -33,7 +33,8 @@ func claimOnce(t *testing.T, cfg *config.Config, rdb redis.UniversalClient) (loc
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	store := redislock.New(rdb, cfg.Prefix, redisStoreOptions(cfg)...)
+	store, hist := redislock.Open(rdb, redisConfig(cfg))
+	defer hist.Close()
 	defer store.Close()
 	now, err := store.Time(ctx)
 	if err != nil {
@@ -224,7 +225,7 @@ func TestRedlockOverTLS(t *testing.T) {
 	}
 	cfg := parseRedis(t, fmt.Sprintf("redlock = [%s]\ntls_ca_file = %q\ntls_cert_file = %q\ntls_key_file = %q",
 		strings.Join(urls, ", "), x.CAFile, x.ClientCert, x.ClientKey))
-	b, err := openRedis(cfg, 0)
+	b, err := openRedisClients(cfg, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

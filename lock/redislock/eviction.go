@@ -1,4 +1,4 @@
-package store
+package redislock
 
 import (
 	"context"
@@ -34,13 +34,13 @@ type Eviction struct {
 func (e Eviction) Unsafe() bool { return e.Policy != "" && e.Policy != "noeviction" }
 
 // CheckEviction reads maxmemory-policy and maxmemory on every Redis server
-// the backend writes to (each master of a Cluster, each Redlock node),
+// clients write to (each master of a Cluster, each Redlock node),
 // where CONFIG GET is permitted, and logs loudly — at error level — a
 // policy that may evict slotd's keys (warn level while maxmemory is 0,
 // when nothing is evicted yet), and at info level a server whose policy
-// it cannot read. It returns what it found; nothing for the embedded
-// store. It does not refuse to start: see docs/guarantees.md.
-func (b *Backend) CheckEviction(ctx context.Context, log *slog.Logger) []Eviction {
+// it cannot read. It returns what it found. It does not refuse to start:
+// see docs/guarantees.md.
+func CheckEviction(ctx context.Context, log *slog.Logger, clients []redis.UniversalClient) []Eviction {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -56,7 +56,7 @@ func (b *Backend) CheckEviction(ctx context.Context, log *slog.Logger) []Evictio
 		out = append(out, e)
 		mu.Unlock()
 	}
-	for _, c := range b.clients {
+	for _, c := range clients {
 		if cc, ok := c.(*redis.ClusterClient); ok {
 			_ = cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
 				add(m, m.Options().Addr)

@@ -1,4 +1,4 @@
-package store_test
+package redislock_test
 
 import (
 	"context"
@@ -9,23 +9,21 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/slotd/slotd/internal/config"
 	"github.com/slotd/slotd/internal/redistest"
-	"github.com/slotd/slotd/internal/stats"
-	"github.com/slotd/slotd/internal/store"
 	"github.com/slotd/slotd/lock"
-	"github.com/slotd/slotd/scheduler"
+	"github.com/slotd/slotd/lock/redislock"
+	"github.com/slotd/slotd/scheduler/history"
 )
 
 // histories returns both implementations, the Redis one on a fresh server.
-func histories(t *testing.T) map[string]scheduler.History {
+func histories(t *testing.T) map[string]history.History {
 	srv := redistest.Start(t)
 	a, b := redistest.Start(t), redistest.Start(t)
-	return map[string]scheduler.History{
-		"memory": scheduler.NewMemoryHistory(0),
-		"redis":  store.NewRedisHistory(srv.Client(), "slotd", time.Hour),
-		"multi": store.NewMultiHistory(store.NewRedisHistory(a.Client(), "slotd", time.Hour),
-			store.NewRedisHistory(b.Client(), "slotd", time.Hour)),
+	return map[string]history.History{
+		"memory": history.NewMemory(0),
+		"redis":  redislock.NewHistory(srv.Client(), "slotd", time.Hour),
+		"multi": redislock.NewMultiHistory(redislock.NewHistory(a.Client(), "slotd", time.Hour),
+			redislock.NewHistory(b.Client(), "slotd", time.Hour)),
 	}
 }
 
@@ -35,9 +33,9 @@ func histories(t *testing.T) map[string]scheduler.History {
 func TestMultiHistoryMergesAndSurvives(t *testing.T) {
 	ctx := context.Background()
 	a, b := redistest.Start(t), redistest.Start(t)
-	ha := store.NewRedisHistory(a.Client(), "slotd", time.Hour)
-	hb := store.NewRedisHistory(b.Client(), "slotd", time.Hour)
-	m := store.NewMultiHistory(ha, hb)
+	ha := redislock.NewHistory(a.Client(), "slotd", time.Hour)
+	hb := redislock.NewHistory(b.Client(), "slotd", time.Hour)
+	m := redislock.NewMultiHistory(ha, hb)
 	must := func(err error) {
 		t.Helper()
 		if err != nil {
@@ -47,7 +45,7 @@ func TestMultiHistoryMergesAndSurvives(t *testing.T) {
 	must(m.Append(ctx, "job", entry("s", 1, "failure", "x")))
 	must(ha.Append(ctx, "job", entry("s", 2, "failure", "y"))) // b was down
 	must(hb.Append(ctx, "job", entry("s", 3, "success", "")))  // a was down
-	attempts := func(es []scheduler.HistoryEntry) (out []int) {
+	attempts := func(es []history.Entry) (out []int) {
 		for _, e := range es {
 			out = append(out, e.Attempt)
 		}
@@ -74,11 +72,11 @@ func TestMultiHistoryMergesAndSurvives(t *testing.T) {
 	}
 }
 
-func entry(slot string, attempt int, outcome, errText string) scheduler.HistoryEntry {
+func entry(slot string, attempt int, outcome, errText string) history.Entry {
 	at := time.Date(2024, 1, 15, 14, 0, 0, 0, time.UTC)
-	return scheduler.HistoryEntry{
+	return history.Entry{
 		Slot: slot, SlotTime: at, Attempt: attempt, Token: lock.Token(at, attempt),
-		Replica: "r1", Outcome: stats.Outcome(outcome),
+		Replica: "r1", Outcome: history.Outcome(outcome),
 		Started:  at.Add(time.Duration(attempt)*time.Second + 123456789*time.Nanosecond),
 		Duration: 1500 * time.Millisecond, Error: errText,
 	}
@@ -90,7 +88,7 @@ func TestHistoryAppendRecent(t *testing.T) {
 	for name, h := range histories(t) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			want := []scheduler.HistoryEntry{
+			want := []history.Entry{
 				entry("2024011514", 1, "failure", "tasks: exec: exit status 1"),
 				entry("2024011514", 2, "timeout", "scheduler: task timed out"),
 				entry("2024011514", 3, "success", ""),
@@ -155,8 +153,8 @@ func TestHistoryErrorTruncated(t *testing.T) {
 				t.Fatalf("Recent: %v, %v", got, err)
 			}
 			e := got[0].Error
-			if len(e) > scheduler.MaxHistoryError || !utf8.ValidString(e) {
-				t.Errorf("error is %d bytes, valid UTF-8 %v; want <= %d and valid", len(e), utf8.ValidString(e), scheduler.MaxHistoryError)
+			if len(e) > history.MaxError || !utf8.ValidString(e) {
+				t.Errorf("error is %d bytes, valid UTF-8 %v; want <= %d and valid", len(e), utf8.ValidString(e), history.MaxError)
 			}
 			if !strings.HasPrefix(e, strings.Repeat("é", 300)) || !strings.HasSuffix(e, "…") {
 				t.Errorf("error not cut at its end with a mark: %q...%q", e[:20], e[len(e)-20:])
@@ -166,17 +164,17 @@ func TestHistoryErrorTruncated(t *testing.T) {
 }
 
 // The Redis stream has a TTL after every append, and is capped near
-// HistoryMaxLen.
+// history.MaxLen.
 func TestRedisHistoryTTLAndCap(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client()
-	h := store.NewRedisHistory(rdb, "pfx", 7*24*time.Hour)
+	h := redislock.NewHistory(rdb, "pfx", 7*24*time.Hour)
 	ctx := context.Background()
-	key := store.HistoryKey("pfx", "report")
+	key := redislock.HistoryKey("pfx", "report")
 	if key != "pfx:history:{report}" {
 		t.Errorf("HistoryKey = %q", key)
 	}
-	const n = scheduler.HistoryMaxLen + 300
+	const n = history.MaxLen + 300
 	for i := range n {
 		if err := h.Append(ctx, "report", entry("2024011514", i%999+1, "success", "")); err != nil {
 			t.Fatal(err)
@@ -194,8 +192,8 @@ func TestRedisHistoryTTLAndCap(t *testing.T) {
 		t.Fatal(err)
 	}
 	// MAXLEN ~ trims whole stream nodes (100 entries by default).
-	if l < scheduler.HistoryMaxLen || l >= n {
-		t.Errorf("XLEN %s = %d after %d appends, want %d..%d", key, l, n, scheduler.HistoryMaxLen, n-1)
+	if l < history.MaxLen || l >= n {
+		t.Errorf("XLEN %s = %d after %d appends, want %d..%d", key, l, n, history.MaxLen, n-1)
 	}
 }
 
@@ -206,9 +204,9 @@ func TestRedisHistoryTTLAndCap(t *testing.T) {
 func TestRedisHistoryStreamGoneBetweenRenewals(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client()
-	h := store.NewRedisHistory(rdb, "pfx", 7*24*time.Hour)
+	h := redislock.NewHistory(rdb, "pfx", 7*24*time.Hour)
 	ctx := context.Background()
-	key := store.HistoryKey("pfx", "report")
+	key := redislock.HistoryKey("pfx", "report")
 	if err := h.Append(ctx, "report", entry("2024011514", 1, "success", "")); err != nil {
 		t.Fatal(err)
 	}
@@ -247,24 +245,13 @@ func TestRedisHistoryStreamGoneBetweenRenewals(t *testing.T) {
 	}
 }
 
-func TestHistoryTTL(t *testing.T) {
-	cfg := &config.Config{Tasks: []config.Task{{DoneTTL: 48 * time.Hour}}}
-	if got := store.HistoryTTL(cfg); got != store.MinHistoryTTL {
-		t.Errorf("HistoryTTL with done_ttl 48h = %v, want %v", got, store.MinHistoryTTL)
-	}
-	cfg.Tasks = append(cfg.Tasks, config.Task{DoneTTL: 30 * 24 * time.Hour})
-	if got := store.HistoryTTL(cfg); got != 30*24*time.Hour {
-		t.Errorf("HistoryTTL with done_ttl 720h = %v, want 720h", got)
-	}
-}
-
 // RecentEach reads many tasks' latest entries at once, newest first, up to
 // each one's count (none for a count of 0), and fails the task whose
 // stream is not one alone, naming it.
 func TestRedisHistoryRecentEach(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := context.Background()
-	h := store.NewRedisHistory(srv.Client(), "slotd", time.Hour)
+	h := redislock.NewHistory(srv.Client(), "slotd", time.Hour)
 	defer h.Close()
 	for k := 1; k <= 3; k++ {
 		for _, task := range []string{"a", "b"} {
@@ -299,11 +286,66 @@ func TestRedisHistoryRecentEach(t *testing.T) {
 			t.Errorf("RecentEach of 12 × 1000: task %d (%s) has %d entries, want %d", i, many[i], len(es), want)
 		}
 	}
-	if err := srv.Client().Set(ctx, store.HistoryKey("slotd", "odd"), "x", time.Hour).Err(); err != nil {
+	if err := srv.Client().Set(ctx, redislock.HistoryKey("slotd", "odd"), "x", time.Hour).Err(); err != nil {
 		t.Fatal(err)
 	}
 	got, errs = h.RecentEach(ctx, []string{"a", "odd"}, []int{1, 1})
 	if errs[1] == nil || !strings.Contains(errs[1].Error(), "odd") || errs[0] != nil || len(got[0]) != 1 {
 		t.Errorf("RecentEach over a key that is not a stream: errors %v, a's entries %d; want odd's error alone", errs, len(got[0]))
+	}
+}
+
+// An entry's output is kept as appended (hostile content included: it is
+// escaped where shown, not here), bounded to history.MaxOutput by its tail;
+// an entry without output has none.
+func TestHistoryOutput(t *testing.T) {
+	hostile := "line 1\n<script>alert(1)</script>\x1b[31mred\x1b[0m\r\n"
+	huge := strings.Repeat("y", 2*history.MaxOutput) + "tail"
+	for name, h := range histories(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			for i, out := range []string{hostile, huge, ""} {
+				e := entry("2024011514", i+1, "failure", "exit status 1")
+				e.Output = out
+				if err := h.Append(ctx, "report", e); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := h.Recent(ctx, "report", 3)
+			if err != nil || len(got) != 3 {
+				t.Fatalf("Recent: %v, %v", got, err)
+			}
+			if got[2].Output != hostile {
+				t.Errorf("output %q, want %q", got[2].Output, hostile)
+			}
+			if o := got[1].Output; len(o) > history.MaxOutput || !strings.HasPrefix(o, "…y") ||
+				!strings.HasSuffix(o, "ytail") || !utf8.ValidString(o) {
+				t.Errorf("a %d-byte output is kept as %d bytes", len(huge), len(o))
+			}
+			if got[0].Output != "" {
+				t.Errorf("no output read back as %q", got[0].Output)
+			}
+		})
+	}
+}
+
+// Closing a MultiHistory closes every node's history: an append made
+// before is on every node, and one made after fails on every node.
+func TestMultiHistoryCloseClosesEveryNode(t *testing.T) {
+	a, b := redistest.Start(t), redistest.Start(t)
+	ctx := context.Background()
+	m := redislock.NewMultiHistory(redislock.NewHistory(a.Client(), "slotd", time.Hour),
+		redislock.NewHistory(b.Client(), "slotd", time.Hour))
+	if err := m.Append(ctx, "t", entry("2024011514", 1, "success", "")); err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+	for i, srv := range []*redistest.Server{a, b} {
+		if n, err := srv.Client().XLen(ctx, redislock.HistoryKey("slotd", "t")).Result(); err != nil || n != 1 {
+			t.Errorf("node %d holds %d entries, %v; want the one appended before Close", i, n, err)
+		}
+	}
+	if err := m.Append(ctx, "t", entry("2024011514", 2, "success", "")); err == nil {
+		t.Error("an append after Close succeeded")
 	}
 }

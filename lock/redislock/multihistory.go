@@ -1,4 +1,4 @@
-package store
+package redislock
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/slotd/slotd/scheduler"
+	"github.com/slotd/slotd/scheduler/history"
 )
 
 // MultiHistory keeps the history on several independent stores at once —
@@ -21,14 +21,24 @@ import (
 // without duplicates, newest start first. Ids are those of the store the
 // entry was first read from, so they are not comparable across entries.
 type MultiHistory struct {
-	hs []scheduler.History
+	hs []history.History
 }
 
 // NewMultiHistory returns the history kept on every one of hs.
-func NewMultiHistory(hs ...scheduler.History) *MultiHistory { return &MultiHistory{hs: hs} }
+func NewMultiHistory(hs ...history.History) *MultiHistory { return &MultiHistory{hs: hs} }
+
+// Close closes every one of its histories that can be closed (a History
+// waits for the appends already queued).
+func (m *MultiHistory) Close() {
+	for _, h := range m.hs {
+		if c, ok := h.(interface{ Close() }); ok {
+			c.Close()
+		}
+	}
+}
 
 // eachHistory runs f on every store in parallel and waits for all of them.
-func (m *MultiHistory) eachHistory(f func(i int, h scheduler.History) error) []error {
+func (m *MultiHistory) eachHistory(f func(i int, h history.History) error) []error {
 	errs := make([]error, len(m.hs))
 	var wg sync.WaitGroup
 	for i, h := range m.hs {
@@ -52,21 +62,21 @@ func failed(errs []error) error {
 	return errors.Join(errs...)
 }
 
-// Append implements scheduler.History: on every store; an error only when no store
+// Append implements history.History: on every store; an error only when no store
 // took the entry.
-func (m *MultiHistory) Append(ctx context.Context, task string, e scheduler.HistoryEntry) error {
-	return failed(m.eachHistory(func(_ int, h scheduler.History) error { return h.Append(ctx, task, e) }))
+func (m *MultiHistory) Append(ctx context.Context, task string, e history.Entry) error {
+	return failed(m.eachHistory(func(_ int, h history.History) error { return h.Append(ctx, task, e) }))
 }
 
-// Recent implements scheduler.History: the newest n entries among every store that
+// Recent implements history.History: the newest n entries among every store that
 // answers; an error only when none does.
-func (m *MultiHistory) Recent(ctx context.Context, task string, n int) ([]scheduler.HistoryEntry, error) {
-	return m.merge(n, func(h scheduler.History) ([]scheduler.HistoryEntry, error) { return h.Recent(ctx, task, n) })
+func (m *MultiHistory) Recent(ctx context.Context, task string, n int) ([]history.Entry, error) {
+	return m.merge(n, func(h history.History) ([]history.Entry, error) { return h.Recent(ctx, task, n) })
 }
 
 // pager is a history that reads a page below a cursor (observe.HistoryPager).
 type pager interface {
-	RecentBefore(ctx context.Context, task, before string, n int) ([]scheduler.HistoryEntry, error)
+	RecentBefore(ctx context.Context, task, before string, n int) ([]history.Entry, error)
 }
 
 // RecentBefore returns up to n of task's entries older than the entry
@@ -75,8 +85,8 @@ type pager interface {
 // its own clock's milliseconds, so the page's edge is as exact as the
 // stores' clocks agree), so a page costs n entries per store however deep
 // it is.
-func (m *MultiHistory) RecentBefore(ctx context.Context, task, before string, n int) ([]scheduler.HistoryEntry, error) {
-	return m.merge(n, func(h scheduler.History) ([]scheduler.HistoryEntry, error) {
+func (m *MultiHistory) RecentBefore(ctx context.Context, task, before string, n int) ([]history.Entry, error) {
+	return m.merge(n, func(h history.History) ([]history.Entry, error) {
 		if p, ok := h.(pager); ok {
 			return p.RecentBefore(ctx, task, before, n)
 		}
@@ -90,9 +100,9 @@ func (m *MultiHistory) RecentBefore(ctx context.Context, task, before string, n 
 // merge reads every store with read, in parallel, and merges what those
 // that answer return: the newest n, each entry once; an error only when
 // no store answers.
-func (m *MultiHistory) merge(n int, read func(scheduler.History) ([]scheduler.HistoryEntry, error)) ([]scheduler.HistoryEntry, error) {
-	got := make([][]scheduler.HistoryEntry, len(m.hs))
-	if err := failed(m.eachHistory(func(i int, h scheduler.History) (err error) {
+func (m *MultiHistory) merge(n int, read func(history.History) ([]history.Entry, error)) ([]history.Entry, error) {
+	got := make([][]history.Entry, len(m.hs))
+	if err := failed(m.eachHistory(func(i int, h history.History) (err error) {
 		got[i], err = read(h)
 		return err
 	})); err != nil {
@@ -106,7 +116,7 @@ func (m *MultiHistory) merge(n int, read func(scheduler.History) ([]scheduler.Hi
 	// An entry kept on several stores takes the lowest of its ids, so that
 	// as a cursor it leaves every copy of it out of the next page.
 	seen := map[id]int{}
-	var out []scheduler.HistoryEntry
+	var out []history.Entry
 	for _, es := range got {
 		for _, e := range es {
 			k := id{e.Slot, e.Replica, e.Attempt, e.Started.UTC()}
@@ -118,7 +128,7 @@ func (m *MultiHistory) merge(n int, read func(scheduler.History) ([]scheduler.Hi
 			}
 		}
 	}
-	slices.SortStableFunc(out, func(a, b scheduler.HistoryEntry) int { return b.Started.Compare(a.Started) })
+	slices.SortStableFunc(out, func(a, b history.Entry) int { return b.Started.Compare(a.Started) })
 	return out[:min(len(out), max(n, 0))], nil
 }
 

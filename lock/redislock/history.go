@@ -1,4 +1,4 @@
-package store
+package redislock
 
 import (
 	"context"
@@ -15,37 +15,18 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/slotd/slotd/internal/coalesce"
-	"github.com/slotd/slotd/internal/config"
-	"github.com/slotd/slotd/internal/stats"
-	"github.com/slotd/slotd/scheduler"
+	"github.com/slotd/slotd/scheduler/history"
 )
 
-const (
-	// MinHistoryTTL is the shortest life of a task's history after its last
-	// entry; HistoryTTL raises it to the longest done_ttl.
-	MinHistoryTTL = 7 * 24 * time.Hour
-
-	// appendTimeout limits a round trip of appends none of which has a
-	// deadline of its own (the engine gives each one).
-	appendTimeout = 2 * time.Second
-)
+// appendTimeout limits a round trip of appends none of which has a
+// deadline of its own (the engine gives each one).
+const appendTimeout = 2 * time.Second
 
 // HistoryKey is the Redis stream of task's history under prefix. The braces
 // are a Redis Cluster hash tag, as in the slot keys.
 func HistoryKey(prefix, task string) string { return prefix + ":history:{" + task + "}" }
 
-// HistoryTTL is how long a task's history lives after its last entry: the
-// longest done_ttl of cfg's tasks, and at least MinHistoryTTL, so that the
-// history of a slot outlives the slot's own keys.
-func HistoryTTL(cfg *config.Config) time.Duration {
-	ttl := MinHistoryTTL
-	for i := range cfg.Tasks {
-		ttl = max(ttl, cfg.Tasks[i].DoneTTL)
-	}
-	return ttl
-}
-
-// HistoryClient is the part of go-redis that RedisHistory needs; a
+// HistoryClient is the part of go-redis that History needs; a
 // *redis.Client or *redis.ClusterClient satisfies it.
 type HistoryClient interface {
 	redis.Scripter
@@ -66,8 +47,8 @@ var readScript = redis.NewScript(readLua)
 // entry (slotd writes ten). slotd's own entries are within them; what is
 // beyond was written by someone else, and is cut before it leaves Redis.
 const (
-	readValueCap  = scheduler.MaxHistoryError
-	readOutputCap = scheduler.MaxHistoryOutput
+	readValueCap  = history.MaxError
+	readOutputCap = history.MaxOutput
 	readNameCap   = 64
 	readFieldsCap = 16
 )
@@ -79,7 +60,7 @@ const (
 // It is observe.MaxPageBytes and an output more, so that the page the
 // status endpoints cut from it (counting more than the values) ends
 // before it does and says where the next one begins.
-const ReadPageBudget = 1<<20 + scheduler.MaxHistoryOutput
+const ReadPageBudget = 1<<20 + history.MaxOutput
 
 // readArgs are history_read.lua's ARGV for a page of n entries at or
 // below end, within budget bytes (0: none), the newest keep of which keep
@@ -88,7 +69,7 @@ func readArgs(end string, n, budget, keep int) []any {
 	return []any{end, n, readValueCap, readOutputCap, readNameCap, readFieldsCap, budget, keep}
 }
 
-// RedisHistory keeps each task's history in a capped Redis stream,
+// History keeps each task's history in a capped Redis stream,
 // HistoryKey(prefix, task), whose TTL appends renew: the first append to a
 // stream and then one every ttlRefresh. The appends between add with
 // NOMKSTREAM, so a stream is never created without its TTL: one that has
@@ -96,12 +77,12 @@ func readArgs(end string, n, budget, keep int) []any {
 // as a full append, XADD and PEXPIRE in one MULTI. A PEXPIRE per entry was
 // a fifth of Redis's cost of an append under sustained load.
 //
-// Appends go through the same coalescer as lock's claims
-// (internal/coalesce): a lone append leaves at once, and appends made while
-// one is in flight queue up and leave together, up to historyBatch in one
-// transaction, so the slots of a burst that finish together cost a few
-// round trips, not one each.
-type RedisHistory struct {
+// Appends go through the same coalescer as the store's claims
+// (internal/coalesce, see batch.go): a lone append leaves at once, and
+// appends made while one is in flight queue up and leave together, up to
+// historyBatch in one transaction, so the slots of a burst that finish
+// together cost a few round trips, not one each.
+type History struct {
 	rdb    HistoryClient
 	prefix string
 	ttl    time.Duration
@@ -125,13 +106,14 @@ const ttlRefresh = 5 * time.Minute
 // histAppend is one Append's request.
 type histAppend struct {
 	task string
-	e    scheduler.HistoryEntry
+	e    history.Entry
 }
 
-// NewRedisHistory returns the history in rdb under prefix; each append sets
-// the stream's TTL to ttl (see HistoryTTL). It does no I/O.
-func NewRedisHistory(rdb HistoryClient, prefix string, ttl time.Duration) *RedisHistory {
-	h := &RedisHistory{rdb: rdb, prefix: prefix, ttl: ttl, set: map[string]time.Time{}}
+// NewHistory returns the history in rdb under prefix; each append sets
+// the stream's TTL to ttl (the daemon gives the longest done_ttl, at
+// least a week: internal/store.HistoryTTL). It does no I/O.
+func NewHistory(rdb HistoryClient, prefix string, ttl time.Duration) *History {
+	h := &History{rdb: rdb, prefix: prefix, ttl: ttl, set: map[string]time.Time{}}
 	h.out = coalesce.New(coalesce.Config[histAppend, struct{}]{
 		Send:     h.send,
 		MaxBatch: historyBatch,
@@ -140,10 +122,10 @@ func NewRedisHistory(rdb HistoryClient, prefix string, ttl time.Duration) *Redis
 	return h
 }
 
-// Append implements scheduler.History: XADD with MAXLEN ~
-// scheduler.HistoryMaxLen, with the stream's TTL renewed as RedisHistory
+// Append implements history.History: XADD with MAXLEN ~
+// history.MaxLen, with the stream's TTL renewed as History
 // says, so that the stream never exists without a TTL.
-func (h *RedisHistory) Append(ctx context.Context, task string, e scheduler.HistoryEntry) error {
+func (h *History) Append(ctx context.Context, task string, e history.Entry) error {
 	if _, err := h.out.Do(ctx, histAppend{task, e}); err != nil {
 		return fmt.Errorf("history: append %s slot %s attempt %d: %w", task, e.Slot, e.Attempt, err)
 	}
@@ -151,11 +133,11 @@ func (h *RedisHistory) Append(ctx context.Context, task string, e scheduler.Hist
 }
 
 // Close waits for the appends already queued; later ones fail.
-func (h *RedisHistory) Close() { h.out.Close() }
+func (h *History) Close() { h.out.Close() }
 
 // send writes one batch of appends in one transaction, then sends again,
 // in full, the appends whose stream had gone.
-func (h *RedisHistory) send(ctx context.Context, batch []*coalesce.Call[histAppend, struct{}]) {
+func (h *History) send(ctx context.Context, batch []*coalesce.Call[histAppend, struct{}]) {
 	now := time.Now()
 	refresh := min(ttlRefresh, h.ttl/10)
 	full := make([]bool, len(batch))
@@ -183,7 +165,7 @@ func (h *RedisHistory) send(ctx context.Context, batch []*coalesce.Call[histAppe
 
 // settle answers c with err; a full append that failed leaves its stream's
 // TTL to be renewed by the next append.
-func (h *RedisHistory) settle(c *coalesce.Call[histAppend, struct{}], err error, full bool) {
+func (h *History) settle(c *coalesce.Call[histAppend, struct{}], err error, full bool) {
 	if err != nil && full {
 		h.mu.Lock()
 		delete(h.set, HistoryKey(h.prefix, c.Req.task))
@@ -196,7 +178,7 @@ func (h *RedisHistory) settle(c *coalesce.Call[histAppend, struct{}], err error,
 // (everywhere if full is nil), XADD NOMKSTREAM elsewhere; nothing for an
 // empty batch. It returns each append's error: redis.Nil for
 // a NOMKSTREAM append whose stream did not exist.
-func (h *RedisHistory) write(ctx context.Context, batch []*coalesce.Call[histAppend, struct{}], full []bool) []error {
+func (h *History) write(ctx context.Context, batch []*coalesce.Call[histAppend, struct{}], full []bool) []error {
 	type pending struct {
 		xadd   *redis.StringCmd
 		expire *redis.BoolCmd // nil unless full
@@ -219,15 +201,15 @@ func (h *RedisHistory) write(ctx context.Context, batch []*coalesce.Call[histApp
 			"outcome", string(e.Outcome), // go-redis writes no named string type
 			"started", e.Started.UTC().Format(time.RFC3339Nano),
 			"duration_ms", strconv.FormatInt(e.Duration.Milliseconds(), 10),
-			"error", scheduler.TruncateHistoryError(e.Error),
+			"error", history.TruncateError(e.Error),
 		}
 		if e.Output != "" { // most attempts print nothing: no field
-			values = append(values, "output", scheduler.TruncateHistoryOutput(e.Output))
+			values = append(values, "output", history.TruncateOutput(e.Output))
 		}
 		x := p.XAdd(ctx, &redis.XAddArgs{
 			Stream:     key,
 			NoMkStream: !isFull,
-			MaxLen:     scheduler.HistoryMaxLen,
+			MaxLen:     history.MaxLen,
 			Approx:     true,
 			Values:     values,
 		})
@@ -259,10 +241,10 @@ func (h *RedisHistory) write(ctx context.Context, batch []*coalesce.Call[histApp
 	return errs
 }
 
-// Recent implements scheduler.History with history_read.lua (XREVRANGE,
+// Recent implements history.History with history_read.lua (XREVRANGE,
 // each entry bounded). Fields that do not parse are left zero: the
 // history is for reading, and one odd entry should not hide the others.
-func (h *RedisHistory) Recent(ctx context.Context, task string, n int) ([]scheduler.HistoryEntry, error) {
+func (h *History) Recent(ctx context.Context, task string, n int) ([]history.Entry, error) {
 	if n <= 0 {
 		return nil, nil
 	}
@@ -275,18 +257,18 @@ func (h *RedisHistory) Recent(ctx context.Context, task string, n int) ([]schedu
 
 // read is one page of task's stream: up to n entries at or below end,
 // newest first, bounded, within budget (0: none).
-func (h *RedisHistory) read(ctx context.Context, task, end string, n, budget int) ([]scheduler.HistoryEntry, error) {
+func (h *History) read(ctx context.Context, task, end string, n, budget int) ([]history.Entry, error) {
 	key := HistoryKey(h.prefix, task)
 	return decodeReply(readScript.Run(ctx, h.rdb, []string{key}, readArgs(end, n, budget, n)...), key)
 }
 
 // decodeReply decodes history_read.lua's reply for the stream key.
-func decodeReply(c *redis.Cmd, key string) ([]scheduler.HistoryEntry, error) {
+func decodeReply(c *redis.Cmd, key string) ([]history.Entry, error) {
 	v, err := c.Slice()
 	if err != nil {
 		return nil, err
 	}
-	out := make([]scheduler.HistoryEntry, 0, len(v))
+	out := make([]history.Entry, 0, len(v))
 	for _, item := range v {
 		pair, ok := item.([]any)
 		if !ok || len(pair) != 2 {
@@ -323,8 +305,8 @@ const (
 // time, so that the status of many tasks costs a few round trips, not one
 // per task. A task whose key is not a stream fails alone; a round trip
 // that fails fails its tasks.
-func (h *RedisHistory) RecentEach(ctx context.Context, tasks []string, ns []int) (out [][]scheduler.HistoryEntry, errs []error) {
-	out, errs = make([][]scheduler.HistoryEntry, len(tasks)), make([]error, len(tasks))
+func (h *History) RecentEach(ctx context.Context, tasks []string, ns []int) (out [][]history.Entry, errs []error) {
+	out, errs = make([][]history.Entry, len(tasks)), make([]error, len(tasks))
 	type span struct{ from, to int }
 	var spans []span
 	from, sum := 0, 0
@@ -353,7 +335,7 @@ func (h *RedisHistory) RecentEach(ctx context.Context, tasks []string, ns []int)
 // readEach is one round trip of RecentEach, into out and errs. A script
 // cache that lost history_read.lua (a restart, SCRIPT FLUSH) costs a
 // second one.
-func (h *RedisHistory) readEach(ctx context.Context, tasks []string, ns []int, out [][]scheduler.HistoryEntry, errs []error) {
+func (h *History) readEach(ctx context.Context, tasks []string, ns []int, out [][]history.Entry, errs []error) {
 	cmds := make([]*redis.Cmd, len(tasks))
 	if err := h.loadOnce(ctx); err != nil {
 		for i := range tasks {
@@ -398,7 +380,7 @@ func (h *RedisHistory) readEach(ctx context.Context, tasks []string, ns []int, o
 // loadOnce loads history_read.lua into the script cache unless it did
 // before: the pipelined reads send EVALSHA, which a cache without the
 // script refuses (then readEach loads it again).
-func (h *RedisHistory) loadOnce(ctx context.Context) error {
+func (h *History) loadOnce(ctx context.Context) error {
 	if h.loaded.Load() {
 		return nil
 	}
@@ -419,7 +401,7 @@ func (h *RedisHistory) loadOnce(ctx context.Context) error {
 // COUNT (history_read.lua), so a page costs n bounded entries however deep
 // it is (it implements
 // observe.HistoryPager).
-func (h *RedisHistory) RecentBefore(ctx context.Context, task, before string, n int) ([]scheduler.HistoryEntry, error) {
+func (h *History) RecentBefore(ctx context.Context, task, before string, n int) ([]history.Entry, error) {
 	end := "+"
 	if before != "" {
 		var ok bool
@@ -457,13 +439,13 @@ func previousID(id string) (string, bool) {
 
 // decodeEntry decodes entry m of the stream key; an entry that
 // history_read.lua cut says so first in its Error, naming the key.
-func decodeEntry(m redis.XMessage, key string) scheduler.HistoryEntry {
+func decodeEntry(m redis.XMessage, key string) history.Entry {
 	str := func(k string) string { s, _ := m.Values[k].(string); return s }
-	e := scheduler.HistoryEntry{
+	e := history.Entry{
 		ID:      m.ID,
 		Slot:    str("slot"),
 		Replica: str("replica"),
-		Outcome: stats.Outcome(str("outcome")),
+		Outcome: history.Outcome(str("outcome")),
 		Error:   str("error"),
 		Output:  str("output"),
 	}
@@ -474,9 +456,9 @@ func decodeEntry(m redis.XMessage, key string) scheduler.HistoryEntry {
 	ms, _ := strconv.ParseInt(str("duration_ms"), 10, 64)
 	e.Duration = time.Duration(ms) * time.Millisecond
 	if cut := str("cut"); cut != "" {
-		e.Error = scheduler.CutMark(key, m.ID, cut) + e.Error
+		e.Error = history.CutMark(key, m.ID, cut) + e.Error
 	}
-	e.Error = scheduler.TruncateHistoryError(e.Error)
-	e.Output = scheduler.TruncateHistoryOutput(e.Output)
+	e.Error = history.TruncateError(e.Error)
+	e.Output = history.TruncateOutput(e.Output)
 	return e
 }

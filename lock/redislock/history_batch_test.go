@@ -1,4 +1,4 @@
-package store
+package redislock
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slotd/slotd/internal/redistest"
-	"github.com/slotd/slotd/scheduler"
+	"github.com/slotd/slotd/scheduler/history"
 )
 
 // gateHook counts round trips and holds the first one until open is closed.
@@ -58,7 +58,7 @@ func TestRedisHistoryBatchesAppends(t *testing.T) {
 	rdb := srv.Client()
 	g := &gateHook{open: make(chan struct{})}
 	rdb.AddHook(g)
-	h := NewRedisHistory(rdb, "slotd", time.Hour)
+	h := NewHistory(rdb, "slotd", time.Hour)
 	ctx := context.Background()
 
 	const n = 300
@@ -69,7 +69,7 @@ func TestRedisHistoryBatchesAppends(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			task := fmt.Sprintf("t%d", i%7)
-			errs <- h.Append(ctx, task, scheduler.HistoryEntry{Slot: fmt.Sprint(i), Attempt: 1, Outcome: "success", Started: time.Now()})
+			errs <- h.Append(ctx, task, history.Entry{Slot: fmt.Sprint(i), Attempt: 1, Outcome: "success", Started: time.Now()})
 		}()
 	}
 	// One more, whose context ends while it waits in the queue.
@@ -85,7 +85,7 @@ func TestRedisHistoryBatchesAppends(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		errs <- h.Append(gone, "gone", scheduler.HistoryEntry{Slot: "x", Attempt: 1, Outcome: "success"})
+		errs <- h.Append(gone, "gone", history.Entry{Slot: "x", Attempt: 1, Outcome: "success"})
 	}()
 	awaitTrue(t, "the 301st append queued", func() bool { return queued(n + 1) })
 	cancel()
@@ -135,12 +135,12 @@ func TestRedisHistoryForeignKeyFailsOnlyItsAppend(t *testing.T) {
 	}
 	g := &gateHook{open: make(chan struct{})}
 	rdb.AddHook(g)
-	h := NewRedisHistory(rdb, "slotd", time.Hour)
+	h := NewHistory(rdb, "slotd", time.Hour)
 	res := map[string]chan error{}
 	for _, task := range []string{"first", "foreign", "fine"} {
 		ch := make(chan error, 1)
 		res[task] = ch
-		go func() { ch <- h.Append(ctx, task, scheduler.HistoryEntry{Slot: "1", Attempt: 1, Outcome: "success"}) }()
+		go func() { ch <- h.Append(ctx, task, history.Entry{Slot: "1", Attempt: 1, Outcome: "success"}) }()
 		if task == "first" {
 			awaitTrue(t, "the first append in flight", func() bool { return g.trips.Load() == 1 })
 		}
