@@ -186,15 +186,7 @@ func (l *Lease) Complete(ctx context.Context, doneTTL time.Duration) error {
 // replica's other slots keep alive), this is what frees the slot before
 // peers find the lease run out. ErrNotHeld and ErrLeaseLost are not errors
 // here: the slot is not ours either way.
-func (l *Lease) Release(ctx context.Context) error {
-	err := l.finish(ctx, "release", false, func(ctx context.Context) error {
-		return l.store.Release(ctx, l.slot, l.owner)
-	})
-	if errors.Is(err, ErrNotHeld) || errors.Is(err, ErrLeaseLost) {
-		return nil
-	}
-	return err
-}
+func (l *Lease) Release(ctx context.Context) error { return l.ReleaseAfter(ctx, 0) }
 
 // valid reports whether the lease is held: not lost, and not run out
 // between two of the watchdog's looks.
@@ -270,4 +262,20 @@ func (l *Lease) wrap(op string, err error) error {
 	default:
 		return err
 	}
+}
+
+// ReleaseAfter is Release with a retry backoff: the slot's next claim, by
+// any replica, waits until delay after the release by the store's clock
+// (Backoffer). A store that cannot keep one, or a delay ≤ 0, releases at
+// once.
+func (l *Lease) ReleaseAfter(ctx context.Context, delay time.Duration) error {
+	release := func(ctx context.Context) error { return l.store.Release(ctx, l.slot, l.owner) }
+	if b, ok := l.store.(Backoffer); ok && delay > 0 {
+		release = func(ctx context.Context) error { return b.ReleaseAfter(ctx, l.slot, l.owner, delay) }
+	}
+	err := l.finish(ctx, "release", false, release)
+	if errors.Is(err, ErrNotHeld) || errors.Is(err, ErrLeaseLost) {
+		return nil
+	}
+	return err
 }

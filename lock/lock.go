@@ -73,8 +73,8 @@ const (
 	Held                        // another attempt holds it; Claim.Wait is its remaining lease
 	Done                        // the slot succeeded
 	Exhausted                   // MaxAttempts attempts were made, none succeeded
-	Early                       // the slot time has not come; Claim.Wait says how long until it does
-	Late                        // the slot window has closed
+	Early                       // the slot time, or a retry backoff's end (Claim.Backoff), has not come; Claim.Wait says how long until it does
+	Late                        // the slot window has closed, or a retry backoff ends at or after it (Claim.Backoff)
 )
 
 var resultNames = [...]string{"", "won", "held", "done", "exhausted", "early", "late"}
@@ -94,9 +94,13 @@ type Claim struct {
 	Base     int           // Won, Exhausted: attempts made before the slot's last rerun; the cap counts from here
 	Holder   string        // Held, Done: the holder's replica id (without its instance nonce)
 	Instance string        // Held, Done: the holder's instance nonce
-	Wait     time.Duration // Held: the holder's remaining lease; Early: time until the slot time
-	Now      time.Time     // the store's clock when it decided
-	Sent     time.Time     // local time (with its monotonic reading) when the claim was sent
+	Wait     time.Duration // Held: the holder's remaining lease; Early: time until the slot time or the backoff's end
+	// Backoff, on Early or Late, says why: a failed attempt released the
+	// slot with a retry backoff (Backoffer.ReleaseAfter) that has not
+	// ended (Early), or that ends at or after the slot's deadline (Late).
+	Backoff bool
+	Now     time.Time // the store's clock when it decided
+	Sent    time.Time // local time (with its monotonic reading) when the claim was sent
 	// Revision, on Won, is the store's revision of the claim where the
 	// store orders every write (etcd's revision, ZooKeeper's zxid), for
 	// sinks that want one store-wide order beside the fencing token; 0 on
@@ -144,14 +148,17 @@ const (
 
 // State is a read of one slot's keys, for status pages and tests.
 type State struct {
-	Status   string        // "free", "running", "done" or "foreign"
-	Holder   string        // running/done: replica id
-	Instance string        // running/done: the holder's instance nonce ("" if the value has none)
-	Attempt  int           // running/done: that attempt's number
-	Attempts int           // attempts counted so far
-	Finished time.Time     // done: when, by the store's clock
-	TTL      time.Duration // running: lease left; done: marker left
-	Value    string        // the raw state value
+	Status   string    // "free", "running", "done", "backoff" or "foreign"
+	Holder   string    // running/done: replica id
+	Instance string    // running/done: the holder's instance nonce ("" if the value has none)
+	Attempt  int       // running/done: that attempt's number
+	Attempts int       // attempts counted so far
+	Finished time.Time // done: when, by the store's clock
+	// NotBefore, in status "backoff": a failed attempt's retry backoff
+	// holds the slot until then, by the store's clock.
+	NotBefore time.Time
+	TTL       time.Duration // running: lease left; done: marker left
+	Value     string        // the raw state value
 }
 
 // ReadState reads one slot's keys from s (see Store.States).

@@ -8,13 +8,19 @@ import (
 )
 
 // Value is a slot's state value, as every store writes it:
-// "run:<owner>:<attempt>" while Owner's attempt runs, and
-// "done:<owner>:<attempt>:<unix ms>" once it succeeded. The owner id may
-// contain colons, so the numbers are read from the right.
+// "run:<owner>:<attempt>" while Owner's attempt runs,
+// "done:<owner>:<attempt>:<unix ms>" once it succeeded, and
+// "backoff:<unix ms>" after a failed attempt released it with a retry
+// backoff (Backoffer): no claim before then. The owner id may contain
+// colons, so the numbers are read from the right.
 type Value struct {
 	Owner    Owner
 	Done     bool
 	Finished time.Time // Done: when, by the store's clock (to the millisecond)
+	// NotBefore, when set, makes the value a backoff: the slot is free,
+	// but no claim wins before this time by the store's clock (to the
+	// millisecond). Owner and Done are then unset.
+	NotBefore time.Time
 
 	raw     string // the text it was parsed from
 	foreign bool   // raw is not a value slotd writes
@@ -24,6 +30,9 @@ type Value struct {
 func (v Value) String() string {
 	if v.foreign {
 		return v.raw
+	}
+	if !v.NotBefore.IsZero() {
+		return BackoffPrefix + strconv.FormatInt(v.NotBefore.UnixMilli(), 10)
 	}
 	run := v.Owner.ID + ":" + strconv.Itoa(v.Owner.Attempt)
 	if !v.Done {
@@ -39,6 +48,13 @@ func ParseValue(s string) (Value, error) {
 	kind, rest, _ := strings.Cut(s, ":")
 	v := Value{raw: s}
 	switch kind {
+	case "backoff":
+		ms, err := strconv.ParseInt(rest, 10, 64)
+		if err != nil || ms <= 0 {
+			return foreign()
+		}
+		v.NotBefore = time.UnixMilli(ms).UTC()
+		return v, nil
 	case "run":
 	case "done":
 		v.Done = true
@@ -73,6 +89,9 @@ func (v Value) State() State {
 	if v.foreign {
 		return State{Status: "foreign", Value: v.raw}
 	}
+	if !v.NotBefore.IsZero() {
+		return State{Status: "backoff", NotBefore: v.NotBefore, Value: v.String()}
+	}
 	st := State{Status: "running", Attempt: v.Owner.Attempt, Value: v.raw}
 	if st.Value == "" {
 		st.Value = v.String()
@@ -83,6 +102,10 @@ func (v Value) State() State {
 	st.Holder, st.Instance = splitOwner(v.Owner.ID)
 	return st
 }
+
+// BackoffPrefix starts a backoff value, which the store's not-before
+// time in unix milliseconds follows.
+const BackoffPrefix = "backoff:"
 
 // splitOwner undoes OwnerID; an owner id without '#' (written before
 // instance nonces) is all replica. Replica ids may contain '#': the nonce

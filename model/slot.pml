@@ -26,6 +26,7 @@
  *   mutants (each must give a counterexample):
  *     M_RELEASE_NO_OWNER M_RENEW_NO_OWNER M_NO_CAP M_CLAIM_NO_CLOCK
  *     M_COMPLETE_NO_OWNER M_WD_AFTER_EXPIRY M_SINK_NO_FENCE
+ *     M_CLAIM_NO_BACKOFF
  *   PROP_B_ONCE  also assert the literal "one accepted result per
  *                generation" (fails: slotd is at-least-once; docs).
  *   FAULTS=n, RERUNS=n, CAP=n, N is fixed at 3.
@@ -51,6 +52,7 @@
 #endif
 #define MAXN   3   /* "n >= 999" in claim.lua, scaled down */
 #define SLOT   1   /* ticks from the start to the slot time */
+#define BACKOFF 2  /* a release's retry backoff (retry_backoff), in ticks */
 #ifndef FAULTS
 #define FAULTS 2   /* faults of any kind in one run */
 #endif
@@ -104,6 +106,7 @@ bool kdone;      /* "done:..." (no TTL in the model: done_ttl > window) */
 byte kttl;       /* "run:...": ticks left; 0 = expired/absent */
 byte cnt;        /* attempts key */
 byte base;       /* base key (0 = absent) */
+byte knb;        /* "backoff:<not-before>" state: ticks until it ends (its PX); 0 = none */
 byte to_slot = SLOT; /* ticks until the slot time, by the store's clock */
 bool closed;     /* the slot's deadline has passed (any tick after the slot time) */
 
@@ -153,6 +156,8 @@ byte reruns = RERUNS;
  * is the store's holder: its view of its lease is never wrong */
 #define view_ok(i) (!(wdon[i] && vt[i] > 0) || key_mine(i))
 #define inv_a2 (view_ok(0) && view_ok(1) && view_ok(2))
+/* (g) no claim is won while a release's retry backoff holds the slot:
+ * assertion in claim_lua */
 /* (c) attempts since the last rerun never exceed the cap */
 #define inv_c  (cnt - base <= CAP || base > cnt)
 /* exhausted, as claim.lua decides it, and the end of the slot (e) */
@@ -197,29 +202,33 @@ inline publish(kind) {
   od
 }
 
-/* claim.lua lines 44-94 (one slot): state first, then the clock, the
+/* claim.lua lines 49-110 (one slot): state first, then the clock, the
  * deadline, the cap, then INCR + SET PX. The script reads the base key
  * only beside a counter; here base is 0 whenever cnt is (the rerun sets
  * it from cnt), so skipping that read changes nothing modelled.
  * Its PUBLISH of the won keys (the Taken hint) is not modelled: it writes no key. */
 inline claim_lua(i, res, w) {
   if
-  :: kdone -> res = R_DONE                                 /* 54-56 */
-  :: key_run -> res = R_HELD; w = kttl                     /* 51-53 */
+  :: kdone -> res = R_DONE                                 /* 56-58 */
+  :: key_run -> res = R_HELD; w = kttl                     /* 53-55 */
+#ifndef M_CLAIM_NO_BACKOFF
+  :: knb > 0 -> res = R_EARLY; w = knb                     /* 59-72: a retry backoff */
+#endif
   :: else ->
      if
 #ifndef M_CLAIM_NO_CLOCK
-     :: to_slot > 0 -> res = R_EARLY; w = to_slot          /* 60-63 */
+     :: to_slot > 0 -> res = R_EARLY; w = to_slot          /* 75-78 */
 #endif
-     :: closed -> res = R_LATE                              /* 64-66 */
+     :: closed -> res = R_LATE                              /* 79-81 */
 #ifndef M_NO_CAP
-     :: (cnt >= base && cnt - base >= CAP) || cnt >= MAXN -> res = R_EXH /* 84-86 */
+     :: (cnt >= base && cnt - base >= CAP) || cnt >= MAXN -> res = R_EXH /* 99-101 */
 #else
      :: cnt >= MAXN -> res = R_EXH
 #endif
-     :: else ->                                             /* 88-94 */
+     :: else ->                                             /* 103-109 */
         cnt++;
-        kown = i + 1; katt = cnt; kdone = false; kttl = LEASE;
+        assert(knb == 0);                                   /* (g) */
+        kown = i + 1; katt = cnt; kdone = false; kttl = LEASE; knb = 0;
         res = R_WON;
         assert(to_slot == 0);                               /* (f) */
         assert(cnt - base <= CAP)                           /* (c) */
@@ -239,11 +248,15 @@ inline renew_lua(i, a, ok) {
   fi
 }
 
-/* release.lua lines 14-24: DEL + PUBLISH if the value is the caller's. */
+/* release.lua lines 17-40: DEL, or SET the backoff value PX backoff, +
+ * PUBLISH, if the value is the caller's. Every task at once: one without
+ * retry_backoff (or a last attempt) releases with none. */
 inline release_lua(i, a) {
   if
   :: key_run && kown == i + 1 && katt == a ->
-     kown = 0; katt = 0; kttl = 0; publish(RELEASED)
+     kown = 0; katt = 0; kttl = 0;
+     if :: knb = 0 :: knb = BACKOFF fi;
+     publish(RELEASED)
 #ifdef M_RELEASE_NO_OWNER
   :: else -> if :: kdone -> skip :: else -> kown = 0; katt = 0; kttl = 0; publish(RELEASED) fi
 #else
@@ -274,14 +287,14 @@ inline complete_lua(i, a, ok) {
   fi
 }
 
-/* rerun.lua lines 18-38 */
+/* rerun.lua lines 19-39 */
 inline rerun_lua() {
   if
 #ifdef A_NOFORCE
   :: key_run -> skip                                        /* refused: running */
 #endif
-  :: else ->                                                /* 28-37 */
-     kown = 0; katt = 0; kdone = false; kttl = 0;
+  :: else ->                                                /* 29-38 */
+     kown = 0; katt = 0; kdone = false; kttl = 0; knb = 0;
      if :: cnt > 0 -> base = cnt :: else -> base = 0 fi;
      rbase = cnt; done_att = 0;
      publish(RELEASED)
@@ -551,6 +564,7 @@ end:
        :: key_run -> kttl--; if :: kttl == 0 -> kown = 0; katt = 0 :: else fi /* PX expiry */
        :: else
        fi;
+       if :: knb > 0 -> knb-- :: else fi;                  /* the backoff's PX expiry */
        if
        :: to_slot > 0 -> to_slot--
        :: to_slot == 0 && !closed -> if :: closed = true; printf("@%d deadline\n", tnow) :: skip fi  /* the deadline, whenever it is */

@@ -82,3 +82,36 @@ func TestJitter(t *testing.T) {
 		t.Errorf("NoJitter: Jitter() = %v, want Max", d)
 	}
 }
+
+// A retry backoff as a task configures it: initial 10s, multiplier 3,
+// max 5m, jitter 0.2.
+func TestCeilFactorAndAround(t *testing.T) {
+	b := retry.Backoff{Min: 10 * time.Second, Max: 5 * time.Minute, Factor: 3, Spread: 0.2}
+	for n, want := range []time.Duration{10 * time.Second, 30 * time.Second, 90 * time.Second, 270 * time.Second, 5 * time.Minute, 5 * time.Minute} {
+		if c := b.Ceil(n); c != want {
+			t.Errorf("Ceil(%d) = %v, want %v", n, c, want)
+		}
+	}
+	for _, tc := range []struct {
+		n    int
+		u    float64
+		want time.Duration
+	}{
+		{0, 0, 8 * time.Second},    // 10s − 20%
+		{0, 0.5, 10 * time.Second}, // the ceiling itself
+		{0, 1, 12 * time.Second},   // 10s + 20%
+		{1, 0.25, 27 * time.Second},
+		{5, 1, 5 * time.Minute}, // never past Max
+		{5, 0, 4 * time.Minute},
+	} {
+		if d := b.Around(tc.n, tc.u); d != tc.want {
+			t.Errorf("Around(%d, %v) = %v, want %v", tc.n, tc.u, d, tc.want)
+		}
+	}
+	if d := (retry.Backoff{Min: time.Second, Max: time.Minute, Factor: 1.5}).Around(2, 0.9); d != 2250*time.Millisecond {
+		t.Errorf("no Spread: Around = %v, want the ceiling 2.25s", d)
+	}
+	if d := (retry.Backoff{}).Around(3, 0.5); d != 0 {
+		t.Errorf("zero Backoff: Around = %v", d)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/slotd/slotd/internal/stats"
 	"github.com/slotd/slotd/lock"
@@ -248,10 +249,19 @@ func (a *attempt) failed(ctx, tctx context.Context, entry HistoryEntry, err erro
 		err = context.Cause(tctx)
 	}
 	a.st.Ran(outcome)
+	// A shutdown's cancel is no failure of the task's: a peer takes over
+	// at once. Any other failure waits out the task's retry backoff.
+	var backoff time.Duration
+	if outcome != stats.OutcomeCanceled {
+		backoff = a.t.RetryDelay(a.slot, a.claim)
+	}
 	a.log().Warn("attempt failed", "outcome", outcome, "err", err, "duration", entry.Duration)
+	if backoff > 0 {
+		a.logBackoff(backoff)
+	}
 	fctx, fcancel := a.finishCtx(ctx)
 	defer fcancel()
-	rerr := a.lease.Release(fctx)
+	rerr := a.lease.ReleaseAfter(fctx, backoff)
 	a.s.noteWrite("release", rerr)
 	if rerr != nil {
 		a.st.FinishErrors.Inc()
@@ -260,6 +270,18 @@ func (a *attempt) failed(ctx, tctx context.Context, entry HistoryEntry, err erro
 	entry.Outcome, entry.Error = outcome, err.Error()
 	a.s.record(ctx, a.t.Name, entry, a.log)
 	return &entry
+}
+
+// logBackoff says when the next attempt may start, by this replica's
+// clock (the store's decides), or that none can before the deadline.
+func (a *attempt) logBackoff(backoff time.Duration) {
+	next := a.s.now().Add(backoff)
+	if !next.Before(a.slot.Deadline) {
+		a.log().Warn("retry backoff ends at or after the slot's deadline: no further attempt; the slot will be missed (reason backoff)",
+			"retry_backoff", backoff, "deadline", a.slot.Deadline)
+		return
+	}
+	a.log().Info("next attempt after the retry backoff, on whichever replica claims it", "retry_backoff", backoff, "not_before", next)
 }
 
 // skipForbidden ends the attempt without running its task, because the

@@ -88,6 +88,7 @@ type run struct {
 	news     notice      // while claiming or running
 	last     lock.Result // of the latest claim answered
 	failures int         // claims in a row that got no answer
+	backoff  bool        // the latest claim answered: a failed attempt's retry backoff holds the slot
 	reported bool        // its slot's end without a success went to failed (notify.go)
 	// deferUntil: while deferring, when the claim goes out whatever this
 	// replica is still waiting for (see loop.keepDeferring).
@@ -199,6 +200,7 @@ func (l *loop) onClaimReply(r *run, reply lock.ClaimReply) {
 		return
 	}
 	r.failures = 0
+	r.backoff = c.Backoff
 	st.Claimed(c.Result)
 	switch c.Result {
 	case lock.Won:
@@ -213,10 +215,9 @@ func (l *loop) onClaimReply(r *run, reply lock.ClaimReply) {
 		}
 		l.park(r, settled, 0)
 	case lock.Late:
-		// The store's clock says the window closed; ours may lag a little.
-		st.Missed.Inc()
-		r.logger(s).Warn("slot window closed without a success", "deadline", r.slot.Deadline)
-		l.runFailed(r, slotEnd{kind: tasks.FailureMissed})
+		// The store's clock says the window closed (ours may lag a
+		// little), or a retry backoff ends at or after it.
+		l.missed(r)
 		l.park(r, settled, 0)
 	case lock.Held:
 		// Woken early by a release; otherwise try when the lease would run
@@ -398,24 +399,37 @@ func (l *loop) over(r *run, isSettled bool) bool {
 	if !l.s.now().Before(r.slot.Deadline) {
 		// A holder still running past the deadline reports for itself.
 		if !isSettled && r.last != lock.Held {
-			st := l.s.stats.Task(r.t.Name)
-			st.Missed.Inc()
-			end := slotEnd{kind: tasks.FailureMissed}
-			if r.state == capped {
-				st.MissedCapacity.Inc()
-				end.reason = tasks.ReasonCapacity
-				r.logger(l.s).Warn("slot window closed without a success: this replica was at max_running and no peer started it",
-					"deadline", r.slot.Deadline, "max_running", l.s.maxRunning)
-			} else {
-				r.logger(l.s).Warn("slot window closed without a success", "deadline", r.slot.Deadline)
-			}
-			l.runFailed(r, end)
+			l.missed(r)
 		}
 		l.uncap(r)
 		l.end(r)
 		return true
 	}
 	return false
+}
+
+// missed counts and reports r's slot as missed: its window closed
+// without a success, with the reason if one is known — this replica was
+// at max_running, or a failed attempt's retry backoff outlasted the window.
+func (l *loop) missed(r *run) {
+	st := l.s.stats.Task(r.t.Name)
+	st.Missed.Inc()
+	end := slotEnd{kind: tasks.FailureMissed}
+	switch {
+	case r.state == capped:
+		st.MissedCapacity.Inc()
+		end.reason = tasks.ReasonCapacity
+		r.logger(l.s).Warn("slot window closed without a success: this replica was at max_running and no peer started it",
+			"deadline", r.slot.Deadline, "max_running", l.s.maxRunning)
+	case r.backoff:
+		st.MissedBackoff.Inc()
+		end.reason = tasks.ReasonBackoff
+		r.logger(l.s).Warn("slot window closed without a success: the retry backoff after its failed attempt ends at or after the deadline",
+			"deadline", r.slot.Deadline)
+	default:
+		r.logger(l.s).Warn("slot window closed without a success", "deadline", r.slot.Deadline)
+	}
+	l.runFailed(r, end)
 }
 
 // end finishes r: it stops watching the slot and leaves the wake heap.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/retry"
 	"github.com/slotd/slotd/scheduler/schedule"
 	"github.com/slotd/slotd/tasks"
 )
@@ -42,6 +43,11 @@ type Task struct {
 	// runs: ConcurrencyAllow (the zero value), ConcurrencyForbid or
 	// ConcurrencyReplace.
 	Concurrency Concurrency
+	// RetryBackoff spaces a slot's attempts, fleet-wide: after a failed
+	// attempt the release keeps a not-before time in the store, so the next
+	// attempt, on any replica, starts no sooner than RetryDelay later by the
+	// store's clock. The zero value hands the slot to a peer at once.
+	RetryBackoff retry.Backoff
 
 	Schedule *schedule.Schedule
 	Job      tasks.Task // built by the plugin's factory at load
@@ -94,6 +100,27 @@ func (t *Task) StartDelay(at time.Time) time.Duration {
 	h.Write([]byte{0})
 	h.Write([]byte(t.Schedule.SlotID(at)))
 	return time.Duration(h.Sum64()%uint64(ms)) * time.Millisecond
+}
+
+// RetryDelay is the retry backoff after the failed attempt of claim c of
+// slot (c.Attempt − c.Base attempts made since the last rerun, this one
+// included): RetryBackoff.Around(attempts − 1, u) with u hashed from the
+// task, the slot id and the attempt, so that the wait is reproducible and
+// the same whoever computes it. 0 without a RetryBackoff, and after the
+// slot's last allowed attempt, which no attempt follows.
+func (t *Task) RetryDelay(slot lock.Slot, c lock.Claim) time.Duration {
+	made := c.Attempt - c.Base
+	if t.RetryBackoff.Min <= 0 || made >= t.MaxAttempts {
+		return 0
+	}
+	h := fnv.New64a()
+	h.Write([]byte(t.Name))
+	h.Write([]byte{0})
+	h.Write([]byte(slot.ID))
+	h.Write([]byte{0})
+	h.Write([]byte(strconv.Itoa(c.Attempt)))
+	u := float64(h.Sum64()>>11) / (1 << 53) // uniform in [0, 1)
+	return t.RetryBackoff.Around(made-1, u)
 }
 
 // Concurrency is a concurrency policy (Task.Concurrency), with Kubernetes

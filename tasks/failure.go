@@ -15,6 +15,10 @@ const (
 	// ReasonCapacity (Failure.Reason): a missed slot's replica was at its
 	// max_running for the whole window and no peer started the slot.
 	ReasonCapacity = "capacity"
+	// ReasonBackoff (Failure.Reason): a missed slot's last attempt failed
+	// and the task's retry_backoff ended at or after the slot's deadline,
+	// so no further attempt could start in time.
+	ReasonBackoff = "backoff"
 )
 
 // Failure is a slot that ended without a success, as an on_failure hook

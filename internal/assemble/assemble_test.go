@@ -141,6 +141,7 @@ func TestEveryTaskFieldIsCarried(t *testing.T) {
 	// value is set away from it in the engine's.
 	d := parse(t, "[[task]]\nname = \"x\"\nschedule = \"@hourly\"\ntimezone = \"UTC\"\nplugin = \"assemble-test-noop\"\n"+
 		"deadline = \"1m\"\njitter = \"10s\"\npaused = true\nconcurrency = \"forbid\"\nparams = { a = 1 }\n"+
+		"retry_backoff = { initial = \"5s\" }\n"+
 		"on_failure = { plugin = \"assemble-test-noop\" }\n")
 	cv, sv := reflect.ValueOf(d.Config.Tasks[0]), reflect.ValueOf(d.Tasks[0])
 	for i := range ct.NumField() {

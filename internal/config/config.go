@@ -114,7 +114,7 @@ var (
 	logKeys      = []string{"level", "format"}
 	pluginsKeys  = []string{"http"}
 	httpPoolKeys = []string{"max_idle_per_host", "idle_timeout", "max_conns_per_host"}
-	policyKeys   = []string{"lease", "done_ttl", "max_attempts", "timeout", "catchup", "deadline", "catchup_limit", "output_tail", "concurrency"}
+	policyKeys   = []string{"lease", "done_ttl", "max_attempts", "timeout", "catchup", "deadline", "catchup_limit", "output_tail", "concurrency", "retry_backoff"}
 	taskOwnKeys  = []string{"name", "schedule", "schedules", "active_from", "active_until", "jitter", "timezone", "plugin", "params", "paused", "on_failure"}
 	defaultKeys  = append(append([]string{}, policyKeys...), "on_failure")
 	taskKeys     = append(append([]string{}, taskOwnKeys...), policyKeys...)

@@ -19,6 +19,7 @@ type rawPolicy struct {
 	maxAttempts, outputTail           opt[int]
 	catchup                           opt[Catchup]
 	concurrency                       opt[Concurrency]
+	retryBackoff                      opt[RetryBackoff]
 }
 
 type opt[T any] struct {
@@ -60,6 +61,7 @@ func readPolicy(t table) rawPolicy {
 		"bytes of each attempt's output its history entry keeps; 0 keeps none")
 	rp.catchup = choice(t, "catchup", CatchupLatest, CatchupNone)
 	rp.concurrency = choice(t, "concurrency", ConcurrencyAllow, ConcurrencyForbid, ConcurrencyReplace)
+	rp.retryBackoff = readRetryBackoff(t)
 	return rp
 }
 
@@ -115,6 +117,7 @@ func resolvePolicy(t table, own, defaults rawPolicy, sched *schedule.Schedule) t
 	catchupLimit := own.catchupLimit.or(defaults.catchupLimit)
 	outputTail := own.outputTail.or(defaults.outputTail)
 	concurrency := own.concurrency.or(defaults.concurrency)
+	retryBackoff := own.retryBackoff.or(defaults.retryBackoff)
 
 	pol := taskPolicy{
 		Lease:       pick(lease, DefaultLease),
@@ -152,6 +155,7 @@ func resolvePolicy(t table, own, defaults rawPolicy, sched *schedule.Schedule) t
 				doneTTL.v, doneTTL.where, window, sched.Spec())
 		}
 	}
+	pol.RetryBackoff = checkRetryBackoff(t, retryBackoff, window)
 	if !lease.bad && !doneTTL.bad && pol.Lease > pol.DoneTTL {
 		t.errorf("lease", "%v%s is longer than done_ttl %v%s", pol.Lease, lease.where, pol.DoneTTL, doneTTL.where)
 	}
@@ -165,6 +169,7 @@ type taskPolicy struct {
 	MaxAttempts, OutputTail           int
 	Catchup                           Catchup
 	Concurrency                       Concurrency
+	RetryBackoff                      RetryBackoff
 }
 
 func pick[T any](o opt[T], def T) T {

@@ -33,6 +33,7 @@ type Task struct {
 	OutputTail   int           // bytes of output each history entry keeps
 	Paused       bool          // starts paused unless the store records a pause state
 	Concurrency  Concurrency
+	RetryBackoff RetryBackoff // the zero value: none
 
 	// OnFailure is the task's on_failure hook, its own or [defaults]'
 	// (then shared by every task that inherits it); nil: none.
@@ -128,6 +129,7 @@ func readTask(m map[string]any, n int, seen map[string]int, defaults rawPolicy, 
 	task.CatchupLimit = pol.CatchupLimit
 	task.OutputTail = pol.OutputTail
 	task.Concurrency = pol.Concurrency
+	task.RetryBackoff = pol.RetryBackoff
 	window := pol.Deadline // the slot window (scheduler.Task.Window); 0: unknown
 	if window == 0 && task.Schedule != nil {
 		window = task.Schedule.MaxGap()

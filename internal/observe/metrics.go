@@ -45,6 +45,7 @@ const (
 	helpMaxRunning     = "This replica's [daemon] max_running; 0: no cap."
 	helpCapacityWait   = "Slots this replica waits to claim because it is at max_running (peers may take them meanwhile)."
 	helpMissedCapacity = "Of slotd_slots_missed_total, the slots this replica waited to claim, at max_running, until their window closed, and no peer started."
+	helpMissedBackoff  = "Of slotd_slots_missed_total, the slots whose retry_backoff after a failed attempt ended at or after their deadline."
 )
 
 // WriteMetrics writes the engine's series — the store's reachability
@@ -177,6 +178,7 @@ func writeCapacity(t *textWriter, set *stats.Set, counters func(name, help strin
 	t.header("slotd_capacity_waiting_slots", helpCapacityWait, "gauge")
 	t.plain("slotd_capacity_waiting_slots", float64(set.Capacity.Waiting.Load()))
 	counters("slotd_slots_missed_capacity_total", helpMissedCapacity, func(st *stats.Task) *stats.Counter { return &st.MissedCapacity })
+	counters("slotd_slots_missed_backoff_total", helpMissedBackoff, func(st *stats.Task) *stats.Counter { return &st.MissedBackoff })
 }
 
 // metricsHandler serves reg's series (the process's: Go runtime, build

@@ -70,6 +70,7 @@ func TestMetricsExposition(t *testing.T) {
 	st.Skip(stats.SkipForbid)
 	st.Skip("bogus") // no such reason: not counted
 	st.MissedCapacity.Inc()
+	st.MissedBackoff.Inc()
 	set.Capacity.Max.Store(8)
 	set.Capacity.Running.Store(8)
 	set.Capacity.Waiting.Store(3)
@@ -257,6 +258,10 @@ slotd_capacity_waiting_slots 3
 # TYPE slotd_slots_missed_capacity_total counter
 slotd_slots_missed_capacity_total{task="nightly"} 1
 slotd_slots_missed_capacity_total{task="idle"} 0
+# HELP slotd_slots_missed_backoff_total Of slotd_slots_missed_total, the slots whose retry_backoff after a failed attempt ended at or after their deadline.
+# TYPE slotd_slots_missed_backoff_total counter
+slotd_slots_missed_backoff_total{task="nightly"} 1
+slotd_slots_missed_backoff_total{task="idle"} 0
 `
 	want = strings.TrimPrefix(want, "\n")
 	got := scrape(t, set, true, -250*time.Millisecond)

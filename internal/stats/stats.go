@@ -139,12 +139,15 @@ type Task struct {
 	// MissedCapacity: of Missed, the slots this replica waited to claim,
 	// at max_running, until their window closed.
 	MissedCapacity Counter
-	FinishErrors   Counter                   // completions or releases that failed
-	Skipped        [len(SkipReasons)]Counter // slots not run, by SkipReasons' order
-	Paused         atomic.Bool               // the task is paused, as this replica last heard
-	Running        atomic.Int64              // attempts running now
-	lastSuccess    atomic.Int64              // Unix seconds; noSuccess until one
-	_              [0]func()                 // not comparable
+	// MissedBackoff: of Missed, the slots whose retry backoff after a
+	// failed attempt ended at or after their deadline.
+	MissedBackoff Counter
+	FinishErrors  Counter                   // completions or releases that failed
+	Skipped       [len(SkipReasons)]Counter // slots not run, by SkipReasons' order
+	Paused        atomic.Bool               // the task is paused, as this replica last heard
+	Running       atomic.Int64              // attempts running now
+	lastSuccess   atomic.Int64              // Unix seconds; noSuccess until one
+	_             [0]func()                 // not comparable
 }
 
 // Window is the slot window alerts scale with, as last given to New or

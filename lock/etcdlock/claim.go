@@ -76,13 +76,16 @@ func (s *Store) claim(ctx context.Context, slot lock.Slot, replica string, p loc
 		if err != nil {
 			return lock.Claim{}, err
 		}
+		v, isBackoff := lock.Value{}, false
 		if len(resp.Kvs) > 0 {
-			return held(c, resp.Kvs[0], p)
+			if v, isBackoff = backoffOf(resp.Kvs[0]); !isBackoff {
+				return held(c, resp.Kvs[0], p)
+			}
 		}
 		if lo.Before(earliest) {
 			c.Result, c.Wait = lock.Early, earliest.Sub(lo)
 		} else {
-			c.Result = lock.Late
+			c.Result, c.Backoff = lock.Late, isBackoff && !v.NotBefore.Before(slot.Deadline)
 		}
 		return c, nil
 	}
@@ -183,7 +186,17 @@ func (s *Store) claimFrom(ctx context.Context, c lock.Claim, slot lock.Slot, rep
 			return c, 0, errTooContended
 		}
 		sk, ak, bk := one(resp.Responses[0]), one(resp.Responses[1]), one(resp.Responses[2])
-		if sk != nil {
+		// A retry backoff holds the slot until it ends by the clock's lower
+		// bound (c.Now); then the slot is free, and the write compares the
+		// backoff key's revision instead of its absence.
+		var ended *mvccpb.KeyValue
+		if v, ok := backoffOf(sk); ok {
+			if bc, waits := lock.BackoffClaim(c, slot, v, c.Now); waits {
+				return bc, 0, nil
+			}
+			ended = sk
+		}
+		if sk != nil && ended == nil {
 			c, err := held(c, sk, p)
 			if err != nil || c.Result != lock.Held {
 				return c, 0, err
@@ -222,7 +235,7 @@ func (s *Store) claimFrom(ctx context.Context, c lock.Claim, slot lock.Slot, rep
 		}
 		octx, cancel := opContext(ctx)
 		resp, err = s.cli.Txn(octx).If(
-			clientv3.Compare(clientv3.Version(state), "=", 0),
+			clientv3.Compare(clientv3.ModRevision(state), "=", modRev(ended)),
 			clientv3.Compare(clientv3.ModRevision(attempts), "=", modRev(ak)),
 			clientv3.Compare(clientv3.ModRevision(base), "=", modRev(bk)),
 		).Then(then...).Else(

@@ -139,7 +139,7 @@ func (s *Store) Rerun(ctx context.Context, slot lock.Slot, force bool) (lock.Rer
 		out.Attempts = n
 		if sk != nil {
 			out.Previous = string(sk.Value)
-			if !force && !strings.HasPrefix(out.Previous, "done:") {
+			if !force && !strings.HasPrefix(out.Previous, "done:") && !strings.HasPrefix(out.Previous, lock.BackoffPrefix) {
 				out.Refused = "foreign"
 				if strings.HasPrefix(out.Previous, "run:") {
 					out.Refused = "running"

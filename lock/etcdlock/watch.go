@@ -144,6 +144,7 @@ func (h *hub) deliver(ev *clientv3.Event) {
 	change := lock.Released
 	switch {
 	case ev.Type == mvccpb.DELETE:
+	case strings.HasPrefix(string(ev.Kv.Value), lock.BackoffPrefix): // a release with a retry backoff
 	case strings.HasPrefix(string(ev.Kv.Value), "done:"):
 		change = lock.Completed
 	default:

@@ -13,7 +13,9 @@
 // alone; States and ReadState read back what was written; a slot's
 // one-time marker (lock.Oncer, on a store that has it) is set by one
 // caller only, per event, and expires with its TTL; a holder that stops
-// renewing frees its slot to a live peer within LostLeaseBound (lease.go).
+// renewing frees its slot to a live peer within LostLeaseBound (lease.go);
+// a release with a retry backoff holds every claim back until it ends by
+// the store's clock (backoff.go).
 //
 // RunControls is the suite of the optional operator controls
 // (lock.Controls), for a store that offers them: a trigger is idempotent
@@ -114,6 +116,7 @@ var conformance = []struct {
 	{"StatesReadsManySlots", testStates},
 	{"OnceMarksOnlyOnce", testOnce},
 	{"LostLeaseClaimableByPeer", testLostLease},
+	{"ReleaseWithBackoffHoldsNextClaim", testBackoff},
 }
 
 func mustClaim(t *testing.T, h Harness, slot lock.Slot, replica string, want lock.Result) lock.Claim {

@@ -66,17 +66,24 @@ func (m *Store) Claim(ctx context.Context, slot lock.Slot, replica string, p loc
 	now := m.now()
 	c := lock.Claim{Now: now.UTC(), Sent: sent}
 	if e, ok := m.get(state, now); ok {
-		st, err := schema.ParseState(e.value)
-		if err != nil {
+		v, err := lock.ParseValue(e.value)
+		switch {
+		case err != nil:
 			return lock.Claim{}, fmt.Errorf("lock: claim %s: %w", slot, err)
+		case v.NotBefore.IsZero():
+			st := v.State()
+			c.Holder, c.Instance, c.Attempt = st.Holder, st.Instance, st.Attempt
+			if st.Status == "done" {
+				c.Result = lock.Done
+			} else {
+				c.Result, c.Wait = lock.Held, e.expires.Sub(now)
+			}
+			return c, nil
 		}
-		c.Holder, c.Instance, c.Attempt = st.Holder, st.Instance, st.Attempt
-		if st.Status == "done" {
-			c.Result = lock.Done
-		} else {
-			c.Result, c.Wait = lock.Held, e.expires.Sub(now)
+		// A retry backoff: early (or late) until it ends, then free.
+		if bc, waits := lock.BackoffClaim(c, slot, v, now); waits {
+			return bc, nil
 		}
-		return c, nil
 	}
 	if earliest := slot.Time.Add(-p.Tolerance); now.Before(earliest) {
 		c.Result, c.Wait = lock.Early, earliest.Sub(now)
@@ -152,6 +159,18 @@ func (m *Store) Release(ctx context.Context, slot lock.Slot, owner lock.Owner) e
 	})
 }
 
+// ReleaseAfter implements lock.Backoffer; it is release.lua with a delay:
+// the state becomes a backoff value that expires at its not-before time.
+func (m *Store) ReleaseAfter(ctx context.Context, slot lock.Slot, owner lock.Owner, delay time.Duration) error {
+	if delay <= 0 {
+		return m.Release(ctx, slot, owner)
+	}
+	return m.compare(ctx, "release", slot, owner, func(state string, now time.Time) {
+		m.set(state, lock.Value{NotBefore: now.Add(delay)}.String(), delay, now)
+		m.watch.Notify(state, lock.Released)
+	})
+}
+
 // compare runs write under the lock if owner holds slot.
 func (m *Store) compare(ctx context.Context, op string, slot lock.Slot, owner lock.Owner, write func(state string, now time.Time)) error {
 	if err := ctx.Err(); err != nil {
@@ -180,7 +199,7 @@ func (m *Store) Rerun(ctx context.Context, slot lock.Slot, force bool) (lock.Rer
 	var out lock.Rerun
 	if e, ok := m.get(state, now); ok {
 		out.Previous = e.value
-		if !force && !strings.HasPrefix(e.value, "done:") {
+		if !force && !strings.HasPrefix(e.value, "done:") && !strings.HasPrefix(e.value, lock.BackoffPrefix) {
 			out.Refused, out.TTL = "foreign", e.expires.Sub(now)
 			if strings.HasPrefix(e.value, "run:") {
 				out.Refused = "running"

@@ -28,7 +28,9 @@
 --   {"done", 0, 0, now, value, 0}        the slot succeeded; value says who
 --   {"exhausted", n, 0, now, "", base}   n attempts used, none left
 --   {"early", 0, wait_ms, now, "", 0}    the slot time has not come by this server's clock
+--   {"early", 0, wait_ms, now, value, 0} a retry backoff (value "backoff:<unix ms>") has not ended
 --   {"late", 0, 0, now, "", 0}           the window has closed
+--   {"late", 0, 0, now, value, 0}        a retry backoff ends at or after the deadline
 --   {"foreign", 0, 0, now, value, 0}     a key holds a value slotd did not write
 -- or an error reply for that slot alone (a key of the wrong type), so that
 -- one slot's trouble does not fail the others.
@@ -54,7 +56,20 @@ local function claim(k, a)
     if string.sub(v, 1, 5) == 'done:' then
       return {'done', 0, 0, now, v, 0}
     end
-    return {'foreign', 0, 0, now, v, 0}
+    local nb = string.match(v, '^backoff:(%d+)$')
+    if not nb then
+      return {'foreign', 0, 0, now, v, 0}
+    end
+    -- A failed attempt's retry backoff (release.lua): no attempt before
+    -- its end, and none at all if it ends at or after the deadline. The
+    -- key expires at that end; until then it is the slot's state.
+    nb = tonumber(nb)
+    if nb >= tonumber(ARGV[a + 5]) then
+      return {'late', 0, 0, now, v, 0}
+    end
+    if now < nb then
+      return {'early', 0, nb - now, now, v, 0}
+    end
   end
 
   local earliest = tonumber(ARGV[a + 4])

@@ -31,7 +31,7 @@ var fusable = map[*redis.Script]arity{
 	claimScript:    {keys: 3, args: 7},
 	renewScript:    {keys: 1, args: 2},
 	completeScript: {keys: 3, args: 4},
-	releaseScript:  {keys: 1, args: 2},
+	releaseScript:  {keys: 1, args: 3},
 }
 
 // send is one EVALSHA of a round trip: one call, or the calls of one

@@ -228,7 +228,7 @@ func TestFusedCallOfWrongArityFailsAlone(t *testing.T) {
 		}
 		return r.Release(ctx, slot, owner)
 	})
-	if errs[1] == nil || !strings.Contains(errs[1].Error(), "2 keys and 1 arguments, want 1 and 2") {
+	if errs[1] == nil || !strings.Contains(errs[1].Error(), "2 keys and 1 arguments, want 1 and 3") {
 		t.Errorf("call of the wrong arity: %v, want an error naming the counts", errs[1])
 	}
 	for _, i := range []int{0, 2} {

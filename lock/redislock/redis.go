@@ -140,9 +140,9 @@ func decodeClaim(res []any) (lock.Claim, error) {
 	case "exhausted":
 		c.Result = lock.Exhausted
 	case "early":
-		c.Result = lock.Early
+		c.Result, c.Backoff = lock.Early, value != ""
 	case "late":
-		c.Result = lock.Late
+		c.Result, c.Backoff = lock.Late, value != ""
 	case "foreign":
 		return lock.Claim{}, fmt.Errorf("%w: %q", lock.ErrForeign, value)
 	default:
@@ -169,8 +169,23 @@ func (r *Store) Complete(ctx context.Context, slot lock.Slot, owner lock.Owner, 
 
 // Release implements Store.
 func (r *Store) Release(ctx context.Context, slot lock.Slot, owner lock.Owner) error {
+	return r.ReleaseAfter(ctx, slot, owner, 0)
+}
+
+// ReleaseAfter implements lock.Backoffer: release.lua with the backoff,
+// whose end the script counts from the server's TIME.
+func (r *Store) ReleaseAfter(ctx context.Context, slot lock.Slot, owner lock.Owner, delay time.Duration) error {
 	state, _ := Keys(r.prefix, slot)
-	return r.compare(ctx, "release", slot, owner, releaseScript, []string{state}, schema.Run(owner), r.channel)
+	return r.compare(ctx, "release", slot, owner, releaseScript, []string{state}, schema.Run(owner), r.channel, backoffMillis(delay))
+}
+
+// backoffMillis is a backoff as release.lua takes it: whole milliseconds,
+// at least one if any (a shorter one must not read as none).
+func backoffMillis(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return max(d.Milliseconds(), 1)
 }
 
 // compare runs one of the owner-checked scripts, which answer 1 or 0.

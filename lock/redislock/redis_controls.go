@@ -287,7 +287,7 @@ func (r *Store) RenewOccupancy(ctx context.Context, slot lock.Slot, owner lock.O
 // message wakes nobody: the task's watchers listen for its notice).
 func (r *Store) Vacate(ctx context.Context, slot lock.Slot, owner lock.Owner) error {
 	_, _, running, _ := ControlKeys(r.prefix, slot.Task)
-	err := r.compare(ctx, "vacate running record of", slot, owner, releaseScript, []string{running}, schema.Occupant(slot, owner), r.channel)
+	err := r.compare(ctx, "vacate running record of", slot, owner, releaseScript, []string{running}, schema.Occupant(slot, owner), r.channel, 0)
 	if errors.Is(err, lock.ErrNotHeld) {
 		return nil // replaced or expired: nothing of ours to remove
 	}

@@ -178,8 +178,15 @@ func (r *Redlock) Complete(ctx context.Context, slot lock.Slot, owner lock.Owner
 // Release implements Store: freed on a quorum; every node that frees it
 // publishes the release.
 func (r *Redlock) Release(ctx context.Context, slot lock.Slot, owner lock.Owner) error {
+	return r.ReleaseAfter(ctx, slot, owner, 0)
+}
+
+// ReleaseAfter implements lock.Backoffer: the backoff is written on a
+// quorum, each node counting it from its own clock, so that a quorum of
+// claims answers early until it ends.
+func (r *Redlock) ReleaseAfter(ctx context.Context, slot lock.Slot, owner lock.Owner, delay time.Duration) error {
 	return r.owned(ctx, "release", slot, owner, 0, func(ctx context.Context, n *Store) error {
-		return n.Release(ctx, slot, owner)
+		return n.ReleaseAfter(ctx, slot, owner, delay)
 	})
 }
 

@@ -171,6 +171,7 @@ func (r *Redlock) decide(res []quorum.Result[lock.Claim], want lock.Result, sent
 		}
 		v := nr.Val
 		waits = append(waits, v.Wait)
+		c.Backoff = c.Backoff || v.Backoff // Early, Late: a retry backoff on a node that agreed
 		if v.Holder != "" {
 			holders[lock.OwnerID(v.Holder, v.Instance)]++
 		}

@@ -2,7 +2,8 @@
 -- within its window; then wake the replicas watching it, as a release does.
 -- The attempts counter is kept and the count so far becomes the base the
 -- cap is measured from, so attempt numbers and fencing tokens keep growing.
--- A running or foreign state is left alone unless forced.
+-- A running or foreign state is left alone unless forced; a done one, or
+-- a retry backoff (release.lua), is cleared.
 --
 -- KEYS[1]  state key     <prefix>:{<task>:<slot id>}
 -- KEYS[2]  attempts key  <prefix>:{<task>:<slot id>}:attempts
@@ -21,7 +22,7 @@ if state and ARGV[1] ~= '1' then
   if string.sub(state, 1, 4) == 'run:' then
     return {'running', state, attempts, redis.call('PTTL', KEYS[1])}
   end
-  if string.sub(state, 1, 5) ~= 'done:' then
+  if string.sub(state, 1, 5) ~= 'done:' and string.sub(state, 1, 8) ~= 'backoff:' then
     return {'foreign', state, attempts, redis.call('PTTL', KEYS[1])}
   end
 end

@@ -258,6 +258,13 @@ func (s *Store) decide(ctx context.Context, slot lock.Slot, inDoubt string, p lo
 			c.Result, c.Holder, c.Instance, c.Attempt = lock.Done, st.Holder, st.Instance, st.Attempt
 			return c, sn, run, d, nil
 		}
+		// A retry backoff: early (or late) until it ends by the leader's
+		// clock's lower bound; the claim's write then clears it.
+		if !d.notBefore.IsZero() {
+			if bc, waits := lock.BackoffClaim(c, slot, lock.Value{NotBefore: d.notBefore}, lo); waits {
+				return bc, sn, run, d, nil
+			}
+		}
 	}
 	if earliest := slot.Time.Add(-p.Tolerance); lo.Before(earliest) {
 		c.Result, c.Wait = lock.Early, earliest.Sub(lo)

@@ -182,6 +182,8 @@ func (s *Store) Rerun(ctx context.Context, slot lock.Slot, force bool) (lock.Rer
 			}
 		} else if d.done != "" {
 			out.Previous = d.done
+		} else if !d.notBefore.IsZero() {
+			out.Previous = lock.Value{NotBefore: d.notBefore}.String()
 		}
 		var ops []any
 		if run.exists {
@@ -281,6 +283,9 @@ func (s *Store) decodeState(slot lock.Slot, sn, run node, now time.Time) (lock.S
 	case d.done != "":
 		st, _ = parseState(d.done)
 		st.TTL = SlotTTL(sn.data, sn.stat, now)
+	case now.Before(d.notBefore):
+		st = lock.Value{NotBefore: d.notBefore}.State()
+		st.TTL = d.notBefore.Sub(now)
 	}
 	st.Attempts = d.attempts
 	return st, errors.Join(errs...)

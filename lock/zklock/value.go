@@ -12,17 +12,25 @@ import (
 )
 
 // slotData is the slot node's data:
-// "<attempts>\n<base>\n<TTL ms>\n<done value>". The TTL is the one the
-// node was created with, which ZooKeeper does not show its clients.
+// "<attempts>\n<base>\n<TTL ms>\n<done value or backoff value>". The TTL
+// is the one the node was created with, which ZooKeeper does not show its
+// clients. A backoff value ("backoff:<unix ms>", lock.Value) is what a
+// release with a retry backoff leaves: no claim before then by the
+// leader's clock; the next claim's write clears it.
 type slotData struct {
 	attempts, base int
 	ttl            time.Duration
-	done           string // "" until the slot is completed
+	done           string    // "" until the slot is completed
+	notBefore      time.Time // a retry backoff's end; zero: none
 }
 
 func (d slotData) encode() []byte {
+	last := d.done
+	if last == "" && !d.notBefore.IsZero() {
+		last = lock.Value{NotBefore: d.notBefore}.String()
+	}
 	return []byte(strconv.Itoa(d.attempts) + "\n" + strconv.Itoa(d.base) + "\n" +
-		strconv.FormatInt(d.ttl.Milliseconds(), 10) + "\n" + d.done)
+		strconv.FormatInt(d.ttl.Milliseconds(), 10) + "\n" + last)
 }
 
 // decodeSlot reads a slot node's data; anything else is foreign.
@@ -39,7 +47,11 @@ func decodeSlot(b []byte) (slotData, error) {
 	}
 	d := slotData{attempts: a, base: base, ttl: time.Duration(ttl) * time.Millisecond, done: parts[3]}
 	if d.done != "" {
-		if st, err := parseState(d.done); err != nil || st.Status != "done" {
+		v, err := lock.ParseValue(d.done)
+		switch {
+		case err == nil && !v.NotBefore.IsZero():
+			d.done, d.notBefore = "", v.NotBefore
+		case err != nil || !v.Done:
 			return slotData{}, fmt.Errorf("slot node %w: %q", lock.ErrForeign, b)
 		}
 	}

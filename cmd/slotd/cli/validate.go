@@ -11,7 +11,7 @@ import (
 
 // printTiming prints what validate resolved in a task's schedule keys
 // beyond the spec as written: H replaced by the task's hash, the active
-// bounds, the jitter.
+// bounds, the jitter, the retry backoff's waits.
 func printTiming(w io.Writer, t *scheduler.Task) {
 	var resolved []string
 	for _, p := range t.Schedule.Parts() {
@@ -25,6 +25,16 @@ func printTiming(w io.Writer, t *scheduler.Task) {
 	}
 	if t.Jitter > 0 {
 		fmt.Fprintf(w, "  jitter: %s (each slot starts its own hashed delay after the slot time)\n", t.Jitter)
+	}
+	if b := t.RetryBackoff; b.Min > 0 && t.MaxAttempts > 1 {
+		var waits []string
+		for n := range min(t.MaxAttempts-1, 8) {
+			waits = append(waits, b.Ceil(n).String())
+		}
+		if t.MaxAttempts-1 > 8 {
+			waits = append(waits, "...")
+		}
+		fmt.Fprintf(w, "  retry_backoff: %s after failed attempts 1, 2, ... (±%g each; none past the deadline)\n", strings.Join(waits, ", "), b.Spread)
 	}
 }
 

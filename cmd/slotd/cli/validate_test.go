@@ -61,6 +61,8 @@ max_running = 20
 name = "spread"
 schedule = "H H(0-5) * * *"
 jitter = "30s"
+max_attempts = 4
+retry_backoff = { initial = "10s", multiplier = 3, jitter = 0.1 }
 plugin = "exec"
 params = { command = ["true"] }
 
@@ -90,6 +92,7 @@ params = { command = ["true"] }
 		`task spread: schedule "H H(0-5) * * *"`,
 		"  resolved: \"",
 		"  jitter: 30s",
+		"  retry_backoff: 10s, 30s, 1m30s after failed attempts 1, 2, ... (±0.1 each",
 		"task month-end: schedule \"0 18 LW * *; 0 9 * * 1#1\"",
 		"  active: 2026-01-01T00:00:00Z to 2099-06-30T00:00:00Z",
 		"task over: schedule \"@hourly\"",
