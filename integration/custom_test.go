@@ -15,12 +15,7 @@ import (
 func TestCustomBinaryRunsItsPlugin(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "slotd-custom")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/slotd-custom")
-	build.Dir = ".."
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/slotd-custom: %v\n%s", err, out)
-	}
+	bin := built(t, "./cmd/slotd-custom")
 	cfg := filepath.Join(dir, "custom.toml")
 	write := func(params string) {
 		t.Helper()

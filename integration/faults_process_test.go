@@ -226,12 +226,7 @@ catchup = "none"`
 // do whatever that main does — start tasks, and supervisors, of its own.
 func TestSuperviseDispatchInBinaries(t *testing.T) {
 	t.Parallel()
-	custom := filepath.Join(t.TempDir(), "slotd-custom")
-	build := exec.Command("go", "build", "-o", custom, "./cmd/slotd-custom")
-	build.Dir = ".."
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/slotd-custom: %v\n%s", err, out)
-	}
+	custom := built(t, "./cmd/slotd-custom")
 	for _, bin := range []string{slotdBin, custom} {
 		out, err := exec.Command(bin, "__supervise", "/bin/sh", "sh", "-c", "echo ran").CombinedOutput()
 		if code := exitCode(err); code != 125 || !strings.Contains(string(out), "internal supervisor of exec tasks") {

@@ -5,15 +5,18 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -26,6 +29,46 @@ import (
 // slotdBin is the binary TestMain built.
 var slotdBin string
 
+// binDir holds the binaries built for the tests: slotd, and those built
+// by built.
+var binDir string
+
+// builds are the binaries built, by the arguments of go build.
+var builds sync.Map // string -> *build
+
+type build struct {
+	once sync.Once
+	bin  string
+	err  error
+	out  []byte
+}
+
+// built returns a binary of pkg (a path from the module root) built with
+// flags, building it once for every test that asks: parallel tests that
+// each linked their own copy of one race-instrumented binary spent tens
+// of seconds doing so, two at a time.
+func built(t *testing.T, pkg string, flags ...string) string {
+	t.Helper()
+	key := strings.Join(append([]string{pkg}, flags...), " ")
+	v, _ := builds.LoadOrStore(key, &build{})
+	b := v.(*build)
+	b.once.Do(func() {
+		dir, err := os.MkdirTemp(binDir, "build-")
+		if err != nil {
+			b.err = err
+			return
+		}
+		b.bin = filepath.Join(dir, filepath.Base(pkg))
+		cmd := exec.Command("go", append(append([]string{"build"}, flags...), "-o", b.bin, pkg)...)
+		cmd.Dir = ".."
+		b.out, b.err = cmd.CombinedOutput()
+	})
+	if b.err != nil {
+		t.Fatalf("go build %s: %v\n%s", key, b.err, b.out)
+	}
+	return b.bin
+}
+
 func TestMain(m *testing.M) { os.Exit(runTests(m)) }
 
 // runTests builds slotd once, from the module root, and runs the tests.
@@ -36,6 +79,7 @@ func runTests(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
+	binDir = dir
 	slotdBin = filepath.Join(dir, "slotd")
 	args := []string{"build", "-o", slotdBin}
 	if os.Getenv("SLOTD_IT_RACE") == "1" {
@@ -46,6 +90,18 @@ func runTests(m *testing.M) int {
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "integration: go %s: %v\n%s", strings.Join(build.Args[1:], " "), err, out)
 		return 1
+	}
+	// The parallel tests are separate slotd processes waiting for
+	// one-second slots, mostly asleep: four at a time, not one per core,
+	// unless -parallel says otherwise.
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		if err := flag.Set("test.parallel", strconv.Itoa(max(4, runtime.GOMAXPROCS(0)))); err != nil {
+			fmt.Fprintln(os.Stderr, "integration:", err)
+			return 1
+		}
 	}
 	return m.Run()
 }

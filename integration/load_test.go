@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -67,13 +66,8 @@ type latency struct {
 func TestLoadToolSmall(t *testing.T) {
 	t.Parallel()
 	redisServer := redistest.Binary(t)
-	bin := filepath.Join(t.TempDir(), "load")
 	// Built with -race: the replicas are the real daemon under load.
-	build := exec.Command("go", "build", "-race", "-o", bin, "./cmd/slotd-load")
-	build.Dir = ".."
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/slotd-load: %v\n%s", err, out)
-	}
+	bin := built(t, "./cmd/slotd-load", "-race")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
@@ -191,16 +185,14 @@ type sustainedReport struct {
 // 3-second window. Correctness only, no timing: every slot of the window
 // ran exactly once, no history append was lost, and every figure of the
 // report was measured.
+//
+// Not parallel: 150 slots a second on race-built replicas need the
+// machine's cores; beside three other tests on 2 busy cores they missed
+// slots.
 func TestLoadToolSustained(t *testing.T) {
-	t.Parallel()
 	redisServer := redistest.Binary(t)
-	bin := filepath.Join(t.TempDir(), "load")
 	// Built with -race: the tool's sink and the replicas run concurrently.
-	build := exec.Command("go", "build", "-race", "-o", bin, "./cmd/slotd-load")
-	build.Dir = ".."
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/slotd-load: %v\n%s", err, out)
-	}
+	bin := built(t, "./cmd/slotd-load", "-race")
 	const rate, window = 150, 3
 	for _, plugin := range []string{"noop", "http"} {
 		t.Run(plugin, func(t *testing.T) {

@@ -217,9 +217,15 @@ func TestBurstOfDueSlotsIsPipelined(t *testing.T) {
 	store := loggedStore(t, l)
 	led := newLedger()
 	const n = 1000
-	ts := manyTasks(t, n, soon(), led.job(ok), nil)
 	l.start()
-	startReplica(t, "r1", store, time.Second, ts, scheduler.WithClockCheck(time.Hour))
+	r := startReplica(t, "r1", store, time.Second, nil, scheduler.WithClockCheck(time.Hour))
+	// The tasks come once the replica runs, due 2 to 3 s later: a replica
+	// slow to start under load would otherwise find their slot time past
+	// and catch none of them up.
+	awaitStarted(t, r)
+	if _, err := r.sched.Reload(context.Background(), manyTasks(t, n, soon(), led.job(ok), nil)); err != nil {
+		t.Fatal(err)
+	}
 	led.await(t, "every task to run once", 90*time.Second, func(rs []record) bool {
 		done := 0
 		for _, r := range rs {
@@ -416,9 +422,6 @@ func TestPreferredClaimantClaimsAlone(t *testing.T) {
 	stores := loggedStores(t, l, 3)
 	led := newLedger()
 	const n = 60
-	// Due in 5 to 6 s: the replicas have started and seen one another by
-	// then, even in a slow -race run.
-	ts := manyTasks(t, n, later(5*time.Second), led.job(ok), nil)
 	// claim.lua publishes the Taken notices itself: count them as a
 	// subscriber, since no client sends them.
 	var notices atomic.Int64
@@ -434,12 +437,28 @@ func TestPreferredClaimantClaimsAlone(t *testing.T) {
 			}
 		}
 	}()
+	var reps []*replica
 	for i, s := range stores {
-		// A clock check every 200 ms: each replica sees all three before
-		// the slots are due.
-		startReplica(t, fmt.Sprintf("r%d", i+1), s, time.Second, ts, scheduler.WithClockCheck(200*time.Millisecond))
+		// A clock check every 200 ms: each replica reads the live set.
+		reps = append(reps, startReplica(t, fmt.Sprintf("r%d", i+1), s, time.Second, nil, scheduler.WithClockCheck(200*time.Millisecond)))
 	}
+	// The tasks come once every replica sees all three, due 2 to 3 s
+	// later, however long a loaded -race run took to get there.
+	await(t, "every replica to see all three live", 60*time.Second, func() bool {
+		for _, r := range reps {
+			if len(r.sched.LiveView()) != len(reps) {
+				return false
+			}
+		}
+		return true
+	})
 	l.start()
+	ts := manyTasks(t, n, soon(), led.job(ok), nil)
+	for _, r := range reps {
+		if _, err := r.sched.Reload(context.Background(), ts); err != nil {
+			t.Fatal(err)
+		}
+	}
 	led.await(t, "every slot done", 60*time.Second, func(rs []record) bool {
 		done := 0
 		for _, r := range rs {
@@ -507,6 +526,16 @@ func TestDeadPreferredClaimantsSlotsStillRun(t *testing.T) {
 	if len(rs) != n {
 		t.Errorf("%d runs of %d slots, want one each", len(rs), n)
 	}
+}
+
+// awaitStarted waits for r's first clock check, which Run makes before it
+// fires anything.
+func awaitStarted(t *testing.T, r *replica) {
+	t.Helper()
+	await(t, "replica "+r.name+"'s first clock check", 60*time.Second, func() bool {
+		ok, _ := r.sched.Healthy()
+		return ok
+	})
 }
 
 // later is a daily schedule whose next fire time is d to d+1 s away.

@@ -39,6 +39,7 @@ func (g *gate) job(ctx context.Context, _ tasks.Run) error {
 // preferred claimant of included; the slots of a task only it has are
 // missed, for capacity; once its attempt ends it claims again.
 func TestMaxRunningHandsSlotsToPeers(t *testing.T) {
+	t.Parallel()
 	stores := redisStores(t, 3)
 	l := newLedger()
 	g := newGate()
@@ -129,6 +130,7 @@ func TestMaxRunningHandsSlotsToPeers(t *testing.T) {
 // On the embedded store, one replica at max_running misses the slots it
 // cannot start, for capacity, and runs them again once its attempt ends.
 func TestMaxRunningOnTheEmbeddedStore(t *testing.T) {
+	t.Parallel()
 	l := newLedger()
 	g := newGate()
 	hold := testTask(t, "hold", "@every 1s", l.job(g.job), nil)

@@ -20,6 +20,7 @@ import (
 // the completion until Redis takes writes again; the slot ends done by
 // attempt 1, recorded as a success, and the peer never starts attempt 2.
 func TestCompleteRetriedThroughOOM(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := srv.Client()
 	defer rdb.Close()

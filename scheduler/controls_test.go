@@ -128,6 +128,7 @@ func skipped(r *replica, task string) uint64 {
 // A pause stops claims on every replica, holds across a restart of them
 // all, and a resume makes the next fire time run again.
 func TestPauseHoldsAcrossRestart(t *testing.T) {
+	t.Parallel()
 	stores := redisStores(t, 3)
 	l := newLedger()
 	task := testTask(t, "tick", "@every 1s", l.job(ok), nil)
@@ -191,6 +192,7 @@ func TestPauseHoldsAcrossRestart(t *testing.T) {
 // paused = true in the config starts the task paused, on the embedded
 // store too; an operator's resume starts it.
 func TestConfigPausedStartsPaused(t *testing.T) {
+	t.Parallel()
 	store := memlock.New(nil)
 	l := newLedger()
 	task := testTask(t, "tick", "@every 1s", l.job(ok), func(t *scheduler.Task) { t.Paused = true })
@@ -208,6 +210,7 @@ func TestConfigPausedStartsPaused(t *testing.T) {
 // forbid: while one slot runs, the next ones are won, skipped and
 // recorded (done, skipped_forbid), once each; after it ends, slots run.
 func TestForbidSkipsWhileRunning(t *testing.T) {
+	t.Parallel()
 	stores := redisStores(t, 2)
 	l := newLedger()
 	hist := history.NewMemory(0)
@@ -264,6 +267,7 @@ func TestForbidSkipsWhileRunning(t *testing.T) {
 // forbid, with the running slot's holder crashed: its record ends with
 // its lease, then slots run again.
 func TestForbidAfterHolderCrash(t *testing.T) {
+	t.Parallel()
 	stores := redisStores(t, 1)
 	l := newLedger()
 	task := testTask(t, "tick", "@every 1s", l.job(ok), func(t *scheduler.Task) { t.Concurrency = scheduler.ConcurrencyForbid })
@@ -289,6 +293,7 @@ func TestForbidAfterHolderCrash(t *testing.T) {
 // ErrSuperseded), whose slot is marked done (superseded), and runs once
 // it has stopped.
 func TestReplaceCancelsRunning(t *testing.T) {
+	t.Parallel()
 	stores := redisStores(t, 2)
 	l := newLedger()
 	hist := history.NewMemory(0)
@@ -348,6 +353,7 @@ func TestReplaceCancelsRunning(t *testing.T) {
 // record over and starts once the crashed holder's lease has run out, not
 // before (nobody is left to stop the old attempt).
 func TestReplaceAfterHolderCrash(t *testing.T) {
+	t.Parallel()
 	stores := redisStores(t, 1)
 	l := newLedger()
 	task := testTask(t, "tick", "@every 1s", l.job(ok), func(t *scheduler.Task) { t.Concurrency = scheduler.ConcurrencyReplace })
@@ -423,6 +429,7 @@ func TestForbidRecordLivesAsLongAsTheLease(t *testing.T) {
 // once, and so find its record replaced and cancel its task, without
 // waiting for its next turn.
 func TestReplaceNoticeCancelsAtOnce(t *testing.T) {
+	t.Parallel()
 	stores := redisStores(t, 2)
 	l := newLedger()
 	cancelled := make(chan time.Time, 1)

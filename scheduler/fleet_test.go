@@ -23,6 +23,7 @@ import (
 )
 
 func TestCatchupLimit(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, spec string
 	}{

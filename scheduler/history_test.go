@@ -105,6 +105,7 @@ func (h *stuckHistory) Recent(context.Context, string, int) ([]scheduler.History
 // A history that hangs and fails neither holds up nor fails the slot: the
 // next slot runs while the first append still hangs.
 func TestHistoryFailureDoesNotHoldSlot(t *testing.T) {
+	t.Parallel()
 	store := memlock.New(nil)
 	hist := &stuckHistory{called: make(chan struct{}, 1), release: make(chan struct{})}
 	l := newLedger()

@@ -41,6 +41,7 @@ func (g *gauge) read() (top, ran int) {
 // (not run, their once marker left for a peer). Before the cap, the hooks
 // piled up without bound (120 after 12 s).
 func TestHooksCappedPerReplica(t *testing.T) {
+	t.Parallel()
 	_, stores := notifyStores(t, 1)
 	var g gauge
 	release := make(chan struct{})

@@ -20,11 +20,13 @@ const jitterTolerance = 50 * time.Millisecond
 // the same hashed delay after its slot time whichever replica wins it, and
 // the slot keeps its scheduled time: id, token and slot time.
 func TestJitterDelaysEverySlotAlikeAcrossReplicas(t *testing.T) {
+	t.Parallel()
 	stores := redisStores(t, 3)
 	testJitter(t, stores)
 }
 
 func TestJitterOnTheEmbeddedStore(t *testing.T) {
+	t.Parallel()
 	testJitter(t, []lock.Store{memlock.New(nil)})
 }
 

@@ -44,6 +44,7 @@ func (s *lateReplyStore) Claim(ctx context.Context, slot lock.Slot, replica stri
 // then completed, is not counted missed: the reply is read before the slot
 // is judged (issue 26 item 12; SlotdSlotsMissed fired falsely).
 func TestLateHeldReplyIsNotMissed(t *testing.T) {
+	t.Parallel()
 	store := &lateReplyStore{Store: memlock.New(nil)}
 	l := newLedger()
 	task := testTask(t, "tick", "@every 2s", l.job(ok), nil)

@@ -194,6 +194,7 @@ func bySlot(rs []record) map[string][]record {
 // once, as attempt 1, at or after its slot time, with a token above the
 // previous slot's.
 func TestEverySlotRunsOnceAcrossReplicas(t *testing.T) {
+	t.Parallel()
 	stores := redisStores(t, 3)
 	l := newLedger()
 	task := testTask(t, "tick", "@every 1s", l.job(ok), nil)
@@ -236,6 +237,7 @@ func TestEverySlotRunsOnceAcrossReplicas(t *testing.T) {
 // A failed first attempt is released and retried at once, by any replica,
 // inside the window.
 func TestFailedAttemptIsRetried(t *testing.T) {
+	t.Parallel()
 	stores := redisStores(t, 3)
 	l := newLedger()
 	task := testTask(t, "flaky", "@every 2s", l.job(func(_ context.Context, r tasks.Run) error {
@@ -282,6 +284,7 @@ func TestFailedAttemptIsRetried(t *testing.T) {
 
 // A task that always fails stops at exactly max_attempts per slot.
 func TestAlwaysFailingTaskStopsAtCap(t *testing.T) {
+	t.Parallel()
 	stores := redisStores(t, 3)
 	l := newLedger()
 	task := testTask(t, "broken", "@every 2s", l.job(func(context.Context, tasks.Run) error {
@@ -371,6 +374,7 @@ func TestTimeoutCancelsTask(t *testing.T) {
 // and its slot released, and a peer takes it over at once — long before the
 // lease would have run out.
 func TestShutdownHandsSlotToPeer(t *testing.T) {
+	t.Parallel()
 	stores := redisStores(t, 2)
 	l := newLedger()
 	const lease = 10 * time.Second
@@ -437,6 +441,7 @@ func (t stdTimer) Stop() bool          { return t.t.Stop() }
 // Replicas with clocks two minutes ahead and behind never start a slot
 // before its time by the store's clock, and never run one twice.
 func TestSkewedClocksRunNothingEarly(t *testing.T) {
+	t.Parallel()
 	stores := redisStores(t, 3)
 	l := newLedger()
 	task := testTask(t, "skew", "@every 1s", l.job(ok), nil)
@@ -596,8 +601,11 @@ func TestWallClockStepMidTask(t *testing.T) {
 	}), func(t *scheduler.Task) { t.Lease = time.Second })
 	var reps []*replica
 	for i, s := range stores {
+		// A clock check every 2 s, not the default 10 s: the replicas fire
+		// again once their skew is measured again, which is the claim; how
+		// soon is the option's business (TestLoneReplicaFiresAfterClockStepsBack).
 		reps = append(reps, startReplica(t, fmt.Sprintf("r%d", i), s, time.Second, []scheduler.Task{task},
-			scheduler.WithClock(clocks[i])))
+			scheduler.WithClock(clocks[i]), scheduler.WithClockCheck(2*time.Second)))
 	}
 	<-started
 	clocks[0].d.Store(int64(time.Hour))
@@ -640,6 +648,7 @@ func TestWallClockStepMidTask(t *testing.T) {
 // it had to wait. The fire loop wakes (each second) before the skew check
 // (every 2s) corrects the clock, so it does see the hour-long wait.
 func TestLoneReplicaFiresAfterClockStepsBack(t *testing.T) {
+	t.Parallel()
 	l := newLedger()
 	clock := &steppingClock{}
 	task := testTask(t, "lone", "@every 1s", l.job(ok), nil)
@@ -689,6 +698,7 @@ func (f *failingComplete) Renew(ctx context.Context, s lock.Slot, o lock.Owner, 
 // again), and is not run again by the same replica: that would only add a
 // duplicate.
 func TestSuccessNotRerunWhenCompleteFails(t *testing.T) {
+	t.Parallel()
 	l := newLedger()
 	task := testTask(t, "once", "0 * * * *", l.job(ok), func(t *scheduler.Task) {
 		t.Catchup = scheduler.CatchupLatest

@@ -44,6 +44,7 @@ func clusterKeys(t *testing.T, rdb *redis.ClusterClient) map[string]string {
 // connected to another, and States pipelines across shards. The slots of
 // the suite land on more than one master.
 func TestConformanceCluster(t *testing.T) {
+	t.Parallel()
 	c := redistest.StartCluster(t, 3)
 	rdb := c.Client()
 	keys := func() []string {
@@ -89,6 +90,7 @@ func subscribed(t *testing.T, rdb redislock.Client, opts ...redislock.Option) (*
 // connected elsewhere is woken all the same (Cluster broadcasts PUBLISH),
 // for slots on every master.
 func TestClusterReleaseWakesAcrossShards(t *testing.T) {
+	t.Parallel()
 	c := redistest.StartCluster(t, 3)
 	rdb := c.Client()
 	r, now := subscribed(t, rdb)
@@ -131,6 +133,7 @@ func TestClusterReleaseWakesAcrossShards(t *testing.T) {
 // live replica: every won claim and complete waits for the replica, and
 // the protocol is unchanged.
 func TestConformanceReplicasAck(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	redistest.StartReplica(t, srv)
 	rdb := srv.Client()
@@ -145,6 +148,7 @@ func TestConformanceReplicasAck(t *testing.T) {
 // complete marks the slot done on the master and says it was not
 // acknowledged.
 func TestMinReplicasAck(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	replica := redistest.StartReplica(t, srv)
 	rdb := srv.Client()
@@ -222,6 +226,7 @@ func TestMinReplicasAck(t *testing.T) {
 // owns the slot: on masters without replicas every won claim fails closed,
 // on every shard, and is released; with n = 0 (no WAIT) nothing changes.
 func TestMinReplicasAckCluster(t *testing.T) {
+	t.Parallel()
 	c := redistest.StartCluster(t, 3)
 	rdb := c.Client()
 	r := redislock.New(rdb, "slotd", redislock.WithMinReplicasAck(1, 100*time.Millisecond))
@@ -283,6 +288,7 @@ func TestMinReplicasToWriteRefusesBeforeCounting(t *testing.T) {
 
 // The conformance suite through a Sentinel failover client.
 func TestConformanceSentinel(t *testing.T) {
+	t.Parallel()
 	s := redistest.StartSentinel(t)
 	rdb := s.Client()
 	h := clientHarness(t, rdb, redislock.New(rdb, "slotd"), serverKeys(t, rdb))

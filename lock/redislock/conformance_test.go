@@ -75,6 +75,7 @@ func redisHarness(t *testing.T) locktest.Harness {
 
 // TestConformance runs the one suite against every store of this package.
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	stores := map[string]func(*testing.T) locktest.Harness{
 		"redis":   redisHarness,
 		"redlock": redlockHarness,

@@ -23,6 +23,7 @@ func TestControlsConformance(t *testing.T) {
 // keys of one hash tag (a CROSSSLOT error would fail it), and the task's
 // notice published on one shard reaches the subscriber on another.
 func TestControlsConformanceCluster(t *testing.T) {
+	t.Parallel()
 	c := redistest.StartCluster(t, 3)
 	rdb := c.Client()
 	keys := func() []string {

@@ -163,6 +163,7 @@ func TestFusedCallsAnswerEachSlot(t *testing.T) {
 // script call cannot span: nothing is fused, each claim is its own EVALSHA
 // (a fused one would fail CROSSSLOT), and each caller gets its own answer.
 func TestClusterClaimsAreNotFused(t *testing.T) {
+	t.Parallel()
 	c := redistest.StartCluster(t, 3)
 	rdb := c.Client()
 	g := newGate(0)

@@ -144,6 +144,7 @@ func answeredClaim(t *testing.T, r *redislock.Redlock, slot lock.Slot, replica s
 // With 2 of 5 nodes down a slot is still claimed, held, completed and seen
 // done, and a release published by the nodes still up wakes a watcher.
 func TestRedlockTwoOfFiveDown(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	srvs, clients := startNodes(t, 5)
 	r := newRedlock(t, clients)
@@ -189,6 +190,7 @@ func TestRedlockTwoOfFiveDown(t *testing.T) {
 // With 3 of 5 nodes down nothing is won and nothing is counted: the two
 // nodes up give their grants back with the attempts they counted.
 func TestRedlockThreeOfFiveDown(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	srvs, clients := startNodes(t, 5)
 	r := newRedlock(t, clients)
@@ -226,6 +228,7 @@ func TestRedlockThreeOfFiveDown(t *testing.T) {
 // again; the quorum's attempt is the highest a winner counted, every
 // winner is renumbered to it, and no fencing token repeats.
 func TestRedlockTokensGrowPastEmptyNodes(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	srvs, clients := startNodes(t, 5)
 	r := newRedlock(t, clients)
@@ -265,6 +268,7 @@ func TestRedlockTokensGrowPastEmptyNodes(t *testing.T) {
 // A claim whose round outlasts its validity (a node stalled past the
 // lease) is not won, and the grants it did get are given back.
 func TestRedlockLateRoundIsNotWon(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	srvs, clients := startNodes(t, 5)
 	r := newRedlock(t, clients, redislock.WithNodeTimeout(2*time.Second))
@@ -292,6 +296,7 @@ func TestRedlockLateRoundIsNotWon(t *testing.T) {
 // claim that no quorum answers alike is an ErrNoQuorum that leaves the
 // grants it got undone.
 func TestRedlockSplitVoteUndone(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	srvs, clients := startNodes(t, 5)
 	r := newRedlock(t, clients)
@@ -352,6 +357,7 @@ func publishes(t *testing.T, c *redis.Client) int {
 // too few nodes answer for anyone to win. Nodes held by different
 // contenders are a split vote, not a holder.
 func TestRedlockUndoWakesNobody(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	srvs, clients := startNodes(t, 3)
 	r := newRedlock(t, clients)
@@ -433,6 +439,7 @@ func BenchmarkRedlock(b *testing.B) {
 // Reads need only a quorum: with one node stalled, Time and States answer
 // from the others without waiting out that node's timeout.
 func TestRedlockReadsDoNotWaitForAStalledNode(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	srvs, clients := startNodes(t, 3)
 	r := newRedlock(t, clients, redislock.WithNodeTimeout(time.Minute))

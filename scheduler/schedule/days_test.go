@@ -8,6 +8,7 @@ import (
 
 // Quartz's L, W and # in the day fields: the fire times after a point.
 func TestNextDaySyntax(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		spec, tz, after string
 		want            []string
@@ -89,6 +90,7 @@ func TestNextDaySyntax(t *testing.T) {
 // Consecutive fires of the day-syntax specs get distinct ids, and MaxGap
 // bounds every gap, in zones with and without DST.
 func TestDaySyntaxIDsAndGaps(t *testing.T) {
+	t.Parallel()
 	for _, tz := range []string{"", "Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "Etc/GMT+5"} {
 		for _, spec := range []string{"0 0 L * *", "30 2 L * *", "0 9 15W * *", "0 9 LW * *", "0 9 * * 1#2", "0 23 * * 0L", "0 */6 L-1 * *", "0 0 1,L * *"} {
 			s := mustParse(t, spec, tz)

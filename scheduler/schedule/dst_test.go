@@ -143,6 +143,7 @@ func TestNextDSTPolicy(t *testing.T) {
 // of a repeated wall time, and fire at the end of any gap that hides a
 // matching wall time.
 func TestNextMatchesClassicReference(t *testing.T) {
+	t.Parallel()
 	parser := cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 	for _, tz := range propertyZones {
 		if tz == "" || tz == "Australia/Lord_Howe" || tz == "Pacific/Chatham" {

@@ -107,6 +107,7 @@ func TestHashErrors(t *testing.T) {
 // In UTC an H spec of single time-of-day values reuses the analysis of its
 // template; it must equal the spec's own.
 func TestHashTemplateAnalysisMatches(t *testing.T) {
+	t.Parallel()
 	for _, spec := range []string{"H H * * *", "H * * * *", "H H(8-17) * * 1-5", "0 H 1 * *", "H H H * * *", "H H L * *", "H H * * 5#2"} {
 		for i := range 40 {
 			s, err := Parse(spec, "", HashKey(fmt.Sprintf("tmpl-%d", i)))

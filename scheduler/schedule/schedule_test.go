@@ -143,6 +143,7 @@ var propertySpecs = []string{
 // For every spec and zone, the ids of 2,000 consecutive fires from several
 // start points have one length and strictly increase.
 func TestSlotIDsStrictlyIncrease(t *testing.T) {
+	t.Parallel()
 	starts := []time.Time{
 		utc("2024-01-01T00:00:00Z"), utc("2025-03-29T12:00:00Z"),
 		utc("2026-10-24T12:00:00Z"), utc("2031-06-15T07:13:00Z"),
@@ -312,6 +313,7 @@ func TestLatest(t *testing.T) {
 
 // Latest(t) is a fire time <= t, and the next fire after it is after t.
 func TestLatestProperty(t *testing.T) {
+	t.Parallel()
 	for _, tz := range propertyZones {
 		for _, spec := range append(propertySpecs, "* * * * * *", "0 0 29 2 *", "0 0 0 1 1 *") {
 			s := mustParse(t, spec, tz)
@@ -367,6 +369,7 @@ func TestMaxGap(t *testing.T) {
 
 // The folded computation of MaxGap agrees with a plain walk over every fire.
 func TestMaxGapMatchesWalk(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ spec, tz string }{
 		{"*/20 5,55 1-3 * * *", "Europe/London"},
 		{"0,30 0,10,20 0-2 * * *", "America/New_York"},
@@ -428,6 +431,7 @@ func TestParseErrors(t *testing.T) {
 }
 
 func TestParseIsCached(t *testing.T) {
+	t.Parallel()
 	const n = 50
 	got := make([]*Schedule, n)
 	var wg sync.WaitGroup

@@ -63,6 +63,7 @@ func TestCombineUnion(t *testing.T) {
 
 // Consecutive fires of unions get distinct ids, in zones with DST too.
 func TestCombineIDsDistinct(t *testing.T) {
+	t.Parallel()
 	for _, tz := range []string{"", "Europe/Berlin", "Australia/Lord_Howe"} {
 		for _, specs := range [][]string{
 			{"0 9 * * *", "30 9 * * *"}, {"30 2 * * *", "0 3 * * *"}, {"0 * * * *", "30 2 * * *"},
