@@ -64,8 +64,12 @@ func preferredClaimsAlone(t *testing.T, stores []lock.Store, claims *atomic.Int6
 	time.Sleep(2500 * time.Millisecond)
 	got := claims.Load()
 	t.Logf("%d claims for %d slots by 3 replicas", got, n)
-	if got < n || got > n+n/2 {
-		t.Errorf("%d claims of %d slots by 3 replicas, want about one each (at most %d; %d without the preferred claimant)", got, n, n+n/2, 3*n)
+	// Quiet runs count 60–87; under a loaded -race suite a deferral can
+	// expire before the Taken notice arrives (116 seen), so the bound is
+	// what only a preferred claimant can meet: under two claims a slot on
+	// average, where every replica claiming costs three.
+	if got < n || got >= 2*n {
+		t.Errorf("%d claims of %d slots by 3 replicas, want about one each (under %d; %d without the preferred claimant)", got, n, 2*n, 3*n)
 	}
 	for slot, runs := range bySlot(led.snapshot()) {
 		if len(runs) != n {
