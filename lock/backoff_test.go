@@ -26,15 +26,15 @@ func TestBackoffValue(t *testing.T) {
 		}
 	}
 	slot := lock.Slot{Task: "t", ID: "1", Time: nb.Add(-time.Minute), Deadline: nb.Add(time.Minute)}
-	c, waits := lock.BackoffClaim(lock.Claim{}, slot, v, nb.Add(-time.Second))
+	c, waits := (lock.Claim{}).AfterBackoff(slot, v, nb.Add(-time.Second))
 	if !waits || c.Result != lock.Early || !c.Backoff || c.Wait != time.Second {
 		t.Errorf("during the backoff: %+v, %v; want early by 1s", c, waits)
 	}
-	if _, waits := lock.BackoffClaim(lock.Claim{}, slot, v, nb); waits {
+	if _, waits := (lock.Claim{}).AfterBackoff(slot, v, nb); waits {
 		t.Error("at its end the backoff still holds the slot")
 	}
 	slot.Deadline = nb
-	if c, waits := lock.BackoffClaim(lock.Claim{}, slot, v, nb.Add(-time.Hour)); !waits || c.Result != lock.Late || !c.Backoff {
+	if c, waits := (lock.Claim{}).AfterBackoff(slot, v, nb.Add(-time.Hour)); !waits || c.Result != lock.Late || !c.Backoff {
 		t.Errorf("a backoff ending at the deadline: %+v, %v; want late", c, waits)
 	}
 }

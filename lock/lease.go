@@ -266,14 +266,11 @@ func (l *Lease) wrap(op string, err error) error {
 
 // ReleaseAfter is Release with a retry backoff: the slot's next claim, by
 // any replica, waits until delay after the release by the store's clock
-// (Backoffer). A store that cannot keep one, or a delay ≤ 0, releases at
-// once.
+// (Store.ReleaseAfter). A delay ≤ 0 releases at once.
 func (l *Lease) ReleaseAfter(ctx context.Context, delay time.Duration) error {
-	release := func(ctx context.Context) error { return l.store.Release(ctx, l.slot, l.owner) }
-	if b, ok := l.store.(Backoffer); ok && delay > 0 {
-		release = func(ctx context.Context) error { return b.ReleaseAfter(ctx, l.slot, l.owner, delay) }
-	}
-	err := l.finish(ctx, "release", false, release)
+	err := l.finish(ctx, "release", false, func(ctx context.Context) error {
+		return l.store.ReleaseAfter(ctx, l.slot, l.owner, delay)
+	})
 	if errors.Is(err, ErrNotHeld) || errors.Is(err, ErrLeaseLost) {
 		return nil
 	}

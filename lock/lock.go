@@ -96,7 +96,7 @@ type Claim struct {
 	Instance string        // Held, Done: the holder's instance nonce
 	Wait     time.Duration // Held: the holder's remaining lease; Early: time until the slot time or the backoff's end
 	// Backoff, on Early or Late, says why: a failed attempt released the
-	// slot with a retry backoff (Backoffer.ReleaseAfter) that has not
+	// slot with a retry backoff (Store.ReleaseAfter) that has not
 	// ended (Early), or that ends at or after the slot's deadline (Late).
 	Backoff bool
 	Now     time.Time // the store's clock when it decided
@@ -135,8 +135,12 @@ func Token(slot time.Time, attempt int) int64 {
 	return slot.Unix()*1000 + int64(attempt)
 }
 
-// Attempt numbers.
+// Attempt numbers, and how a state value that holds the next attempt back
+// begins.
 const (
+	// BackoffPrefix starts a backoff state value (Store.ReleaseAfter),
+	// which the store's not-before time in unix milliseconds follows.
+	BackoffPrefix = "backoff:"
 	// MaxAttempts is the largest attempt cap Token can encode.
 	MaxAttempts = 999
 	// TriggerBase is the attempt count a triggered slot starts from: its
@@ -184,6 +188,14 @@ type Store interface {
 	// Release frees slot and wakes its watchers. ErrNotHeld if owner does
 	// not hold it.
 	Release(ctx context.Context, slot Slot, owner Owner) error
+	// ReleaseAfter is Release with a retry backoff, kept fleet-wide: until
+	// delay after the release by the store's clock, the slot's claims by
+	// any replica (a process started after this one was killed included)
+	// answer Early, with Claim.Backoff set and Claim.Wait the time left —
+	// or Late, if the delay ends at or after the slot's deadline (no
+	// attempt can start in time). A delay ≤ 0 is Release. An operator's
+	// rerun clears the backoff with the rest of the state.
+	ReleaseAfter(ctx context.Context, slot Slot, owner Owner, delay time.Duration) error
 	// Watch reports releases of slot until stopped.
 	Watch(slot Slot) *Watch
 	// States reads the keys of many slots at once (one round trip on

@@ -11,7 +11,7 @@ import (
 // "run:<owner>:<attempt>" while Owner's attempt runs,
 // "done:<owner>:<attempt>:<unix ms>" once it succeeded, and
 // "backoff:<unix ms>" after a failed attempt released it with a retry
-// backoff (Backoffer): no claim before then. The owner id may contain
+// backoff (Store.ReleaseAfter): no claim before then. The owner id may contain
 // colons, so the numbers are read from the right.
 type Value struct {
 	Owner    Owner
@@ -102,10 +102,6 @@ func (v Value) State() State {
 	st.Holder, st.Instance = splitOwner(v.Owner.ID)
 	return st
 }
-
-// BackoffPrefix starts a backoff value, which the store's not-before
-// time in unix milliseconds follows.
-const BackoffPrefix = "backoff:"
 
 // splitOwner undoes OwnerID; an owner id without '#' (written before
 // instance nonces) is all replica. Replica ids may contain '#': the nonce

@@ -143,15 +143,11 @@ func (b *builder) CheckStore(cfg *config.Config) error {
 	s := store.Zero(cfg)
 	_, controls := s.(lock.Controls)
 	_, once := s.(lock.Oncer)
-	_, backoff := s.(lock.Backoffer)
 	var errs []error
 	for i := range cfg.Tasks {
 		t := &cfg.Tasks[i]
 		if !controls && (t.Concurrency == config.ConcurrencyForbid || t.Concurrency == config.ConcurrencyReplace) {
 			errs = append(errs, fmt.Errorf("task %q: concurrency: %q needs the store's operator controls, which %s does not have yet (Redis and the embedded store do)", t.Name, t.Concurrency, storeName(cfg)))
-		}
-		if !backoff && t.RetryBackoff.Initial > 0 {
-			errs = append(errs, fmt.Errorf("task %q: retry_backoff: needs the store to keep a release's not-before time, which %s does not do yet", t.Name, storeName(cfg)))
 		}
 		if !once && t.OnFailure != nil {
 			errs = append(errs, fmt.Errorf("task %q: on_failure: hooks need a one-time marker in the store, which %s does not have (every store of slotd has one); set on_failure = false for this task", t.Name, storeName(cfg)))

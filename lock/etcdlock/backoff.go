@@ -12,7 +12,7 @@ import (
 	"github.com/slotd/slotd/lock"
 )
 
-// ReleaseAfter implements lock.Backoffer: one transaction replaces the
+// ReleaseAfter implements lock.Store: one transaction replaces the
 // state key, if owner holds it, by a backoff value whose not-before time
 // is the members' clock (its upper bound) plus delay, on a bucket lease
 // that outlives it; the put wakes every replica's watch as a deletion

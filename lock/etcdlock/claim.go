@@ -191,7 +191,7 @@ func (s *Store) claimFrom(ctx context.Context, c lock.Claim, slot lock.Slot, rep
 		// backoff key's revision instead of its absence.
 		var ended *mvccpb.KeyValue
 		if v, ok := backoffOf(sk); ok {
-			if bc, waits := lock.BackoffClaim(c, slot, v, c.Now); waits {
+			if bc, waits := c.AfterBackoff(slot, v, c.Now); waits {
 				return bc, 0, nil
 			}
 			ended = sk

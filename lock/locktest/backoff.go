@@ -10,17 +10,14 @@ import (
 	"github.com/slotd/slotd/lock"
 )
 
-// testBackoff: a release with a retry backoff (lock.Backoffer) makes every
+// testBackoff: a release with a retry backoff (Store.ReleaseAfter) makes every
 // claim of the slot answer Early, with Claim.Backoff, until the delay has
 // passed by the store's clock, and Late when the delay ends at or after
 // the deadline; the backoff wakes watchers as a release does, counts no
 // attempt, reads back as State "backoff", has a TTL, and a rerun clears
 // it without force.
 func testBackoff(t *testing.T, h Harness) {
-	b, ok := h.Store.(lock.Backoffer)
-	if !ok {
-		t.Fatalf("%T keeps no retry backoff (lock.Backoffer)", h.Store)
-	}
+	b := h.Store
 	ctx := context.Background()
 	const delay = 1500 * time.Millisecond
 	slot := UniqueSlot(t, h)

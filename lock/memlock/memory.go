@@ -81,7 +81,7 @@ func (m *Store) Claim(ctx context.Context, slot lock.Slot, replica string, p loc
 			return c, nil
 		}
 		// A retry backoff: early (or late) until it ends, then free.
-		if bc, waits := lock.BackoffClaim(c, slot, v, now); waits {
+		if bc, waits := c.AfterBackoff(slot, v, now); waits {
 			return bc, nil
 		}
 	}
@@ -159,7 +159,7 @@ func (m *Store) Release(ctx context.Context, slot lock.Slot, owner lock.Owner) e
 	})
 }
 
-// ReleaseAfter implements lock.Backoffer; it is release.lua with a delay:
+// ReleaseAfter implements lock.Store; it is release.lua with a delay:
 // the state becomes a backoff value that expires at its not-before time.
 func (m *Store) ReleaseAfter(ctx context.Context, slot lock.Slot, owner lock.Owner, delay time.Duration) error {
 	if delay <= 0 {

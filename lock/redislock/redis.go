@@ -172,7 +172,7 @@ func (r *Store) Release(ctx context.Context, slot lock.Slot, owner lock.Owner) e
 	return r.ReleaseAfter(ctx, slot, owner, 0)
 }
 
-// ReleaseAfter implements lock.Backoffer: release.lua with the backoff,
+// ReleaseAfter implements lock.Store: release.lua with the backoff,
 // whose end the script counts from the server's TIME.
 func (r *Store) ReleaseAfter(ctx context.Context, slot lock.Slot, owner lock.Owner, delay time.Duration) error {
 	state, _ := Keys(r.prefix, slot)

@@ -181,7 +181,7 @@ func (r *Redlock) Release(ctx context.Context, slot lock.Slot, owner lock.Owner)
 	return r.ReleaseAfter(ctx, slot, owner, 0)
 }
 
-// ReleaseAfter implements lock.Backoffer: the backoff is written on a
+// ReleaseAfter implements lock.Store: the backoff is written on a
 // quorum, each node counting it from its own clock, so that a quorum of
 // claims answers early until it ends.
 func (r *Redlock) ReleaseAfter(ctx context.Context, slot lock.Slot, owner lock.Owner, delay time.Duration) error {

@@ -11,7 +11,7 @@ import (
 	"github.com/slotd/slotd/lock"
 )
 
-// ReleaseAfter implements lock.Backoffer: Release's multi-op, which also
+// ReleaseAfter implements lock.Store: Release's multi-op, which also
 // writes the backoff's end into the slot node — the upper bound of the
 // leader's clock plus delay; a claim compares it with the lower bound, so
 // no attempt starts before delay has passed by the leader's clock. The

@@ -261,7 +261,7 @@ func (s *Store) decide(ctx context.Context, slot lock.Slot, inDoubt string, p lo
 		// A retry backoff: early (or late) until it ends by the leader's
 		// clock's lower bound; the claim's write then clears it.
 		if !d.notBefore.IsZero() {
-			if bc, waits := lock.BackoffClaim(c, slot, lock.Value{NotBefore: d.notBefore}, lo); waits {
+			if bc, waits := c.AfterBackoff(slot, lock.Value{NotBefore: d.notBefore}, lo); waits {
 				return bc, sn, run, d, nil
 			}
 		}
