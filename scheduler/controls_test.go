@@ -220,7 +220,10 @@ func TestForbidSkipsWhileRunning(t *testing.T) {
 		block := false
 		once.Do(func() { block = true })
 		if block {
-			<-release
+			select {
+			case <-release:
+			case <-ctx.Done(): // a failed test stops the replicas: no hang
+			}
 		}
 		return nil
 	})
@@ -229,6 +232,8 @@ func TestForbidSkipsWhileRunning(t *testing.T) {
 	for i, s := range stores {
 		reps = append(reps, startReplica(t, fmt.Sprintf("r%d", i), s, time.Second, []scheduler.Task{task}, scheduler.WithHistory(hist)))
 	}
+	unblock := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(unblock) // before the replicas stop (cleanups run last first)
 	l.await(t, "the long run", 10*time.Second, func(rs []record) bool { return len(rs) == 1 })
 	es := awaitHistory(t, hist, task.Name, "two skipped slots", func(es []scheduler.HistoryEntry) bool {
 		n := 0
@@ -260,7 +265,7 @@ func TestForbidSkipsWhileRunning(t *testing.T) {
 	if rs := l.snapshot(); len(rs) != 1 {
 		t.Fatalf("a slot ran beside the running one:\n%s", dump(rs))
 	}
-	close(release)
+	unblock()
 	l.await(t, "runs again after the long one", 10*time.Second, func(rs []record) bool { return len(rs) >= 3 })
 }
 
@@ -392,7 +397,10 @@ func TestForbidRecordLivesAsLongAsTheLease(t *testing.T) {
 		block := false
 		once.Do(func() { block = true })
 		if block {
-			<-release
+			select {
+			case <-release:
+			case <-ctx.Done(): // a failed test stops the replicas: no hang
+			}
 		}
 		return nil
 	})
@@ -404,6 +412,8 @@ func TestForbidRecordLivesAsLongAsTheLease(t *testing.T) {
 	for i, s := range stores {
 		startReplica(t, fmt.Sprintf("r%d", i), s, time.Second, []scheduler.Task{task}, scheduler.WithHistory(hist))
 	}
+	unblock := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(unblock) // before the replicas stop (cleanups run last first)
 	rs := l.await(t, "the long run", 10*time.Second, func(rs []record) bool { return len(rs) == 1 })
 	awaitHistory(t, hist, task.Name, "three skipped slots", func(es []scheduler.HistoryEntry) bool {
 		n := 0
@@ -420,7 +430,7 @@ func TestForbidRecordLivesAsLongAsTheLease(t *testing.T) {
 	if rs := l.snapshot(); len(rs) != 1 {
 		t.Fatalf("a slot ran beside the running one, whose record ran out:\n%s", dump(rs))
 	}
-	close(release)
+	unblock()
 	l.await(t, "runs again after the long one", 10*time.Second, func(rs []record) bool { return len(rs) >= 2 })
 }
 
