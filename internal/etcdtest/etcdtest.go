@@ -10,7 +10,6 @@ package etcdtest
 import (
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/slotd/slotd/internal/testport"
 )
 
 // Timing of the test clusters: a heartbeat of 50 ms and an election
@@ -280,10 +281,5 @@ func (m *Member) metric(name string) string {
 // freeAddr returns a host:port on 127.0.0.1 free at the time of the call.
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("etcdtest: free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+	return "127.0.0.1:" + strconv.Itoa(testport.Free(t))
 }

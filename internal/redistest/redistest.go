@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/slotd/slotd/internal/testport"
 )
 
 // Server is one redis-server process.
@@ -174,10 +176,5 @@ func (s *Server) FlushAll() {
 // FreePort returns a TCP port free on 127.0.0.1 at the time of the call.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("redistest: free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return testport.Free(t)
 }
