@@ -27,8 +27,12 @@ const (
 	DefaultMaxClockSkew  = time.Second      // [daemon] max_clock_skew
 	DefaultMaxHooks      = 8                // [daemon] max_hooks
 
-	DefaultLease       = 15 * time.Second
-	DefaultMinDoneTTL  = 48 * time.Hour // done_ttl is at least this, and at least the slot window
+	DefaultLease = 15 * time.Second
+	// DefaultDoneTTL is done_ttl where no key sets it, cut for a dense
+	// schedule to the span of its last DefaultDoneMarkers slots, and
+	// never under the slot window (defaultDoneTTL).
+	DefaultDoneTTL     = 48 * time.Hour
+	DefaultDoneMarkers = 10_000
 	DefaultMaxAttempts = 3
 	DefaultTimeout     = time.Hour
 	DefaultCatchup     = CatchupLatest

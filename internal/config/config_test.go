@@ -211,6 +211,14 @@ func TestDoneTTLDefaultCoversWindow(t *testing.T) {
 		{`schedule = "@monthly"`, 31 * 24 * time.Hour},
 		{"schedule = \"@monthly\"\ndeadline = \"1h\"", 48 * time.Hour},
 		{"schedule = \"@every 1m\"\ndeadline = \"100h\"", 100 * time.Hour},
+		// Dense schedules keep their last 10,000 slots' markers, not 48h's.
+		{`schedule = "@every 1s"`, 10_000 * time.Second},
+		{`schedule = "@every 10s"`, 100_000 * time.Second},
+		{`schedule = "@every 17s"`, 170_000 * time.Second},
+		{`schedule = "@every 18s"`, 48 * time.Hour},
+		{`schedule = "*/30 * * * * *"`, 10_000 * time.Second},
+		{`schedule = "* * * * *"`, 48 * time.Hour},
+		{"schedule = \"@every 1s\"\ndeadline = \"5h\"", 5 * time.Hour},
 	} {
 		cfg := parse(t, "[[task]]\nname = \"t\"\nplugin = \"config-test-noop\"\n"+tc.extra)
 		if got := cfg.Tasks[0].DoneTTL; got != tc.want {

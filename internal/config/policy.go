@@ -142,7 +142,7 @@ func resolvePolicy(t table, own, defaults rawPolicy, sched *schedule.Schedule) t
 	}
 	switch {
 	case !doneTTL.set || doneTTL.bad:
-		pol.DoneTTL = max(DefaultMinDoneTTL, window)
+		pol.DoneTTL = defaultDoneTTL(window, sched)
 	default:
 		pol.DoneTTL = doneTTL.v
 		switch {
@@ -160,6 +160,24 @@ func resolvePolicy(t table, own, defaults rawPolicy, sched *schedule.Schedule) t
 		t.errorf("lease", "%v%s is longer than done_ttl %v%s", pol.Lease, lease.where, pol.DoneTTL, doneTTL.where)
 	}
 	return pol
+}
+
+// defaultDoneTTL is done_ttl where no key sets it: DefaultDoneTTL, cut for
+// a schedule denser than DefaultDoneMarkers slots in that time to the span
+// of that many slots (a task firing every second keeps 10,000 done markers,
+// 2h46m40s, not 172,800), and never under window. Nothing needs a marker
+// past the window — a claim after the deadline is refused by the store's
+// clock, catch-up looks only at open windows, and rerun refuses a closed
+// one — but a backfill runs a slot whose marker has expired again, and a
+// marker past the window is what lets an operator see and backfill safely.
+func defaultDoneTTL(window time.Duration, sched *schedule.Schedule) time.Duration {
+	ttl := DefaultDoneTTL
+	if sched != nil {
+		if sp := sched.Spacing(); sp < DefaultDoneTTL/DefaultDoneMarkers {
+			ttl = DefaultDoneMarkers * sp
+		}
+	}
+	return max(ttl, window)
 }
 
 // taskPolicy is a task's policy keys once merged over [defaults].

@@ -44,6 +44,24 @@ var resolutionBuckets = [...]time.Duration{
 	Second: time.Second,
 }
 
+// shortestBucket is the shortest UTC bucket of r: a month of 28 days, a
+// year of 365. An invalid Resolution gets a second's, as Layout does.
+func (r Resolution) shortestBucket() time.Duration {
+	switch r {
+	case Year:
+		return 365 * 24 * time.Hour
+	case Month:
+		return 28 * 24 * time.Hour
+	case Day:
+		return 24 * time.Hour
+	case Hour:
+		return time.Hour
+	case Minute:
+		return time.Minute
+	}
+	return time.Second
+}
+
 func (r Resolution) valid() bool { return r >= Year && r <= Second }
 
 // String returns "year", "month", "day", "hour", "minute" or "second".

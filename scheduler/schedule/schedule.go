@@ -317,6 +317,18 @@ func (s *Schedule) Resolution() Resolution { return s.res }
 // monthly) and at every change of the zone's UTC offset until 2100.
 func (s *Schedule) MaxGap() time.Duration { return s.maxGap }
 
+// Spacing bounds how densely the schedule fires: at most one fire time in
+// any Spacing-long stretch of UTC buckets, so a span T holds at most
+// T/Spacing + 1 of them. It is D for "@every D"; otherwise the shortest
+// UTC bucket of the slot ids' resolution (a second, a minute, an hour, a
+// day, 28 days, 365 days), since no two fire times share an id.
+func (s *Schedule) Spacing() time.Duration {
+	if s.every > 0 {
+		return s.every
+	}
+	return s.res.shortestBucket()
+}
+
 // Spec returns the spec as given to Parse, trimmed.
 func (s *Schedule) Spec() string { return s.spec }
 

@@ -398,6 +398,51 @@ func TestMaxGapMatchesWalk(t *testing.T) {
 	}
 }
 
+// Spacing bounds density: no two fires of a walk over each schedule come
+// closer than a bucket of its ids, so a span of n·Spacing holds at most n+1
+// fires — what a done_ttl sized by it relies on to bound the markers kept.
+func TestSpacingBoundsFiresPerSpan(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		spec, tz string
+		want     time.Duration
+	}{
+		{"@every 1s", "", time.Second},
+		{"@every 90s", "", 90 * time.Second},
+		{"*/30 * * * * *", "", time.Second},
+		{"59,0 * * * * *", "", time.Second}, // a second apart across a minute
+		{"* * * * *", "", time.Minute},
+		{"0 * * * *", "Asia/Kolkata", time.Hour},
+		{"30 2 * * *", "Europe/Berlin", time.Hour}, // ids by the hour: a DST day shifts it
+		{"30 2 * * *", "", 24 * time.Hour},
+		{"0 0 1 * *", "", 28 * 24 * time.Hour},
+	} {
+		s := mustParse(t, tc.spec, tc.tz)
+		sp := s.Spacing()
+		if sp != tc.want {
+			t.Errorf("%v: Spacing() = %v, want %v", s, sp, tc.want)
+		}
+		const n = 50 // spans of n·Spacing, each starting at a fire
+		var fires []time.Time
+		for f := s.Next(sampleAnchor); len(fires) < 2000; f = s.Next(f) {
+			fires = append(fires, f)
+		}
+		for i := range fires {
+			end := fires[i].Add(n * sp)
+			j := i
+			for j < len(fires) && fires[j].Before(end) {
+				j++
+			}
+			if j == len(fires) {
+				break
+			}
+			if j-i > n+1 {
+				t.Fatalf("%v: %d fires within %v of %v, more than %d", s, j-i, n*sp, fires[i], n+1)
+			}
+		}
+	}
+}
+
 func TestParseErrors(t *testing.T) {
 	for _, tc := range []struct{ spec, tz, want string }{
 		{"", "", "empty"},
