@@ -53,6 +53,9 @@ type attempt struct {
 	// rec is the task's running record once occupy took it (forbid,
 	// replace); the lease's watchdog reads it to renew it.
 	rec atomic.Pointer[occupancy]
+	// skip is why occupy answered busy under concurrency = "queue"
+	// (stats.SkipQueueFull or SkipQueueWindow); "" under forbid.
+	skip string
 	// backfill: an operator's backfill started the slot; its history
 	// entries say so.
 	backfill bool
@@ -294,20 +297,30 @@ func (a *attempt) logBackoff(backoff time.Duration) {
 // marked done and the skip recorded, once for the fleet.
 func (a *attempt) skipForbidden(ctx context.Context, busy *lock.Occupancy) bool {
 	s, st := a.s, a.st
-	st.Skip(stats.SkipForbid)
+	reason, outcome := stats.SkipForbid, stats.OutcomeSkippedForbid
+	why := "slot " + busy.Other + " of the task still runs (concurrency = forbid)"
+	switch a.skip {
+	case stats.SkipQueueFull:
+		reason, outcome = a.skip, stats.OutcomeSkippedQueue
+		why = "slot " + busy.Other + " of the task already waits for the running one (concurrency = queue: at most one waits)"
+	case stats.SkipQueueWindow:
+		reason, outcome = a.skip, stats.OutcomeSkippedQueue
+		why = "the slot's window closed while it waited for slot " + busy.Other + " of the task (concurrency = queue)"
+	}
+	st.Skip(reason)
 	fctx, cancel := a.finishCtx(ctx)
 	defer cancel()
 	err := a.lease.Complete(fctx, a.t.DoneTTL)
 	s.noteWrite("complete", err)
 	if err != nil {
 		st.FinishErrors.Inc()
-		a.log().Error("slot skipped (concurrency = forbid), but it could not be marked done", "err", err)
+		a.log().Error("slot skipped, but it could not be marked done", "reason", reason, "err", err)
 	}
-	a.log().Info("slot skipped: the previous slot of the task still runs (concurrency = forbid)", "running_slot", busy.Other)
+	a.log().Info("slot skipped: "+why, "reason", reason)
 	s.record(ctx, a.t.Name, HistoryEntry{
 		Slot: a.slot.ID, SlotTime: a.slot.Time, Attempt: a.shown(), Token: a.lease.Token(), Replica: s.replica,
-		Outcome: stats.OutcomeSkippedForbid, Started: s.now(), Backfilled: a.backfill,
-		Error: "skipped: slot " + busy.Other + " of the task still runs (concurrency = forbid)",
+		Outcome: outcome, Started: s.now(), Backfilled: a.backfill,
+		Error: "skipped (" + reason + "): " + why,
 	}, a.log)
 	return true
 }

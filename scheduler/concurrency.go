@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/slotd/slotd/internal/stats"
 	"github.com/slotd/slotd/lock"
 )
 
@@ -51,7 +52,7 @@ type occupancy struct {
 // task must not run. A record taken is given up by vacate.
 func (a *attempt) occupy(cancel context.CancelCauseFunc) (busy *lock.Occupancy, err error) {
 	s, t := a.s, a.t
-	if s.controls == nil || (t.Concurrency != ConcurrencyForbid && t.Concurrency != ConcurrencyReplace) {
+	if s.controls == nil || t.Concurrency == ConcurrencyAllow {
 		return nil, nil
 	}
 	ctx := a.lease.Context()
@@ -63,6 +64,13 @@ func (a *attempt) occupy(cancel context.CancelCauseFunc) (busy *lock.Occupancy, 
 	if err != nil {
 		w.Stop()
 		return nil, err
+	}
+	if !o.Taken && t.Concurrency == ConcurrencyQueue {
+		o, err = a.queue(ctx, o)
+		if err != nil {
+			w.Stop()
+			return nil, err
+		}
 	}
 	if !o.Taken {
 		w.Stop()
@@ -84,6 +92,80 @@ func (a *attempt) occupy(cancel context.CancelCauseFunc) (busy *lock.Occupancy, 
 	default:
 	}
 	return nil, nil
+}
+
+// waitingTask is the task under which the slot waiting for its task's
+// running one is recorded (concurrency = "queue"): an occupancy record of
+// its own, under a name no task can have ('~' is not allowed in one), so
+// that at most one slot of the task waits, fleet-wide, with the existing
+// Controls and no new store record.
+func waitingTask(task string) string { return task + "~waiting" }
+
+// queue waits, under concurrency = "queue", for the task's running slot
+// (busy) to end, then takes the running record: Temporal's BufferOne.
+// The slot first records itself as the task's waiting one; if another
+// slot already waits, it does not wait (a.skip = queue_full). It looks
+// whether the running record is free every supersedePoll, renewing its
+// waiting record every third of a lease (a waiter that crashes leaves
+// one that ends with its lease), and gives up when its slot's window
+// closes (a.skip = queue_window). An answer not Taken: the slot is
+// skipped, for a.skip. An error: the store did not answer.
+func (a *attempt) queue(ctx context.Context, busy lock.Occupancy) (lock.Occupancy, error) {
+	s, t, owner := a.s, a.t, a.lease.Owner()
+	waiting := lock.Slot{Task: waitingTask(t.Name), ID: a.slot.ID, Time: a.slot.Time, Deadline: a.slot.Deadline}
+	cctx, ccancel := context.WithTimeout(ctx, t.Lease/3)
+	wo, err := s.controls.Occupy(cctx, waiting, owner, t.Lease, false)
+	ccancel()
+	if err != nil {
+		return lock.Occupancy{}, err
+	}
+	if !wo.Taken {
+		a.skip = stats.SkipQueueFull
+		busy.Other = wo.Other
+		return busy, nil
+	}
+	defer func() {
+		vctx, vcancel := context.WithTimeout(context.WithoutCancel(ctx), t.Lease/3)
+		defer vcancel()
+		if err := s.controls.Vacate(vctx, waiting, owner); err != nil {
+			a.log().Warn("could not remove the task's waiting record; it ends with its lease", "err", err)
+		}
+	}()
+	a.log().Info("waiting for the task's running slot to end (concurrency = queue)", "running_slot", busy.Other)
+	a.st.Waiting.Add(1)
+	defer a.st.Waiting.Add(-1)
+	renewed := s.clock.Now()
+	for {
+		timer := s.clock.NewTimer(supersedePoll)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return lock.Occupancy{}, context.Cause(ctx)
+		case <-timer.C():
+		}
+		now := s.clock.Now()
+		if !now.Before(a.slot.Deadline) {
+			a.skip = stats.SkipQueueWindow
+			return busy, nil
+		}
+		cctx, ccancel := context.WithTimeout(ctx, t.Lease/3)
+		if now.Sub(renewed) >= t.Lease/3 {
+			if err := s.controls.RenewOccupancy(cctx, waiting, owner, t.Lease); err != nil {
+				a.log().Warn("could not renew the task's waiting record", "err", err)
+			}
+			renewed = now
+		}
+		o, err := s.controls.Occupy(cctx, a.slot, owner, t.Lease, false)
+		ccancel()
+		if err != nil {
+			return lock.Occupancy{}, err
+		}
+		if o.Taken {
+			a.log().Info("the task's running slot ended: the waiting slot starts", "waited", now.Sub(a.slot.Time))
+			return o, nil
+		}
+		busy = o
+	}
 }
 
 // renewRecord renews the attempt's running record, if it holds one; the

@@ -131,6 +131,7 @@ const (
 	ConcurrencyAllow   Concurrency = iota // slots run side by side
 	ConcurrencyForbid                     // a slot is skipped while the previous one runs
 	ConcurrencyReplace                    // the running slot is cancelled (done, superseded) and the new one runs
+	ConcurrencyQueue                      // "queue": the slot waits for the running one (at most one waits), then runs
 )
 
 // String is the policy's name in the configuration file: "allow",
@@ -143,6 +144,8 @@ func (c Concurrency) String() string {
 		return "forbid"
 	case ConcurrencyReplace:
 		return "replace"
+	case ConcurrencyQueue:
+		return "queue"
 	}
 	return "concurrency(" + strconv.Itoa(int(c)) + ")"
 }

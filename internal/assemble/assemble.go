@@ -146,7 +146,7 @@ func (b *builder) CheckStore(cfg *config.Config) error {
 	var errs []error
 	for i := range cfg.Tasks {
 		t := &cfg.Tasks[i]
-		if !controls && (t.Concurrency == config.ConcurrencyForbid || t.Concurrency == config.ConcurrencyReplace) {
+		if !controls && t.Concurrency != config.ConcurrencyAllow {
 			errs = append(errs, fmt.Errorf("task %q: concurrency: %q needs the store's operator controls, which %s does not have yet (Redis and the embedded store do)", t.Name, t.Concurrency, storeName(cfg)))
 		}
 		if !once && t.OnFailure != nil {
@@ -233,6 +233,8 @@ func concurrency(c config.Concurrency) scheduler.Concurrency {
 		return scheduler.ConcurrencyForbid
 	case config.ConcurrencyReplace:
 		return scheduler.ConcurrencyReplace
+	case config.ConcurrencyQueue:
+		return scheduler.ConcurrencyQueue
 	}
 	panic(fmt.Sprintf("assemble: unknown %v", c)) // config returns none other
 }

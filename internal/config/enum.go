@@ -28,6 +28,7 @@ const (
 	ConcurrencyAllow   Concurrency = iota // "allow": slots run side by side
 	ConcurrencyForbid                     // "forbid": a slot is skipped while the previous one runs
 	ConcurrencyReplace                    // "replace": the running slot is cancelled and the new one runs
+	ConcurrencyQueue                      // "queue": the slot waits for the running one (at most one waits), then runs
 )
 
 func (c Concurrency) String() string {
@@ -38,6 +39,8 @@ func (c Concurrency) String() string {
 		return "forbid"
 	case ConcurrencyReplace:
 		return "replace"
+	case ConcurrencyQueue:
+		return "queue"
 	}
 	return "concurrency(?)"
 }

@@ -60,7 +60,7 @@ func readPolicy(t table) rawPolicy {
 	rp.outputTail = t.integer("output_tail", 0, MaxOutputTail,
 		"bytes of each attempt's output its history entry keeps; 0 keeps none")
 	rp.catchup = choice(t, "catchup", CatchupLatest, CatchupNone)
-	rp.concurrency = choice(t, "concurrency", ConcurrencyAllow, ConcurrencyForbid, ConcurrencyReplace)
+	rp.concurrency = choice(t, "concurrency", ConcurrencyAllow, ConcurrencyForbid, ConcurrencyReplace, ConcurrencyQueue)
 	rp.retryBackoff = readRetryBackoff(t)
 	return rp
 }

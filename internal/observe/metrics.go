@@ -34,11 +34,12 @@ const (
 	helpLastSuccess   = "Slot time of the task's latest slot completed by this replica, in Unix seconds."
 	helpBackfillLeft  = "Slots of the operators' backfills under way on this replica that have not ended yet (queued or started)."
 	helpRunning       = "Task attempts running on this replica."
+	helpWaiting       = "Task attempts on this replica waiting for their task's running slot to end (concurrency = \"queue\")."
 	helpFinishErrors  = "Completions or releases that failed; the slot's lease then runs out on its own."
 	helpNotifications = "on_failure hooks by outcome: success, failure (including a timeout; not retried), store_error (the once marker could not be set: not run), unsupported (the store has no once marker: not run), dropped (this replica already ran max_hooks hooks: not run here, left to a peer)."
 	helpWindow        = "The task's slot window (deadline, or the longest gap between fire times): alerts scale with it."
 	helpPaused        = "1 if the task is paused (slotd pause, or paused = true), as this replica last heard, else 0: its slots are skipped, not missed."
-	helpSkipped       = "Slots not run, by reason: paused (the task was paused when the slot fired, counted on each replica), forbid (the previous slot still ran; concurrency = \"forbid\")."
+	helpSkipped       = "Slots not run, by reason: paused (the task was paused when the slot fired, counted on each replica), forbid (the previous slot still ran; concurrency = \"forbid\"), queue_full (another slot of the task already waited; concurrency = \"queue\"), queue_window (the slot's window closed while it waited)."
 	helpRedisUp       = "1 if the last check of the store answered, its write probe was taken, and no recent write was refused, else 0."
 	helpStoreErrors   = "Errors of the store's calls (claims, renewals, completions, releases, write probes) by kind: oom, noperm, readonly, misconf, noreplicas, noscript, auth, unavailable, timeout, conn, other."
 	helpClockSkew     = "Store clock minus this replica's clock, as last measured."
@@ -155,6 +156,7 @@ func writeText(w io.Writer, set *stats.Set, up bool, skew time.Duration) error {
 	})
 	gauges("slotd_backfill_slots_pending", helpBackfillLeft, func(st *stats.Task) (float64, bool) { return float64(st.BackfillLeft.Load()), true })
 	gauges("slotd_running_tasks", helpRunning, func(st *stats.Task) (float64, bool) { return float64(st.Running.Load()), true })
+	gauges("slotd_waiting_tasks", helpWaiting, func(st *stats.Task) (float64, bool) { return float64(st.Waiting.Load()), true })
 	gauges("slotd_task_window_seconds", helpWindow, func(st *stats.Task) (float64, bool) { return st.Window().Seconds(), true })
 	gauges("slotd_task_paused", helpPaused, func(st *stats.Task) (float64, bool) {
 		if st.Paused.Load() {

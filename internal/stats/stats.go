@@ -53,6 +53,12 @@ const (
 	// (concurrency = "forbid"); its slot is marked done. It is no run:
 	// Task.Skipped counts it.
 	OutcomeSkippedForbid Outcome = "skipped_forbid"
+	// OutcomeSkippedQueue is the history's record of a slot won but not
+	// run under concurrency = "queue": another slot of its task already
+	// waited (reason queue_full, Temporal's BufferOne drops it), or its
+	// window closed while it waited (reason queue_window). Its slot is
+	// marked done; Task.Skipped counts it.
+	OutcomeSkippedQueue Outcome = "skipped_queue"
 )
 
 // Outcomes lists the outcomes in the order of Task.Runs.
@@ -62,10 +68,14 @@ var Outcomes = [...]Outcome{OutcomeSuccess, OutcomeFailure, OutcomeTimeout, Outc
 const (
 	SkipPaused = "paused" // the task was paused when the slot fired (on this replica)
 	SkipForbid = "forbid" // the previous slot still ran (concurrency = "forbid")
+	// SkipQueueFull: another slot of the task already waited (concurrency = "queue").
+	SkipQueueFull = "queue_full"
+	// SkipQueueWindow: the slot's window closed while it waited (concurrency = "queue").
+	SkipQueueWindow = "queue_window"
 )
 
 // SkipReasons lists the reasons in the order of Task.Skipped.
-var SkipReasons = [...]string{SkipPaused, SkipForbid}
+var SkipReasons = [...]string{SkipPaused, SkipForbid, SkipQueueFull, SkipQueueWindow}
 
 // ResultError names, beside lock.Result's names, a claim that got no
 // answer (or one that was not understood): Task.Claims[0].
@@ -147,6 +157,7 @@ type Task struct {
 	Skipped       [len(SkipReasons)]Counter // slots not run, by SkipReasons' order
 	Paused        atomic.Bool               // the task is paused, as this replica last heard
 	Running       atomic.Int64              // attempts running now
+	Waiting       atomic.Int64              // attempts waiting for the task's running slot (concurrency = "queue")
 	BackfillLeft  atomic.Int64              // slots of backfills under way here not yet ended (queued or admitted)
 	lastSuccess   atomic.Int64              // Unix seconds; noSuccess until one
 	_             [0]func()                 // not comparable

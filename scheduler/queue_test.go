@@ -1,0 +1,179 @@
+package scheduler_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/slotd/slotd/internal/stats"
+	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/memlock"
+	"github.com/slotd/slotd/scheduler"
+	"github.com/slotd/slotd/scheduler/history"
+	"github.com/slotd/slotd/tasks"
+)
+
+// skipIndex is reason's index in Task.Skipped.
+func skipIndex(t *testing.T, reason string) int {
+	t.Helper()
+	for i, r := range stats.SkipReasons {
+		if r == reason {
+			return i
+		}
+	}
+	t.Fatalf("no skip reason %q", reason)
+	return -1
+}
+
+// queueFleet starts three replicas of task over stores (one store per
+// replica, or one shared) and returns them.
+func queueFleet(t *testing.T, stores []lock.Store, task scheduler.Task, hist scheduler.History) []*replica {
+	var reps []*replica
+	for i := range 3 {
+		reps = append(reps, startReplica(t, fmt.Sprintf("r%d", i), stores[i%len(stores)], time.Second, []scheduler.Task{task}, scheduler.WithHistory(hist)))
+	}
+	return reps
+}
+
+// blocker is a task whose first run blocks until release, and that
+// counts the runs under way at once.
+type blocker struct {
+	release  chan struct{}
+	once     sync.Once
+	running  atomic.Int32
+	overlaps atomic.Int32
+	mu       sync.Mutex
+	ended    time.Time // when the blocked run returned
+}
+
+func (b *blocker) body(ctx context.Context, _ tasks.Run) error {
+	if b.running.Add(1) > 1 {
+		b.overlaps.Add(1)
+	}
+	defer b.running.Add(-1)
+	block := false
+	b.once.Do(func() { block = true })
+	if block {
+		select {
+		case <-b.release:
+		case <-ctx.Done(): // a failed test stops the replicas: no hang
+		}
+		b.mu.Lock()
+		b.ended = time.Now()
+		b.mu.Unlock()
+	}
+	return nil
+}
+
+func waiting(reps []*replica, task string) int64 {
+	var n int64
+	for _, r := range reps {
+		n += r.sched.Stats().Task(task).Waiting.Load()
+	}
+	return n
+}
+
+// queue: while a slot runs, one later slot waits (fleet-wide), the others
+// are skipped with reason queue_full; the waiter starts as soon as the
+// running slot ends, never beside it.
+func TestQueueWaiterStartsAfterHolder(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		stores func(t *testing.T) []lock.Store
+	}{
+		{"redis", func(t *testing.T) []lock.Store { return redisStores(t, 3) }},
+		{"memory", func(t *testing.T) []lock.Store { return []lock.Store{memlock.New(nil)} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			l := newLedger()
+			hist := history.NewMemory(0)
+			b := &blocker{release: make(chan struct{})}
+			task := testTask(t, "tick", "@every 1s", l.job(b.body), func(t *scheduler.Task) {
+				t.Concurrency = scheduler.ConcurrencyQueue
+				t.Deadline = time.Minute
+			})
+			reps := queueFleet(t, tc.stores(t), task, hist)
+			unblock := sync.OnceFunc(func() { close(b.release) })
+			t.Cleanup(unblock)
+			l.await(t, "the long run", 10*time.Second, func(rs []record) bool { return len(rs) == 1 })
+			es := awaitHistory(t, hist, task.Name, "two slots dropped as queue_full", func(es []scheduler.HistoryEntry) bool {
+				n := 0
+				for _, e := range es {
+					if e.Outcome == stats.OutcomeSkippedQueue {
+						n++
+					}
+				}
+				return n >= 2
+			})
+			if n := waiting(reps, task.Name); n != 1 {
+				t.Errorf("slots waiting in the fleet: %d, want 1", n)
+			}
+			var full uint64
+			for _, r := range reps {
+				full += r.sched.Stats().Task(task.Name).Skipped[skipIndex(t, stats.SkipQueueFull)].Load()
+			}
+			if full < 2 {
+				t.Errorf("skipped{reason=queue_full} = %d, want >= 2; history %+v", full, es)
+			}
+			if rs := l.snapshot(); len(rs) != 1 {
+				t.Fatalf("a slot ran beside the running one:\n%s", dump(rs))
+			}
+			unblock()
+			rs := l.await(t, "the waiting slot's run", 10*time.Second, func(rs []record) bool { return len(rs) >= 2 })
+			b.mu.Lock()
+			ended := b.ended
+			b.mu.Unlock()
+			after := rs[1].started.Sub(ended)
+			t.Logf("the waiting slot %s started %v after the running one ended", rs[1].run.Slot, after)
+			if after < 0 || after > time.Second {
+				t.Errorf("waiting slot started %v after the running one ended; want within a second", after)
+			}
+			if n := b.overlaps.Load(); n != 0 {
+				t.Errorf("%d runs started beside another", n)
+			}
+		})
+	}
+}
+
+// queue: a slot whose window closes while it waits is not run; it is
+// recorded as skipped, reason queue_window.
+func TestQueueWindowClosesWhileWaiting(t *testing.T) {
+	t.Parallel()
+	stores := redisStores(t, 3)
+	l := newLedger()
+	hist := history.NewMemory(0)
+	b := &blocker{release: make(chan struct{})}
+	task := testTask(t, "tick", "@every 1s", l.job(b.body), func(t *scheduler.Task) {
+		t.Concurrency = scheduler.ConcurrencyQueue
+		t.Deadline = 1500 * time.Millisecond
+	})
+	reps := queueFleet(t, stores, task, hist)
+	unblock := sync.OnceFunc(func() { close(b.release) })
+	t.Cleanup(unblock)
+	es := awaitHistory(t, hist, task.Name, "a slot whose window closed while it waited", func(es []scheduler.HistoryEntry) bool {
+		for _, e := range es {
+			if e.Outcome == stats.OutcomeSkippedQueue && strings.Contains(e.Error, "window closed") {
+				if st, err := lock.ReadState(context.Background(), stores[0], lock.Slot{Task: task.Name, ID: e.Slot}); err == nil && st.Status == "done" {
+					var n uint64
+					for _, r := range reps {
+						n += r.sched.Stats().Task(task.Name).Skipped[skipIndex(t, stats.SkipQueueWindow)].Load()
+					}
+					if n > 0 {
+						return true
+					}
+				}
+			}
+		}
+		return false
+	})
+	if rs := l.snapshot(); len(rs) != 1 {
+		t.Fatalf("a slot ran beside the running one:\n%s", dump(rs))
+	}
+	t.Logf("history: %+v", es)
+}
