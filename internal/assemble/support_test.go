@@ -52,7 +52,7 @@ func TestStoreSupportEveryStore(t *testing.T) {
 		{"[etcd]\nendpoints = [\"http://127.0.0.1:1\"]\n", "[etcd]", false, true},
 		{"[zookeeper]\nservers = [\"127.0.0.1:1\"]\n", "[zookeeper]", false, true},
 	} {
-		for _, key := range []string{`concurrency = "forbid"`, `concurrency = "replace"`, "on_failure = { plugin = \"exec\", params = { command = [\"true\"] } }"} {
+		for _, key := range []string{`concurrency = "forbid"`, `concurrency = "replace"`, `concurrency = "queue"`, "on_failure = { plugin = \"exec\", params = { command = [\"true\"] } }"} {
 			_, err := Parse([]byte(tc.store+task+key+"\n"), "test.toml", nil)
 			supported := tc.controls
 			want := fmt.Sprintf(`test.toml: task "t": concurrency: %q needs the store's operator controls, which %s does not have yet (Redis and the embedded store do)`,

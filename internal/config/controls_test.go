@@ -26,11 +26,16 @@ name = "c"
 schedule = "@hourly"
 plugin = "config-test-noop"
 concurrency = "allow"
+[[task]]
+name = "d"
+schedule = "@hourly"
+plugin = "config-test-noop"
+concurrency = "queue"
 `)
 	want := []struct {
 		paused      bool
 		concurrency Concurrency
-	}{{true, ConcurrencyForbid}, {false, ConcurrencyReplace}, {false, ConcurrencyAllow}}
+	}{{true, ConcurrencyForbid}, {false, ConcurrencyReplace}, {false, ConcurrencyAllow}, {false, ConcurrencyQueue}}
 	for i, w := range want {
 		if got := cfg.Tasks[i]; got.Paused != w.paused || got.Concurrency != w.concurrency {
 			t.Errorf("task %s: paused %v concurrency %q, want %v %q", got.Name, got.Paused, got.Concurrency, w.paused, w.concurrency)
@@ -61,7 +66,8 @@ func TestTokenSources(t *testing.T) {
 		{"unset env", "[http]\ntoken_env = \"SLOTD_TEST_UNSET_TOKEN\"\n", "at least 16"},
 		{"short", "[http]\ntoken_env = \"SLOTD_TEST_SHORT\"\n", "is 5 bytes"},
 		{"bad env name", "[http]\ntoken_env = \"A-B\"\n", "not an environment variable name"},
-		{"concurrency", "[defaults]\nconcurrency = \"Forbid\"\n", `"Forbid": want "allow", "forbid" or "replace"`},
+		{"concurrency", "[defaults]\nconcurrency = \"Forbid\"\n", `"Forbid": want "allow", "forbid", "replace" or "queue"`},
+		{"concurrency in a task", strings.Replace(minimal, "[[task]]", "[[task]]\nconcurrency = \"buffer\"", 1), `concurrency: "buffer": want "allow", "forbid", "replace" or "queue"`},
 		{"paused string", strings.Replace(minimal, "[[task]]", "[[task]]\npaused = \"yes\"", 1), "paused: must be true or false"},
 		{"paused in defaults", "[defaults]\npaused = true\n", `unknown key "defaults.paused"`},
 	} {

@@ -140,6 +140,10 @@ slotd_redis_up 1
 # TYPE slotd_running_tasks gauge
 slotd_running_tasks{task="idle"} 0
 slotd_running_tasks{task="nightly"} 1
+# HELP slotd_waiting_tasks Task attempts on this replica waiting for their task's running slot to end (concurrency = "queue").
+# TYPE slotd_waiting_tasks gauge
+slotd_waiting_tasks{task="idle"} 0
+slotd_waiting_tasks{task="nightly"} 0
 # HELP slotd_runs_total Task attempts run on this replica by outcome: success, failure, timeout, lease_lost, canceled, success_unmarked.
 # TYPE slotd_runs_total counter
 slotd_runs_total{outcome="canceled",task="idle"} 0
@@ -241,12 +245,16 @@ slotd_runs_total{outcome="superseded",task="idle"} 0
 # TYPE slotd_task_paused gauge
 slotd_task_paused{task="nightly"} 1
 slotd_task_paused{task="idle"} 0
-# HELP slotd_slots_skipped_total Slots not run, by reason: paused (the task was paused when the slot fired, counted on each replica), forbid (the previous slot still ran; concurrency = "forbid").
+# HELP slotd_slots_skipped_total Slots not run, by reason: paused (the task was paused when the slot fired, counted on each replica), forbid (the previous slot still ran; concurrency = "forbid"), queue_full (another slot of the task already waited; concurrency = "queue"), queue_window (the slot's window closed while it waited).
 # TYPE slotd_slots_skipped_total counter
 slotd_slots_skipped_total{reason="paused",task="nightly"} 2
 slotd_slots_skipped_total{reason="forbid",task="nightly"} 1
+slotd_slots_skipped_total{reason="queue_full",task="nightly"} 0
+slotd_slots_skipped_total{reason="queue_window",task="nightly"} 0
 slotd_slots_skipped_total{reason="paused",task="idle"} 0
 slotd_slots_skipped_total{reason="forbid",task="idle"} 0
+slotd_slots_skipped_total{reason="queue_full",task="idle"} 0
+slotd_slots_skipped_total{reason="queue_window",task="idle"} 0
 # HELP slotd_running_attempts Task attempts running on this replica, all tasks together: what [daemon] max_running caps.
 # TYPE slotd_running_attempts gauge
 slotd_running_attempts 8
