@@ -203,12 +203,51 @@ func (z zkKV) Delete(ctx context.Context, dir, name string, version int64) (bool
 }
 
 // OnMembers implements kv.Store with a child watch of dir (an exists
-// watch while dir is missing), armed again after each event; a lost watch
-// (no connection, a new session) calls f too, in case a change fell in
-// between. It returns once the first watch is armed (or after a few
-// seconds without an answer).
+// watch while dir is missing).
 func (z zkKV) OnMembers(dir string, f func()) (stop func()) {
 	p := z.dir(dir)
+	return z.watch(func(ctx context.Context) (<-chan zk.Event, error) {
+		for {
+			ch, err := call(ctx, func() (<-chan zk.Event, error) {
+				_, _, ch, err := z.s.conn.ChildrenW(p)
+				return ch, err
+			})
+			if !errors.Is(err, zk.ErrNoNode) {
+				return ch, err
+			}
+			type exists struct {
+				ok bool
+				ch <-chan zk.Event
+			}
+			e, err := call(ctx, func() (exists, error) {
+				ok, _, ch, err := z.s.conn.ExistsW(p)
+				return exists{ok, ch}, err
+			})
+			if err != nil || !e.ok {
+				return e.ch, err
+			}
+			// created in between: watch its children
+		}
+	}, f)
+}
+
+// OnChange implements kv.Store with an exists watch of the name's node,
+// which fires when it is created, set or deleted.
+func (z zkKV) OnChange(dir, name string, f func()) (stop func()) {
+	p := z.path(dir, name)
+	return z.watch(func(ctx context.Context) (<-chan zk.Event, error) {
+		return call(ctx, func() (<-chan zk.Event, error) {
+			_, _, ch, err := z.s.conn.ExistsW(p)
+			return ch, err
+		})
+	}, f)
+}
+
+// watch arms a ZooKeeper watch with arm, calls f when it fires, and arms
+// it again; a lost watch (no connection, a new session) calls f too, in
+// case a change fell in between. It returns once the first watch is armed
+// (or after a few seconds without an answer).
+func (z zkKV) watch(arm func(context.Context) (<-chan zk.Event, error), f func()) (stop func()) {
 	done := make(chan struct{})
 	ready := make(chan struct{})
 	w := &z.s.watch
@@ -227,25 +266,7 @@ func (z zkKV) OnMembers(dir string, f func()) (stop func()) {
 		defer cancel()
 		first := true
 		for {
-			ch, err := call(ctx, func() (<-chan zk.Event, error) {
-				_, _, ch, err := z.s.conn.ChildrenW(p)
-				return ch, err
-			})
-			if errors.Is(err, zk.ErrNoNode) {
-				type exists struct {
-					ok bool
-					ch <-chan zk.Event
-				}
-				var e exists
-				e, err = call(ctx, func() (exists, error) {
-					ok, _, ch, err := z.s.conn.ExistsW(p)
-					return exists{ok, ch}, err
-				})
-				if err == nil && e.ok { // created in between: watch its children
-					continue
-				}
-				ch = e.ch
-			}
+			ch, err := arm(ctx)
 			if first {
 				first = false
 				close(ready)
