@@ -106,7 +106,8 @@ func (z zkKV) Get(ctx context.Context, dir, name string) (kv.Entry, error) {
 	return e, err
 }
 
-// List implements kv.Store: the children, then each one's data.
+// List implements kv.Store: the children, then each one's data, read
+// together.
 func (z zkKV) List(ctx context.Context, dir string) (map[string]kv.Entry, error) {
 	p := z.dir(dir)
 	names, err := call(ctx, func() ([]string, error) {
@@ -119,19 +120,35 @@ func (z zkKV) List(ctx context.Context, dir string) (map[string]kv.Entry, error)
 	if err != nil {
 		return nil, fmt.Errorf("zklock: list %s: %w", p, err)
 	}
+	// The reads go out together: one session pipelines them.
+	entries := make([]kv.Entry, len(names))
+	errs := make([]error, len(names))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, listFan)
+	for i, n := range names {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			entries[i], _, _, errs[i] = z.read(ctx, p+"/"+n)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
 	out := make(map[string]kv.Entry, len(names))
-	for _, n := range names {
-		e, _, _, err := z.read(ctx, p+"/"+n)
-		if err != nil {
-			return nil, err
-		}
+	for i, n := range names {
 		name, uerr := url.PathUnescape(n)
-		if e.Version != 0 && uerr == nil {
-			out[name] = e
+		if entries[i].Version != 0 && uerr == nil {
+			out[name] = entries[i]
 		}
 	}
 	return out, nil
 }
+
+// listFan is how many of a directory's nodes List reads at once.
+const listFan = 64
 
 func (z zkKV) Put(ctx context.Context, dir, name, value string, version int64, ttl time.Duration) (bool, error) {
 	p := z.path(dir, name)

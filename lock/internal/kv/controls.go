@@ -38,7 +38,7 @@ const (
 	controlsDir  = "controls"
 	epochName    = "epoch"
 	controlTries = 50 // CAS rounds of one control write: many replicas may renew one pause state at once
-	configureFan = 16 // tasks Configure writes at once
+	configureFan = 64 // tasks Configure writes at once
 )
 
 // Controls is lock.Controls over a Store, but for ArmTrigger, which
@@ -61,9 +61,19 @@ func NewControls(s Store, now func(context.Context) (time.Time, error), arm func
 // as it was before the write that landed (or as f saw it last).
 func (c *Controls) update(ctx context.Context, dir, name string, ttl time.Duration,
 	f func(e Entry) (value string, write bool, err error)) (Entry, error) {
+	return c.updateFrom(ctx, dir, name, ttl, nil, f)
+}
+
+// updateFrom is update whose first round starts from known, the entry
+// as a List just read it, instead of a Get.
+func (c *Controls) updateFrom(ctx context.Context, dir, name string, ttl time.Duration, known *Entry,
+	f func(e Entry) (value string, write bool, err error)) (Entry, error) {
 	for range controlTries {
-		e, err := c.kv.Get(ctx, dir, name)
-		if err != nil {
+		var e Entry
+		var err error
+		if known != nil {
+			e, known = *known, nil
+		} else if e, err = c.kv.Get(ctx, dir, name); err != nil {
 			return Entry{}, err
 		}
 		v, write, err := f(e)
@@ -248,7 +258,8 @@ func (c *Controls) SetPaused(ctx context.Context, task string, op lock.PauseOp) 
 
 // Configure implements lock.Controls: the tasks' two entries are read in
 // one List each, and only a task whose entries change is written (a few
-// tasks at once).
+// tasks at once), from what the List read: a first start costs one write
+// per task.
 func (c *Controls) Configure(ctx context.Context, tasks []string, paused []bool) ([]bool, error) {
 	if len(paused) != len(tasks) {
 		return nil, fmt.Errorf("lock: configure %d tasks with %d values", len(tasks), len(paused))
@@ -279,7 +290,7 @@ func (c *Controls) Configure(ctx context.Context, tasks []string, paused []bool)
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			out[i], changed[i], errs[i] = c.configure(ctx, task, file)
+			out[i], changed[i], errs[i] = c.configure(ctx, task, file, a, st)
 		}()
 	}
 	wg.Wait()
@@ -294,10 +305,11 @@ func (c *Controls) Configure(ctx context.Context, tasks []string, paused []bool)
 }
 
 // configure applies the config's value file to task (pause.lua's
-// "config"); changed reports whether the state changed.
-func (c *Controls) configure(ctx context.Context, task, file string) (paused, changed bool, err error) {
+// "config"), from its entries as Configure listed them; changed reports
+// whether the state changed.
+func (c *Controls) configure(ctx context.Context, task, file string, applied, state Entry) (paused, changed bool, err error) {
 	var prev Entry
-	_, err = c.update(ctx, configDir, task, lock.PauseTTL, func(e Entry) (string, bool, error) {
+	_, err = c.updateFrom(ctx, configDir, task, lock.PauseTTL, &applied, func(e Entry) (string, bool, error) {
 		prev = e
 		return file, e.Version == 0 || e.Value != file, nil
 	})
@@ -305,7 +317,7 @@ func (c *Controls) configure(ctx context.Context, task, file string) (paused, ch
 		return false, false, fmt.Errorf("lock: configure pause of %s (%s/%s): %w", task, configDir, task, err)
 	}
 	var want string
-	was, err := c.update(ctx, pausedDir, task, lock.PauseTTL, func(e Entry) (string, bool, error) {
+	was, err := c.updateFrom(ctx, pausedDir, task, lock.PauseTTL, &state, func(e Entry) (string, bool, error) {
 		switch {
 		case prev.Version != 0 && prev.Value != file:
 			want = file
