@@ -240,3 +240,65 @@ func TestConsensusForbidAfterHolderKilled(t *testing.T) {
 		})
 	}
 }
+
+// On etcd and ZooKeeper, forbid holds through a kill of the cluster's
+// leader during the running slot (three replicas): no slot runs beside
+// it, and slots run again after it ends.
+func TestConsensusForbidThroughLeaderKill(t *testing.T) {
+	for _, kind := range consensusKinds {
+		t.Run(kind, func(t *testing.T) {
+			c := consensusStores(t, kind, 3)
+			l := newLedger()
+			release := make(chan struct{})
+			var mu sync.Mutex
+			var firstEnded time.Time
+			var once sync.Once
+			job := l.job(func(ctx context.Context, _ tasks.Run) error {
+				first := false
+				once.Do(func() { first = true })
+				if !first {
+					return nil
+				}
+				select {
+				case <-release:
+				case <-ctx.Done(): // its lease lost in the election, or the test ended
+				}
+				mu.Lock()
+				firstEnded = time.Now()
+				mu.Unlock()
+				return nil
+			})
+			task := testTask(t, "tick", "@every 1s", job, func(t *scheduler.Task) {
+				t.Concurrency = scheduler.ConcurrencyForbid
+				t.Policy.MaxAttempts = 1
+			})
+			var reps []*replica
+			for i, s := range c.stores {
+				reps = append(reps, startReplica(t, fmt.Sprintf("r%d", i), s, time.Second, []scheduler.Task{task}))
+			}
+			unblock := sync.OnceFunc(func() { close(release) })
+			t.Cleanup(unblock)
+			l.await(t, "the long run", 20*time.Second, func(rs []record) bool { return len(rs) == 1 })
+			skippedSum := func() uint64 {
+				var n uint64
+				for _, r := range reps {
+					n += r.sched.Stats().Task(task.Name).Skipped[1].Load()
+				}
+				return n
+			}
+			before := skippedSum()
+			restart := c.stopLeader()
+			await(t, "slots skipped (forbid) with the leader down", 30*time.Second, func() bool { return skippedSum() >= before+2 })
+			restart()
+			unblock()
+			rs := l.await(t, "runs after the long one", 30*time.Second, func(rs []record) bool { return len(rs) >= 3 })
+			mu.Lock()
+			ended := firstEnded
+			mu.Unlock()
+			if ended.IsZero() || rs[1].started.Before(ended) {
+				t.Fatalf("slot %s started at %v beside the long run (ended %v):\n%s", rs[1].run.Slot, rs[1].started, ended, dump(rs))
+			}
+			t.Logf("%s: %d slots skipped while the long run held", kind, skippedSum()-before)
+		})
+	}
+}
