@@ -27,7 +27,7 @@ import (
 
 var _ lock.Controls = (*Store)(nil)
 
-func (s *Store) controls() *kv.Controls { return kv.NewControls(etcdKV{s}, s.Time, s.arm) }
+func (s *Store) controls() *kv.Controls { return s.kvControls }
 
 // arm implements lock.Controls.ArmTrigger: if none of the slot's keys
 // exists, its attempts and base keys are written at lock.TriggerBase, on

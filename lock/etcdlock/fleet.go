@@ -55,7 +55,7 @@ func (s *Store) Once(ctx context.Context, slot lock.Slot, event, value string, t
 	return kv.Once(ctx, etcdKV{s}, slot, event, value, ttl)
 }
 
-func (s *Store) fleet() *kv.Fleet { return kv.NewFleet(etcdKV{s}, true) }
+func (s *Store) fleet() *kv.Fleet { return s.kvFleet }
 
 // etcdKV is kv.Store on etcd.
 type etcdKV struct{ s *Store }

@@ -24,7 +24,7 @@ import (
 
 var _ lock.Controls = (*Store)(nil)
 
-func (s *Store) controls() *kv.Controls { return kv.NewControls(zkKV{s}, s.Time, s.arm) }
+func (s *Store) controls() *kv.Controls { return s.kvControls }
 
 // arm implements lock.Controls.ArmTrigger: if the slot's node does not
 // exist, it is created with its attempt count and base at

@@ -58,7 +58,7 @@ func (s *Store) Once(ctx context.Context, slot lock.Slot, event, value string, t
 	return kv.Once(ctx, zkKV{s}, slot, event, value, ttl)
 }
 
-func (s *Store) fleet() *kv.Fleet { return kv.NewFleet(zkKV{s}, true) }
+func (s *Store) fleet() *kv.Fleet { return s.kvFleet }
 
 // zkKV is kv.Store on ZooKeeper.
 type zkKV struct{ s *Store }
