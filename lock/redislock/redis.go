@@ -51,6 +51,8 @@ type Store struct {
 	sub *redisx.Subscription // releases, reruns and completions; started by the first Watch
 
 	ack replicasAck // WithMinReplicasAck; zero: no WAIT
+
+	doubt doubts // claims sent whose reply was lost (doubt.go)
 }
 
 // NewRedis returns the slot protocol on rdb, with keys under prefix.
@@ -77,15 +79,18 @@ func (r *Store) Claim(ctx context.Context, slot lock.Slot, replica string, p loc
 	if r.ack.n > 0 {
 		return r.claimAcked(ctx, slot, replica, p)
 	}
-	keys, args := claimArgs(r.prefix, slot, replica, p, r.batch.takenChannel())
+	keys, args := r.claimArgs(slot, replica, p, r.batch.takenChannel())
 	sent := time.Now()
-	return r.claimReply(r.batch.run(ctx, claimScript, keys, args...), slot, sent)
+	return r.claimReply(r.batch.run(ctx, claimScript, keys, args...), slot, replica, sent)
 }
 
-// claimReply decodes the reply to claim.lua for slot, sent at sent.
-func (r *Store) claimReply(cmd *redis.Cmd, slot lock.Slot, sent time.Time) (lock.Claim, error) {
+// claimReply decodes the reply to claim.lua for owner's claim of slot,
+// sent at sent; a call whose reply was lost leaves the claim in doubt.
+func (r *Store) claimReply(cmd *redis.Cmd, slot lock.Slot, owner string, sent time.Time) (lock.Claim, error) {
 	res, err := cmd.Slice()
 	if err != nil {
+		state, _ := Keys(r.prefix, slot)
+		r.doubt.note(state, owner, slot.Deadline, 0, err)
 		return lock.Claim{}, redisErr(fmt.Errorf("lock: claim %s: %w", slot, err))
 	}
 	c, err := decodeClaim(res)
@@ -94,13 +99,19 @@ func (r *Store) claimReply(cmd *redis.Cmd, slot lock.Slot, sent time.Time) (lock
 		return lock.Claim{}, redisErr(fmt.Errorf("lock: claim %s (keys %s, %s): %w", slot, state, attempts, err))
 	}
 	c.Sent = sent
+	if c.Result == lock.Won {
+		state, _ := Keys(r.prefix, slot)
+		r.doubt.note(state, owner, slot.Deadline, c.Attempt, nil)
+	}
 	return c, nil
 }
 
 // claimArgs are claim.lua's keys (state, attempts, base) and arguments;
-// taken is the channel a won claim is announced on, "" for none.
-func claimArgs(prefix string, slot lock.Slot, replica string, p lock.Policy, taken string) ([]string, []any) {
-	state, attempts := Keys(prefix, slot)
+// taken is the channel a won claim is announced on, "" for none. It takes
+// the slot's record of a claim in doubt, if any, into the arguments.
+func (r *Store) claimArgs(slot lock.Slot, replica string, p lock.Policy, taken string) ([]string, []any) {
+	state, attempts := Keys(r.prefix, slot)
+	inDoubt := r.doubt.take(state, replica)
 	return []string{state, attempts, schema.BaseKey(state)}, []any{
 		replica,
 		p.Lease.Milliseconds(),
@@ -109,6 +120,7 @@ func claimArgs(prefix string, slot lock.Slot, replica string, p lock.Policy, tak
 		slot.Deadline.UnixMilli(),
 		p.DoneTTL.Milliseconds(),
 		taken,
+		inDoubt,
 	}
 }
 

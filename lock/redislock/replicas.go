@@ -122,9 +122,10 @@ func (r *Store) claimAcked(ctx context.Context, slot lock.Slot, replica string, 
 		return lock.Claim{}, redisErr(fmt.Errorf("lock: claim %s: %w", slot, err))
 	}
 	defer conn.Close()
-	keys, args := claimArgs(r.prefix, slot, replica, p, "") // no Taken notices under WithMinReplicasAck
+	keys, args := r.claimArgs(slot, replica, p, "") // no Taken notices under WithMinReplicasAck
 	res, err := runOne(ctx, conn, claimScript, keys, args...).Slice()
 	if err != nil {
+		r.doubt.note(state, replica, slot.Deadline, 0, err)
 		r.noteMoved(ctx, err)
 		return lock.Claim{}, redisErr(fmt.Errorf("lock: claim %s: %w", slot, err))
 	}
@@ -136,6 +137,7 @@ func (r *Store) claimAcked(ctx context.Context, slot lock.Slot, replica string, 
 	if c.Result != lock.Won {
 		return c, nil
 	}
+	r.doubt.note(state, replica, slot.Deadline, c.Attempt, nil)
 	acks, waited, err := r.wait(ctx, conn, p.Lease/4)
 	if err == nil && acks >= r.ack.n {
 		return c, nil
