@@ -41,6 +41,9 @@ func (o *options) validateSustained() error {
 	if !o.set["warmup"] {
 		o.warmup = 5
 	}
+	if o.store == "" {
+		o.store = storeRedis
+	}
 	if !o.set["duration"] {
 		o.duration = time.Minute
 	}
