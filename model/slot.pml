@@ -128,7 +128,7 @@ byte tst[N];     /* ticks left for a cancelled task to stop */
 bool wrote[N];   /* the task wrote its result to the sink */
 byte late[N];    /* a late request of replica i, L_* */
 byte latt[N];    /* its attempt */
-bool doubt[N];   /* doubt.go: replica i's last claim got no reply */
+bool doubt[N];   /* doubt.go: replica i's last claim got no reply, or found its own unanswered one */
 byte ran[N];     /* doubt.go: the highest attempt replica i was answered won */
 byte ldoubt[N];  /* the in-doubt argument its late claim request carries */
 
@@ -394,7 +394,9 @@ end:
           tk[i] = T_RUN; ph[i] = P_RUN
        :: h_res == R_WAITREPLY -> /* Claim.Sent is tnow: validity counts from here */
           att[i] = katt; abase[i] = base; vt[i] = VALID; ph[i] = P_AWAIT
-       :: h_res == R_HELD -> wt[i] = h_w; ph[i] = P_WAIT             /* its lease (+ jitter < a tick) */
+       :: h_res == R_HELD && kown == i + 1 && katt > ran[i] ->      /* held by its own unanswered claim */
+          doubt[i] = true; ph[i] = P_CLAIM                          /* (a resend landed twice): once more, asking */
+       :: h_res == R_HELD && !(kown == i + 1 && katt > ran[i]) -> wt[i] = h_w; ph[i] = P_WAIT /* its lease (+ jitter < a tick) */
        :: h_res == R_EARLY -> wt[i] = h_w; ph[i] = P_WAIT
        :: h_res == R_ERR -> wt[i] = 1; ph[i] = P_WAIT               /* backoff */
        :: else -> ph[i] = P_SETTLED                                 /* done, exhausted, late */

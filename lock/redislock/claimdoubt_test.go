@@ -80,10 +80,10 @@ func TestLostClaimReplyCostsNoAttempt(t *testing.T) {
 	}
 }
 
-// The takeover is the claimant's own value only, and only while it is in
-// doubt: a claim of another process with the same replica id (another
-// instance nonce) finds the slot held, and so does a claim by the owner
-// that had no claim in doubt.
+// The takeover is the claimant's own value only, of an attempt it was
+// never answered won for: a claim of another process with the same
+// replica id (another instance nonce) finds the slot held, and once the
+// owner has taken its claim over, its next claim finds it held too.
 func TestClaimInDoubtTakesOnlyItsOwnValue(t *testing.T) {
 	t.Parallel()
 	r, srv := redisStore(t)
@@ -91,15 +91,37 @@ func TestClaimInDoubtTakesOnlyItsOwnValue(t *testing.T) {
 	p := lock.Policy{Lease: 30 * time.Second, DoneTTL: time.Hour, MaxAttempts: 3}
 	lostClaim(t, r, srv, slot, "r1#a", p)
 
-	other := redislock.New(srv.Client(), "slotd") // another process
-	t.Cleanup(func() { other.Close() })
-	if c, err := other.Claim(context.Background(), slot, "r1#a", p); err != nil || c.Result != lock.Held {
-		t.Fatalf("another Store's claim with the same owner, no claim in doubt there: %v, %v; want held", c.Result, err)
-	}
 	if c, err := r.Claim(context.Background(), slot, "r1#b", p); err != nil || c.Result != lock.Held {
 		t.Fatalf("another instance's claim: %v, %v; want held", c.Result, err)
 	}
 	if c, err := r.Claim(context.Background(), slot, "r1#a", p); err != nil || c.Result != lock.Won || c.Attempt != 1 {
 		t.Fatalf("the owner's claim in doubt: %v attempt %d, %v; want won attempt 1", c.Result, c.Attempt, err)
+	}
+	if c, err := r.Claim(context.Background(), slot, "r1#a", p); err != nil || c.Result != lock.Held {
+		t.Fatalf("the owner's claim after its take-over: %v attempt %d, %v; want held (attempt 1 was answered won)", c.Result, c.Attempt, err)
+	}
+}
+
+// go-redis resends a command after a network error: a claim whose first
+// send landed then comes back held by the claimant's own value, not as an
+// error. Such a claim (its value's attempt never answered won to this
+// Store) is sent once more at once, asking for the take-over: won, attempt
+// 1. Here the first send is another Store's, with the same owner id.
+func TestClaimHeldByItsOwnUnansweredClaimTakesItOver(t *testing.T) {
+	t.Parallel()
+	r, srv := redisStore(t)
+	slot := openSlot(t, r)
+	p := lock.Policy{Lease: 30 * time.Second, DoneTTL: time.Hour, MaxAttempts: 1}
+	first := redislock.New(srv.Client(), "slotd")
+	t.Cleanup(func() { first.Close() })
+	if c, err := first.Claim(context.Background(), slot, "r1#a", p); err != nil || c.Result != lock.Won {
+		t.Fatalf("the first send: %v, %v", c.Result, err)
+	}
+	c, err := r.Claim(context.Background(), slot, "r1#a", p)
+	if err != nil || c.Result != lock.Won || c.Attempt != 1 {
+		t.Fatalf("the resent claim: %v attempt %d, %v; want won attempt 1", c.Result, c.Attempt, err)
+	}
+	if c, err := r.Claim(context.Background(), slot, "r2#b", p); err != nil || c.Result != lock.Held {
+		t.Fatalf("a peer's claim: %v, %v; want held", c.Result, err)
 	}
 }

@@ -7,30 +7,39 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/slotd/slotd/lock"
 )
 
 // doubts records, per slot and owner, what this Store knows of its own
-// claims: whether the last one is in doubt — sent, and answered by no
-// reply (a timeout, a dropped connection, a ctx that ended after the
-// send), so it may have landed and counted an attempt that nobody runs —
-// and the highest attempt a claim of it was answered won for.
+// claims: how many are in flight, whether the last one is in doubt, and
+// the highest attempt a claim was answered won for.
 //
-// The next claim of a slot in doubt tells claim.lua so (its ARGV[a+8]: the
-// least attempt it may take over), which then takes this owner's own
-// "run:" value over as this claim — won, with the attempt it counted —
-// instead of answering held and leaving the slot to wait out a lease, and
-// costing an attempt (with max_attempts = 1, the slot). etcd (foundAgain)
-// and ZooKeeper (its in-doubt record) find such a claim again the same
-// way. A value of an attempt this owner was answered won for is never
-// taken: that attempt ran (its release or completion may not have landed
-// yet: model/slot.pml's M_TAKEOVER_RAN shows a second run of it).
+// A claim is in doubt when it was sent and answered by no reply (a
+// timeout, a dropped connection, a ctx that ended after the send), or
+// answered held by the owner's own value of an attempt it was never
+// answered won for (go-redis resent it after a network error, and the
+// first send had landed). Either way it may have counted an attempt that
+// nobody runs. The next claim of the slot tells claim.lua so (its
+// ARGV[a+8]: the least attempt it may take over), which then takes this
+// owner's own "run:" value over as this claim — won, with the attempt it
+// counted — instead of answering held and leaving the slot to wait out a
+// lease, and costing an attempt (with max_attempts = 1, the slot). etcd
+// (foundAgain) and ZooKeeper (its in-doubt record) find such a claim again
+// the same way.
 //
-// Taking the doubt is what sends the argument, so after one claim in
-// doubt exactly one later claim of the slot can take the value over: two
-// claims of one slot in one process (a backfill beside the schedule) never
-// both run its attempt. A record lives until the slot's deadline, after
-// which no claim of it can win; the map is swept of those past it when it
-// grows, so it holds about one record per slot whose window is open.
+// What keeps a take-over to a claim nobody runs:
+//   - a value of an attempt this owner was answered won for is never
+//     taken: that attempt ran, and its release or completion may not have
+//     landed yet (model/slot.pml's M_TAKEOVER_RAN shows it run twice);
+//   - the doubt is asked about only while no other claim of the slot by
+//     this owner is in flight (a backfill beside the schedule), whose won
+//     value it would otherwise take, and taking it is what sends it, so
+//     one claim at most carries it.
+//
+// A record lives until the slot's deadline, after which no claim of it
+// can win; the map is swept of those past it when it grows, so it holds
+// about one record per slot whose window is open.
 type doubts struct {
 	mu sync.Mutex
 	m  map[doubtKey]*doubt
@@ -40,7 +49,8 @@ type doubtKey struct{ state, owner string }
 
 type doubt struct {
 	deadline time.Time // the slot's
-	inDoubt  bool      // the last claim got no reply
+	inFlight int       // claims sent and not answered
+	inDoubt  bool      // a claim got no reply, or found its own value
 	ran      int       // the highest attempt answered won
 }
 
@@ -48,8 +58,7 @@ type doubt struct {
 const maxDoubts = 4096
 
 // record returns the record of owner's claims of state, made if absent.
-func (d *doubts) record(state, owner string, deadline time.Time) *doubt {
-	k := doubtKey{state, owner}
+func (d *doubts) record(k doubtKey, deadline time.Time) *doubt {
 	if r := d.m[k]; r != nil {
 		return r
 	}
@@ -59,7 +68,7 @@ func (d *doubts) record(state, owner string, deadline time.Time) *doubt {
 	if len(d.m) >= maxDoubts {
 		now := time.Now()
 		for k, r := range d.m {
-			if now.After(r.deadline) {
+			if now.After(r.deadline) && r.inFlight == 0 {
 				delete(d.m, k)
 			}
 		}
@@ -69,34 +78,44 @@ func (d *doubts) record(state, owner string, deadline time.Time) *doubt {
 	return r
 }
 
-// note records the answer to owner's claim of state, whose slot ends at
-// deadline: an error of unknown outcome (not a reply from Redis, which
-// means the script did not run, or answered) leaves it in doubt; won
-// raises the attempts answered won.
-func (d *doubts) note(state, owner string, deadline time.Time, won int, err error) {
-	var reply redis.Error
-	if err != nil && errors.As(err, &reply) || err == nil && won == 0 {
-		return
-	}
+// send counts owner's claim of state, whose slot ends at deadline, in
+// flight, and returns its ARGV[a+8]: "" unless a claim of it is in doubt
+// and none is in flight, else the least attempt it may take over (one
+// above any answered won), and the doubt is cleared.
+func (d *doubts) send(state, owner string, deadline time.Time) string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	r := d.record(state, owner, deadline)
-	if err != nil {
-		r.inDoubt = true
-	}
-	r.ran = max(r.ran, won)
-}
-
-// take is claim.lua's ARGV[a+8] for owner's next claim of state: "" if no
-// claim of it is in doubt, else the least attempt the claim may take over
-// (one more than any answered won). It clears the doubt.
-func (d *doubts) take(state, owner string) string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	r := d.m[doubtKey{state, owner}]
-	if r == nil || !r.inDoubt {
+	r := d.record(doubtKey{state, owner}, deadline)
+	r.inFlight++
+	if !r.inDoubt || r.inFlight > 1 {
 		return ""
 	}
 	r.inDoubt = false
 	return strconv.Itoa(r.ran + 1)
+}
+
+// answered records the answer to owner's claim of state: c, or err. An
+// error of unknown outcome (not a reply from Redis, which means the
+// script did not run, or answered) leaves a doubt. It reports whether the
+// claim should be sent again at once: it was answered held by owner's own
+// value of an attempt never answered won, with no other claim in flight.
+func (d *doubts) answered(state, owner string, c lock.Claim, err error) (again bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	r := d.m[doubtKey{state, owner}]
+	if r == nil { // swept: no claim can win any more
+		return false
+	}
+	r.inFlight--
+	var reply redis.Error
+	switch {
+	case err != nil:
+		r.inDoubt = r.inDoubt || !errors.As(err, &reply)
+	case c.Result == lock.Won:
+		r.ran = max(r.ran, c.Attempt)
+	case c.Result == lock.Held && lock.OwnerID(c.Holder, c.Instance) == owner && c.Attempt > r.ran && r.inFlight == 0:
+		r.inDoubt = true
+		return true
+	}
+	return false
 }
