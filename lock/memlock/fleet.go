@@ -46,7 +46,7 @@ func (m *Store) FirstStart(ctx context.Context) (time.Time, error) {
 // never called.
 func (m *Store) OnFleetChange(f func()) (stop func()) { return m.fleet().OnFleetChange(f) }
 
-func (m *Store) fleet() *kv.Fleet { return kv.NewFleet(memKV{m}, false) }
+func (m *Store) fleet() *kv.Fleet { return m.kvFleet }
 
 // memKV is kv.Store on the Store's keys.
 type memKV struct{ m *Store }
