@@ -302,3 +302,11 @@ func TestConsensusForbidThroughLeaderKill(t *testing.T) {
 		})
 	}
 }
+
+// On etcd and ZooKeeper, a pause stops claims on every replica (three),
+// holds across a restart of them all, and a resume runs the next slot.
+func TestConsensusPauseHoldsAcrossRestart(t *testing.T) {
+	for _, kind := range consensusKinds {
+		t.Run(kind, func(t *testing.T) { pauseHoldsAcrossRestart(t, consensusStores(t, kind, 3).stores) })
+	}
+}
