@@ -288,3 +288,40 @@ func TestRanAttemptNotTakenOver(t *testing.T) {
 		t.Fatalf("claim after attempt 1 ran = %+v, %v; want held by attempt 1 (it ran: not taken over)", c, err)
 	}
 }
+
+// A take-over is asked for once per slot and owner: after two lost
+// replies in a row (the claim, then its take-over), the third claim finds
+// the slot held by its own attempt 1 and leaves its lease alone, so that a
+// claimant whose replies keep getting lost does not hold the slot through
+// its window while its peers wait.
+func TestLostClaimReplyTakenOverOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	l := &loseReply{}
+	r := redislock.New(lossyClient(t, srv, l), "slotd")
+	defer r.Close()
+	ctx := context.Background()
+	slot := lostReplySlot(time.Now())
+	p := lock.Policy{Lease: 30 * time.Second, DoneTTL: time.Hour, MaxAttempts: 2}
+	rdb := srv.Client()
+	state, attempts := redislock.Keys("slotd", slot)
+
+	l.armed.Store(2)
+	for i := range 2 {
+		if _, err := r.Claim(ctx, slot, "a#1", p); !errors.Is(err, errReplyLost) {
+			t.Fatalf("claim %d: %v; want its reply lost", i+1, err)
+		}
+	}
+	if err := rdb.PExpire(ctx, state, 5*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := r.Claim(ctx, slot, "a#1", p)
+	if err != nil || c.Result != lock.Held || c.Holder != "a" || c.Attempt != 1 {
+		t.Fatalf("claim after two lost replies = %+v, %v; want held by its own attempt 1", c, err)
+	}
+	if ttl := rdb.PTTL(ctx, state).Val(); ttl > 5*time.Second {
+		t.Errorf("lease after the third claim = %v; want it not set anew (at most 5s)", ttl)
+	}
+	if n := rdb.Get(ctx, attempts).Val(); n != "1" {
+		t.Errorf("attempts = %q; want 1", n)
+	}
+}
