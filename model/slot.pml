@@ -130,6 +130,7 @@ byte late[N];    /* a late request of replica i, L_* */
 byte latt[N];    /* its attempt */
 bool doubt[N];   /* doubt.go: replica i's last claim got no reply, or found its own unanswered one */
 byte ran[N];     /* doubt.go: the highest attempt replica i was answered won */
+bool asked[N];   /* doubt.go: replica i has asked for a take-over (once per slot) */
 byte ldoubt[N];  /* the in-doubt argument its late claim request carries */
 
 /* ---- sink and ghosts ------------------------------------------------ */
@@ -372,7 +373,8 @@ end:
   /* claim (scheduler.go claim/handle; redis.go Claim) */
   :: atomic { !paused[i] && ph[i] == P_CLAIM ->
        handoff[i] = false; h_w = 0;
-       h_d = (doubt[i] -> ran[i] + 1 : 0); doubt[i] = false; /* claimArgs takes the record */
+       h_d = ((doubt[i] && !asked[i]) -> ran[i] + 1 : 0); /* claimArgs takes the record */
+       if :: h_d > 0 -> doubt[i] = false; asked[i] = true :: else fi;
        if
        :: claim_lua(i, h_res, h_w, h_d)
        :: can_fault -> faults--; h_res = R_ERR; doubt[i] = true; printf("@%d r%d claim request LOST\n", tnow, i)
@@ -394,9 +396,9 @@ end:
           tk[i] = T_RUN; ph[i] = P_RUN
        :: h_res == R_WAITREPLY -> /* Claim.Sent is tnow: validity counts from here */
           att[i] = katt; abase[i] = base; vt[i] = VALID; ph[i] = P_AWAIT
-       :: h_res == R_HELD && kown == i + 1 && katt > ran[i] ->      /* held by its own unanswered claim */
+       :: h_res == R_HELD && kown == i + 1 && katt > ran[i] && !asked[i] -> /* held by its own unanswered claim */
           doubt[i] = true; ph[i] = P_CLAIM                          /* (a resend landed twice): once more, asking */
-       :: h_res == R_HELD && !(kown == i + 1 && katt > ran[i]) -> wt[i] = h_w; ph[i] = P_WAIT /* its lease (+ jitter < a tick) */
+       :: h_res == R_HELD && !(kown == i + 1 && katt > ran[i] && !asked[i]) -> wt[i] = h_w; ph[i] = P_WAIT /* its lease (+ jitter < a tick) */
        :: h_res == R_EARLY -> wt[i] = h_w; ph[i] = P_WAIT
        :: h_res == R_ERR -> wt[i] = 1; ph[i] = P_WAIT               /* backoff */
        :: else -> ph[i] = P_SETTLED                                 /* done, exhausted, late */
@@ -523,7 +525,7 @@ end:
 #define CRASH(i) :: atomic { can_fault && ph[i] != P_DOWN && ph[i] != P_IDLE -> faults--; printf("@%d r%d CRASHED\n", tnow, i); \
      ph[i] = P_DOWN; paused[i] = false; wdon[i] = false; tk[i] = T_NONE; wt[i] = 0; \
      news[i] = NO_NEWS; handoff[i] = false; FORGET(i); \
-     doubt[i] = false; ran[i] = cnt /* a new instance: no attempt so far is its own */ }; \
+     doubt[i] = false; asked[i] = false; ran[i] = cnt /* a new instance: no attempt so far is its own */ }; \
   :: atomic { ph[i] == P_DOWN && !closed -> ph[i] = P_CLAIM; printf("@%d r%d restarts\n", tnow, i) }
 /* the late reply of a won claim reaches Hold (lease.go 50-72) */
 #define REPLY(i) :: atomic { ph[i] == P_AWAIT && !paused[i] -> \

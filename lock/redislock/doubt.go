@@ -37,6 +37,12 @@ import (
 //     value it would otherwise take, and taking it is what sends it, so
 //     one claim at most carries it.
 //
+// A take-over is asked for once per slot and owner: a claimant whose
+// replies keep getting lost would otherwise set its own claim's lease
+// again and again, holding the slot through its window while running
+// nothing and its peers wait; after one, it waits out its claim's lease
+// as before (that lost reply costs an attempt).
+//
 // A record lives until the slot's deadline, after which no claim of it
 // can win; the map is swept of those past it when it grows, so it holds
 // about one record per slot whose window is open.
@@ -51,6 +57,7 @@ type doubt struct {
 	deadline time.Time // the slot's
 	inFlight int       // claims sent and not answered
 	inDoubt  bool      // a claim got no reply, or found its own value
+	asked    bool      // a claim has asked for the take-over: never again
 	ran      int       // the highest attempt answered won
 }
 
@@ -79,18 +86,18 @@ func (d *doubts) record(k doubtKey, deadline time.Time) *doubt {
 }
 
 // send counts owner's claim of state, whose slot ends at deadline, in
-// flight, and returns its ARGV[a+8]: "" unless a claim of it is in doubt
-// and none is in flight, else the least attempt it may take over (one
-// above any answered won), and the doubt is cleared.
+// flight, and returns its ARGV[a+8]: "" unless a claim of it is in doubt,
+// none is in flight and none asked before, else the least attempt it may
+// take over (one above any answered won), and the doubt is cleared.
 func (d *doubts) send(state, owner string, deadline time.Time) string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	r := d.record(doubtKey{state, owner}, deadline)
 	r.inFlight++
-	if !r.inDoubt || r.inFlight > 1 {
+	if !r.inDoubt || r.asked || r.inFlight > 1 {
 		return ""
 	}
-	r.inDoubt = false
+	r.inDoubt, r.asked = false, true
 	return strconv.Itoa(r.ran + 1)
 }
 
@@ -113,7 +120,7 @@ func (d *doubts) answered(state, owner string, c lock.Claim, err error) (again b
 		r.inDoubt = r.inDoubt || !errors.As(err, &reply)
 	case c.Result == lock.Won:
 		r.ran = max(r.ran, c.Attempt)
-	case c.Result == lock.Held && lock.OwnerID(c.Holder, c.Instance) == owner && c.Attempt > r.ran && r.inFlight == 0:
+	case c.Result == lock.Held && lock.OwnerID(c.Holder, c.Instance) == owner && c.Attempt > r.ran && r.inFlight == 0 && !r.asked:
 		r.inDoubt = true
 		return true
 	}
