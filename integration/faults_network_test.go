@@ -240,6 +240,7 @@ func TestLateClaimReplyIsNotAWin(t *testing.T) {
 type resetTrigger struct {
 	match [][]byte // the request runs the script if it holds one of these
 	mode  string   // "reply" or "request"
+	reply []byte   // the reply to drop starts so
 	armed atomic.Bool
 	fired atomic.Int32 // resets done; at most one
 }
@@ -276,10 +277,11 @@ type cutToxic struct {
 func (x *cutToxic) Pipe(stub *toxics.ToxicStub) {
 	tr := trigger(x.Key)
 	pipeUntilCut(stub, func(data []byte) bool {
-		// A slot script answers one integer per slot: a call for one
-		// slot, an array of one integer. A pub/sub message (an array of
-		// three) or an error is not the reply we are after.
-		if bytes.HasPrefix(data, []byte("*1\r\n:")) && tr.armed.CompareAndSwap(true, false) {
+		// A slot script answers one reply per slot: a call for one
+		// slot, an array of one integer (one won claim for claim.lua). A
+		// pub/sub message (an array of three) or an error is not the
+		// reply we are after.
+		if bytes.HasPrefix(data, tr.reply) && tr.armed.CompareAndSwap(true, false) {
 			tr.fired.Add(1)
 			return true // the reply is dropped
 		}
@@ -320,7 +322,10 @@ func (np *netProxy) resetOn(script, mode string) *resetTrigger {
 	}
 	sum := sha1.Sum(src)
 	// EVALSHA names the script by its SHA1; EVAL (after NOSCRIPT) sends it.
-	tr := &resetTrigger{mode: mode, match: [][]byte{[]byte(hex.EncodeToString(sum[:])), []byte("-- " + script + ":")}}
+	tr := &resetTrigger{mode: mode, match: [][]byte{[]byte(hex.EncodeToString(sum[:])), []byte("-- " + script + ":")}, reply: []byte("*1\r\n:")}
+	if script == "claim.lua" { // {"won", attempt, lease, now, value, base}
+		tr.reply = []byte("*1\r\n*6\r\n$3\r\nwon\r\n")
+	}
 	key := np.t.Name() + "/" + np.p.Name
 	triggers.Store(key, tr)
 	np.t.Cleanup(func() { triggers.Delete(key) })
@@ -759,5 +764,51 @@ catchup = "none"`
 	t.Logf("%d slots, each run once; wins by replica %v (r3 behind 60±40 ms each way); %d slots needed a second attempt", len(ids), wins, retried)
 	if bad, total := c.keysWithoutTTL(); len(bad) > 0 {
 		t.Errorf("%d of %d keys without a TTL: %v", len(bad), total, bad)
+	}
+}
+
+// A claim whose reply is lost (the connection reset after Redis ran
+// claim.lua) costs no attempt: with max_attempts = 1 and every replica's
+// first claim reply lost, the replica whose claim landed takes it over on
+// its retry and runs the slot once, as attempt 1, without waiting out its
+// own lease. Before, its retry found the slot held by itself, and once
+// that lease ran out every claim answered exhausted: the slot never ran.
+func TestResetDuringClaimCostsNoAttempt(t *testing.T) {
+	t.Parallel()
+	const lease = 2 * time.Second
+	c := newCluster(t)
+	s := newSink(t)
+	spec, at := oneShot(5 * time.Second)
+	task := c.sinkTask(s, "claimreset", spec, sinkScript("1"), "deadline = \"40s\"\nmax_attempts = 1")
+	trig := map[string]*resetTrigger{}
+	for _, name := range []string{"r1", "r2", "r3"} {
+		px := newNetProxy(t, name, c.srv.Addr)
+		trig[name] = px.resetOn("claim.lua", "reply")
+		c.startAt(name, px.URL(), networkDefaults, task)
+	}
+	first, holder := c.firstAttempt()
+	slot := first.Slot
+	evs := c.ledger.await("the slot to end", 20*time.Second, func(evs []event) bool {
+		return len(find(bySlot(evs)[slot], "end", 0)) > 0
+	})
+	end := find(bySlot(evs)[slot], "end", 0)[0]
+	if n := trig[holder.name].fired.Load(); n != 1 {
+		t.Fatalf("holder %s: %d claim replies lost, want 1 (the fault did not act)", holder.name, n)
+	}
+	time.Sleep(lease) // give a stray second run time to show
+	es := bySlot(c.ledger.read())[slot]
+	t.Logf("attempt 1 started on %s %v after the slot time (lease %v); runs:\n%s",
+		holder.name, first.At.Sub(at), lease, dump(es))
+	if len(find(es, "start", 0)) != 1 || end.Attempt != 1 || end.Token != lock.Token(at, 1) {
+		t.Errorf("slot %s: want one run, attempt 1, token %d:\n%s", slot, lock.Token(at, 1), dump(es))
+	}
+	if first.At.Sub(at) >= lease {
+		t.Errorf("attempt 1 started %v after the slot time: the claimant waited out its own lease", first.At.Sub(at))
+	}
+	if n, _ := c.get(attemptsKey("claimreset", slot)); n != "1" {
+		t.Errorf("slot %s: attempts %q, want 1", slot, n)
+	}
+	if commits := s.results("commit", slot, true); len(commits) != 1 || commits[0].Token != lock.Token(at, 1) {
+		t.Errorf("slot %s: accepted results %v, want one with token %d:\n%s", slot, commits, lock.Token(at, 1), dumpWrites(s.all()))
 	}
 }

@@ -128,6 +128,10 @@ byte tst[N];     /* ticks left for a cancelled task to stop */
 bool wrote[N];   /* the task wrote its result to the sink */
 byte late[N];    /* a late request of replica i, L_* */
 byte latt[N];    /* its attempt */
+bool doubt[N];   /* doubt.go: replica i's last claim got no reply, or found its own unanswered one */
+byte ran[N];     /* doubt.go: the highest attempt replica i was answered won */
+bool asked[N];   /* doubt.go: replica i has asked for a take-over (once per slot) */
+byte ldoubt[N];  /* the in-doubt argument its late claim request carries */
 
 /* ---- sink and ghosts ------------------------------------------------ */
 byte sink_max;   /* the sink's fence: highest token accepted */
@@ -142,11 +146,21 @@ hidden mtype h_res;
 hidden byte tnow;  /* ticks so far, for the trail's printouts only */
 hidden byte h_w, h_j, s_own, s_att, s_ttl;
 hidden byte h_ok, s_done;
+hidden byte h_d;   /* a claim's in-doubt argument: 0 none, else the least attempt it may take over */
 byte reruns = RERUNS;
 
 #define key_run         (kttl > 0 && !kdone)
 #define key_mine(i)     (key_run && kown == (i) + 1 && katt == att[i])
 #define running(i)      (tk[i] == T_RUN)
+/* claim.lua 64-75: replica i's claim with in-doubt argument d takes the
+ * key over: its own value, of an attempt it was never answered won for */
+#ifdef M_TAKEOVER_ANY_OWNER
+#define TAKEOVER(i, d)  ((d) > 0 && katt >= (d) && !closed)
+#elif defined(M_TAKEOVER_RAN)
+#define TAKEOVER(i, d)  ((d) > 0 && kown == (i) + 1 && !closed)
+#else
+#define TAKEOVER(i, d)  ((d) > 0 && kown == (i) + 1 && katt >= (d) && !closed)
+#endif
 #define gen_of(a)       ((rbase != 255 && (a) > rbase) -> 1 : 0)
 
 /* ---- properties ----------------------------------------------------- */
@@ -202,30 +216,34 @@ inline publish(kind) {
   od
 }
 
-/* claim.lua lines 49-110 (one slot): state first, then the clock, the
- * deadline, the cap, then INCR + SET PX. The script reads the base key
+/* claim.lua lines 60-132 (one slot): state first, then the clock, the
+ * deadline, the cap, then INCR + SET PX. A replica's own "run:" value,
+ * when its last claim got no reply (d > 0: doubt.go), is taken over if
+ * its attempt is one it was never answered won for (katt >= d):
+ * its lease set again, won with the attempt it holds (katt). The script reads the base key
  * only beside a counter; here base is 0 whenever cnt is (the rerun sets
  * it from cnt), so skipping that read changes nothing modelled.
  * Its PUBLISH of the won keys (the Taken hint) is not modelled: it writes no key. */
-inline claim_lua(i, res, w) {
+inline claim_lua(i, res, w, d) {
   if
-  :: kdone -> res = R_DONE                                 /* 56-58 */
-  :: key_run -> res = R_HELD; w = kttl                     /* 53-55 */
+  :: kdone -> res = R_DONE                                 /* 78-80 */
+  :: key_run && TAKEOVER(i, d) -> kttl = LEASE; res = R_WON  /* 64-75: its own claim in doubt */
+  :: key_run && !TAKEOVER(i, d) -> res = R_HELD; w = kttl  /* 76 */
 #ifndef M_CLAIM_NO_BACKOFF
-  :: knb > 0 -> res = R_EARLY; w = knb                     /* 59-72: a retry backoff */
+  :: knb > 0 -> res = R_EARLY; w = knb                     /* 81-94: a retry backoff */
 #endif
   :: else ->
      if
 #ifndef M_CLAIM_NO_CLOCK
-     :: to_slot > 0 -> res = R_EARLY; w = to_slot          /* 75-78 */
+     :: to_slot > 0 -> res = R_EARLY; w = to_slot          /* 97-100 */
 #endif
-     :: closed -> res = R_LATE                              /* 79-81 */
+     :: closed -> res = R_LATE                              /* 101-103 */
 #ifndef M_NO_CAP
-     :: (cnt >= base && cnt - base >= CAP) || cnt >= MAXN -> res = R_EXH /* 99-101 */
+     :: (cnt >= base && cnt - base >= CAP) || cnt >= MAXN -> res = R_EXH /* 121-123 */
 #else
      :: cnt >= MAXN -> res = R_EXH
 #endif
-     :: else ->                                             /* 103-109 */
+     :: else ->                                             /* 125-131 */
         cnt++;
         assert(knb == 0);                                   /* (g) */
         kown = i + 1; katt = cnt; kdone = false; kttl = LEASE; knb = 0;
@@ -355,12 +373,14 @@ end:
   /* claim (scheduler.go claim/handle; redis.go Claim) */
   :: atomic { !paused[i] && ph[i] == P_CLAIM ->
        handoff[i] = false; h_w = 0;
+       h_d = ((doubt[i] && !asked[i]) -> ran[i] + 1 : 0); /* claimArgs takes the record */
+       if :: h_d > 0 -> doubt[i] = false; asked[i] = true :: else fi;
        if
-       :: claim_lua(i, h_res, h_w)
-       :: can_fault -> faults--; h_res = R_ERR; printf("@%d r%d claim request LOST\n", tnow, i)
-       :: can_fault -> faults--; claim_lua(i, h_res, h_w); printf("@%d r%d claim reply LOST (was %e)\n", tnow, i, h_res); h_res = R_ERR
-       :: can_fault && late[i] == L_NONE -> faults--; late[i] = L_CLAIM; h_res = R_ERR; printf("@%d r%d claim request DELAYED\n", tnow, i)
-       :: can_fault -> faults--; claim_lua(i, h_res, h_w); printf("@%d r%d claim reply DELAYED\n", tnow, i)
+       :: claim_lua(i, h_res, h_w, h_d)
+       :: can_fault -> faults--; h_res = R_ERR; doubt[i] = true; printf("@%d r%d claim request LOST\n", tnow, i)
+       :: can_fault -> faults--; claim_lua(i, h_res, h_w, h_d); printf("@%d r%d claim reply LOST (was %e)\n", tnow, i, h_res); h_res = R_ERR; doubt[i] = true
+       :: can_fault && late[i] == L_NONE -> faults--; late[i] = L_CLAIM; ldoubt[i] = h_d; h_res = R_ERR; doubt[i] = true; printf("@%d r%d claim request DELAYED\n", tnow, i)
+       :: can_fault -> faults--; claim_lua(i, h_res, h_w, h_d); printf("@%d r%d claim reply DELAYED\n", tnow, i)
           if
           :: h_res == R_WON -> h_res = R_WAITREPLY
           :: else -> skip
@@ -371,17 +391,19 @@ end:
        fi;
        if
        :: h_res == R_WON -> /* lock.Hold: watchdog; the task starts under its context */
-          att[i] = cnt; abase[i] = base; vt[i] = VALID; rt[i] = RENEW;
+          att[i] = katt; ran[i] = katt; abase[i] = base; vt[i] = VALID; rt[i] = RENEW;
           wdon[i] = true; lost[i] = false; cancelled[i] = false; wrote[i] = false;
           tk[i] = T_RUN; ph[i] = P_RUN
        :: h_res == R_WAITREPLY -> /* Claim.Sent is tnow: validity counts from here */
-          att[i] = cnt; abase[i] = base; vt[i] = VALID; ph[i] = P_AWAIT
-       :: h_res == R_HELD -> wt[i] = h_w; ph[i] = P_WAIT             /* its lease (+ jitter < a tick) */
+          att[i] = katt; abase[i] = base; vt[i] = VALID; ph[i] = P_AWAIT
+       :: h_res == R_HELD && kown == i + 1 && katt > ran[i] && !asked[i] -> /* held by its own unanswered claim */
+          doubt[i] = true; ph[i] = P_CLAIM                          /* (a resend landed twice): once more, asking */
+       :: h_res == R_HELD && !(kown == i + 1 && katt > ran[i] && !asked[i]) -> wt[i] = h_w; ph[i] = P_WAIT /* its lease (+ jitter < a tick) */
        :: h_res == R_EARLY -> wt[i] = h_w; ph[i] = P_WAIT
        :: h_res == R_ERR -> wt[i] = 1; ph[i] = P_WAIT               /* backoff */
        :: else -> ph[i] = P_SETTLED                                 /* done, exhausted, late */
        fi;
-       h_res = R_ERR; h_w = 0 }
+       h_res = R_ERR; h_w = 0; h_d = 0 }
   /* parked: timer or notice (park, wake, takeNews) */
   :: atomic { !paused[i] && ph[i] == P_WAIT && (wt[i] == 0 || news[i] != NO_NEWS) ->
        if
@@ -502,10 +524,12 @@ end:
   :: atomic { paused[i] -> paused[i] = false; printf("@%d r%d resumes\n", tnow, i) }
 #define CRASH(i) :: atomic { can_fault && ph[i] != P_DOWN && ph[i] != P_IDLE -> faults--; printf("@%d r%d CRASHED\n", tnow, i); \
      ph[i] = P_DOWN; paused[i] = false; wdon[i] = false; tk[i] = T_NONE; wt[i] = 0; \
-     news[i] = NO_NEWS; handoff[i] = false; FORGET(i) }; \
+     news[i] = NO_NEWS; handoff[i] = false; FORGET(i); \
+     doubt[i] = false; asked[i] = false; ran[i] = cnt /* a new instance: no attempt so far is its own */ }; \
   :: atomic { ph[i] == P_DOWN && !closed -> ph[i] = P_CLAIM; printf("@%d r%d restarts\n", tnow, i) }
 /* the late reply of a won claim reaches Hold (lease.go 50-72) */
 #define REPLY(i) :: atomic { ph[i] == P_AWAIT && !paused[i] -> \
+     ran[i] = att[i]; \
      if \
      :: vt[i] > 0 -> rt[i] = RENEW; wdon[i] = true; lost[i] = false; cancelled[i] = false; \
         wrote[i] = false; tk[i] = T_RUN; ph[i] = P_RUN \
@@ -515,14 +539,14 @@ end:
 #define LAND(i) :: atomic { late[i] != L_NONE -> \
      snap; printf("@%d r%d's late request %d (attempt %d) lands or is dropped\n", tnow, i, late[i], latt[i]); \
      if \
-     :: late[i] == L_CLAIM -> claim_lua(i, h_res, h_w) \
+     :: late[i] == L_CLAIM -> claim_lua(i, h_res, h_w, ldoubt[i]) \
      :: late[i] == L_RENEW -> renew_lua(i, latt[i], h_ok) \
      :: late[i] == L_COMPLETE -> complete_lua(i, latt[i], h_ok) \
      :: late[i] == L_RELEASE -> release_lua(i, latt[i]) \
      :: true -> skip \
      fi; \
      assert(late[i] == L_CLAIM || s_own == i + 1 && s_att == latt[i] || same); /* (d) */ \
-     late[i] = L_NONE; latt[i] = 0; h_res = R_ERR; h_w = 0; h_ok = false }
+     late[i] = L_NONE; latt[i] = 0; ldoubt[i] = 0; h_res = R_ERR; h_w = 0; h_ok = false }
 
 /* the environment: faults, late replies, late requests */
 active proctype Env() {

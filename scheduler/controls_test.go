@@ -129,7 +129,10 @@ func skipped(r *replica, task string) uint64 {
 // all, and a resume makes the next fire time run again.
 func TestPauseHoldsAcrossRestart(t *testing.T) {
 	t.Parallel()
-	stores := redisStores(t, 3)
+	pauseHoldsAcrossRestart(t, redisStores(t, 3))
+}
+
+func pauseHoldsAcrossRestart(t *testing.T, stores []lock.Store) {
 	l := newLedger()
 	task := testTask(t, "tick", "@every 1s", l.job(ok), nil)
 	start := func() []*replica {

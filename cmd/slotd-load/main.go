@@ -52,6 +52,8 @@ type options struct {
 	period, lease, burstLease           time.Duration
 	duration, sample, scrape            time.Duration
 	redisServer, dir                    string
+	store                               string   // redis, etcd or zookeeper
+	endpoints                           []string // -endpoints: a running etcd cluster's or ZooKeeper ensemble's, instead of starting one
 	json, profile                       bool
 	// Sustained mode (rate > 0): rate tasks due every second, run by
 	// plugin ("noop" or "http"), measured over duration after warmup
@@ -88,6 +90,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.httpConns, "http-conns", 0, "sustained http: each replica's connections to the sink (max_idle_per_host and max_conns_per_host); 0: the daemon's default (256)")
 	fs.DurationVar(&o.sample, "sample", 30*time.Second, "RSS sampling interval")
 	fs.DurationVar(&o.scrape, "scrape", 0, "fetch every replica's /metrics (gzipped) this often, as Prometheus would; 0: never")
+	fs.StringVar(&o.store, "store", storeRedis, "sustained mode: the store, redis (one server started here), etcd (a 3-member cluster started here) or zookeeper (a 3-node ensemble started here)")
+	endpoints := fs.String("endpoints", "", "with -store etcd|zookeeper: comma-separated client URLs (etcd) or host:port (ZooKeeper) of a running store to use instead of starting one")
 	fs.StringVar(&o.redisServer, "redis-server", "redis-server", "redis-server binary")
 	fs.StringVar(&o.dir, "dir", "", "keep configs, records and logs here (default: a temporary directory, removed)")
 	fs.BoolVar(&o.json, "json", false, "print the report as JSON")
@@ -96,6 +100,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if *child {
 		return runChild(*config, *recordsPath, o.profile, *noteClaims, stderr)
+	}
+	if *endpoints != "" {
+		o.endpoints = strings.Split(*endpoints, ",")
 	}
 	o.set = map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
@@ -143,6 +150,9 @@ func emit(o options, rep interface {
 func (o *options) validate() error {
 	if o.rate != 0 || o.set["plugin"] {
 		return o.validateSustained()
+	}
+	if o.set["store"] || o.set["endpoints"] {
+		return fmt.Errorf("-store and -endpoints apply with -rate (sustained mode) only; the burst measurement runs on Redis")
 	}
 	switch {
 	case o.replicas < 1 || o.replicas > 64:

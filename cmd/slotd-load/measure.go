@@ -100,7 +100,7 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 	if err := wait(w0); err != nil {
 		return nil, err
 	}
-	before, err := takeSnapshot(ctx, rdb, reps)
+	before, err := takeSnapshot(ctx, storeProbe{rdb: rdb}, reps)
 	if err != nil {
 		return nil, err
 	}
@@ -123,7 +123,7 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 		rep.Violations = append(rep.Violations, fmt.Sprintf("burst %s: not every slot ran and every claim was answered within %v",
 			rep.Burst.SlotTime, settled.Sub(burst)))
 	}
-	after, err := takeSnapshot(ctx, rdb, reps)
+	after, err := takeSnapshot(ctx, storeProbe{rdb: rdb}, reps)
 	if err != nil {
 		return nil, err
 	}
@@ -360,13 +360,21 @@ func quiesce(ctx context.Context, rdb *redis.Client, deadline time.Time, wait fu
 type snapshot struct {
 	at         time.Time
 	commands   map[string]int64   // INFO commandstats
-	redisCPU   float64            // INFO cpu, user + system seconds
+	redisCPU   float64            // INFO cpu, user + system seconds; a consensus store's members' CPU from /proc
+	storeRSSMB float64            // a consensus store's members' RSS summed (0 on Redis)
 	replicaCPU map[string]float64 // /proc, by replica id
 	toolCPU    float64            // /proc of this process
 	loadAvg    string             // /proc/loadavg: the machine's 1, 5 and 15 minute load averages
 }
 
-func takeSnapshot(ctx context.Context, rdb *redis.Client, reps []*replica) (snapshot, error) {
+// storeProbe reads the store's counters: Redis's INFO through rdb, or the
+// CPU of a consensus store's member processes.
+type storeProbe struct {
+	rdb  *redis.Client
+	cons *consensus
+}
+
+func takeSnapshot(ctx context.Context, st storeProbe, reps []*replica) (snapshot, error) {
 	s := snapshot{at: time.Now(), replicaCPU: map[string]float64{}}
 	if p, err := readProc(os.Getpid()); err == nil {
 		s.toolCPU = p.CPUSeconds
@@ -377,10 +385,14 @@ func takeSnapshot(ctx context.Context, rdb *redis.Client, reps []*replica) (snap
 	for _, r := range reps {
 		s.replicaCPU[r.id] = r.cpu()
 	}
+	if st.cons != nil {
+		s.redisCPU, s.storeRSSMB = st.cons.cpu(), st.cons.rssMB()
+		return s, nil
+	}
 	var err error
-	if s.commands, err = commandStats(ctx, rdb); err != nil {
+	if s.commands, err = commandStats(ctx, st.rdb); err != nil {
 		return s, err
 	}
-	s.redisCPU, err = serverCPU(ctx, rdb)
+	s.redisCPU, err = serverCPU(ctx, st.rdb)
 	return s, err
 }

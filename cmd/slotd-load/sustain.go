@@ -41,10 +41,17 @@ func (o *options) validateSustained() error {
 	if !o.set["warmup"] {
 		o.warmup = 5
 	}
+	if o.store == "" {
+		o.store = storeRedis
+	}
 	if !o.set["duration"] {
 		o.duration = time.Minute
 	}
 	switch {
+	case o.store != storeRedis && o.store != storeEtcd && o.store != storeZooKeeper:
+		return fmt.Errorf("-store %q: want %s, %s or %s", o.store, storeRedis, storeEtcd, storeZooKeeper)
+	case len(o.endpoints) > 0 && o.store == storeRedis:
+		return fmt.Errorf("-endpoints %q: with -store %s or %s only", strings.Join(o.endpoints, ","), storeEtcd, storeZooKeeper)
 	case o.rate < 1:
 		return fmt.Errorf("-rate %d: want at least 1 task due every second", o.rate)
 	case o.plugin != pluginNoop && o.plugin != pluginHTTP:
@@ -83,9 +90,9 @@ func runSustained(ctx context.Context, o options, stdout, stderr io.Writer) int 
 
 // writeSustainedConfigs writes each replica's config: o.rate tasks due
 // every second on the plugin, url the sink's (http only).
-func writeSustainedConfigs(o options, dir, redisAddr, url string, ids, listens []string) ([]string, error) {
+func writeSustainedConfigs(o options, dir, storeSection, url string, ids, listens []string) ([]string, error) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "[redis]\nurl = \"redis://%s/0\"\n[log]\nlevel = \"warn\"\nformat = \"json\"\n", redisAddr)
+	fmt.Fprintf(&b, "%s[log]\nlevel = \"warn\"\nformat = \"json\"\n", storeSection)
 	fmt.Fprintf(&b, "[defaults]\nlease = %q\ndone_ttl = \"1m\"\nmax_attempts = 3\ntimeout = \"1m\"\ncatchup = \"none\"\n", o.burstLease)
 	if o.plugin == pluginHTTP {
 		// Every task posts to the one sink in the same second. By default
@@ -121,22 +128,38 @@ func measureSustained(ctx context.Context, o options, stderr io.Writer) (*sustai
 	}
 	defer cleanup()
 	progress := progressTo(stderr)
-	rep := &sustainedRun{Config: sustainedConfig{Replicas: o.replicas, Rate: o.rate, Plugin: o.plugin,
+	rep := &sustainedRun{Config: sustainedConfig{Store: o.store, Replicas: o.replicas, Rate: o.rate, Plugin: o.plugin,
 		Duration: o.duration.String(), WarmupS: o.warmup, Lease: o.burstLease.String()}}
 
-	srv, err := startRedis(o.redisServer, dir)
-	if err != nil {
-		return nil, err
-	}
-	defer srv.stop()
-	rdb := redis.NewClient(&redis.Options{Addr: srv.addr, ContextTimeoutEnabled: true})
-	defer rdb.Close()
-	if rep.Sustained.LuaCounted, err = luaCallsCounted(ctx, rdb); err != nil {
-		return nil, err
-	}
-	progress("redis-server on %s; raw baseline on %d keys", srv.addr, o.rate)
-	if rep.Baseline, err = runBaseline(ctx, srv.addr, o.rate, o.replicas, o.batch); err != nil {
-		return nil, err
+	// st measures the store: Redis by INFO (rdb), etcd and ZooKeeper by
+	// their members' processes (cons).
+	var st storeProbe
+	var section string
+	if o.store == storeRedis {
+		srv, err := startRedis(o.redisServer, dir)
+		if err != nil {
+			return nil, err
+		}
+		defer srv.stop()
+		st.rdb = redis.NewClient(&redis.Options{Addr: srv.addr, ContextTimeoutEnabled: true})
+		defer st.rdb.Close()
+		if rep.Sustained.LuaCounted, err = luaCallsCounted(ctx, st.rdb); err != nil {
+			return nil, err
+		}
+		progress("redis-server on %s; raw baseline on %d keys", srv.addr, o.rate)
+		if rep.Baseline, err = runBaseline(ctx, srv.addr, o.rate, o.replicas, o.batch); err != nil {
+			return nil, err
+		}
+		section = fmt.Sprintf("[redis]\nurl = \"redis://%s/0\"\n", srv.addr)
+	} else {
+		cons, err := startConsensus(o.store, o.endpoints, 3, dir)
+		if err != nil {
+			return nil, err
+		}
+		defer cons.stop()
+		st.cons = cons
+		section = cons.section()
+		progress("%s on %s", o.store, strings.Join(cons.endpoints, ","))
 	}
 
 	var sk *sink
@@ -157,7 +180,7 @@ func measureSustained(ctx context.Context, o options, stderr io.Writer) (*sustai
 		}
 		listens[i] = "127.0.0.1:" + strconv.Itoa(port)
 	}
-	configs, err := writeSustainedConfigs(o, dir, srv.addr, url, ids, listens)
+	configs, err := writeSustainedConfigs(o, dir, section, url, ids, listens)
 	if err != nil {
 		return nil, err
 	}
@@ -205,14 +228,14 @@ func measureSustained(ctx context.Context, o options, stderr io.Writer) (*sustai
 	if err := w.until(w0.Add(-lead)); err != nil {
 		return nil, err
 	}
-	before, err := takeSnapshot(ctx, rdb, reps)
+	before, err := takeSnapshot(ctx, st, reps)
 	if err != nil {
 		return nil, err
 	}
 	if err := w.until(w1.Add(-lead)); err != nil {
 		return nil, err
 	}
-	after, err := takeSnapshot(ctx, rdb, reps)
+	after, err := takeSnapshot(ctx, st, reps)
 	if err != nil {
 		return nil, err
 	}

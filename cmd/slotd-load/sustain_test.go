@@ -33,3 +33,28 @@ func TestSustainedFlags(t *testing.T) {
 		t.Errorf("defaults: warm-up %d s, duration %v, err %v; want 5 s and 1m", o.warmup, o.duration, err)
 	}
 }
+
+// -store and -endpoints: the stores it knows, endpoints only for etcd and
+// ZooKeeper, and only in sustained mode.
+func TestStoreFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string // in the error
+	}{
+		{[]string{"-rate", "10", "-store", "mysql"}, `-store "mysql"`},
+		{[]string{"-rate", "10", "-endpoints", "127.0.0.1:2181"}, "with -store etcd or zookeeper only"},
+		{[]string{"-store", "etcd"}, "sustained mode"},
+	} {
+		var stderr strings.Builder
+		if code := run(tc.args, io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("%q: exit %d, stderr %q; want 2 and %q", tc.args, code, stderr.String(), tc.want)
+		}
+	}
+	for _, store := range []string{storeEtcd, storeZooKeeper} {
+		o := options{rate: 10, replicas: 3, batch: 256, burstLease: 15 * time.Second, sample: time.Second, plugin: pluginNoop,
+			store: store, endpoints: []string{"127.0.0.1:1"}, set: map[string]bool{"rate": true, "store": true, "endpoints": true}}
+		if err := o.validate(); err != nil {
+			t.Errorf("-store %s -endpoints: %v", store, err)
+		}
+	}
+}

@@ -32,6 +32,7 @@ type sustainedRun struct {
 }
 
 type sustainedConfig struct {
+	Store    string `json:"store"` // redis, etcd (3 members) or zookeeper (3 nodes)
 	Replicas int    `json:"replicas"`
 	Rate     int    `json:"rate"` // tasks, each due every second
 	Plugin   string `json:"plugin"`
@@ -58,8 +59,12 @@ type sustainedReport struct {
 	HistoryNotRecorded int            `json:"history_not_recorded"`
 	LogWarnings        map[string]int `json:"replica_log_warnings"` // warn and error lines by message, whole run
 
-	RedisCPU         float64            `json:"redis_cpu_s"`             // INFO cpu used_cpu_user + used_cpu_sys delta
+	// The store's CPU: Redis's INFO cpu used_cpu_user + used_cpu_sys
+	// delta; etcd's and ZooKeeper's members' /proc utime + stime deltas,
+	// summed over the members (0 on endpoints given with -endpoints).
+	RedisCPU         float64            `json:"redis_cpu_s"`
 	RedisCPUPerSlot  float64            `json:"redis_cpu_us_per_slot"`   // µs
+	StoreRSSMB       float64            `json:"store_rss_mb,omitempty"`  // etcd's or ZooKeeper's members' RSS summed at the window's end
 	RedisCmdsPerSlot float64            `json:"redis_commands_per_slot"` // INFO commandstats delta, summed, INFO left out
 	RedisCmds        map[string]float64 `json:"redis_commands_per_slot_by_name"`
 	// LuaCounted: the server counts the commands a script calls in
@@ -130,6 +135,7 @@ func (rep *sustainedRun) analyze(recs *records, o options, w0, w1 time.Time, bef
 	}
 	s.RedisCPU = after.redisCPU - before.redisCPU
 	s.RedisCPUPerSlot = perSlot(s.RedisCPU * 1e6)
+	s.StoreRSSMB = after.storeRSSMB
 	s.RedisCmds = map[string]float64{}
 	var total int64
 	for name, n := range after.commands {
@@ -240,10 +246,10 @@ func (rep *sustainedRun) summary() string {
 	for _, r := range rep.Replicas {
 		rss = append(rss, fmt.Sprintf("%s %.0f", r.ID, r.PeakRSSMB))
 	}
-	return fmt.Sprintf("sustained %s %d/s × %s on %d replicas: %.0f slots/s; %d expected, %d executed, %d missed, %d duplicates; "+
-		"start p50 %.0f ms, p99 %.0f ms, max %.0f ms; history not recorded %d; Redis %.1f µs and %.2f commands per slot; "+
+	return fmt.Sprintf("sustained %s %d/s × %s on %d replicas, %s: %.0f slots/s; %d expected, %d executed, %d missed, %d duplicates; "+
+		"start p50 %.0f ms, p99 %.0f ms, max %.0f ms; history not recorded %d; store %.1f µs and %.2f commands per slot; "+
 		"replicas %.1f µs per slot; peak RSS MB %s; load avg %s; violations %d",
-		c.Plugin, c.Rate, c.Duration, c.Replicas, s.SlotsPerS, s.Expected, s.Executed, s.Missed, s.Duplicates,
+		c.Plugin, c.Rate, c.Duration, c.Replicas, c.Store, s.SlotsPerS, s.Expected, s.Executed, s.Missed, s.Duplicates,
 		s.StartDelay.P50, s.StartDelay.P99, s.StartDelay.Max, s.HistoryNotRecorded, s.RedisCPUPerSlot, s.RedisCmdsPerSlot,
 		s.ReplicaCPUPerSlot, strings.Join(rss, ", "), s.LoadAvg[1], len(rep.Violations))
 }
@@ -256,8 +262,8 @@ func (rep *sustainedRun) writeJSON(w io.Writer) error {
 
 func (rep *sustainedRun) writeTable(w io.Writer) {
 	c, s, bl := rep.Config, rep.Sustained, rep.Baseline
-	fmt.Fprintf(w, "slotd load, sustained: %d replicas, %d tasks due every second (plugin %s, lease %s), window of %s from %s after %d s of warm-up\n\n",
-		c.Replicas, c.Rate, c.Plugin, c.Lease, c.Duration, s.WindowStart, c.WarmupS)
+	fmt.Fprintf(w, "slotd load, sustained on %s: %d replicas, %d tasks due every second (plugin %s, lease %s), window of %s from %s after %d s of warm-up\n\n",
+		c.Store, c.Replicas, c.Rate, c.Plugin, c.Lease, c.Duration, s.WindowStart, c.WarmupS)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(cells ...any) {
 		for i, cell := range cells {
@@ -275,14 +281,21 @@ func (rep *sustainedRun) writeTable(w io.Writer) {
 	row("slots run as attempt ≥ 2", s.LaterAttempt)
 	row("start delay (first run − slot time)", fmt.Sprintf("p50 %.1f ms, p99 %.1f ms, max %.1f ms (n=%d)", s.StartDelay.P50, s.StartDelay.P99, s.StartDelay.Max, s.StartDelay.N))
 	row("history not recorded (whole run)", s.HistoryNotRecorded)
-	row("Redis CPU per slot", fmt.Sprintf("%.1f µs (%.2f s over %.1f s)", s.RedisCPUPerSlot, s.RedisCPU, s.CountersS))
-	lua := "Lua's calls included"
-	if !s.LuaCounted {
-		lua = "this server does NOT count Lua's calls"
+	redis := c.Store == storeRedis || c.Store == ""
+	if redis {
+		row("Redis CPU per slot", fmt.Sprintf("%.1f µs (%.2f s over %.1f s)", s.RedisCPUPerSlot, s.RedisCPU, s.CountersS))
+		lua := "Lua's calls included"
+		if !s.LuaCounted {
+			lua = "this server does NOT count Lua's calls"
+		}
+		row("Redis commands per slot ("+lua+")", fmt.Sprintf("%.2f: %s", s.RedisCmdsPerSlot, topCommands(s.RedisCmds)))
+	} else {
+		row(c.Store+" CPU per slot (3 members)", fmt.Sprintf("%.1f µs (%.2f s over %.1f s); members' RSS %.0f MB", s.RedisCPUPerSlot, s.RedisCPU, s.CountersS, s.StoreRSSMB))
 	}
-	row("Redis commands per slot ("+lua+")", fmt.Sprintf("%.2f: %s", s.RedisCmdsPerSlot, topCommands(s.RedisCmds)))
 	row("replica CPU per slot (all replicas)", fmt.Sprintf("%.1f µs (%.2f s)", s.ReplicaCPUPerSlot, s.ReplicaCPU))
-	row("per slot, client side (all replicas)", fmt.Sprintf("%.2f round trips, %.2f commands", s.ClientTripsPerSlot, s.ClientCmdsPerSlot))
+	if redis {
+		row("per slot, client side (all replicas)", fmt.Sprintf("%.2f round trips, %.2f commands", s.ClientTripsPerSlot, s.ClientCmdsPerSlot))
+	}
 	row("this tool's CPU in the window", fmt.Sprintf("%.2f s (sink and records; it shares the cores)", s.ToolCPU))
 	row("machine load average (1, 5, 15 min)", fmt.Sprintf("%s at the start, %s at the end of the window (%d cores)", s.LoadAvg[0], s.LoadAvg[1], runtime.NumCPU()))
 	if sk := s.Sink; sk != nil {
@@ -292,8 +305,10 @@ func (rep *sustainedRun) writeTable(w io.Writer) {
 		row("replica "+r.ID, fmt.Sprintf("CPU %.2f s in the window (%.1f µs per slot), %.2f s in all; peak RSS %.1f MB; Go peaks: heap %.1f MB, stacks %.1f MB, %d goroutines",
 			r.WindowCPU, r.CPUPerSlot, r.CPUSeconds, r.PeakRSSMB, r.HeapMB, r.StacksMB, r.Goroutines))
 	}
-	row("raw baseline (same server)", fmt.Sprintf("%.0f SET NX PX/s, %d clients pipelined %d; %.0f lock cycles/s sequential; %.0f releases/s pipelined",
-		bl.PipelinedClaims, bl.Clients, bl.Batch, bl.SequentialCycles, bl.PipelinedReleases))
+	if redis {
+		row("raw baseline (same server)", fmt.Sprintf("%.0f SET NX PX/s, %d clients pipelined %d; %.0f lock cycles/s sequential; %.0f releases/s pipelined",
+			bl.PipelinedClaims, bl.Clients, bl.Batch, bl.SequentialCycles, bl.PipelinedReleases))
+	}
 	if sc := rep.Scrapes; sc.Every != "" {
 		row("/metrics scraped every "+sc.Every, fmt.Sprintf("%d scrapes of %.0f KiB, %d failed", sc.N, sc.MeanKiB, sc.Errors))
 	}

@@ -10,10 +10,6 @@ import (
 // not ignored.
 func TestStoreSupportRefused(t *testing.T) {
 	for _, tc := range []struct{ src, want string }{
-		{"[zookeeper]\nservers = [\"zk1:2181\"]\n[[task]]\nname = \"a\"\nschedule = \"@hourly\"\nplugin = \"exec\"\nconcurrency = \"forbid\"\n  [task.params]\n  command = [\"true\"]\n",
-			`task "a": concurrency: "forbid" needs the store's operator controls, which [zookeeper] does not have`},
-		{"[etcd]\nendpoints = [\"http://etcd1:2379\"]\n[[task]]\nname = \"b\"\nschedule = \"@hourly\"\nplugin = \"exec\"\nconcurrency = \"replace\"\n  [task.params]\n  command = [\"true\"]\n",
-			`task "b": concurrency: "replace" needs the store's operator controls, which [etcd] does not have`},
 		{"[redis]\nredlock = [\"redis://a:6379\", \"redis://b:6379\", \"redis://c:6379\"]\n[[task]]\nname = \"c\"\nschedule = \"@hourly\"\nplugin = \"exec\"\nconcurrency = \"replace\"\n  [task.params]\n  command = [\"true\"]\n",
 			`task "c": concurrency: "replace" needs the store's operator controls, which [redis] redlock does not have`},
 	} {
@@ -22,8 +18,16 @@ func TestStoreSupportRefused(t *testing.T) {
 			t.Errorf("%s\nerr = %v\nwant %q", tc.src, err, tc.want)
 		}
 	}
-	// On Redis both are fine; on_failure is fine on every store (each has
-	// one-time markers).
+	// On Redis, etcd and ZooKeeper both are fine; on_failure is fine on
+	// every store (each has one-time markers).
+	for _, src := range []string{
+		"[zookeeper]\nservers = [\"zk1:2181\"]\n[[task]]\nname = \"a\"\nschedule = \"@hourly\"\nplugin = \"exec\"\nconcurrency = \"forbid\"\n  [task.params]\n  command = [\"true\"]\n",
+		"[etcd]\nendpoints = [\"http://etcd1:2379\"]\n[[task]]\nname = \"b\"\nschedule = \"@hourly\"\nplugin = \"exec\"\nconcurrency = \"replace\"\n  [task.params]\n  command = [\"true\"]\n",
+	} {
+		if _, err := Parse([]byte(src), "test.toml", nil); err != nil {
+			t.Errorf("%s\nerr = %v", src, err)
+		}
+	}
 	hook := "[etcd]\nendpoints = [\"http://etcd1:2379\"]\n[[task]]\nname = \"e\"\nschedule = \"@hourly\"\nplugin = \"exec\"\n  [task.params]\n  command = [\"true\"]\n  [task.on_failure]\n  plugin = \"exec\"\n    [task.on_failure.params]\n    command = [\"true\"]\n"
 	if _, err := Parse([]byte(hook), "test.toml", nil); err != nil {
 		t.Errorf("on_failure on etcd: %v", err)
@@ -49,13 +53,13 @@ func TestStoreSupportEveryStore(t *testing.T) {
 		{"[redis]\naddrs = [\"127.0.0.1:1\"]\nmaster_name = \"m\"\n", "[redis] sentinel", true, true},
 		{"[redis]\naddrs = [\"127.0.0.1:1\"]\ncluster = true\n", "[redis] cluster", true, true},
 		{"[redis]\nredlock = [\"redis://127.0.0.1:1\", \"redis://127.0.0.1:2\", \"redis://127.0.0.1:3\"]\n", "[redis] redlock", false, true},
-		{"[etcd]\nendpoints = [\"http://127.0.0.1:1\"]\n", "[etcd]", false, true},
-		{"[zookeeper]\nservers = [\"127.0.0.1:1\"]\n", "[zookeeper]", false, true},
+		{"[etcd]\nendpoints = [\"http://127.0.0.1:1\"]\n", "[etcd]", true, true},
+		{"[zookeeper]\nservers = [\"127.0.0.1:1\"]\n", "[zookeeper]", true, true},
 	} {
 		for _, key := range []string{`concurrency = "forbid"`, `concurrency = "replace"`, `concurrency = "queue"`, "on_failure = { plugin = \"exec\", params = { command = [\"true\"] } }"} {
 			_, err := Parse([]byte(tc.store+task+key+"\n"), "test.toml", nil)
 			supported := tc.controls
-			want := fmt.Sprintf(`test.toml: task "t": concurrency: %q needs the store's operator controls, which %s does not have yet (Redis and the embedded store do)`,
+			want := fmt.Sprintf(`test.toml: task "t": concurrency: %q needs the store's operator controls, which %s does not have yet (every store but Redlock does)`,
 				strings.Trim(strings.TrimPrefix(key, "concurrency = "), `"`), tc.name)
 			if strings.HasPrefix(key, "on_failure") {
 				supported = tc.oncer

@@ -80,6 +80,7 @@ import (
 
 	"github.com/slotd/slotd/internal/coalesce"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/internal/kv"
 )
 
 // Store is the slot protocol on an etcd cluster. It implements lock.Store,
@@ -92,6 +93,11 @@ type Store struct {
 	hub    *hub
 	holds  *holds
 	txns   *coalesce.Coalescer[txnReq, *clientv3.TxnResponse] // renewals, completions, releases
+
+	// The fleet and the operator controls over package kv's primitive
+	// (fleet.go, controls.go), built once in New.
+	kvFleet    *kv.Fleet
+	kvControls *kv.Controls
 
 	ctx    context.Context // ends at Close: the keepalive stream, the watch, the janitor
 	cancel context.CancelFunc
@@ -128,6 +134,8 @@ func New(cli *clientv3.Client, prefix string, opts ...Option) *Store {
 	s.hub = newHub(s)
 	s.holds = newHolds(s)
 	s.txns = newTxns(s)
+	s.kvFleet = kv.NewFleet(etcdKV{s}, true)
+	s.kvControls = kv.NewControls(etcdKV{s}, s.Time, s.arm)
 	return s
 }
 

@@ -55,7 +55,7 @@ func (s *Store) Once(ctx context.Context, slot lock.Slot, event, value string, t
 	return kv.Once(ctx, etcdKV{s}, slot, event, value, ttl)
 }
 
-func (s *Store) fleet() *kv.Fleet { return kv.NewFleet(etcdKV{s}, true) }
+func (s *Store) fleet() *kv.Fleet { return s.kvFleet }
 
 // etcdKV is kv.Store on etcd.
 type etcdKV struct{ s *Store }
@@ -154,13 +154,27 @@ func (e etcdKV) Delete(ctx context.Context, dir, name string, version int64) (bo
 }
 
 // OnMembers implements kv.Store with a watch of dir's keys: a key created
-// or deleted (its lease expired included) calls f; a rewrite does not. A
-// watch opened again (the first time, or after an error) calls f once, in
-// case a change fell in between. It returns once the watch is set (or
-// after a few seconds without an answer), so that no change after it
-// returns goes unheard.
+// or deleted (its lease expired included) calls f; a rewrite does not.
 func (e etcdKV) OnMembers(dir string, f func()) (stop func()) {
-	prefix := e.key(dir, "")
+	return e.watch(e.key(dir, ""), true, func(ev *clientv3.Event) bool { return ev.Type == mvccpb.DELETE || ev.IsCreate() }, f)
+}
+
+// OnChange implements kv.Store with a watch of the name's key: any write
+// or delete calls f.
+func (e etcdKV) OnChange(dir, name string, f func()) (stop func()) {
+	return e.watch(e.key(dir, name), false, func(*clientv3.Event) bool { return true }, f)
+}
+
+// watch watches key (with prefix, every key under it) and calls f when a
+// batch of events has one that hit selects. A watch opened again (the
+// first time, or after an error) calls f once, in case a change fell in
+// between. It returns once the watch is set (or after a few seconds
+// without an answer), so that no change after it returns goes unheard.
+func (e etcdKV) watch(key string, prefix bool, hit func(*clientv3.Event) bool, f func()) (stop func()) {
+	opts := []clientv3.OpOption{clientv3.WithCreatedNotify()}
+	if prefix {
+		opts = append(opts, clientv3.WithPrefix())
+	}
 	ctx, cancel := context.WithCancel(e.s.ctx)
 	ready := make(chan struct{})
 	e.s.goOwned(func() {
@@ -174,7 +188,7 @@ func (e etcdKV) OnMembers(dir string, f func()) (stop func()) {
 		backoff := retry.Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second}
 		for n := 0; ctx.Err() == nil; n++ {
 			wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-			for resp := range e.s.cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify()) {
+			for resp := range e.s.cli.Watch(wctx, key, opts...) {
 				if resp.Created {
 					select {
 					case <-ready:
@@ -189,7 +203,7 @@ func (e etcdKV) OnMembers(dir string, f func()) (stop func()) {
 					break
 				}
 				for _, ev := range resp.Events {
-					if ev.Type == mvccpb.DELETE || ev.IsCreate() {
+					if hit(ev) {
 						f()
 						break
 					}

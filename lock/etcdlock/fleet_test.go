@@ -15,3 +15,9 @@ func TestFleetConformance(t *testing.T) {
 	c := etcdtest.Start(t, 3)
 	locktest.RunFleet(t, harness(t, c), 2*time.Second)
 }
+
+// The operator controls' suite on a three-member cluster.
+func TestControlsConformance(t *testing.T) {
+	c := etcdtest.Start(t, 3)
+	locktest.RunControls(t, harness(t, c))
+}

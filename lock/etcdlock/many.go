@@ -134,3 +134,7 @@ func (s *Store) claimBatch(ctx context.Context, reqs []lock.ClaimRequest, from, 
 		reply(p.i, c, err)
 	}
 }
+
+// SlotsInFlight is how many slots' claims one ClaimMany has in flight at
+// most: the concurrency at which a raw baseline compares.
+const SlotsInFlight = claimsPerTxn * txnsInFlight

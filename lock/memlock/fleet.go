@@ -46,7 +46,7 @@ func (m *Store) FirstStart(ctx context.Context) (time.Time, error) {
 // never called.
 func (m *Store) OnFleetChange(f func()) (stop func()) { return m.fleet().OnFleetChange(f) }
 
-func (m *Store) fleet() *kv.Fleet { return kv.NewFleet(memKV{m}, false) }
+func (m *Store) fleet() *kv.Fleet { return m.kvFleet }
 
 // memKV is kv.Store on the Store's keys.
 type memKV struct{ m *Store }
@@ -116,6 +116,7 @@ func (s memKV) Put(ctx context.Context, dir, name, value string, version int64, 
 		return false, err
 	}
 	s.m.set(key, strconv.FormatInt(kvVersion.Add(1), 10)+"\n"+value, ttl, now)
+	s.m.watch.Notify(key, lock.Released)
 	return true, nil
 }
 
@@ -131,9 +132,18 @@ func (s memKV) Delete(ctx context.Context, dir, name string, version int64) (boo
 		return false, err
 	}
 	delete(s.m.keys, key)
+	s.m.watch.Notify(key, lock.Released)
 	return true, nil
 }
 
 // OnMembers implements kv.Store; the fleet in memory has no live set to
 // watch.
 func (memKV) OnMembers(string, func()) (stop func()) { return func() {} }
+
+// OnChange implements kv.Store: a watch of the name's key, which Put and
+// Delete notify (an expiry is not noticed: nothing here watches the clock).
+func (s memKV) OnChange(dir, name string, f func()) (stop func()) {
+	w := s.m.watchKey(kvKey(dir, name))
+	w.OnChange(func(lock.Change) { f() })
+	return w.Stop
+}

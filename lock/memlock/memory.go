@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/internal/kv"
 	"github.com/slotd/slotd/lock/internal/notify"
 	"strconv"
 	"strings"
@@ -24,6 +25,8 @@ type Store struct {
 	mu    sync.Mutex
 	keys  map[string]entry
 	watch notify.Watchers
+
+	kvFleet *kv.Fleet // the fleet over package kv's primitive (fleet.go), built in New
 }
 
 type entry struct {
@@ -36,7 +39,9 @@ func New(now func() time.Time) *Store {
 	if now == nil {
 		now = time.Now
 	}
-	return &Store{now: now, keys: map[string]entry{}}
+	m := &Store{now: now, keys: map[string]entry{}}
+	m.kvFleet = kv.NewFleet(memKV{m}, false)
+	return m
 }
 
 // get returns key's value, expiring it first if its time has come.

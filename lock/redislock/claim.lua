@@ -1,10 +1,10 @@
 -- claim.lua: try to take N slots, in one round trip. The keys and
--- arguments are N single-slot claims laid end to end (3 keys and 6
+-- arguments are N single-slot claims laid end to end (3 keys and 8
 -- arguments each); the batcher fuses concurrent claims into one call this
 -- way, since a Lua call costs Redis more than the few commands each slot
 -- needs.
 --
--- For slot i (0-based), k = 3i and a = 7i:
+-- For slot i (0-based), k = 3i and a = 8i:
 -- KEYS[k+1]  state key     slotd:{task:slotid}
 -- KEYS[k+2]  attempts key  slotd:{task:slotid}:attempts
 -- KEYS[k+3]  base key      slotd:{task:slotid}:base (attempts counted before the last rerun)
@@ -20,10 +20,21 @@
 --            a slot's preferred claimant (scheduler/prefer.go) hear it was
 --            taken before the winner even has its reply. A hint, not part
 --            of the slot protocol (model/slot.pml does not mirror it).
+-- ARGV[a+8]  "" or, when the caller's last claim of this slot is in doubt
+--            (sent, its reply lost), the least attempt it may take over:
+--            one above every attempt the caller was answered won for. A
+--            "run:" value of the caller's own with such an attempt is that
+--            claim, which landed, and no attempt ran under it. It is this
+--            claim now: its lease is set again and it answers won with the
+--            attempt it counted, so a lost reply costs no attempt. The
+--            caller sends it on one claim only after each claim in doubt
+--            (the Store takes its record as it sends: doubt.go), so two
+--            claims of one process never both take one attempt over.
 --
 -- Returns an array of N replies, one per slot in order, each
 -- {result, attempt, ms, server_now_ms, value, base}:
 --   {"won", n, lease_ms, now, "", base}  the caller holds the slot as attempt n
+--                                        (its own claim in doubt, taken over, too)
 --   {"held", 0, pttl, now, value, 0}     a replica runs it; value says who
 --   {"done", 0, 0, now, value, 0}        the slot succeeded; value says who
 --   {"exhausted", n, 0, now, "", base}   n attempts used, none left
@@ -51,6 +62,17 @@ local function claim(k, a)
   local v = redis.call('GET', state)
   if v then
     if string.sub(v, 1, 4) == 'run:' then
+      local mine = 'run:' .. ARGV[a + 1] .. ':'
+      local n = ARGV[a + 8] ~= '' and string.sub(v, 1, #mine) == mine and tonumber(string.match(string.sub(v, #mine + 1), '^%d+$') or '')
+      if n and n >= tonumber(ARGV[a + 8]) and now < tonumber(ARGV[a + 5]) then
+        local b = redis.call('GET', KEYS[k + 3])
+        local base = tonumber(b or '0')
+        if not base then
+          return {'foreign', 0, 0, now, b, 0}
+        end
+        redis.call('SET', state, v, 'PX', ARGV[a + 2])
+        return {'won', n, tonumber(ARGV[a + 2]), now, '', base}
+      end
       return {'held', 0, redis.call('PTTL', state), now, v, 0}
     end
     if string.sub(v, 1, 5) == 'done:' then
@@ -112,14 +134,14 @@ end
 local out = {}
 local taken = {} -- channel -> state keys of the won slots
 for i = 0, #KEYS / 3 - 1 do
-  local ok, r = pcall(claim, 3 * i, 7 * i)
+  local ok, r = pcall(claim, 3 * i, 8 * i)
   if not ok then
     r = {err = tostring(r)}
-  elseif r[1] == 'won' and ARGV[7 * i + 7] ~= '' then
-    local keys = taken[ARGV[7 * i + 7]]
+  elseif r[1] == 'won' and ARGV[8 * i + 7] ~= '' then
+    local keys = taken[ARGV[8 * i + 7]]
     if not keys then
       keys = {}
-      taken[ARGV[7 * i + 7]] = keys
+      taken[ARGV[8 * i + 7]] = keys
     end
     keys[#keys + 1] = KEYS[3 * i + 1]
   end

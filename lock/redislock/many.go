@@ -17,14 +17,21 @@ func (r *Store) ClaimMany(ctx context.Context, reqs []lock.ClaimRequest, f func(
 	sreqs := make([]scriptReq, len(reqs))
 	taken := r.batch.takenChannel()
 	for i, q := range reqs {
-		keys, args := claimArgs(r.prefix, q.Slot, q.Owner, q.Policy, taken)
+		keys, args := r.claimArgs(q.Slot, q.Owner, q.Policy, taken)
 		sreqs[i] = scriptReq{script: claimScript, keys: keys, args: args}
 	}
 	sent := time.Now()
 	calls := r.batch.queue(ctx, sreqs...)
 	for i, c := range calls {
 		var rep lock.ClaimReply
-		rep.Claim, rep.Err = r.claimReply(wait(c), reqs[i].Slot, sent)
+		var again bool
+		rep.Claim, rep.Err, again = r.claimReply(wait(c), reqs[i].Slot, reqs[i].Owner, sent)
+		if again { // found held by its own lost claim: once more, asking for it
+			q := reqs[i]
+			keys, args := r.claimArgs(q.Slot, q.Owner, q.Policy, taken)
+			resent := time.Now()
+			rep.Claim, rep.Err, _ = r.claimReply(r.batch.run(ctx, claimScript, keys, args...), q.Slot, q.Owner, resent)
+		}
 		f(i, rep)
 	}
 }

@@ -51,6 +51,8 @@ type Store struct {
 	sub *redisx.Subscription // releases, reruns and completions; started by the first Watch
 
 	ack replicasAck // WithMinReplicasAck; zero: no WAIT
+
+	doubt doubts // claims sent whose reply was lost (doubt.go)
 }
 
 // NewRedis returns the slot protocol on rdb, with keys under prefix.
@@ -77,30 +79,45 @@ func (r *Store) Claim(ctx context.Context, slot lock.Slot, replica string, p loc
 	if r.ack.n > 0 {
 		return r.claimAcked(ctx, slot, replica, p)
 	}
-	keys, args := claimArgs(r.prefix, slot, replica, p, r.batch.takenChannel())
-	sent := time.Now()
-	return r.claimReply(r.batch.run(ctx, claimScript, keys, args...), slot, sent)
+	for try := 0; ; try++ {
+		keys, args := r.claimArgs(slot, replica, p, r.batch.takenChannel())
+		sent := time.Now()
+		c, err, again := r.claimReply(r.batch.run(ctx, claimScript, keys, args...), slot, replica, sent)
+		if !again || try > 0 {
+			return c, err
+		}
+	}
 }
 
-// claimReply decodes the reply to claim.lua for slot, sent at sent.
-func (r *Store) claimReply(cmd *redis.Cmd, slot lock.Slot, sent time.Time) (lock.Claim, error) {
+// claimReply decodes the reply to claim.lua for owner's claim of slot,
+// sent at sent, and records it (doubt.go): again reports a claim found
+// held by its own lost claim, to send once more at once, asking for it.
+func (r *Store) claimReply(cmd *redis.Cmd, slot lock.Slot, owner string, sent time.Time) (c lock.Claim, err error, again bool) {
+	state, attempts := Keys(r.prefix, slot)
 	res, err := cmd.Slice()
-	if err != nil {
-		return lock.Claim{}, redisErr(fmt.Errorf("lock: claim %s: %w", slot, err))
+	if err == nil {
+		c, err = decodeClaim(res)
+		if err != nil {
+			err = fmt.Errorf("lock: claim %s (keys %s, %s): %w", slot, state, attempts, err)
+		}
+	} else {
+		err = fmt.Errorf("lock: claim %s: %w", slot, err)
 	}
-	c, err := decodeClaim(res)
+	again = r.doubt.answered(state, owner, c, err)
 	if err != nil {
-		state, attempts := Keys(r.prefix, slot)
-		return lock.Claim{}, redisErr(fmt.Errorf("lock: claim %s (keys %s, %s): %w", slot, state, attempts, err))
+		return lock.Claim{}, redisErr(err), false
 	}
 	c.Sent = sent
-	return c, nil
+	return c, nil, again
 }
 
 // claimArgs are claim.lua's keys (state, attempts, base) and arguments;
-// taken is the channel a won claim is announced on, "" for none.
-func claimArgs(prefix string, slot lock.Slot, replica string, p lock.Policy, taken string) ([]string, []any) {
-	state, attempts := Keys(prefix, slot)
+// taken is the channel a won claim is announced on, "" for none. It counts
+// the claim in flight, which claimReply must answer, and takes the slot's
+// record of a claim in doubt, if any, into the arguments (doubt.go).
+func (r *Store) claimArgs(slot lock.Slot, replica string, p lock.Policy, taken string) ([]string, []any) {
+	state, attempts := Keys(r.prefix, slot)
+	inDoubt := r.doubt.send(state, replica, slot.Deadline)
 	return []string{state, attempts, schema.BaseKey(state)}, []any{
 		replica,
 		p.Lease.Milliseconds(),
@@ -109,6 +126,7 @@ func claimArgs(prefix string, slot lock.Slot, replica string, p lock.Policy, tak
 		slot.Deadline.UnixMilli(),
 		p.DoneTTL.Milliseconds(),
 		taken,
+		inDoubt,
 	}
 }
 

@@ -115,24 +115,22 @@ func (r *Store) wait(ctx context.Context, conn *redis.Conn, d time.Duration) (in
 // claimAcked is Claim under WithMinReplicasAck: the claim script, and if it
 // won, WAIT, on one pinned connection.
 func (r *Store) claimAcked(ctx context.Context, slot lock.Slot, replica string, p lock.Policy) (lock.Claim, error) {
-	state, attempts := Keys(r.prefix, slot)
+	state, _ := Keys(r.prefix, slot)
 	sent := time.Now()
 	conn, err := r.pinned(ctx, state)
 	if err != nil {
 		return lock.Claim{}, redisErr(fmt.Errorf("lock: claim %s: %w", slot, err))
 	}
 	defer conn.Close()
-	keys, args := claimArgs(r.prefix, slot, replica, p, "") // no Taken notices under WithMinReplicasAck
-	res, err := runOne(ctx, conn, claimScript, keys, args...).Slice()
+	keys, args := r.claimArgs(slot, replica, p, "") // no Taken notices under WithMinReplicasAck
+	cmd := runOne(ctx, conn, claimScript, keys, args...)
+	// A claim found held by its own lost one is in doubt for the next
+	// claim (not sent again here: a WAIT follows each claim on this path).
+	c, err, _ := r.claimReply(cmd, slot, replica, sent)
 	if err != nil {
-		r.noteMoved(ctx, err)
-		return lock.Claim{}, redisErr(fmt.Errorf("lock: claim %s: %w", slot, err))
+		r.noteMoved(ctx, cmd.Err())
+		return lock.Claim{}, err
 	}
-	c, err := decodeClaim(res)
-	if err != nil {
-		return lock.Claim{}, redisErr(fmt.Errorf("lock: claim %s (keys %s, %s): %w", slot, state, attempts, err))
-	}
-	c.Sent = sent
 	if c.Result != lock.Won {
 		return c, nil
 	}

@@ -58,7 +58,7 @@ func (s *Store) Once(ctx context.Context, slot lock.Slot, event, value string, t
 	return kv.Once(ctx, zkKV{s}, slot, event, value, ttl)
 }
 
-func (s *Store) fleet() *kv.Fleet { return kv.NewFleet(zkKV{s}, true) }
+func (s *Store) fleet() *kv.Fleet { return s.kvFleet }
 
 // zkKV is kv.Store on ZooKeeper.
 type zkKV struct{ s *Store }
@@ -106,7 +106,8 @@ func (z zkKV) Get(ctx context.Context, dir, name string) (kv.Entry, error) {
 	return e, err
 }
 
-// List implements kv.Store: the children, then each one's data.
+// List implements kv.Store: the children, then each one's data, read
+// together.
 func (z zkKV) List(ctx context.Context, dir string) (map[string]kv.Entry, error) {
 	p := z.dir(dir)
 	names, err := call(ctx, func() ([]string, error) {
@@ -119,19 +120,35 @@ func (z zkKV) List(ctx context.Context, dir string) (map[string]kv.Entry, error)
 	if err != nil {
 		return nil, fmt.Errorf("zklock: list %s: %w", p, err)
 	}
+	// The reads go out together: one session pipelines them.
+	entries := make([]kv.Entry, len(names))
+	errs := make([]error, len(names))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, listFan)
+	for i, n := range names {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			entries[i], _, _, errs[i] = z.read(ctx, p+"/"+n)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
 	out := make(map[string]kv.Entry, len(names))
-	for _, n := range names {
-		e, _, _, err := z.read(ctx, p+"/"+n)
-		if err != nil {
-			return nil, err
-		}
+	for i, n := range names {
 		name, uerr := url.PathUnescape(n)
-		if e.Version != 0 && uerr == nil {
-			out[name] = e
+		if entries[i].Version != 0 && uerr == nil {
+			out[name] = entries[i]
 		}
 	}
 	return out, nil
 }
+
+// listFan is how many of a directory's nodes List reads at once.
+const listFan = 64
 
 func (z zkKV) Put(ctx context.Context, dir, name, value string, version int64, ttl time.Duration) (bool, error) {
 	p := z.path(dir, name)
@@ -203,12 +220,51 @@ func (z zkKV) Delete(ctx context.Context, dir, name string, version int64) (bool
 }
 
 // OnMembers implements kv.Store with a child watch of dir (an exists
-// watch while dir is missing), armed again after each event; a lost watch
-// (no connection, a new session) calls f too, in case a change fell in
-// between. It returns once the first watch is armed (or after a few
-// seconds without an answer).
+// watch while dir is missing).
 func (z zkKV) OnMembers(dir string, f func()) (stop func()) {
 	p := z.dir(dir)
+	return z.watch(func(ctx context.Context) (<-chan zk.Event, error) {
+		for {
+			ch, err := call(ctx, func() (<-chan zk.Event, error) {
+				_, _, ch, err := z.s.conn.ChildrenW(p)
+				return ch, err
+			})
+			if !errors.Is(err, zk.ErrNoNode) {
+				return ch, err
+			}
+			type exists struct {
+				ok bool
+				ch <-chan zk.Event
+			}
+			e, err := call(ctx, func() (exists, error) {
+				ok, _, ch, err := z.s.conn.ExistsW(p)
+				return exists{ok, ch}, err
+			})
+			if err != nil || !e.ok {
+				return e.ch, err
+			}
+			// created in between: watch its children
+		}
+	}, f)
+}
+
+// OnChange implements kv.Store with an exists watch of the name's node,
+// which fires when it is created, set or deleted.
+func (z zkKV) OnChange(dir, name string, f func()) (stop func()) {
+	p := z.path(dir, name)
+	return z.watch(func(ctx context.Context) (<-chan zk.Event, error) {
+		return call(ctx, func() (<-chan zk.Event, error) {
+			_, _, ch, err := z.s.conn.ExistsW(p)
+			return ch, err
+		})
+	}, f)
+}
+
+// watch arms a ZooKeeper watch with arm, calls f when it fires, and arms
+// it again; a lost watch (no connection, a new session) calls f too, in
+// case a change fell in between. It returns once the first watch is armed
+// (or after a few seconds without an answer).
+func (z zkKV) watch(arm func(context.Context) (<-chan zk.Event, error), f func()) (stop func()) {
 	done := make(chan struct{})
 	ready := make(chan struct{})
 	w := &z.s.watch
@@ -227,25 +283,7 @@ func (z zkKV) OnMembers(dir string, f func()) (stop func()) {
 		defer cancel()
 		first := true
 		for {
-			ch, err := call(ctx, func() (<-chan zk.Event, error) {
-				_, _, ch, err := z.s.conn.ChildrenW(p)
-				return ch, err
-			})
-			if errors.Is(err, zk.ErrNoNode) {
-				type exists struct {
-					ok bool
-					ch <-chan zk.Event
-				}
-				var e exists
-				e, err = call(ctx, func() (exists, error) {
-					ok, _, ch, err := z.s.conn.ExistsW(p)
-					return exists{ok, ch}, err
-				})
-				if err == nil && e.ok { // created in between: watch its children
-					continue
-				}
-				ch = e.ch
-			}
+			ch, err := arm(ctx)
 			if first {
 				first = false
 				close(ready)

@@ -78,3 +78,10 @@ func nodeThere(t *testing.T, s *zklock.Store) bool {
 	kids, _, err := s.Conn().Children(s.Root() + "/.kv/once")
 	return err == nil && len(kids) > 0
 }
+
+// The operator controls' suite on a three-member ensemble.
+func TestControlsConformance(t *testing.T) {
+	e := zktest.Start(t, 3)
+	s := dial(t, e, 10*time.Second, "/slotd")
+	locktest.RunControls(t, harness(t, s))
+}

@@ -38,3 +38,7 @@ func (s *Store) ClaimMany(ctx context.Context, reqs []lock.ClaimRequest, f func(
 		f(r.i, r.r)
 	}
 }
+
+// ClaimsInFlight is how many claims one ClaimMany has in flight at most:
+// the concurrency at which a raw baseline compares.
+const ClaimsInFlight = claimsInFlight

@@ -14,6 +14,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/internal/kv"
 )
 
 // Errors of this store, besides the lock package's.
@@ -68,6 +69,11 @@ type Store struct {
 	// orphans holds, by run node path, the run value of each release that
 	// failed with the node perhaps still in place (see Release).
 	orphans sync.Map
+
+	// The fleet and the operator controls over package kv's primitive
+	// (fleet.go, controls.go), built once in Dial.
+	kvFleet    *kv.Fleet
+	kvControls *kv.Controls
 }
 
 // reading is one reading of the leader's clock: the mtime of a write,
@@ -98,6 +104,8 @@ func Dial(ctx context.Context, o Options) (*Store, error) {
 	}
 	s.timeout.Store(int64(o.SessionTimeout))
 	s.watch.init(s)
+	s.kvFleet = kv.NewFleet(zkKV{s}, true)
+	s.kvControls = kv.NewControls(zkKV{s}, s.Time, s.arm)
 	opts := []func(*zk.Conn){
 		zk.WithLogger(clientLog{s}), zk.WithLogInfo(true),
 		zk.WithEventCallback(s.watch.event),

@@ -1,7 +1,8 @@
 // Package kv is the small primitive every slotd store has — keyed values
 // with a TTL, compare-and-set on a version, a read of a directory, and a
 // notice when a directory's members change — and the capabilities written
-// once over it: the fleet (lock.Fleet) and one-time markers (lock.Oncer).
+// once over it: the fleet (lock.Fleet), one-time markers (lock.Oncer) and
+// the operator controls (lock.Controls, but for arming a trigger's slot).
 // A store package implements Store and hands it to NewFleet and Once; the
 // Redis store keeps its own Lua path (one round trip per announce, the
 // live set in one sorted set), which is what it had before this package.
@@ -44,4 +45,9 @@ type Store interface {
 	// A rewrite of an existing name does not call it. f must return
 	// quickly; stop ends the calls.
 	OnMembers(dir string, f func()) (stop func())
+	// OnChange calls f each time dir/name is written or goes (a hint:
+	// a watch set again after a lost connection calls it too). It
+	// returns once the notice is set, so that no write after it returns
+	// goes unheard. f must return quickly; stop ends the calls.
+	OnChange(dir, name string, f func()) (stop func())
 }

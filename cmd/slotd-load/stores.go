@@ -1,0 +1,262 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Stores the tool drives (-store).
+const (
+	storeRedis     = "redis"
+	storeEtcd      = "etcd"
+	storeZooKeeper = "zookeeper"
+)
+
+// consensus is a 3-member etcd cluster or ZooKeeper ensemble this run
+// starts on free loopback ports (the same settings as internal/etcdtest
+// and internal/zktest), or the endpoints given with -endpoints; its
+// members' CPU is read from /proc by their pids (none for given
+// endpoints).
+type consensus struct {
+	kind      string
+	endpoints []string // etcd: client URLs; ZooKeeper: host:port
+	procs     []*exec.Cmd
+}
+
+// section is the replicas' config section naming the store.
+func (c *consensus) section() string {
+	q := make([]string, len(c.endpoints))
+	for i, e := range c.endpoints {
+		q[i] = strconv.Quote(e)
+	}
+	if c.kind == storeEtcd {
+		return fmt.Sprintf("[etcd]\nendpoints = [%s]\n", strings.Join(q, ", "))
+	}
+	return fmt.Sprintf("[zookeeper]\nservers = [%s]\n", strings.Join(q, ", "))
+}
+
+// cpu is the members' user + system CPU seconds (0 for given endpoints).
+func (c *consensus) cpu() float64 {
+	var t float64
+	for _, p := range c.procs {
+		if s, err := readProc(p.Process.Pid); err == nil {
+			t += s.CPUSeconds
+		}
+	}
+	return t
+}
+
+// rssMB is the members' resident memory summed, in MB.
+func (c *consensus) rssMB() float64 {
+	var t float64
+	for _, p := range c.procs {
+		if s, err := readProc(p.Process.Pid); err == nil {
+			t += s.RSSMB
+		}
+	}
+	return t
+}
+
+func (c *consensus) stop() {
+	for _, p := range c.procs {
+		_ = p.Process.Kill()
+		_ = p.Wait()
+	}
+}
+
+// startConsensus starts the store of kind with members members in dir, or
+// uses the given endpoints.
+func startConsensus(kind string, given []string, members int, dir string) (*consensus, error) {
+	if len(given) > 0 {
+		return &consensus{kind: kind, endpoints: given}, nil
+	}
+	var c *consensus
+	var err error
+	if kind == storeEtcd {
+		c, err = startEtcd(members, dir)
+	} else {
+		c, err = startZooKeeper(members, dir)
+	}
+	if err != nil && c != nil {
+		c.stop()
+	}
+	return c, err
+}
+
+func freeAddr() (string, error) {
+	p, err := freePort()
+	return "127.0.0.1:" + strconv.Itoa(p), err
+}
+
+func startProc(bin string, args []string, logPath string) (*exec.Cmd, error) {
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", bin, err)
+	}
+	return cmd, nil
+}
+
+// startEtcd runs an etcd cluster of n members with internal/etcdtest's
+// timing (heartbeat 50 ms, election timeout 500 ms) and waits until every
+// member reports healthy.
+func startEtcd(n int, dir string) (*consensus, error) {
+	bin, err := exec.LookPath("etcd")
+	if err != nil {
+		return nil, fmt.Errorf("-store etcd: %w", err)
+	}
+	c := &consensus{kind: storeEtcd}
+	names := make([]string, n)
+	clients := make([]string, n)
+	peers := make([]string, n)
+	var initial []string
+	for i := range n {
+		ca, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		pa, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		names[i], clients[i], peers[i] = "m"+strconv.Itoa(i), "http://"+ca, "http://"+pa
+		initial = append(initial, names[i]+"="+peers[i])
+	}
+	for i := range n {
+		mdir := filepath.Join(dir, "etcd-"+names[i])
+		args := []string{"--name", names[i], "--data-dir", mdir,
+			"--listen-client-urls", clients[i], "--advertise-client-urls", clients[i],
+			"--listen-peer-urls", peers[i], "--initial-advertise-peer-urls", peers[i],
+			"--initial-cluster", strings.Join(initial, ","), "--initial-cluster-state", "new",
+			"--initial-cluster-token", "slotd-load", "--heartbeat-interval", "50", "--election-timeout", "500",
+			"--experimental-enable-lease-checkpoint", "--logger", "zap", "--log-level", "warn"}
+		p, err := startProc(bin, args, mdir+".log")
+		if err != nil {
+			return c, err
+		}
+		c.procs = append(c.procs, p)
+	}
+	c.endpoints = clients
+	hc := &http.Client{Timeout: time.Second}
+	for _, u := range clients {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			resp, err := hc.Get(u + "/health")
+			if err == nil {
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if strings.Contains(string(b), `"health":"true"`) {
+					break
+				}
+				err = fmt.Errorf("%s", b)
+			}
+			if time.Now().After(deadline) {
+				return c, fmt.Errorf("etcd member %s not healthy within 30s: %v", u, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return c, nil
+}
+
+// zkJar is the ZooKeeper server jar of the Debian package.
+const zkJar = "/usr/share/java/zookeeper.jar"
+
+// startZooKeeper runs an ensemble of n members with internal/zktest's
+// settings (tick 100 ms, TTL nodes, forceSync=no) and waits until every
+// member serves.
+func startZooKeeper(n int, dir string) (*consensus, error) {
+	java, err := exec.LookPath("java")
+	if err == nil {
+		_, err = os.Stat(zkJar)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("-store zookeeper: %w", err)
+	}
+	c := &consensus{kind: storeZooKeeper}
+	ports := make([]int, 3*n)
+	for i := range ports {
+		if ports[i], err = freePort(); err != nil {
+			return nil, err
+		}
+	}
+	var peers strings.Builder
+	for i := range n {
+		if n > 1 {
+			fmt.Fprintf(&peers, "server.%d=127.0.0.1:%d:%d\n", i+1, ports[3*i+1], ports[3*i+2])
+		}
+	}
+	for i := range n {
+		mdir := filepath.Join(dir, "zk"+strconv.Itoa(i+1))
+		data := filepath.Join(mdir, "data")
+		if err := os.MkdirAll(data, 0o755); err != nil {
+			return c, err
+		}
+		cfg := fmt.Sprintf("tickTime=100\ninitLimit=20\nsyncLimit=5\ndataDir=%s\nclientPort=%d\nclientPortAddress=127.0.0.1\n"+
+			"maxClientCnxns=0\nminSessionTimeout=200\nmaxSessionTimeout=60000\nadmin.enableServer=false\n"+
+			"4lw.commands.whitelist=*\nautopurge.purgeInterval=0\nforceSync=no\n%s", data, ports[3*i], peers.String())
+		if err := os.WriteFile(filepath.Join(mdir, "zoo.cfg"), []byte(cfg), 0o644); err != nil {
+			return c, err
+		}
+		if err := os.WriteFile(filepath.Join(data, "myid"), []byte(strconv.Itoa(i+1)+"\n"), 0o644); err != nil {
+			return c, err
+		}
+		p, err := startProc(java, []string{"-Xmx192m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+			"-Dzookeeper.extendedTypesEnabled=true", "-Dznode.container.checkIntervalMs=100",
+			"-Dzookeeper.admin.enableServer=false", "-Dzookeeper.jmx.log4j.disable=true",
+			"-cp", zkJar, "org.apache.zookeeper.server.quorum.QuorumPeerMain", filepath.Join(mdir, "zoo.cfg")},
+			filepath.Join(mdir, "server.log"))
+		if err != nil {
+			return c, err
+		}
+		c.procs = append(c.procs, p)
+		c.endpoints = append(c.endpoints, "127.0.0.1:"+strconv.Itoa(ports[3*i]))
+	}
+	for _, addr := range c.endpoints {
+		deadline := time.Now().Add(60 * time.Second)
+		for zkMode(addr) == "" {
+			if time.Now().After(deadline) {
+				return c, fmt.Errorf("zookeeper member %s not serving within 60s", addr)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	return c, nil
+}
+
+// zkMode asks a ZooKeeper member "srvr" and returns its Mode line's value
+// (leader, follower, standalone), or "" if it does not serve yet.
+func zkMode(addr string) string {
+	conn, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return ""
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(time.Second))
+	if _, err := conn.Write([]byte("srvr")); err != nil {
+		return ""
+	}
+	sc := bufio.NewScanner(conn)
+	for sc.Scan() {
+		if mode, ok := strings.CutPrefix(sc.Text(), "Mode: "); ok {
+			return mode
+		}
+	}
+	return ""
+}
