@@ -175,6 +175,9 @@ func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 	}
 }
 
+// claimArgs is claim.lua's arguments per slot.
+const claimArgs = 8
+
 func noteClaim(cmd redis.Cmder) {
 	if cmd.Err() != nil && !errors.Is(cmd.Err(), redis.Nil) {
 		return // NOSCRIPT (go-redis sends EVAL next) or a failure: not answered
@@ -183,12 +186,18 @@ func noteClaim(cmd redis.Cmder) {
 	if name != "evalsha" && name != "eval" {
 		return
 	}
-	// The batcher fuses concurrent claims into one call: 3 keys and 7
-	// arguments per slot, laid end to end (lock/redislock/claim.lua's header).
+	// The batcher fuses concurrent claims into one call: 3 keys and 8
+	// arguments per slot, laid end to end (lock/redislock/claim.lua's
+	// header). A call of another shape is not a claim; one whose keys look
+	// like a claim's but whose arguments do not means the layout changed
+	// under this parser, which the report then flags (no claims seen).
 	a := cmd.Args()
+	if len(a) < 3 {
+		return
+	}
 	nkeys, _ := a[2].(int)
 	n := nkeys / 3
-	if n == 0 || nkeys != 3*n || len(a) != 3+10*n {
+	if n == 0 || nkeys != 3*n || len(a) != 3+nkeys+claimArgs*n {
 		return
 	}
 	now := time.Now().UnixNano()
