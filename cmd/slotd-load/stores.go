@@ -18,15 +18,16 @@ import (
 // Stores the tool drives (-store).
 const (
 	storeRedis     = "redis"
+	storeCluster   = "cluster" // Redis Cluster
 	storeEtcd      = "etcd"
 	storeZooKeeper = "zookeeper"
 )
 
-// consensus is a 3-member etcd cluster or ZooKeeper ensemble this run
-// starts on free loopback ports (the same settings as internal/etcdtest
-// and internal/zktest), or the endpoints given with -endpoints; its
-// members' CPU is read from /proc by their pids (none for given
-// endpoints).
+// consensus is a 3-member etcd cluster or ZooKeeper ensemble, or a Redis
+// Cluster of 3 masters, this run starts on free loopback ports (the same
+// settings as internal/etcdtest, internal/zktest and internal/redistest),
+// or the endpoints given with -endpoints; its members' CPU is read from
+// /proc by their pids (none for given endpoints).
 type consensus struct {
 	kind      string
 	endpoints []string // etcd: client URLs; ZooKeeper: host:port
@@ -39,8 +40,11 @@ func (c *consensus) section() string {
 	for i, e := range c.endpoints {
 		q[i] = strconv.Quote(e)
 	}
-	if c.kind == storeEtcd {
+	switch c.kind {
+	case storeEtcd:
 		return fmt.Sprintf("[etcd]\nendpoints = [%s]\n", strings.Join(q, ", "))
+	case storeCluster:
+		return fmt.Sprintf("[redis]\naddrs = [%s]\ncluster = true\n", strings.Join(q, ", "))
 	}
 	return fmt.Sprintf("[zookeeper]\nservers = [%s]\n", strings.Join(q, ", "))
 }
@@ -82,9 +86,12 @@ func startConsensus(kind string, given []string, members int, dir string) (*cons
 	}
 	var c *consensus
 	var err error
-	if kind == storeEtcd {
+	switch kind {
+	case storeEtcd:
 		c, err = startEtcd(members, dir)
-	} else {
+	case storeCluster:
+		c, err = startCluster(members, dir)
+	default:
 		c, err = startZooKeeper(members, dir)
 	}
 	if err != nil && c != nil {
@@ -259,4 +266,73 @@ func zkMode(addr string) string {
 		}
 	}
 	return ""
+}
+
+// startCluster runs a Redis Cluster of n masters (no replicas), as
+// internal/redistest's StartCluster does, and waits until every node
+// reports cluster_state:ok.
+func startCluster(n int, dir string) (*consensus, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, fmt.Errorf("-store cluster: %w", err)
+	}
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		return nil, fmt.Errorf("-store cluster: %w", err)
+	}
+	c := &consensus{kind: storeCluster}
+	for i := range n {
+		port, err := freePort()
+		if err != nil {
+			return c, err
+		}
+		bus, err := freePort()
+		if err != nil {
+			return c, err
+		}
+		ndir := filepath.Join(dir, "redis"+strconv.Itoa(i+1))
+		if err := os.MkdirAll(ndir, 0o755); err != nil {
+			return c, err
+		}
+		p, err := startProc(bin, []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+			"--dir", ndir, "--loglevel", "warning", "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+			"--cluster-port", strconv.Itoa(bus), "--cluster-node-timeout", "5000"}, ndir+".log")
+		if err != nil {
+			return c, err
+		}
+		c.procs = append(c.procs, p)
+		c.endpoints = append(c.endpoints, "127.0.0.1:"+strconv.Itoa(port))
+	}
+	for _, addr := range c.endpoints {
+		if err := awaitRedis(cli, addr, "PING", "PONG"); err != nil {
+			return c, err
+		}
+	}
+	args := append(append([]string{"--cluster", "create"}, c.endpoints...), "--cluster-replicas", "0", "--cluster-yes")
+	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
+		return c, fmt.Errorf("redis-cli --cluster create: %w: %s", err, out)
+	}
+	for _, addr := range c.endpoints {
+		if err := awaitRedis(cli, addr, "CLUSTER INFO", "cluster_state:ok"); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+// awaitRedis asks the server at addr cmd through redis-cli until the
+// answer contains want, for 30 s at most.
+func awaitRedis(cli, addr, cmd, want string) error {
+	host, port, _ := net.SplitHostPort(addr)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err := exec.Command(cli, append([]string{"-h", host, "-p", port}, strings.Fields(cmd)...)...).CombinedOutput()
+		if err == nil && strings.Contains(string(out), want) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("redis-server %s: %s did not answer %s within 30s: %v %s", addr, cmd, want, err, out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
