@@ -90,3 +90,27 @@ func TestEveryFlag(t *testing.T) {
 		}
 	}
 }
+
+// readLogs counts a log line of any length: an error naming thousands of
+// keys once ended the report.
+func TestReadLogsLongLine(t *testing.T) {
+	dir := t.TempDir()
+	long := `{"level":"WARN","msg":"claims failed","err":"` + strings.Repeat("k", 3<<20) + `"}`
+	log := long + "\n" + `{"level":"WARN","msg":"run history not recorded"}` + "\nnot json\n" + `{"level":"INFO","msg":"started"}`
+	if err := os.WriteFile(dir+"/r1.log", []byte(log), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var rep sustainedRun
+	if err := rep.readLogs(dir, []string{"r1"}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"claims failed": 1, historyNotRecorded: 1, "(not a JSON log line)": 1}
+	if len(rep.Sustained.LogWarnings) != len(want) || rep.Sustained.HistoryNotRecorded != 1 {
+		t.Fatalf("warnings %v; want %v", rep.Sustained.LogWarnings, want)
+	}
+	for k, n := range want {
+		if rep.Sustained.LogWarnings[k] != n {
+			t.Errorf("warnings %v; want %v", rep.Sustained.LogWarnings, want)
+		}
+	}
+}

@@ -240,8 +240,8 @@ func measureSustained(ctx context.Context, o options, stderr io.Writer) (*sustai
 	w0 := nextDue(time.Now().Add(time.Second+time.Duration(o.warmup)*time.Second), o.every)
 	w1 := w0.Add(o.duration)
 	recs.window = [2]int64{w0.UnixNano(), w1.UnixNano()}
-	progress("%d replicas ready in %v; %d tasks every second (%s); window %s to %s", o.replicas,
-		time.Since(started).Round(time.Millisecond), o.rate, o.plugin, w0.UTC().Format(time.TimeOnly), w1.UTC().Format(time.TimeOnly))
+	progress("%d replicas ready in %v; %d tasks every %v (%s); window %s to %s", o.replicas,
+		time.Since(started).Round(time.Millisecond), o.rate, o.every, o.plugin, w0.UTC().Format(time.TimeOnly), w1.UTC().Format(time.TimeOnly))
 	const lead = 250 * time.Millisecond
 	if err := w.until(w0.Add(-lead)); err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -194,19 +195,26 @@ func (rep *sustainedRun) readLogs(dir string, ids []string) error {
 		if err != nil {
 			return err
 		}
-		sc := bufio.NewScanner(f)
-		sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-		for sc.Scan() {
-			var line struct{ Level, Msg string }
-			if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
-				s.LogWarnings["(not a JSON log line)"]++
-				continue
+		// A line may be long: an error naming thousands of keys in a
+		// burst (a scanner's limit would end the report there).
+		br := bufio.NewReaderSize(f, 64<<10)
+		for {
+			b, rerr := br.ReadBytes('\n')
+			if len(bytes.TrimSpace(b)) > 0 {
+				var line struct{ Level, Msg string }
+				if err := json.Unmarshal(b, &line); err != nil {
+					s.LogWarnings["(not a JSON log line)"]++
+				} else if line.Level == "WARN" || line.Level == "ERROR" {
+					s.LogWarnings[line.Msg]++
+				}
 			}
-			if line.Level == "WARN" || line.Level == "ERROR" {
-				s.LogWarnings[line.Msg]++
+			if rerr != nil {
+				if rerr != io.EOF {
+					err = rerr
+				}
+				break
 			}
 		}
-		err = sc.Err()
 		f.Close()
 		if err != nil {
 			return fmt.Errorf("log of %s: %w", id, err)
