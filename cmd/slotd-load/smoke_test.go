@@ -49,6 +49,9 @@ func TestSmokeEveryStore(t *testing.T) {
 				t.Errorf("expected %d, executed %d, duplicates %d, violations %q; want %d, %d, 0, none",
 					s.Expected, s.Executed, s.Duplicates, rep.Violations, want, want)
 			}
+			if counted := tc.store != storeCluster; counted && s.RedisCmdsPerSlot <= 0 {
+				t.Errorf("store requests per slot %.2f; want > 0 (Redis's commands, ZooKeeper's packets, etcd's gRPC calls)", s.RedisCmdsPerSlot)
+			}
 			if s.RedisCPU <= 0 || s.ReplicaCPU <= 0 || s.PeakRSSMB <= 0 || s.StartDelay.N != want {
 				t.Errorf("store CPU %.3f s, replicas' CPU %.3f s, peak RSS %.0f MB, start delays %d: want all > 0 and %d delays",
 					s.RedisCPU, s.ReplicaCPU, s.PeakRSSMB, s.StartDelay.N, want)

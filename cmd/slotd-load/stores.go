@@ -71,6 +71,47 @@ func (c *consensus) rssMB() float64 {
 	return t
 }
 
+// requests counts the requests the members received: ZooKeeper's
+// packets received ("mntr"), etcd's gRPC calls started by method
+// (/metrics); nil on a Redis Cluster, or where a member does not answer.
+func (c *consensus) requests() map[string]int64 {
+	m := map[string]int64{}
+	for _, e := range c.endpoints {
+		switch c.kind {
+		case storeZooKeeper:
+			for _, line := range strings.Split(fourLetter(e, "mntr"), "\n") {
+				if v, ok := strings.CutPrefix(line, "zk_packets_received\t"); ok {
+					n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+					m["packets"] += n
+				}
+			}
+		case storeEtcd:
+			resp, err := (&http.Client{Timeout: 2 * time.Second}).Get(e + "/metrics")
+			if err != nil {
+				continue
+			}
+			sc := bufio.NewScanner(resp.Body)
+			for sc.Scan() {
+				// grpc_server_started_total{grpc_method="Txn",grpc_service="etcdserverpb.KV",grpc_type="unary"} 123
+				rest, ok := strings.CutPrefix(sc.Text(), `grpc_server_started_total{grpc_method="`)
+				if !ok {
+					continue
+				}
+				method, _, _ := strings.Cut(rest, `"`)
+				f := strings.Fields(rest)
+				if n, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
+					m[method] += int64(n)
+				}
+			}
+			resp.Body.Close()
+		}
+	}
+	if len(m) == 0 {
+		return nil
+	}
+	return m
+}
+
 func (c *consensus) stop() {
 	for _, p := range c.procs {
 		_ = p.Process.Kill()
@@ -250,22 +291,28 @@ func startZooKeeper(n int, dir string) (*consensus, error) {
 // zkMode asks a ZooKeeper member "srvr" and returns its Mode line's value
 // (leader, follower, standalone), or "" if it does not serve yet.
 func zkMode(addr string) string {
+	for _, line := range strings.Split(fourLetter(addr, "srvr"), "\n") {
+		if mode, ok := strings.CutPrefix(line, "Mode: "); ok {
+			return mode
+		}
+	}
+	return ""
+}
+
+// fourLetter sends a ZooKeeper member a four-letter command and returns
+// its answer ("" if it does not answer within 2 s).
+func fourLetter(addr, cmd string) string {
 	conn, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
 		return ""
 	}
 	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(time.Second))
-	if _, err := conn.Write([]byte("srvr")); err != nil {
+	_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := conn.Write([]byte(cmd)); err != nil {
 		return ""
 	}
-	sc := bufio.NewScanner(conn)
-	for sc.Scan() {
-		if mode, ok := strings.CutPrefix(sc.Text(), "Mode: "); ok {
-			return mode
-		}
-	}
-	return ""
+	b, _ := io.ReadAll(conn)
+	return string(b)
 }
 
 // startCluster runs a Redis Cluster of n masters (no replicas), as

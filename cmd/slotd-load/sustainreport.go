@@ -300,6 +300,9 @@ func (rep *sustainedRun) writeTable(w io.Writer) {
 		row("Redis commands per slot ("+lua+")", fmt.Sprintf("%.2f: %s", s.RedisCmdsPerSlot, topCommands(s.RedisCmds)))
 	} else {
 		row(c.Store+" CPU per slot (3 members)", fmt.Sprintf("%.1f µs (%.2f s over %.1f s); members' RSS %.0f MB", s.RedisCPUPerSlot, s.RedisCPU, s.CountersS, s.StoreRSSMB))
+		if len(s.RedisCmds) > 0 {
+			row(c.Store+" requests per slot (3 members)", fmt.Sprintf("%.2f: %s", s.RedisCmdsPerSlot, topCommands(s.RedisCmds)))
+		}
 	}
 	row("replica CPU per slot (all replicas)", fmt.Sprintf("%.1f µs (%.2f s)", s.ReplicaCPUPerSlot, s.ReplicaCPU))
 	if redis {
