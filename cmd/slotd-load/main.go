@@ -52,13 +52,14 @@ type options struct {
 	period, lease, burstLease           time.Duration
 	duration, sample, scrape            time.Duration
 	redisServer, dir                    string
-	store                               string   // redis, etcd or zookeeper
+	store                               string   // redis, cluster, etcd or zookeeper
 	endpoints                           []string // -endpoints: a running etcd cluster's or ZooKeeper ensemble's, instead of starting one
 	json, profile                       bool
 	// Sustained mode (rate > 0): rate tasks due every second, run by
 	// plugin ("noop" or "http"), measured over duration after warmup
 	// seconds.
 	rate      int
+	every     time.Duration // sustained mode: the tasks are due this often (a burst of rate slots each time)
 	plugin    string
 	httpConns int             // sustained http: max_idle_per_host and max_conns_per_host per replica; 0: the daemon's default
 	set       map[string]bool // the flags given on the command line
@@ -86,11 +87,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.burstLease, "burst-lease", 15*time.Second, "lease of the burst and failing tasks (slotd's default; a claim's time limit is lease/3)")
 	fs.DurationVar(&o.duration, "duration", 0, "keep the replicas running at least this long (memory growth: -duration 10m); with -rate, the measured window (default 60s)")
 	fs.IntVar(&o.rate, "rate", 0, "sustained mode: this many tasks, each due every second; 0: the burst measurement")
+	fs.DurationVar(&o.every, "every", time.Second, "sustained mode: the tasks are due this often, whole seconds dividing a minute: -rate 10000 -every 10s is a burst of 10,000 slots every 10 s")
 	fs.StringVar(&o.plugin, "plugin", "noop", "sustained mode: the tasks' plugin, noop or http (POSTs to a keep-alive sink in this process)")
 	fs.IntVar(&o.httpConns, "http-conns", 0, "sustained http: each replica's connections to the sink (max_idle_per_host and max_conns_per_host); 0: the daemon's default (256)")
 	fs.DurationVar(&o.sample, "sample", 30*time.Second, "RSS sampling interval")
 	fs.DurationVar(&o.scrape, "scrape", 0, "fetch every replica's /metrics (gzipped) this often, as Prometheus would; 0: never")
-	fs.StringVar(&o.store, "store", storeRedis, "sustained mode: the store, redis (one server started here), etcd (a 3-member cluster started here) or zookeeper (a 3-node ensemble started here)")
+	fs.StringVar(&o.store, "store", storeRedis, "sustained mode: the store, redis (one server started here), cluster (a Redis Cluster of 3 masters started here), etcd (a 3-member cluster started here) or zookeeper (a 3-node ensemble started here)")
 	endpoints := fs.String("endpoints", "", "with -store etcd|zookeeper: comma-separated client URLs (etcd) or host:port (ZooKeeper) of a running store to use instead of starting one")
 	fs.StringVar(&o.redisServer, "redis-server", "redis-server", "redis-server binary")
 	fs.StringVar(&o.dir, "dir", "", "keep configs, records and logs here (default: a temporary directory, removed)")

@@ -359,7 +359,7 @@ func quiesce(ctx context.Context, rdb *redis.Client, deadline time.Time, wait fu
 // snapshot is what the burst's window is measured between.
 type snapshot struct {
 	at         time.Time
-	commands   map[string]int64   // INFO commandstats
+	commands   map[string]int64   // INFO commandstats; a consensus store's requests (consensus.requests)
 	redisCPU   float64            // INFO cpu, user + system seconds; a consensus store's members' CPU from /proc
 	storeRSSMB float64            // a consensus store's members' RSS summed (0 on Redis)
 	replicaCPU map[string]float64 // /proc, by replica id
@@ -387,6 +387,7 @@ func takeSnapshot(ctx context.Context, st storeProbe, reps []*replica) (snapshot
 	}
 	if st.cons != nil {
 		s.redisCPU, s.storeRSSMB = st.cons.cpu(), st.cons.rssMB()
+		s.commands = st.cons.requests()
 		return s, nil
 	}
 	var err error

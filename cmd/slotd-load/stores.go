@@ -18,15 +18,16 @@ import (
 // Stores the tool drives (-store).
 const (
 	storeRedis     = "redis"
+	storeCluster   = "cluster" // Redis Cluster
 	storeEtcd      = "etcd"
 	storeZooKeeper = "zookeeper"
 )
 
-// consensus is a 3-member etcd cluster or ZooKeeper ensemble this run
-// starts on free loopback ports (the same settings as internal/etcdtest
-// and internal/zktest), or the endpoints given with -endpoints; its
-// members' CPU is read from /proc by their pids (none for given
-// endpoints).
+// consensus is a 3-member etcd cluster or ZooKeeper ensemble, or a Redis
+// Cluster of 3 masters, this run starts on free loopback ports (the same
+// settings as internal/etcdtest, internal/zktest and internal/redistest),
+// or the endpoints given with -endpoints; its members' CPU is read from
+// /proc by their pids (none for given endpoints).
 type consensus struct {
 	kind      string
 	endpoints []string // etcd: client URLs; ZooKeeper: host:port
@@ -39,8 +40,11 @@ func (c *consensus) section() string {
 	for i, e := range c.endpoints {
 		q[i] = strconv.Quote(e)
 	}
-	if c.kind == storeEtcd {
+	switch c.kind {
+	case storeEtcd:
 		return fmt.Sprintf("[etcd]\nendpoints = [%s]\n", strings.Join(q, ", "))
+	case storeCluster:
+		return fmt.Sprintf("[redis]\naddrs = [%s]\ncluster = true\n", strings.Join(q, ", "))
 	}
 	return fmt.Sprintf("[zookeeper]\nservers = [%s]\n", strings.Join(q, ", "))
 }
@@ -67,6 +71,47 @@ func (c *consensus) rssMB() float64 {
 	return t
 }
 
+// requests counts the requests the members received: ZooKeeper's
+// packets received ("mntr"), etcd's gRPC calls started by method
+// (/metrics); nil on a Redis Cluster, or where a member does not answer.
+func (c *consensus) requests() map[string]int64 {
+	m := map[string]int64{}
+	for _, e := range c.endpoints {
+		switch c.kind {
+		case storeZooKeeper:
+			for _, line := range strings.Split(fourLetter(e, "mntr"), "\n") {
+				if v, ok := strings.CutPrefix(line, "zk_packets_received\t"); ok {
+					n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+					m["packets"] += n
+				}
+			}
+		case storeEtcd:
+			resp, err := (&http.Client{Timeout: 2 * time.Second}).Get(e + "/metrics")
+			if err != nil {
+				continue
+			}
+			sc := bufio.NewScanner(resp.Body)
+			for sc.Scan() {
+				// grpc_server_started_total{grpc_method="Txn",grpc_service="etcdserverpb.KV",grpc_type="unary"} 123
+				rest, ok := strings.CutPrefix(sc.Text(), `grpc_server_started_total{grpc_method="`)
+				if !ok {
+					continue
+				}
+				method, _, _ := strings.Cut(rest, `"`)
+				f := strings.Fields(rest)
+				if n, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
+					m[method] += int64(n)
+				}
+			}
+			resp.Body.Close()
+		}
+	}
+	if len(m) == 0 {
+		return nil
+	}
+	return m
+}
+
 func (c *consensus) stop() {
 	for _, p := range c.procs {
 		_ = p.Process.Kill()
@@ -82,9 +127,12 @@ func startConsensus(kind string, given []string, members int, dir string) (*cons
 	}
 	var c *consensus
 	var err error
-	if kind == storeEtcd {
+	switch kind {
+	case storeEtcd:
 		c, err = startEtcd(members, dir)
-	} else {
+	case storeCluster:
+		c, err = startCluster(members, dir)
+	default:
 		c, err = startZooKeeper(members, dir)
 	}
 	if err != nil && c != nil {
@@ -243,20 +291,95 @@ func startZooKeeper(n int, dir string) (*consensus, error) {
 // zkMode asks a ZooKeeper member "srvr" and returns its Mode line's value
 // (leader, follower, standalone), or "" if it does not serve yet.
 func zkMode(addr string) string {
+	for _, line := range strings.Split(fourLetter(addr, "srvr"), "\n") {
+		if mode, ok := strings.CutPrefix(line, "Mode: "); ok {
+			return mode
+		}
+	}
+	return ""
+}
+
+// fourLetter sends a ZooKeeper member a four-letter command and returns
+// its answer ("" if it does not answer within 2 s).
+func fourLetter(addr, cmd string) string {
 	conn, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
 		return ""
 	}
 	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(time.Second))
-	if _, err := conn.Write([]byte("srvr")); err != nil {
+	_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := conn.Write([]byte(cmd)); err != nil {
 		return ""
 	}
-	sc := bufio.NewScanner(conn)
-	for sc.Scan() {
-		if mode, ok := strings.CutPrefix(sc.Text(), "Mode: "); ok {
-			return mode
+	b, _ := io.ReadAll(conn)
+	return string(b)
+}
+
+// startCluster runs a Redis Cluster of n masters (no replicas), as
+// internal/redistest's StartCluster does, and waits until every node
+// reports cluster_state:ok.
+func startCluster(n int, dir string) (*consensus, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, fmt.Errorf("-store cluster: %w", err)
+	}
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		return nil, fmt.Errorf("-store cluster: %w", err)
+	}
+	c := &consensus{kind: storeCluster}
+	for i := range n {
+		port, err := freePort()
+		if err != nil {
+			return c, err
+		}
+		bus, err := freePort()
+		if err != nil {
+			return c, err
+		}
+		ndir := filepath.Join(dir, "redis"+strconv.Itoa(i+1))
+		if err := os.MkdirAll(ndir, 0o755); err != nil {
+			return c, err
+		}
+		p, err := startProc(bin, []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+			"--dir", ndir, "--loglevel", "warning", "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+			"--cluster-port", strconv.Itoa(bus), "--cluster-node-timeout", "5000"}, ndir+".log")
+		if err != nil {
+			return c, err
+		}
+		c.procs = append(c.procs, p)
+		c.endpoints = append(c.endpoints, "127.0.0.1:"+strconv.Itoa(port))
+	}
+	for _, addr := range c.endpoints {
+		if err := awaitRedis(cli, addr, "PING", "PONG"); err != nil {
+			return c, err
 		}
 	}
-	return ""
+	args := append(append([]string{"--cluster", "create"}, c.endpoints...), "--cluster-replicas", "0", "--cluster-yes")
+	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
+		return c, fmt.Errorf("redis-cli --cluster create: %w: %s", err, out)
+	}
+	for _, addr := range c.endpoints {
+		if err := awaitRedis(cli, addr, "CLUSTER INFO", "cluster_state:ok"); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+// awaitRedis asks the server at addr cmd through redis-cli until the
+// answer contains want, for 30 s at most.
+func awaitRedis(cli, addr, cmd, want string) error {
+	host, port, _ := net.SplitHostPort(addr)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err := exec.Command(cli, append([]string{"-h", host, "-p", port}, strings.Fields(cmd)...)...).CombinedOutput()
+		if err == nil && strings.Contains(string(out), want) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("redis-server %s: %s did not answer %s within 30s: %v %s", addr, cmd, want, err, out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

@@ -47,11 +47,14 @@ func (o *options) validateSustained() error {
 	if !o.set["duration"] {
 		o.duration = time.Minute
 	}
+	if o.every == 0 {
+		o.every = time.Second
+	}
 	switch {
-	case o.store != storeRedis && o.store != storeEtcd && o.store != storeZooKeeper:
-		return fmt.Errorf("-store %q: want %s, %s or %s", o.store, storeRedis, storeEtcd, storeZooKeeper)
+	case o.store != storeRedis && o.store != storeCluster && o.store != storeEtcd && o.store != storeZooKeeper:
+		return fmt.Errorf("-store %q: want %s, %s, %s or %s", o.store, storeRedis, storeCluster, storeEtcd, storeZooKeeper)
 	case len(o.endpoints) > 0 && o.store == storeRedis:
-		return fmt.Errorf("-endpoints %q: with -store %s or %s only", strings.Join(o.endpoints, ","), storeEtcd, storeZooKeeper)
+		return fmt.Errorf("-endpoints %q: with -store %s, %s or %s only", strings.Join(o.endpoints, ","), storeCluster, storeEtcd, storeZooKeeper)
 	case o.rate < 1:
 		return fmt.Errorf("-rate %d: want at least 1 task due every second", o.rate)
 	case o.plugin != pluginNoop && o.plugin != pluginHTTP:
@@ -62,8 +65,10 @@ func (o *options) validateSustained() error {
 		return fmt.Errorf("-http-conns %d: want 1..10000, with -plugin http", o.httpConns)
 	case o.warmup < 1:
 		return fmt.Errorf("-warmup %d: want at least 1 second with -rate", o.warmup)
-	case o.duration < time.Second || o.duration%time.Second != 0:
-		return fmt.Errorf("-duration %v: want whole seconds, at least 1s, with -rate", o.duration)
+	case o.every < time.Second || o.every%time.Second != 0 || time.Minute%o.every != 0:
+		return fmt.Errorf("-every %v: want whole seconds dividing a minute", o.every)
+	case o.duration < o.every || o.duration%o.every != 0:
+		return fmt.Errorf("-duration %v: want a whole number of -every (%v), at least one, with -rate", o.duration, o.every)
 	case o.batch < 1:
 		return fmt.Errorf("-batch %d: want at least 1", o.batch)
 	case o.burstLease < time.Second:
@@ -88,6 +93,15 @@ func runSustained(ctx context.Context, o options, stdout, stderr io.Writer) int 
 	return emit(o, rep, rep.Violations, stdout, stderr)
 }
 
+// nextDue is the first time at or after t that tasks due every every are.
+func nextDue(t time.Time, every time.Duration) time.Time {
+	d := t.Truncate(every)
+	if d.Before(t) {
+		d = d.Add(every)
+	}
+	return d
+}
+
 // writeSustainedConfigs writes each replica's config: o.rate tasks due
 // every second on the plugin, url the sink's (http only).
 func writeSustainedConfigs(o options, dir, storeSection, url string, ids, listens []string) ([]string, error) {
@@ -102,8 +116,12 @@ func writeSustainedConfigs(o options, dir, storeSection, url string, ids, listen
 			fmt.Fprintf(&b, "[plugins.http]\nmax_idle_per_host = %d\nmax_conns_per_host = %d\n", o.httpConns, o.httpConns)
 		}
 	}
+	spec := "* * * * * *"
+	if o.every > time.Second {
+		spec = fmt.Sprintf("*/%d * * * * *", o.every/time.Second)
+	}
 	for i := range o.rate {
-		fmt.Fprintf(&b, "[[task]]\nname = \"%s%05d\"\nschedule = \"* * * * * *\"\nplugin = %q\n", tickPrefix, i, o.plugin)
+		fmt.Fprintf(&b, "[[task]]\nname = \"%s%05d\"\nschedule = %q\nplugin = %q\n", tickPrefix, i, spec, o.plugin)
 		if o.plugin == pluginHTTP {
 			fmt.Fprintf(&b, "  [task.params]\n  url = %q\n  method = \"POST\"\n  body = \"{}\"\n  timeout = \"5s\"\n", url)
 		}
@@ -128,7 +146,7 @@ func measureSustained(ctx context.Context, o options, stderr io.Writer) (*sustai
 	}
 	defer cleanup()
 	progress := progressTo(stderr)
-	rep := &sustainedRun{Config: sustainedConfig{Store: o.store, Replicas: o.replicas, Rate: o.rate, Plugin: o.plugin,
+	rep := &sustainedRun{Config: sustainedConfig{Store: o.store, Replicas: o.replicas, Rate: o.rate, EveryS: int(o.every / time.Second), Plugin: o.plugin,
 		Duration: o.duration.String(), WarmupS: o.warmup, Lease: o.burstLease.String()}}
 
 	// st measures the store: Redis by INFO (rdb), etcd and ZooKeeper by
@@ -219,11 +237,11 @@ func measureSustained(ctx context.Context, o options, stderr io.Writer) (*sustai
 	// read a quarter second before w0 and before w1: in a steady state
 	// the work of any stretch of that length is the same, and these two
 	// reads leave the claims of w0's slots inside, w1's outside.
-	w0 := time.Now().Add(time.Second).Truncate(time.Second).Add(time.Duration(o.warmup) * time.Second)
+	w0 := nextDue(time.Now().Add(time.Second+time.Duration(o.warmup)*time.Second), o.every)
 	w1 := w0.Add(o.duration)
 	recs.window = [2]int64{w0.UnixNano(), w1.UnixNano()}
-	progress("%d replicas ready in %v; %d tasks every second (%s); window %s to %s", o.replicas,
-		time.Since(started).Round(time.Millisecond), o.rate, o.plugin, w0.UTC().Format(time.TimeOnly), w1.UTC().Format(time.TimeOnly))
+	progress("%d replicas ready in %v; %d tasks every %v (%s); window %s to %s", o.replicas,
+		time.Since(started).Round(time.Millisecond), o.rate, o.every, o.plugin, w0.UTC().Format(time.TimeOnly), w1.UTC().Format(time.TimeOnly))
 	const lead = 250 * time.Millisecond
 	if err := w.until(w0.Add(-lead)); err != nil {
 		return nil, err
@@ -239,7 +257,7 @@ func measureSustained(ctx context.Context, o options, stderr io.Writer) (*sustai
 	if err != nil {
 		return nil, err
 	}
-	all := o.rate * int(o.duration/time.Second)
+	all := o.rate * int(o.duration/o.every)
 	if _, err := w.cond(w1.Add(settleAfter), func() bool { return recs.inWindow >= all }); err != nil {
 		return nil, err
 	}

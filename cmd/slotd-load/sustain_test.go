@@ -18,7 +18,7 @@ func TestSustainedFlags(t *testing.T) {
 		{[]string{"-rate", "100", "-plugin", "exec"}, `-plugin "exec"`},
 		{[]string{"-rate", "100", "-tasks", "10"}, "-tasks does not apply"},
 		{[]string{"-rate", "100", "-crash", "0"}, "-crash does not apply"},
-		{[]string{"-rate", "100", "-duration", "1500ms"}, "whole seconds"},
+		{[]string{"-rate", "100", "-duration", "1500ms"}, "-duration 1.5s: want a whole number of -every (1s)"},
 		{[]string{"-rate", "100", "-warmup", "0"}, "-warmup 0"},
 	} {
 		// run validates the flags before it starts anything.
@@ -29,8 +29,8 @@ func TestSustainedFlags(t *testing.T) {
 	}
 	o := options{rate: 10, replicas: 3, batch: 256, burstLease: 15 * time.Second, sample: time.Second, plugin: pluginNoop,
 		set: map[string]bool{"rate": true}}
-	if err := o.validate(); err != nil || o.warmup != 5 || o.duration != time.Minute {
-		t.Errorf("defaults: warm-up %d s, duration %v, err %v; want 5 s and 1m", o.warmup, o.duration, err)
+	if err := o.validate(); err != nil || o.warmup != 5 || o.duration != time.Minute || o.every != time.Second {
+		t.Errorf("defaults: warm-up %d s, duration %v, every %v, err %v; want 5 s, 1m and 1s", o.warmup, o.duration, o.every, err)
 	}
 }
 
@@ -42,7 +42,7 @@ func TestStoreFlags(t *testing.T) {
 		want string // in the error
 	}{
 		{[]string{"-rate", "10", "-store", "mysql"}, `-store "mysql"`},
-		{[]string{"-rate", "10", "-endpoints", "127.0.0.1:2181"}, "with -store etcd or zookeeper only"},
+		{[]string{"-rate", "10", "-endpoints", "127.0.0.1:2181"}, "with -store cluster, etcd or zookeeper only"},
 		{[]string{"-store", "etcd"}, "sustained mode"},
 	} {
 		var stderr strings.Builder

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -34,7 +35,8 @@ type sustainedRun struct {
 type sustainedConfig struct {
 	Store    string `json:"store"` // redis, etcd (3 members) or zookeeper (3 nodes)
 	Replicas int    `json:"replicas"`
-	Rate     int    `json:"rate"` // tasks, each due every second
+	Rate     int    `json:"rate"`    // tasks, each due every EveryS seconds
+	EveryS   int    `json:"every_s"` // 1: sustained; more: a burst of Rate slots every EveryS seconds
 	Plugin   string `json:"plugin"`
 	Duration string `json:"duration"` // the measured window
 	WarmupS  int    `json:"warmup_s"`
@@ -91,8 +93,8 @@ type sustainedReplica struct {
 }
 
 // windowSlots calls f with each task's slot of the window.
-func windowSlots(rate int, w0, w1 time.Time, f func(task string, at time.Time)) {
-	for at := w0; at.Before(w1); at = at.Add(time.Second) {
+func windowSlots(rate int, every time.Duration, w0, w1 time.Time, f func(task string, at time.Time)) {
+	for at := w0; at.Before(w1); at = at.Add(every) {
 		for i := range rate {
 			f(fmt.Sprintf("%s%05d", tickPrefix, i), at)
 		}
@@ -105,7 +107,7 @@ func (rep *sustainedRun) analyze(recs *records, o options, w0, w1 time.Time, bef
 	s.WindowS = w1.Sub(w0).Seconds()
 	s.CountersS = after.at.Sub(before.at).Seconds()
 	var starts []time.Duration
-	windowSlots(o.rate, w0, w1, func(task string, at time.Time) {
+	windowSlots(o.rate, o.every, w0, w1, func(task string, at time.Time) {
 		s.Expected++
 		runs := recs.get(task, at)
 		if runs == nil || len(runs.attempts) == 0 {
@@ -193,19 +195,26 @@ func (rep *sustainedRun) readLogs(dir string, ids []string) error {
 		if err != nil {
 			return err
 		}
-		sc := bufio.NewScanner(f)
-		sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-		for sc.Scan() {
-			var line struct{ Level, Msg string }
-			if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
-				s.LogWarnings["(not a JSON log line)"]++
-				continue
+		// A line may be long: an error naming thousands of keys in a
+		// burst (a scanner's limit would end the report there).
+		br := bufio.NewReaderSize(f, 64<<10)
+		for {
+			b, rerr := br.ReadBytes('\n')
+			if len(bytes.TrimSpace(b)) > 0 {
+				var line struct{ Level, Msg string }
+				if err := json.Unmarshal(b, &line); err != nil {
+					s.LogWarnings["(not a JSON log line)"]++
+				} else if line.Level == "WARN" || line.Level == "ERROR" {
+					s.LogWarnings[line.Msg]++
+				}
 			}
-			if line.Level == "WARN" || line.Level == "ERROR" {
-				s.LogWarnings[line.Msg]++
+			if rerr != nil {
+				if rerr != io.EOF {
+					err = rerr
+				}
+				break
 			}
 		}
-		err = sc.Err()
 		f.Close()
 		if err != nil {
 			return fmt.Errorf("log of %s: %w", id, err)
@@ -246,10 +255,10 @@ func (rep *sustainedRun) summary() string {
 	for _, r := range rep.Replicas {
 		rss = append(rss, fmt.Sprintf("%s %.0f", r.ID, r.PeakRSSMB))
 	}
-	return fmt.Sprintf("sustained %s %d/s × %s on %d replicas, %s: %.0f slots/s; %d expected, %d executed, %d missed, %d duplicates; "+
+	return fmt.Sprintf("sustained %s %d every %ds × %s on %d replicas, %s: %.0f slots/s; %d expected, %d executed, %d missed, %d duplicates; "+
 		"start p50 %.0f ms, p99 %.0f ms, max %.0f ms; history not recorded %d; store %.1f µs and %.2f commands per slot; "+
 		"replicas %.1f µs per slot; peak RSS MB %s; load avg %s; violations %d",
-		c.Plugin, c.Rate, c.Duration, c.Replicas, c.Store, s.SlotsPerS, s.Expected, s.Executed, s.Missed, s.Duplicates,
+		c.Plugin, c.Rate, c.EveryS, c.Duration, c.Replicas, c.Store, s.SlotsPerS, s.Expected, s.Executed, s.Missed, s.Duplicates,
 		s.StartDelay.P50, s.StartDelay.P99, s.StartDelay.Max, s.HistoryNotRecorded, s.RedisCPUPerSlot, s.RedisCmdsPerSlot,
 		s.ReplicaCPUPerSlot, strings.Join(rss, ", "), s.LoadAvg[1], len(rep.Violations))
 }
@@ -262,8 +271,8 @@ func (rep *sustainedRun) writeJSON(w io.Writer) error {
 
 func (rep *sustainedRun) writeTable(w io.Writer) {
 	c, s, bl := rep.Config, rep.Sustained, rep.Baseline
-	fmt.Fprintf(w, "slotd load, sustained on %s: %d replicas, %d tasks due every second (plugin %s, lease %s), window of %s from %s after %d s of warm-up\n\n",
-		c.Store, c.Replicas, c.Rate, c.Plugin, c.Lease, c.Duration, s.WindowStart, c.WarmupS)
+	fmt.Fprintf(w, "slotd load, sustained on %s: %d replicas, %d tasks due every %d s (plugin %s, lease %s), window of %s from %s after %d s of warm-up\n\n",
+		c.Store, c.Replicas, c.Rate, c.EveryS, c.Plugin, c.Lease, c.Duration, s.WindowStart, c.WarmupS)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(cells ...any) {
 		for i, cell := range cells {
@@ -275,7 +284,7 @@ func (rep *sustainedRun) writeTable(w io.Writer) {
 		fmt.Fprintln(tw)
 	}
 	row("measure", "slotd")
-	row("slots/s sustained", fmt.Sprintf("%.0f (%d tasks due every second)", s.SlotsPerS, c.Rate))
+	row("slots/s sustained", fmt.Sprintf("%.0f (%d tasks due every %d s)", s.SlotsPerS, c.Rate, c.EveryS))
 	row("slots expected / executed / missed", fmt.Sprintf("%d / %d / %d", s.Expected, s.Executed, s.Missed))
 	row("duplicates (runs beyond one per slot)", s.Duplicates)
 	row("slots run as attempt ≥ 2", s.LaterAttempt)
@@ -291,6 +300,9 @@ func (rep *sustainedRun) writeTable(w io.Writer) {
 		row("Redis commands per slot ("+lua+")", fmt.Sprintf("%.2f: %s", s.RedisCmdsPerSlot, topCommands(s.RedisCmds)))
 	} else {
 		row(c.Store+" CPU per slot (3 members)", fmt.Sprintf("%.1f µs (%.2f s over %.1f s); members' RSS %.0f MB", s.RedisCPUPerSlot, s.RedisCPU, s.CountersS, s.StoreRSSMB))
+		if len(s.RedisCmds) > 0 {
+			row(c.Store+" requests per slot (3 members)", fmt.Sprintf("%.2f: %s", s.RedisCmdsPerSlot, topCommands(s.RedisCmds)))
+		}
 	}
 	row("replica CPU per slot (all replicas)", fmt.Sprintf("%.1f µs (%.2f s)", s.ReplicaCPUPerSlot, s.ReplicaCPU))
 	if redis {
