@@ -177,3 +177,54 @@ func TestQueueWindowClosesWhileWaiting(t *testing.T) {
 	}
 	t.Logf("history: %+v", es)
 }
+
+// queue: a slot that fires while another slot of its task waits is
+// skipped queue_full even when no slot of the task runs at that moment:
+// the waiting slot starts next, and a newcomer cannot take the running
+// record the instant it is freed, ahead of it. A waiting record held by no
+// replica of the test stands for a waiter that has not yet seen the
+// running record free.
+func TestQueueSlotDoesNotPassTheWaiter(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		stores func(t *testing.T) []lock.Store
+	}{
+		{"redis", func(t *testing.T) []lock.Store { return redisStores(t, 3) }},
+		{"memory", func(t *testing.T) []lock.Store { return []lock.Store{memlock.New(nil)} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			stores := tc.stores(t)
+			controls := stores[0].(lock.Controls)
+			l := newLedger()
+			hist := history.NewMemory(0)
+			task := testTask(t, "tick", "@every 1s", l.job(func(context.Context, tasks.Run) error { return nil }), func(t *scheduler.Task) {
+				t.Concurrency = scheduler.ConcurrencyQueue
+			})
+			now := time.Now()
+			ghost := lock.Slot{Task: task.Name + "~waiting", ID: "20000101000000", Time: now, Deadline: now.Add(time.Minute)}
+			owner := lock.Owner{ID: "elsewhere#1", Attempt: 1}
+			ctx := context.Background()
+			if o, err := controls.Occupy(ctx, ghost, owner, time.Minute, false); err != nil || !o.Taken {
+				t.Fatalf("occupy the waiting record: %+v, %v", o, err)
+			}
+			queueFleet(t, stores, task, hist)
+			es := awaitHistory(t, hist, task.Name, "a slot skipped as queue_full beside no running slot", func(es []scheduler.HistoryEntry) bool {
+				for _, e := range es {
+					if e.Outcome == stats.OutcomeSkippedQueue && strings.Contains(e.Error, "already waits") {
+						return true
+					}
+				}
+				return false
+			})
+			if rs := l.snapshot(); len(rs) != 0 {
+				t.Fatalf("a slot ran ahead of the waiting one:\n%s\nhistory %+v", dump(rs), es)
+			}
+			if err := controls.Vacate(ctx, ghost, owner); err != nil {
+				t.Fatal(err)
+			}
+			l.await(t, "a run once nothing waits", 10*time.Second, func(rs []record) bool { return len(rs) > 0 })
+		})
+	}
+}
