@@ -91,51 +91,122 @@ func TestQueueWaiterStartsAfterHolder(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
+			queueWaiterStartsAfterHolder(t, tc.stores(t))
+		})
+	}
+}
+
+// queueWaiterStartsAfterHolder runs three replicas of a queued task over
+// stores: while the first slot runs, exactly one later slot waits in the
+// fleet and at least two are skipped queue_full; the waiter starts within
+// a second of the run's end, never beside it.
+func queueWaiterStartsAfterHolder(t *testing.T, stores []lock.Store) {
+	l := newLedger()
+	hist := history.NewMemory(0)
+	b := &blocker{release: make(chan struct{})}
+	task := testTask(t, "tick", "@every 1s", l.job(b.body), func(t *scheduler.Task) {
+		t.Concurrency = scheduler.ConcurrencyQueue
+		t.Deadline = time.Minute
+	})
+	reps := queueFleet(t, stores, task, hist)
+	unblock := sync.OnceFunc(func() { close(b.release) })
+	t.Cleanup(unblock)
+	l.await(t, "the long run", 20*time.Second, func(rs []record) bool { return len(rs) == 1 })
+	es := awaitHistory(t, hist, task.Name, "two slots dropped as queue_full", func(es []scheduler.HistoryEntry) bool {
+		n := 0
+		for _, e := range es {
+			if e.Outcome == stats.OutcomeSkippedQueue {
+				n++
+			}
+		}
+		return n >= 2
+	})
+	if n := waiting(reps, task.Name); n != 1 {
+		t.Errorf("slots waiting in the fleet: %d, want 1", n)
+	}
+	var full uint64
+	for _, r := range reps {
+		full += r.sched.Stats().Task(task.Name).Skipped[skipIndex(t, stats.SkipQueueFull)].Load()
+	}
+	if full < 2 {
+		t.Errorf("skipped{reason=queue_full} = %d, want >= 2; history %+v", full, es)
+	}
+	if rs := l.snapshot(); len(rs) != 1 {
+		t.Fatalf("a slot ran beside the running one:\n%s", dump(rs))
+	}
+	unblock()
+	rs := l.await(t, "the waiting slot's run", 10*time.Second, func(rs []record) bool { return len(rs) >= 2 })
+	b.mu.Lock()
+	ended := b.ended
+	b.mu.Unlock()
+	after := rs[1].started.Sub(ended)
+	t.Logf("the waiting slot %s started %v after the running one ended", rs[1].run.Slot, after)
+	if after < 0 || after > time.Second {
+		t.Errorf("waiting slot started %v after the running one ended; want within a second", after)
+	}
+	if n := b.overlaps.Load(); n != 0 {
+		t.Errorf("%d runs started beside another", n)
+	}
+}
+
+// On etcd and ZooKeeper (three members, three replicas), as on Redis: one
+// slot waits fleet-wide while the task's slot runs, the others are
+// skipped queue_full, and the waiter starts after the run ends.
+func TestConsensusQueueWaiterStartsAfterHolder(t *testing.T) {
+	for _, kind := range consensusKinds {
+		t.Run(kind, func(t *testing.T) { queueWaiterStartsAfterHolder(t, consensusStores(t, kind, 3).stores) })
+	}
+}
+
+// On etcd and ZooKeeper, the replica running the task's slot is cut off
+// its store, as by a kill -9, while a later slot waits: a slot of the task
+// runs again on a live replica once the holder's records end with its
+// lease, never beside the holder's run. (If the waiter was on the cut-off
+// replica too, a later slot waits once its waiting record has ended.)
+func TestConsensusQueueAfterHolderKilled(t *testing.T) {
+	for _, kind := range consensusKinds {
+		t.Run(kind, func(t *testing.T) {
+			c := consensusStores(t, kind, 3)
 			l := newLedger()
-			hist := history.NewMemory(0)
 			b := &blocker{release: make(chan struct{})}
+			t.Cleanup(func() { close(b.release) })
 			task := testTask(t, "tick", "@every 1s", l.job(b.body), func(t *scheduler.Task) {
 				t.Concurrency = scheduler.ConcurrencyQueue
 				t.Deadline = time.Minute
+				t.Policy.MaxAttempts = 1
 			})
-			reps := queueFleet(t, tc.stores(t), task, hist)
-			unblock := sync.OnceFunc(func() { close(b.release) })
-			t.Cleanup(unblock)
-			l.await(t, "the long run", 10*time.Second, func(rs []record) bool { return len(rs) == 1 })
-			es := awaitHistory(t, hist, task.Name, "two slots dropped as queue_full", func(es []scheduler.HistoryEntry) bool {
-				n := 0
-				for _, e := range es {
-					if e.Outcome == stats.OutcomeSkippedQueue {
-						n++
-					}
+			reps := queueFleet(t, c.stores, task, history.NewMemory(0))
+			rs := l.await(t, "the long run", 20*time.Second, func(rs []record) bool { return len(rs) == 1 })
+			holder := -1
+			for i, r := range reps {
+				if r.name == rs[0].run.Replica {
+					holder = i
 				}
-				return n >= 2
-			})
-			if n := waiting(reps, task.Name); n != 1 {
-				t.Errorf("slots waiting in the fleet: %d, want 1", n)
 			}
-			var full uint64
-			for _, r := range reps {
-				full += r.sched.Stats().Task(task.Name).Skipped[skipIndex(t, stats.SkipQueueFull)].Load()
+			if holder < 0 {
+				t.Fatalf("run on unknown replica %q", rs[0].run.Replica)
 			}
-			if full < 2 {
-				t.Errorf("skipped{reason=queue_full} = %d, want >= 2; history %+v", full, es)
-			}
-			if rs := l.snapshot(); len(rs) != 1 {
-				t.Fatalf("a slot ran beside the running one:\n%s", dump(rs))
-			}
-			unblock()
-			rs := l.await(t, "the waiting slot's run", 10*time.Second, func(rs []record) bool { return len(rs) >= 2 })
+			await(t, "a slot waiting for the long run", 20*time.Second, func() bool { return waiting(reps, task.Name) == 1 })
+			onHolder := reps[holder].sched.Stats().Task(task.Name).Waiting.Load() == 1
+			killed := time.Now()
+			c.crash[holder]()
+			rs = l.await(t, "a run after the killed holder's", 30*time.Second, func(rs []record) bool { return len(rs) >= 2 })
 			b.mu.Lock()
 			ended := b.ended
 			b.mu.Unlock()
-			after := rs[1].started.Sub(ended)
-			t.Logf("the waiting slot %s started %v after the running one ended", rs[1].run.Slot, after)
-			if after < 0 || after > time.Second {
-				t.Errorf("waiting slot started %v after the running one ended; want within a second", after)
+			if ended.IsZero() || rs[1].started.Before(ended) {
+				t.Fatalf("slot %s started at %v beside the killed holder's run (ended %v):\n%s", rs[1].run.Slot, rs[1].started, ended, dump(rs))
+			}
+			if rs[1].run.Replica == reps[holder].name {
+				t.Fatalf("the cut-off replica ran again:\n%s", dump(rs))
 			}
 			if n := b.overlaps.Load(); n != 0 {
 				t.Errorf("%d runs started beside another", n)
+			}
+			t.Logf("%s: slot %s ran %v after the holder was cut off (lease %v; the waiter was on the holder: %v)",
+				kind, rs[1].run.Slot, rs[1].started.Sub(killed).Round(time.Millisecond), task.Lease, onHolder)
+			if d := rs[1].started.Sub(killed); d > task.Lease+3*time.Second {
+				t.Errorf("next run %v after the kill, want within the lease (%v) and a few polls", d, task.Lease)
 			}
 		})
 	}
