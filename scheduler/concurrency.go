@@ -8,6 +8,7 @@ import (
 
 	"github.com/slotd/slotd/internal/stats"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/tasks"
 )
 
 // ErrSuperseded is the cause of a task's context when a newer slot of its
@@ -109,7 +110,7 @@ func waitingTask(task string) string { return task + "~waiting" }
 // record, it takes the running one, or else looks whether it is free every
 // supersedePoll, renewing its waiting record every third of a lease (a
 // waiter that crashes leaves one that ends with its lease), and gives up
-// when its slot's window closes (a.skip = queue_window). The waiting
+// when its slot's window closes (a.skip = tasks.ReasonQueue: missed). The waiting
 // record is given up once the running one is taken or the wait ends. An
 // answer not Taken: the slot is skipped, for a.skip. An error: the store
 // did not answer.
@@ -153,7 +154,7 @@ func (a *attempt) queue(ctx context.Context) (lock.Occupancy, error) {
 		}
 		now := s.clock.Now()
 		if !now.Before(a.slot.Deadline) {
-			a.skip = stats.SkipQueueWindow
+			a.skip = tasks.ReasonQueue
 			return busy, nil
 		}
 		cctx, ccancel := context.WithTimeout(ctx, t.Lease/3)

@@ -3,12 +3,15 @@ package scheduler_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/internal/stats"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/memlock"
@@ -213,40 +216,79 @@ func TestConsensusQueueAfterHolderKilled(t *testing.T) {
 }
 
 // queue: a slot whose window closes while it waits is not run; it is
-// recorded as skipped, reason queue_window.
-func TestQueueWindowClosesWhileWaiting(t *testing.T) {
+// missed (reason queue), not skipped: the policy meant it to run. Its slot
+// is marked done so that no peer claims it; it is counted once in the
+// fleet (slotd_slots_missed_total, _missed_queue_total), recorded as
+// missed_queue, shown missed, and the on_failure hook runs once for it.
+func TestQueueWindowClosesWhileWaitingIsMissed(t *testing.T) {
 	t.Parallel()
 	stores := redisStores(t, 3)
 	l := newLedger()
 	hist := history.NewMemory(0)
 	b := &blocker{release: make(chan struct{})}
+	out := filepath.Join(t.TempDir(), "hook.out")
+	h := hook(t, "exec", map[string]any{"command": []any{"/bin/sh", "-c",
+		`printf '%s|%s|%s\n' "$SLOTD_FAILURE" "$SLOTD_FAILURE_REASON" "$SLOTD_SLOT" >> "$OUT"`},
+		"env": map[string]any{"OUT": out}}, 10*time.Second)
 	task := testTask(t, "tick", "@every 1s", l.job(b.body), func(t *scheduler.Task) {
 		t.Concurrency = scheduler.ConcurrencyQueue
 		t.Deadline = 1500 * time.Millisecond
+		t.OnFailure = h
 	})
 	reps := queueFleet(t, stores, task, hist)
 	unblock := sync.OnceFunc(func() { close(b.release) })
 	t.Cleanup(unblock)
-	es := awaitHistory(t, hist, task.Name, "a slot whose window closed while it waited", func(es []scheduler.HistoryEntry) bool {
+	ctx := context.Background()
+	var missed scheduler.HistoryEntry
+	awaitHistory(t, hist, task.Name, "a slot whose window closed while it waited", func(es []scheduler.HistoryEntry) bool {
 		for _, e := range es {
-			if e.Outcome == stats.OutcomeSkippedQueue && strings.Contains(e.Error, "window closed") {
-				if st, err := lock.ReadState(context.Background(), stores[0], lock.Slot{Task: task.Name, ID: e.Slot}); err == nil && st.Status == "done" {
-					var n uint64
-					for _, r := range reps {
-						n += r.sched.Stats().Task(task.Name).Skipped[skipIndex(t, stats.SkipQueueWindow)].Load()
-					}
-					if n > 0 {
-						return true
-					}
+			if e.Outcome == stats.OutcomeMissedQueue && strings.Contains(e.Error, "window closed") {
+				if st, err := lock.ReadState(ctx, stores[0], lock.Slot{Task: task.Name, ID: e.Slot}); err == nil && st.Status == "done" {
+					missed = e
+					return true
 				}
 			}
 		}
 		return false
 	})
+	line := "missed|queue|" + missed.Slot + "\n"
+	await(t, "the on_failure hook of slot "+missed.Slot, 10*time.Second, func() bool {
+		b, _ := os.ReadFile(out)
+		return strings.Contains(string(b), line)
+	})
+	var n, nq uint64
+	for _, r := range reps {
+		st := r.sched.Stats().Task(task.Name)
+		n += st.Missed.Load()
+		nq += st.MissedQueue.Load()
+	}
+	if nq == 0 || n < nq {
+		t.Errorf("missed %d, of them for the queue %d; want >= 1, and all counted as missed", n, nq)
+	}
+	sts, err := observe.Status(ctx, []scheduler.Task{task}, stores[0], hist, time.Now(), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, ss := range sts[0].Slots {
+		if ss.ID == missed.Slot {
+			found = true
+			if ss.Phase != observe.PhaseMissed {
+				t.Errorf("slot %s shown %q, want %q", ss.ID, ss.Phase, observe.PhaseMissed)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("slot %s not in the task's status %+v", missed.Slot, sts[0].Slots)
+	}
 	if rs := l.snapshot(); len(rs) != 1 {
 		t.Fatalf("a slot ran beside the running one:\n%s", dump(rs))
 	}
-	t.Logf("history: %+v", es)
+	b2, _ := os.ReadFile(out)
+	if c := strings.Count(string(b2), line); c != 1 {
+		t.Errorf("the hook ran %d times for slot %s, want once:\n%s", c, missed.Slot, b2)
+	}
+	t.Logf("missed: %+v", missed)
 }
 
 // queue: a slot that fires while another slot of its task waits is

@@ -241,6 +241,16 @@ func (l *loop) onAttempted(r *run, c lock.Claim, finished bool, entry *HistoryEn
 		l.park(r, settled, 0)
 		return
 	}
+	if entry != nil && entry.Outcome == stats.OutcomeMissedQueue {
+		// It waited for its task's running slot past its window; marked
+		// done, so no peer saw it missed: counted and reported here, once.
+		st := l.s.stats.Task(r.t.Name)
+		st.Missed.Inc()
+		st.MissedQueue.Inc()
+		l.runFailed(r, slotEnd{kind: tasks.FailureMissed, reason: tasks.ReasonQueue, attempt: c.Attempt, attempts: c.Attempt - c.Base, own: entry})
+		l.park(r, settled, 0)
+		return
+	}
 	if c.Attempt-c.Base >= r.t.MaxAttempts {
 		l.s.stats.Task(r.t.Name).Exhausted.Inc()
 		r.logger(l.s).Error("slot exhausted: its last allowed attempt failed", "attempts", c.Attempt-c.Base)

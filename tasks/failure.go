@@ -19,6 +19,9 @@ const (
 	// and the task's retry_backoff ended at or after the slot's deadline,
 	// so no further attempt could start in time.
 	ReasonBackoff = "backoff"
+	// ReasonQueue (Failure.Reason): a missed slot waited for its task's
+	// running slot (concurrency = "queue") until its window closed.
+	ReasonQueue = "queue"
 )
 
 // Failure is a slot that ended without a success, as an on_failure hook
