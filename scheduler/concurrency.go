@@ -143,6 +143,9 @@ func (a *attempt) queue(ctx context.Context) (lock.Occupancy, error) {
 	a.log().Info("waiting for the task's running slot to end (concurrency = queue)", "running_slot", busy.Other)
 	a.st.Waiting.Add(1)
 	defer a.st.Waiting.Add(-1)
+	id := a.slot.ID
+	a.st.WaitingSlot.Store(&id)
+	defer a.st.WaitingSlot.CompareAndSwap(&id, nil)
 	renewed := s.clock.Now()
 	for {
 		timer := s.clock.NewTimer(supersedePoll)

@@ -127,6 +127,15 @@ func queueWaiterStartsAfterHolder(t *testing.T, stores []lock.Store) {
 	if n := waiting(reps, task.Name); n != 1 {
 		t.Errorf("slots waiting in the fleet: %d, want 1", n)
 	}
+	var shown []string // the waiting slot each replica's task page shows
+	for _, r := range reps {
+		if id := r.sched.Stats().Task(task.Name).WaitingSlot.Load(); id != nil {
+			shown = append(shown, *id)
+		}
+	}
+	if len(shown) != 1 {
+		t.Errorf("replicas showing a waiting slot: %v, want one", shown)
+	}
 	var full uint64
 	for _, r := range reps {
 		full += r.sched.Stats().Task(task.Name).Skipped[skipIndex(t, stats.SkipQueueFull)].Load()

@@ -166,6 +166,9 @@ type TaskPage struct {
 	// Backfilling: slots of backfills under way on the serving replica
 	// not yet ended (scheduler.Backfill); 0 leaves it out.
 	Backfilling int64
+	// Waiting is the slot waiting on the serving replica for the task's
+	// running one (concurrency = "queue"); "" if none.
+	Waiting string
 }
 
 // WriteTaskPage renders the page of one task to w.

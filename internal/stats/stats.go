@@ -165,9 +165,12 @@ type Task struct {
 	Paused       atomic.Bool               // the task is paused, as this replica last heard
 	Running      atomic.Int64              // attempts running now
 	Waiting      atomic.Int64              // attempts waiting for the task's running slot (concurrency = "queue")
-	BackfillLeft atomic.Int64              // slots of backfills under way here not yet ended (queued or admitted)
-	lastSuccess  atomic.Int64              // Unix seconds; noSuccess until one
-	_            [0]func()                 // not comparable
+	// WaitingSlot is the id of the slot waiting here for the task's
+	// running one (concurrency = "queue"), for the task's page; nil if none.
+	WaitingSlot  atomic.Pointer[string]
+	BackfillLeft atomic.Int64 // slots of backfills under way here not yet ended (queued or admitted)
+	lastSuccess  atomic.Int64 // Unix seconds; noSuccess until one
+	_            [0]func()    // not comparable
 }
 
 // Window is the slot window alerts scale with, as last given to New or
