@@ -99,8 +99,8 @@ type History struct {
 	mu  sync.Mutex
 	set map[string]time.Time // stream key -> when an append last gave it its TTL
 
-	loadMu sync.Mutex  // one SCRIPT LOAD at a time
-	loaded atomic.Bool // the scripts were loaded once (a pipeline cannot fall back to EVAL)
+	loadMu sync.Mutex     // one SCRIPT LOAD at a time
+	loaded [2]atomic.Bool // readScript, appendScript was loaded once (a pipeline cannot fall back to EVAL)
 }
 
 // historyBatch bounds the appends of one round trip.
@@ -217,7 +217,7 @@ func (h *History) write(ctx context.Context, batch []*coalesce.Call[histAppend, 
 	}
 	isFull := func(i int) bool { return full == nil || full[i] }
 	if full == nil || slices.Contains(full, true) {
-		_ = h.loadOnce(ctx) // a failure shows as NOSCRIPT, loaded again below
+		_ = h.loadOnce(ctx, appendScript) // a failure shows as NOSCRIPT, loaded again below
 	}
 	cmds := make([]redis.Cmder, len(batch))
 	send := func(which []int) error {
@@ -376,7 +376,7 @@ func (h *History) RecentEach(ctx context.Context, tasks []string, ns []int) (out
 // second one.
 func (h *History) readEach(ctx context.Context, tasks []string, ns []int, out [][]history.Entry, errs []error) {
 	cmds := make([]*redis.Cmd, len(tasks))
-	if err := h.loadOnce(ctx); err != nil {
+	if err := h.loadOnce(ctx, readScript); err != nil {
 		for i := range tasks {
 			errs[i] = err
 		}
@@ -416,25 +416,27 @@ func (h *History) readEach(ctx context.Context, tasks []string, ns []int, out []
 	}
 }
 
-// loadOnce loads history_read.lua and history_append.lua into the script
-// cache unless it did before: the pipelined reads and full appends send
+// loadOnce loads s, readScript or appendScript, into the script cache
+// unless it did before: the pipelined reads and full appends send
 // EVALSHA, which a cache without the script refuses (then they load it
 // again).
-func (h *History) loadOnce(ctx context.Context) error {
-	if h.loaded.Load() {
+func (h *History) loadOnce(ctx context.Context, s *redis.Script) error {
+	done := &h.loaded[0]
+	if s == appendScript {
+		done = &h.loaded[1]
+	}
+	if done.Load() {
 		return nil
 	}
 	h.loadMu.Lock()
 	defer h.loadMu.Unlock()
-	if h.loaded.Load() {
+	if done.Load() {
 		return nil
 	}
-	for _, s := range []*redis.Script{readScript, appendScript} {
-		if err := s.Load(ctx, h.rdb).Err(); err != nil {
-			return fmt.Errorf("history: load its scripts: %w", err)
-		}
+	if err := s.Load(ctx, h.rdb).Err(); err != nil {
+		return fmt.Errorf("history: load a script: %w", err)
 	}
-	h.loaded.Store(true)
+	done.Store(true)
 	return nil
 }
 
