@@ -33,7 +33,7 @@ const (
 // a JSON body.
 type Failure struct {
 	Kind      string    `json:"failure"`          // FailureExhausted or FailureMissed
-	Reason    string    `json:"reason,omitempty"` // why, when known: ReasonCapacity
+	Reason    string    `json:"reason,omitempty"` // why, when known: ReasonCapacity, ReasonBackoff or ReasonQueue
 	Task      string    `json:"task"`
 	Slot      string    `json:"slot"`
 	SlotTime  time.Time `json:"slot_time"`
