@@ -45,7 +45,8 @@ type occupancy struct {
 // its lease), and is renewed with it, by the lease's watchdog.
 //
 // It returns busy if the task forbids overlap and another slot's attempt
-// runs (the caller skips the slot). With replace, another slot's attempt
+// runs (the caller skips the slot), or under queue if the slot cannot wait
+// or waited past its window (a.skip says which: see queue). With replace, another slot's attempt
 // is cancelled (its holder's renewal fails, woken by the notice) and
 // occupy waits, up to a lease, until that slot is no longer running.
 // cancel cancels the task: it is called with ErrSuperseded if a newer
