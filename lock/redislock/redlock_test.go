@@ -21,7 +21,7 @@ import (
 
 // startNodes starts n independent redis-servers and returns them with a
 // client of each.
-func startNodes(t *testing.T, n int) ([]*redistest.Server, []*redis.Client) {
+func startNodes(t testing.TB, n int) ([]*redistest.Server, []*redis.Client) {
 	var srvs []*redistest.Server
 	var clients []*redis.Client
 	for range n {
