@@ -38,10 +38,13 @@ import (
 //
 // A read asks every master and answers the version a quorum holds (an
 // absent, expired or deleted name counts as version 0 on its master); when
-// none does, as after a master missed writes and another is down, it fails
-// with ErrNoQuorum naming the entry, and the next write of the name
-// repairs it. kv.Controls compares versions for equality only, which
-// random ids serve.
+// none does — a master missed the name's last write (it was down) and
+// another is down now — it fails with ErrNoQuorum naming the entry, until
+// that master is back; the next write of the name then repairs the stale
+// one. A read does not repair: it cannot tell a stale master from one a
+// write is landing on, and setting that one back to the version it left
+// would let it apply a second write from that version. kv.Controls
+// compares versions for equality only, which random ids serve.
 
 var (
 	//go:embed redlock_kv_read.lua
