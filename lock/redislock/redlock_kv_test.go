@@ -249,3 +249,28 @@ func TestRedlockKVOnChange(t *testing.T) {
 		}
 	}
 }
+
+// With two masters of three down a write cannot know its outcome: it
+// fails with ErrNoQuorum, and is taken back on the master that took it.
+func TestRedlockKVTwoMastersDownUnknown(t *testing.T) {
+	t.Parallel()
+	srvs, clients := startNodes(t, 3)
+	s := redislock.RedlockKV(newRedlock(t, clients))
+	ctx := context.Background()
+	if ok, err := s.Put(ctx, "d", "n", "v1", 0, time.Hour); err != nil || !ok {
+		t.Fatalf("put = %v, %v", ok, err)
+	}
+	e, _ := s.Get(ctx, "d", "n")
+	srvs[1].Stop()
+	srvs[2].Stop()
+	ok, err := s.Put(ctx, "d", "n", "v2", e.Version, time.Hour)
+	if ok || !errors.Is(err, redislock.ErrNoQuorum) {
+		t.Fatalf("put with two masters down = %v, %v; want ErrNoQuorum", ok, err)
+	}
+	if got := kvRecordOn(t, clients[0], "d", "n"); got != strconv.FormatInt(e.Version, 10) {
+		t.Fatalf("live master holds %q, want %d back", got, e.Version)
+	}
+	if _, err := s.Get(ctx, "d", "n"); !errors.Is(err, redislock.ErrNoQuorum) {
+		t.Fatalf("get with two masters down = %v, want ErrNoQuorum", err)
+	}
+}
