@@ -88,11 +88,13 @@ func consensusStores(t *testing.T, kind string, n int) consensus {
 			leader.Stop() // the leader at the start: no store talks to it
 			return leader.Start
 		}
+	case "redlock":
+		return redlockConsensus(t, n)
 	}
 	return c
 }
 
-var consensusKinds = []string{"etcd", "zookeeper"}
+var consensusKinds = []string{"etcd", "zookeeper", "redlock"}
 
 // triggerRetrying sends a trigger with key through c until the store
 // answers (a member may be down, a leader being elected): the key makes
@@ -115,7 +117,7 @@ func triggerRetrying(t *testing.T, c lock.Controls, task, key string, window tim
 	}
 }
 
-// On etcd and ZooKeeper, a trigger runs once fleet-wide across three
+// On etcd, ZooKeeper and Redlock (3 masters), a trigger runs once fleet-wide across three
 // replicas; its key repeated by every replica starts nothing; a trigger
 // sent while the cluster's leader is killed runs once too.
 func TestConsensusTriggerRunsOnceFleetWide(t *testing.T) {
@@ -180,7 +182,7 @@ func TestConsensusTriggerRunsOnceFleetWide(t *testing.T) {
 	}
 }
 
-// On etcd and ZooKeeper, forbid holds after the running slot's holder is
+// On etcd, ZooKeeper and Redlock (3 masters), forbid holds after the running slot's holder is
 // cut off as by kill -9 (three replicas): its record stays until its
 // lease runs out, while the others skip their slots; then a slot runs
 // again, never beside the first.
@@ -254,7 +256,7 @@ func TestConsensusForbidAfterHolderKilled(t *testing.T) {
 	}
 }
 
-// On etcd and ZooKeeper, forbid holds through a kill of the cluster's
+// On etcd, ZooKeeper and Redlock (3 masters), forbid holds through a kill of the cluster's
 // leader during the running slot (three replicas): no slot runs beside
 // it, and slots run again after it ends.
 func TestConsensusForbidThroughLeaderKill(t *testing.T) {
@@ -319,7 +321,7 @@ func TestConsensusForbidThroughLeaderKill(t *testing.T) {
 	}
 }
 
-// On etcd and ZooKeeper, a pause stops claims on every replica (three),
+// On etcd, ZooKeeper and Redlock (3 masters), a pause stops claims on every replica (three),
 // holds across a restart of them all, and a resume runs the next slot.
 func TestConsensusPauseHoldsAcrossRestart(t *testing.T) {
 	for _, kind := range consensusKinds {
