@@ -16,16 +16,16 @@ import (
 const maxRaces = 20
 
 // read reads the slot node and the run node of slot at once (one round
-// trip, two requests in flight), with watches if the slot is watched.
+// trip, two requests in flight), without watches: what a watched slot
+// needs armed is the watcher's (see Store.Watch, watcher.afterClaim).
 func (s *Store) read(ctx context.Context, slot lock.Slot) (sn, run node, err error) {
-	watched := s.watch.watched(s.SlotPath(slot))
 	var runErr error
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		run, runErr = s.get(ctx, s.RunPath(slot), watched)
+		run, runErr = s.get(ctx, s.RunPath(slot), false)
 	}()
-	sn, err = s.get(ctx, s.SlotPath(slot), watched)
+	sn, err = s.get(ctx, s.SlotPath(slot), false)
 	<-done
 	if err == nil {
 		err = runErr
@@ -96,6 +96,9 @@ func (s *Store) Claim(ctx context.Context, slot lock.Slot, replica string, p loc
 		}
 		if err != nil || c.Result != 0 {
 			c.Sent = sent
+			if err == nil {
+				s.watch.afterClaim(slot, c, sn, run)
+			}
 			return c, err
 		}
 		if run.exists && !run.expired {
