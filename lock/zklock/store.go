@@ -66,6 +66,9 @@ type Store struct {
 	// (an error after its multi-op was sent), until a later claim of the
 	// slot finds it landed or the slot node past the version it checked.
 	doubt sync.Map
+	// holds holds, by run node path, what each claim this store won
+	// wrote (*hold, holds.go), until its Complete or Release.
+	holds sync.Map
 	// orphans holds, by run node path, the run value of each release that
 	// failed with the node perhaps still in place (see Release).
 	orphans sync.Map

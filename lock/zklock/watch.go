@@ -43,20 +43,33 @@ type watcher struct {
 	s *Store
 
 	mu      sync.Mutex
-	m       map[string][]*lock.Watch // slot path → watches
-	pending map[string]job           // slot path → what to do
-	busy    map[string]bool          // slot paths a worker is on
-	queue   chan struct{}            // a token per wake of the workers
+	m       map[string]*watched // slot path → its watches
+	pending map[string]job      // slot path → what to do
+	busy    map[string]bool     // slot paths a worker is on
+	queue   chan struct{}       // a token per wake of the workers
 	stop    chan struct{}
 	wg      sync.WaitGroup
 	closed  bool
+}
+
+// watched is one watched slot's Watches and what the store knows of it.
+type watched struct {
+	ws []*lock.Watch
+	// eager: one of ws was armed at once (Watch), not by a claim
+	// (WatchClaims): the run node's own watch tells every change, so
+	// what a claim, a completion or a release arms for a WatchClaims
+	// watch would only duplicate it.
+	eager bool
+	// seen: a node of the slot was seen (a claim's read, an event):
+	// the slot has been claimed, and a claim reads before it writes (fresh).
+	seen bool
 }
 
 // job is what the watcher is to do for one slot: the steps asked since a
 // worker last took it.
 type job struct {
 	steps step
-	// version: with armSlot, the slot node's version the claim read.
+	// version: with armSlot, the slot node's version last read or written.
 	version int32
 }
 
@@ -64,13 +77,14 @@ type job struct {
 type step uint8
 
 const (
-	// armRun: arm the run node's exists watch.
+	// armRun: arm the run node's exists watch; if the node is there (a
+	// claim came first), read it and tell Taken unless its lease ran out.
 	armRun step = 1 << iota
 	// armHeld: arm the run node's exists watch; a claim found the node, so
 	// if it is gone now, its deletion was missed: act as on runGone.
 	armHeld
-	// armSlot: arm the slot node's watch; a claim read it at job.version,
-	// so if it has moved since, look.
+	// armSlot: arm the slot node's watch; it was last at job.version, so
+	// if it has moved since, look.
 	armSlot
 	// runChanged: the run node was created or rewritten: Taken, and armHeld.
 	runChanged
@@ -85,7 +99,7 @@ const workers = 64
 
 func (w *watcher) init(s *Store) {
 	w.s = s
-	w.m = map[string][]*lock.Watch{}
+	w.m = map[string]*watched{}
 	w.pending = map[string]job{}
 	w.busy = map[string]bool{}
 	w.queue = make(chan struct{}, 1)
@@ -118,44 +132,88 @@ func (w *watcher) close() {
 // A claim of the slot through this store arms what its result needs
 // before it returns (see Store.Claim), so no release after that claim's
 // read goes unseen.
-func (s *Store) Watch(slot lock.Slot) *lock.Watch {
-	key := s.SlotPath(slot)
+func (s *Store) Watch(slot lock.Slot) *lock.Watch { return s.watch.add(s.SlotPath(slot), true) }
+
+// WatchClaims is Watch for a slot this replica claims at once: nothing is
+// armed until the slot's claims through this store arm what their results
+// need — a slot found held, its run node's watch; one found done or out of
+// attempts, or completed by this store, its slot node's watch (for an
+// operator's rerun); one this store released, or whose claim failed, its
+// run node's watch — and this store's own completion or release is told
+// to it without a watch. In a burst the preferred claimant of a slot so
+// pays one request to watch it (after its completion) instead of three.
+func (s *Store) WatchClaims(slot lock.Slot) *lock.Watch { return s.watch.add(s.SlotPath(slot), false) }
+
+func (w *watcher) add(key string, eager bool) *lock.Watch {
 	var lw *lock.Watch
-	lw = lock.NewWatch(func() { s.watch.remove(key, lw) })
-	s.watch.mu.Lock()
-	s.watch.m[key] = append(s.watch.m[key], lw)
-	s.watch.mu.Unlock()
-	s.watch.enqueue(key, job{steps: armRun})
+	lw = lock.NewWatch(func() { w.remove(key, lw) })
+	w.mu.Lock()
+	e := w.m[key]
+	if e == nil {
+		e = &watched{}
+		w.m[key] = e
+	}
+	e.ws = append(e.ws, lw)
+	arm := eager && !e.eager
+	e.eager = e.eager || eager
+	w.mu.Unlock()
+	if arm {
+		w.enqueue(key, job{steps: armRun})
+	}
 	return lw
 }
 
 func (w *watcher) remove(key string, lw *lock.Watch) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	set := w.m[key]
-	for i, x := range set {
+	e := w.m[key]
+	if e == nil {
+		return
+	}
+	for i, x := range e.ws {
 		if x == lw {
-			set = append(set[:i], set[i+1:]...)
+			e.ws = append(e.ws[:i], e.ws[i+1:]...)
 			break
 		}
 	}
-	if len(set) == 0 {
+	if len(e.ws) == 0 {
 		delete(w.m, key)
-	} else {
-		w.m[key] = set
 	}
 }
 
-func (w *watcher) watched(key string) bool {
+// state reports whether key is watched, and if so whether eagerly.
+func (w *watcher) state(key string) (watched, eager bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return len(w.m[key]) > 0
+	e := w.m[key]
+	return e != nil, e != nil && e.eager
+}
+
+func (w *watcher) watched(key string) bool {
+	ok, _ := w.state(key)
+	return ok
 }
 
 func (w *watcher) count(key string) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return len(w.m[key])
+	if e := w.m[key]; e != nil {
+		return len(e.ws)
+	}
+	return 0
+}
+
+// see records that a node of key was seen, if key is watched; it reports
+// whether key is watched and whether eagerly.
+func (w *watcher) see(key string, seen bool) (watched, eager bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	e := w.m[key]
+	if e == nil {
+		return false, false
+	}
+	e.seen = e.seen || seen
+	return true, e.eager
 }
 
 // event is the client's callback: it must not block.
@@ -174,25 +232,71 @@ func (w *watcher) event(ev zk.Event) {
 	default:
 		return
 	}
-	if w.watched(key) {
+	if watched, _ := w.see(key, ev.Type != zk.EventNotWatching); watched {
 		w.enqueue(key, job{steps: st})
 	}
 }
 
-// afterClaim arms what a claim of a watched slot, answered c from reading
-// sn and run, needs to hear next: a held slot's release, a settled slot's
-// rerun. A won claim needs nothing: the watch armed at Watch fires on its
-// run node's creation, and is armed again on it.
-func (w *watcher) afterClaim(slot lock.Slot, c lock.Claim, sn, run node) {
+// fresh reports whether slot may never have been claimed, as far as this
+// store knows: it is not watched, or no node of it has been seen since it
+// was (a claim's read, or an event).
+func (s *Store) fresh(slot lock.Slot) bool {
+	s.watch.mu.Lock()
+	defer s.watch.mu.Unlock()
+	e := s.watch.m[s.SlotPath(slot)]
+	return e == nil || !e.seen
+}
+
+// afterClaim arms what a claim of a watched slot, answered c (or err) from
+// reading sn and run, needs to hear next: a held slot's release, a
+// settled slot's rerun; for a WatchClaims watch, after any other answer,
+// any change. A won claim needs nothing: an eager watch's run node watch fires
+// at its creation and is armed again on it, and this store's completion
+// or release of it arms what follows (afterComplete, afterRelease).
+func (w *watcher) afterClaim(slot lock.Slot, c lock.Claim, err error, sn, run node) {
 	key := w.s.SlotPath(slot)
-	if !w.watched(key) {
+	watched, eager := w.see(key, err == nil && sn.exists)
+	switch {
+	case !watched:
+	case err == nil && c.Result == lock.Won:
+	case err == nil && c.Result == lock.Held && run.exists:
+		w.enqueue(key, job{steps: armHeld})
+	case err == nil && (c.Result == lock.Done || c.Result == lock.Exhausted) && sn.exists:
+		w.enqueue(key, job{steps: armSlot, version: sn.stat.Version})
+	case !eager:
+		// Early, late, or no answer: the run waits and claims again; a
+		// peer's claim or completion meanwhile is still news to it.
+		w.enqueue(key, job{steps: armRun})
+	}
+}
+
+// afterComplete tells a watched slot's Watches that this store completed
+// it, and for a WatchClaims watch arms the slot node's watch, at version
+// (the completion's), for a rerun.
+func (w *watcher) afterComplete(slot lock.Slot, version int32) {
+	key := w.s.SlotPath(slot)
+	watched, eager := w.state(key)
+	if !watched {
 		return
 	}
-	switch {
-	case c.Result == lock.Held && run.exists:
-		w.enqueue(key, job{steps: armHeld})
-	case (c.Result == lock.Done || c.Result == lock.Exhausted) && sn.exists:
-		w.enqueue(key, job{steps: armSlot, version: sn.stat.Version})
+	w.notify(key, lock.Completed)
+	if !eager {
+		w.enqueue(key, job{steps: armSlot, version: version})
+	}
+}
+
+// afterRelease tells a watched slot's Watches that this store released
+// it, and for a WatchClaims watch arms the run node's watch, for the next
+// claim.
+func (w *watcher) afterRelease(slot lock.Slot) {
+	key := w.s.SlotPath(slot)
+	watched, eager := w.state(key)
+	if !watched {
+		return
+	}
+	w.notify(key, lock.Released)
+	if !eager {
+		w.enqueue(key, job{steps: armRun})
 	}
 }
 
@@ -287,10 +391,18 @@ func (w *watcher) do(key string, j job) bool {
 		if err != nil {
 			return false
 		}
-		if !there && j.steps&(armHeld|runChanged) != 0 {
+		switch {
+		case !there && j.steps&(armHeld|runChanged) != 0:
 			// Gone between the claim's read (or the event) and the
 			// watch: the deletion's event was never armed.
 			return w.gone(ctx, key)
+		case there && j.steps&(armHeld|runChanged) == 0:
+			// Claimed before the watch was armed: Taken, unless by a
+			// holder whose lease ran out (a claim's to take).
+			w.see(key, true)
+			if !w.takenBy(ctx, key) {
+				return false
+			}
 		}
 	}
 	if j.steps&armSlot != 0 {
@@ -301,6 +413,23 @@ func (w *watcher) do(key string, j job) bool {
 		if st == nil || st.Version != j.version {
 			return w.look(ctx, key) // changed since the claim read it
 		}
+	}
+	return true
+}
+
+// takenBy reads key's run node and tells Taken if its lease has not run
+// out by the leader's clock; false if a request failed.
+func (w *watcher) takenBy(ctx context.Context, key string) bool {
+	run, err := w.s.get(ctx, key+"/run", false)
+	if err != nil {
+		return false
+	}
+	lo, _, err := w.s.now(ctx)
+	if err != nil {
+		return false
+	}
+	if left, ok := leaseLeft(run, lo); run.exists && (!ok || left > 0) {
+		w.notify(key, lock.Taken)
 	}
 	return true
 }
@@ -367,8 +496,10 @@ func (w *watcher) look(ctx context.Context, key string) bool {
 func (w *watcher) notify(key string, c lock.Change) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, lw := range w.m[key] {
-		lw.Notify(c)
+	if e := w.m[key]; e != nil {
+		for _, lw := range e.ws {
+			lw.Notify(c)
+		}
 	}
 }
 
