@@ -37,6 +37,10 @@ func wantChange(t *testing.T, ch <-chan lock.Change, want lock.Change, what stri
 	}
 }
 
+// longLease is the policy of the watch tests: no claim outlasts it, so a
+// slot claimed stays held however slowly a loaded run goes (nobody renews).
+var longLease = lock.Policy{Lease: 10 * time.Second, DoneTTL: time.Hour, MaxAttempts: 3}
+
 // A WatchClaims watch is armed by its claims, not at once: a claim that
 // finds the slot held hears its release; a completion through the store
 // is told at once, and arms the watch for an operator's rerun; a release
@@ -48,11 +52,11 @@ func TestWatchClaimsArmedByClaims(t *testing.T) {
 
 	held := openSlot(ctx, t, a, "held")
 	got := changes(a.WatchClaims(held))
-	cb, err := b.Claim(ctx, held, "b", shortLease)
+	cb, err := b.Claim(ctx, held, "b", longLease)
 	if err != nil || cb.Result != lock.Won {
 		t.Fatalf("b's claim = %+v, %v", cb, err)
 	}
-	if c, err := a.Claim(ctx, held, "a", shortLease); err != nil || c.Result != lock.Held {
+	if c, err := a.Claim(ctx, held, "a", longLease); err != nil || c.Result != lock.Held {
 		t.Fatalf("a's claim = %+v, %v; want held", c, err)
 	}
 	if err := b.Release(ctx, held, lock.Owner{ID: "b", Attempt: cb.Attempt}); err != nil {
@@ -62,7 +66,7 @@ func TestWatchClaimsArmedByClaims(t *testing.T) {
 
 	done := openSlot(ctx, t, a, "done")
 	got = changes(a.WatchClaims(done))
-	ca, err := a.Claim(ctx, done, "a", shortLease)
+	ca, err := a.Claim(ctx, done, "a", longLease)
 	if err != nil || ca.Result != lock.Won {
 		t.Fatalf("a's claim = %+v, %v", ca, err)
 	}
@@ -79,7 +83,7 @@ func TestWatchClaimsArmedByClaims(t *testing.T) {
 
 	failed := openSlot(ctx, t, a, "failed")
 	got = changes(a.WatchClaims(failed))
-	ca, err = a.Claim(ctx, failed, "a", shortLease)
+	ca, err = a.Claim(ctx, failed, "a", longLease)
 	if err != nil || ca.Result != lock.Won {
 		t.Fatalf("a's claim = %+v, %v", ca, err)
 	}
@@ -87,7 +91,7 @@ func TestWatchClaimsArmedByClaims(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantChange(t, got, lock.Released, "its own release")
-	if c, err := b.Claim(ctx, failed, "b", shortLease); err != nil || c.Result != lock.Won {
+	if c, err := b.Claim(ctx, failed, "b", longLease); err != nil || c.Result != lock.Won {
 		t.Fatalf("b's claim after a's release = %+v, %v", c, err)
 	}
 	wantChange(t, got, lock.Taken, "a peer's claim after its own release")
@@ -101,9 +105,7 @@ func TestWatchArmedAfterClaimTellsTaken(t *testing.T) {
 	a, b := dial(t, e, 10*time.Second, "/slotd"), dial(t, e, 10*time.Second, "/slotd")
 	ctx := context.Background()
 	slot := openSlot(ctx, t, a, "late-watch")
-	policy := shortLease
-	policy.Lease = 5 * time.Second
-	cb, err := b.Claim(ctx, slot, "b", policy)
+	cb, err := b.Claim(ctx, slot, "b", longLease)
 	if err != nil || cb.Result != lock.Won {
 		t.Fatalf("b's claim = %+v, %v", cb, err)
 	}
