@@ -89,9 +89,12 @@
 //
 // # Wake-ups
 //
-// Watch registers the slot and arms an exists watch of its run node; a
-// claim through the store arms what its result needs (the run node's
-// watch for a slot found held, the slot node's for one found done). Each
+// Watch registers the slot and arms an exists watch of its run node
+// (WatchClaims, for a replica about to claim, arms nothing until its
+// claims do); a claim through the store arms what its result needs (the
+// run node's watch for a slot found held, the slot node's for one found
+// done), and the store's own completion or release is told to its
+// watches without a watch. Each
 // watch event is acted on with the fewest requests that say what
 // happened (see watcher): the run node's creation or rewrite is told as
 // Taken from the event alone, its deletion costs a read of the slot node
