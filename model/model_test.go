@@ -22,6 +22,7 @@ var notMirrored = map[string]bool{
 	"lock/redislock/probe.lua":           true, // the readiness write probe, on a key of its own
 	"lock/redislock/live.lua":            true, // the fleet's live set: who claims first, not whether it is safe
 	"lock/redislock/history_read.lua":    true, // reads the run history, a record beside the slots
+	"lock/redislock/history_append.lua":  true, // appends to the run history, a record beside the slots
 	"lock/mutex/mutex_acquire.lua":       true,
 	"lock/mutex/mutex_fence.lua":         true,
 	"lock/mutex/mutex_release.lua":       true,
