@@ -74,11 +74,16 @@ func TestMeasureZooKeeperCPUFloor(t *testing.T) {
 			reqs[i] = lock.ClaimRequest{Slot: slot, Owner: "a", Policy: p}
 		}
 		var failed atomic.Int64
+		var firstErr atomic.Value
+		fail := func(what string) {
+			failed.Add(1)
+			firstErr.CompareAndSwap(nil, what)
+		}
 		var done sync.WaitGroup
 		sem := make(chan struct{}, zklock.ClaimsInFlight)
 		claimant.ClaimMany(ctx, reqs, func(i int, r lock.ClaimReply) {
 			if r.Err != nil || r.Result != lock.Won {
-				failed.Add(1)
+				fail(fmt.Sprintf("claim of %s: %+v, %v", reqs[i].Slot, r.Claim, r.Err))
 				return
 			}
 			done.Add(1)
@@ -86,13 +91,13 @@ func TestMeasureZooKeeperCPUFloor(t *testing.T) {
 			go func() {
 				defer func() { <-sem; done.Done() }()
 				if err := claimant.Complete(ctx, reqs[i].Slot, lock.Owner{ID: "a", Attempt: r.Attempt}, p.DoneTTL); err != nil {
-					failed.Add(1)
+					fail(err.Error())
 				}
 			}()
 		})
 		done.Wait()
 		if failed.Load() != 0 {
-			t.Fatalf("%d claims or completions failed", failed.Load())
+			t.Fatalf("%d claims or completions failed, the first: %v", failed.Load(), firstErr.Load())
 		}
 		// A peer whose watch was armed only after the completion hears
 		// nothing (the engine's deferring run then claims and finds the
