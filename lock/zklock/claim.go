@@ -76,8 +76,11 @@ func (s *Store) get(ctx context.Context, path string, watch bool) (node, error) 
 // the ephemeral run node, under a check of the slot node's version.
 func (s *Store) Claim(ctx context.Context, slot lock.Slot, replica string, p lock.Policy) (lock.Claim, error) {
 	c, err := s.claim(ctx, slot, replica, p)
-	if err != nil {
+	switch {
+	case err != nil:
 		s.watch.afterClaim(slot, c, err, node{}, node{})
+	case c.Result == lock.Won:
+		s.watch.see(s.SlotPath(slot), true) // its next claim reads first
 	}
 	return c, err
 }
