@@ -473,8 +473,12 @@ func TestPreferredClaimantClaimsAlone(t *testing.T) {
 	time.Sleep(2500 * time.Millisecond)
 	claims, _ := l.count("claim.lua")
 	t.Logf("%d claims, %d Taken notices for %d slots; commands: %v", claims, notices.Load(), n, l.names())
-	if claims < n || claims > n+n/2 {
-		t.Errorf("%d claims of %d slots by 3 replicas, want about one each (at most %d)", claims, n, n+n/2)
+	// On a quiet machine about one each (60-70); on a loaded one a
+	// deferring replica whose own claims were answered before the
+	// preferred claimant's notice came claims too (100 at a load of 20).
+	// Without the preferred claimant every replica claims every slot: 180.
+	if claims < n || claims >= 2*n {
+		t.Errorf("%d claims of %d slots by 3 replicas, want fewer than two each (every replica claiming every slot: %d)", claims, n, 3*n)
 	}
 	if notices.Load() == 0 {
 		t.Error("no Taken notice sent")

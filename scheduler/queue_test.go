@@ -153,8 +153,10 @@ func queueWaiterStartsAfterHolder(t *testing.T, stores []lock.Store) {
 	b.mu.Unlock()
 	after := rs[1].started.Sub(ended)
 	t.Logf("the waiting slot %s started %v after the running one ended", rs[1].run.Slot, after)
-	if after < 0 || after > time.Second {
-		t.Errorf("waiting slot started %v after the running one ended; want within a second", after)
+	// It polls every 50 ms (125 ms measured on a quiet machine); the bound
+	// leaves room for a loaded one (1.2 s at a load of 20).
+	if after < 0 || after > 3*time.Second {
+		t.Errorf("waiting slot started %v after the running one ended; want within 3 s", after)
 	}
 	if n := b.overlaps.Load(); n != 0 {
 		t.Errorf("%d runs started beside another", n)

@@ -50,6 +50,9 @@ func (o *options) validateSustained() error {
 	if o.every == 0 {
 		o.every = time.Second
 	}
+	if o.rounds == 0 {
+		o.rounds = 1
+	}
 	switch {
 	case o.store != storeRedis && o.store != storeCluster && o.store != storeEtcd && o.store != storeZooKeeper:
 		return fmt.Errorf("-store %q: want %s, %s, %s or %s", o.store, storeRedis, storeCluster, storeEtcd, storeZooKeeper)
