@@ -247,8 +247,10 @@ func TestQueueWaiterKilled(t *testing.T) {
 	ended := find(bySlot(evs)[cur.Slot], "end", 0)[0]
 	started := find(bySlot(evs)[next.slot], "start", 0)[0]
 	t.Logf("slot %s started %v after slot %s ended", next.slot, started.At.Sub(ended.At), cur.Slot)
-	if d := started.At.Sub(ended.At); d < 0 || d > time.Second {
-		t.Errorf("slot %s started %v after the running slot ended, want within a second", next.slot, d)
+	// A 50 ms poll, then the task's process (93-199 ms measured); the
+	// bound leaves room for a loaded machine's process starts.
+	if d := started.At.Sub(ended.At); d < 0 || d > 3*time.Second {
+		t.Errorf("slot %s started %v after the running slot ended, want within 3 s", next.slot, d)
 	}
 	open("all")
 	evs = c.ledger.await("a run after the new waiter's", 10*time.Second, func(evs []event) bool {
