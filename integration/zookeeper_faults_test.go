@@ -151,12 +151,17 @@ func TestZooKeeperLeaderKilledMidSlot(t *testing.T) {
 func TestZooKeeperLeaderKilledInBurst(t *testing.T) {
 	e := zktest.Start(t, 3)
 	c := zkCluster(t, e)
+	// A 10 s lease (and so session): 30 processes every 3 s, three
+	// members and their election on two loaded cores starved 5 s
+	// renewals in CI, and a lost lease's retry is not what this test
+	// looks at.
+	burstDefaults := strings.Replace(zkFaultDefaults, `lease = "5s"`, `lease = "10s"`, 1)
 	var tasks []string
 	for i := range 30 {
 		tasks = append(tasks, c.execTask(fmt.Sprintf("b%02d", i), "@every 3s", `rec start; sleep 0.3; rec end`, `deadline = "30s"`))
 	}
 	for _, name := range []string{"r1", "r2"} {
-		c.reps = append(c.reps, startReplica(t, name, zkConfig(name, e.Servers(), zkFaultDefaults, tasks...)))
+		c.reps = append(c.reps, startReplica(t, name, zkConfig(name, e.Servers(), burstDefaults, tasks...)))
 	}
 	c.ledger.await("a first burst", 30*time.Second, func(evs []event) bool {
 		if len(evs) == 0 && !c.reps[0].running() {
@@ -198,8 +203,8 @@ func TestZooKeeperLeaderKilledInBurst(t *testing.T) {
 	}
 	t.Logf("leader %d killed during a burst, another elected %v later; the first attempt after the kill started %v after it; slots per task: %d",
 		leader.ID, elected, firstAfter.Sub(killed), len(slots["b00"]))
-	if took := firstAfter.Sub(killed); took > 5*time.Second+elected+2*time.Second {
-		t.Errorf("no attempt for %v after the kill; want within the lease (5s) and the election (%v)", took, elected)
+	if took := firstAfter.Sub(killed); took > 10*time.Second+elected+2*time.Second {
+		t.Errorf("no attempt for %v after the kill; want within the lease (10s) and the election (%v)", took, elected)
 	}
 }
 
