@@ -272,7 +272,7 @@ end:
           fi
        fi;
        h_ok = false }
-  /* holds.go 316-347: the janitor deletes (value compared) the key of a
+  /* holds.go 72-103: the janitor deletes (value compared) the key of a
    * hold a whole lease past its last confirmed renewal */
 #ifndef M_NO_JANITOR
   :: atomic { live(i) && hold[i] > 0 && hage[i] >= LEASE ->

@@ -186,7 +186,7 @@ inline free_orphan(i) {
   orph[i] = 0
 }
 
-/* claim.go 77-168 (Claim), 209-282 (decide), 182-200 (landed: the leader's
+/* claim.go 77-170 (Claim), 211-284 (decide), 184-202 (landed: the leader's
  * stamp is in the window by the model's clock). Each turn of the race loop
  * reads and writes under a version check: one atomic step here (a lost race
  * reads again). Faults hit the multi-op (and freeOrphan's delete). */
@@ -203,16 +203,16 @@ inline zk_claim(i) {
   :: dbt[i] > 0 && !run_on && sn_ver > dver[i] -> dbt[i] = 0
   :: else -> skip
   fi;
-  /* decide 219-251 */
+  /* decide 221-253 */
   if
 #ifndef M_DOUBT_ANY
-  :: run_on && dbt[i] > 0 && run_own == i + 1 && run_att == dbt[i] && run_ses == gen[i] -> h_take = true /* 227-231 */
+  :: run_on && dbt[i] > 0 && run_own == i + 1 && run_att == dbt[i] && run_ses == gen[i] -> h_take = true /* 229-233 */
 #else
   :: run_on && dbt[i] > 0 -> h_take = true
 #endif
 #ifndef M_CLAIM_NO_COMPARE
-  :: run_on && !(dbt[i] > 0 && run_own == i + 1 && run_att == dbt[i] && run_ses == gen[i]) && run_left == 0 -> h_exp = true /* 232-240 */
-  :: run_held && !(dbt[i] > 0 && run_own == i + 1 && run_att == dbt[i] && run_ses == gen[i]) -> h_res = R_HELD; h_w = run_left; goto cdone /* 241-249 */
+  :: run_on && !(dbt[i] > 0 && run_own == i + 1 && run_att == dbt[i] && run_ses == gen[i]) && run_left == 0 -> h_exp = true /* 234-242 */
+  :: run_held && !(dbt[i] > 0 && run_own == i + 1 && run_att == dbt[i] && run_ses == gen[i]) -> h_res = R_HELD; h_w = run_left; goto cdone /* 243-251 */
 #else
   :: run_on && !(dbt[i] > 0 && run_own == i + 1 && run_att == dbt[i] && run_ses == gen[i]) -> h_exp = true
 #endif
@@ -220,7 +220,7 @@ inline zk_claim(i) {
   fi;
   if
   :: h_take ->
-     /* 101-122: rewritten (its lease counts from now), won with its
+     /* 101-124: rewritten (its lease counts from now), won with its
       * attempt. The record goes once the take-over is answered (its outcome
       * unknown, the next claim takes it up again). */
      h_n = run_att;
@@ -236,23 +236,23 @@ inline zk_claim(i) {
   :: else -> skip
   fi;
   if
-  :: sn_done -> h_res = R_DONE                                     /* 256-260 */
-  :: !sn_done && closed -> h_res = R_LATE                          /* 273-276 */
-  :: !sn_done && !closed && sn_att >= CAP -> h_res = R_EXH         /* 278-280 */
+  :: sn_done -> h_res = R_DONE                                     /* 258-262 */
+  :: !sn_done && closed -> h_res = R_LATE                          /* 275-278 */
+  :: !sn_done && !closed && sn_att >= CAP -> h_res = R_EXH         /* 280-282 */
   :: !sn_done && !closed && sn_att < CAP ->
-     /* 136-165: delete the expired node (if any), count, create the run node */
+     /* 138-167: delete the expired node (if any), count, create the run node */
      assert(sn_att == 0 || ((started >> sn_att) & 1) || excuse);  /* P6 */
      h_n = sn_att + 1; h_v = sn_ver;
      if
      :: can_fault -> faults--; h_res = R_ERR; printf("r%d claim request LOST\n", i)
      :: can_fault -> faults--; h_res = R_ERR; printf("r%d claim reply LOST\n", i);
         sn_att = h_n; sn_ver++; run_own = i + 1; run_att = h_n; run_ses = gen[i]; run_left = LEASE; run_sest = SESSION
-     :: true -> h_res = R_WON; att[i] = h_n; dbt[i] = 0;           /* 161 */
+     :: true -> h_res = R_WON; att[i] = h_n; dbt[i] = 0;           /* 163 */
         sn_att = h_n; sn_ver++; run_own = i + 1; run_att = h_n; run_ses = gen[i]; run_left = LEASE; run_sest = SESSION
      fi;
 #ifndef M_NO_DOUBT
      if
-     :: h_res == R_ERR -> dbt[i] = h_n; dver[i] = h_v /* 158 */
+     :: h_res == R_ERR -> dbt[i] = h_n; dver[i] = h_v /* 160 */
      :: else -> skip
      fi
 #endif
@@ -468,9 +468,9 @@ end:
        if
        :: run_on ->
 #ifndef M_NO_RUN_EXPIRY
-          if :: run_left > 0 -> run_left-- :: else fi;             /* value.go 410-416 */
+          if :: run_left > 0 -> run_left-- :: else fi;             /* value.go 118-124 */
           /* a claim in doubt not taken up within its lease is a peer's to
-           * take over (claim.go 232-240): P6 excuses the attempt */
+           * take over (claim.go 234-242): P6 excuses the attempt */
           if :: run_left == 0 && dbt[holder] == run_att -> excuse = true :: else fi;
 #endif
           /* the run node's session: pinged by its live client, else it
