@@ -151,9 +151,22 @@ catchup = "latest"`
 			checkTTL(fmt.Sprintf("slot %s + %v, after killing %d", slot, off, len(victims)))
 		}
 	}
-	// Let the last chaos slot's window pass, with the fleet stable.
+	// Let the last chaos slot's window pass, with the fleet stable, and
+	// every attempt started in it end: an attempt started just before the
+	// window closed runs on after it (on a loaded machine its process may
+	// start seconds late), and stopping the fleet under it would release
+	// the slot, which no peer can then take.
 	lastClose := first.Add(chaosSlots * period)
 	time.Sleep(time.Until(lastClose.Add(200 * time.Millisecond)))
+	for _, slot := range slots {
+		c.awaitKey(stateKey("chaos", slot), "to be no longer held", 30*time.Second,
+			func(v string, _ bool) bool { return !strings.HasPrefix(v, "run:") })
+	}
+	// A replica spawned by the last kill stops cleanly only once it has
+	// started (before, SIGTERM meets Go's default handler).
+	for _, r := range live() {
+		r.awaitLog("scheduler started", 30*time.Second, func(rec logRec) bool { return rec.msg() == "scheduler started" })
+	}
 	checkTTL("after the chaos")
 	c.stopAll()
 	checkTTL("after the replicas stopped")

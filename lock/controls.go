@@ -10,8 +10,9 @@ import (
 // Controls is the fleet-wide operator state of tasks, kept in the store so
 // that every replica agrees: run-now requests (triggers), pauses, and which
 // slot of a task is running (for the concurrency policies forbid and
-// replace). Redis and Memory implement it; a store that does not (Redlock)
-// offers no operator controls.
+// replace). Every store of slotd implements it (Redlock through a quorum
+// of its masters); a store of one's own that does not offers no operator
+// controls.
 //
 // A triggered run is a slot of its own (TriggerSlot): its id is the trigger
 // time in UTC to the second followed by "t", which no schedule's slot id

@@ -22,6 +22,7 @@ var notMirrored = map[string]bool{
 	"lock/redislock/probe.lua":           true, // the readiness write probe, on a key of its own
 	"lock/redislock/live.lua":            true, // the fleet's live set: who claims first, not whether it is safe
 	"lock/redislock/history_read.lua":    true, // reads the run history, a record beside the slots
+	"lock/redislock/history_append.lua":  true, // appends to the run history, a record beside the slots
 	"lock/mutex/mutex_acquire.lua":       true,
 	"lock/mutex/mutex_fence.lua":         true,
 	"lock/mutex/mutex_release.lua":       true,
@@ -34,6 +35,10 @@ var notMirrored = map[string]bool{
 	"lock/redislock/arm.lua":     true,
 	"lock/redislock/pause.lua":   true,
 	"lock/redislock/occupy.lua":  true,
+	// The same controls on Redlock: the quorum kv under kv.Controls.
+	"lock/redislock/redlock_kv_put.lua":  true,
+	"lock/redislock/redlock_kv_read.lua": true,
+	"lock/redislock/redlock_kv_undo.lua": true,
 }
 
 // TestScriptsMirrored fails when a Lua script the model mirrors changed

@@ -53,8 +53,9 @@ type attempt struct {
 	// rec is the task's running record once occupy took it (forbid,
 	// replace); the lease's watchdog reads it to renew it.
 	rec atomic.Pointer[occupancy]
-	// skip is why occupy answered busy under concurrency = "queue"
-	// (stats.SkipQueueFull or SkipQueueWindow); "" under forbid.
+	// skip is why occupy answered busy under concurrency = "queue":
+	// stats.SkipQueueFull, or tasks.ReasonQueue when the slot's window
+	// closed while it waited (missed, not skipped); "" under forbid.
 	skip string
 	// backfill: an operator's backfill started the slot; its history
 	// entries say so.
@@ -100,6 +101,9 @@ func (a *attempt) run(ctx, hard context.Context) (bool, *HistoryEntry) {
 	busy, oerr := a.occupy(cancelBase)
 	if busy != nil {
 		stopFollowing()
+		if a.skip == tasks.ReasonQueue {
+			return false, a.missQueued(ctx, busy)
+		}
 		return a.skipForbidden(ctx, busy), nil
 	}
 	entry, err := a.execute(ctx, tctx, oerr)
@@ -303,9 +307,6 @@ func (a *attempt) skipForbidden(ctx context.Context, busy *lock.Occupancy) bool 
 	case stats.SkipQueueFull:
 		reason, outcome = a.skip, stats.OutcomeSkippedQueue
 		why = "slot " + busy.Other + " of the task already waits for the running one (concurrency = queue: at most one waits)"
-	case stats.SkipQueueWindow:
-		reason, outcome = a.skip, stats.OutcomeSkippedQueue
-		why = "the slot's window closed while it waited for slot " + busy.Other + " of the task (concurrency = queue)"
 	}
 	st.Skip(reason)
 	fctx, cancel := a.finishCtx(ctx)
@@ -323,6 +324,32 @@ func (a *attempt) skipForbidden(ctx context.Context, busy *lock.Occupancy) bool 
 		Error: "skipped (" + reason + "): " + why,
 	}, a.log)
 	return true
+}
+
+// missQueued ends the attempt of a slot that waited (concurrency =
+// "queue") until its window closed, without running its task: the slot is
+// marked done, so that no peer claims it again, and recorded as missed
+// with reason queue; the loop counts it and runs the on_failure hook
+// (onAttempted), once for the fleet.
+func (a *attempt) missQueued(ctx context.Context, busy *lock.Occupancy) *HistoryEntry {
+	s := a.s
+	why := "the slot's window closed while it waited for slot " + busy.Other + " of the task (concurrency = queue)"
+	fctx, cancel := a.finishCtx(ctx)
+	defer cancel()
+	err := a.lease.Complete(fctx, a.t.DoneTTL)
+	s.noteWrite("complete", err)
+	if err != nil {
+		a.st.FinishErrors.Inc()
+		a.log().Error("slot missed while it waited, and it could not be marked done", "err", err)
+	}
+	a.log().Warn("slot missed: "+why, "reason", tasks.ReasonQueue, "deadline", a.slot.Deadline)
+	entry := HistoryEntry{
+		Slot: a.slot.ID, SlotTime: a.slot.Time, Attempt: a.shown(), Token: a.lease.Token(), Replica: s.replica,
+		Outcome: stats.OutcomeMissedQueue, Started: s.now(), Backfilled: a.backfill,
+		Error: "missed (" + tasks.ReasonQueue + "): " + why,
+	}
+	s.record(ctx, a.t.Name, entry, a.log)
+	return &entry
 }
 
 // runTask runs job, turning a panic into an error so that one bad plugin

@@ -8,6 +8,7 @@ import (
 
 	"github.com/slotd/slotd/internal/stats"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/tasks"
 )
 
 // ErrSuperseded is the cause of a task's context when a newer slot of its
@@ -44,7 +45,8 @@ type occupancy struct {
 // its lease), and is renewed with it, by the lease's watchdog.
 //
 // It returns busy if the task forbids overlap and another slot's attempt
-// runs (the caller skips the slot). With replace, another slot's attempt
+// runs (the caller skips the slot), or under queue if the slot cannot wait
+// or waited past its window (a.skip says which: see queue). With replace, another slot's attempt
 // is cancelled (its holder's renewal fails, woken by the notice) and
 // occupy waits, up to a lease, until that slot is no longer running.
 // cancel cancels the task: it is called with ErrSuperseded if a newer
@@ -58,19 +60,17 @@ func (a *attempt) occupy(cancel context.CancelCauseFunc) (busy *lock.Occupancy, 
 	ctx := a.lease.Context()
 	replace := t.Concurrency == ConcurrencyReplace
 	w := s.controls.WatchTask(t.Name)
-	cctx, ccancel := context.WithTimeout(ctx, t.Lease/3)
-	o, err := s.controls.Occupy(cctx, a.slot, a.lease.Owner(), t.Lease, replace)
-	ccancel()
+	var o lock.Occupancy
+	if t.Concurrency == ConcurrencyQueue {
+		o, err = a.queue(ctx)
+	} else {
+		cctx, ccancel := context.WithTimeout(ctx, t.Lease/3)
+		o, err = s.controls.Occupy(cctx, a.slot, a.lease.Owner(), t.Lease, replace)
+		ccancel()
+	}
 	if err != nil {
 		w.Stop()
 		return nil, err
-	}
-	if !o.Taken && t.Concurrency == ConcurrencyQueue {
-		o, err = a.queue(ctx, o)
-		if err != nil {
-			w.Stop()
-			return nil, err
-		}
 	}
 	if !o.Taken {
 		w.Stop()
@@ -101,16 +101,21 @@ func (a *attempt) occupy(cancel context.CancelCauseFunc) (busy *lock.Occupancy, 
 // Controls and no new store record.
 func waitingTask(task string) string { return task + "~waiting" }
 
-// queue waits, under concurrency = "queue", for the task's running slot
-// (busy) to end, then takes the running record: Temporal's BufferOne.
-// The slot first records itself as the task's waiting one; if another
-// slot already waits, it does not wait (a.skip = queue_full). It looks
-// whether the running record is free every supersedePoll, renewing its
-// waiting record every third of a lease (a waiter that crashes leaves
-// one that ends with its lease), and gives up when its slot's window
-// closes (a.skip = queue_window). An answer not Taken: the slot is
-// skipped, for a.skip. An error: the store did not answer.
-func (a *attempt) queue(ctx context.Context, busy lock.Occupancy) (lock.Occupancy, error) {
+// queue takes the task's running record under concurrency = "queue",
+// waiting for the task's running slot to end if there is one: Temporal's
+// BufferOne. The slot first takes the task's waiting record, the queue's
+// one place: if another slot holds it, the slot does not wait (a.skip =
+// queue_full). Every slot passes through it, even when the task is idle,
+// so that a slot that fires just as the running one ends cannot take the
+// running record ahead of the slot that waited for it. Holding the waiting
+// record, it takes the running one, or else looks whether it is free every
+// supersedePoll, renewing its waiting record every third of a lease (a
+// waiter that crashes leaves one that ends with its lease), and gives up
+// when its slot's window closes (a.skip = tasks.ReasonQueue: missed). The waiting
+// record is given up once the running one is taken or the wait ends. An
+// answer not Taken: the slot is skipped, for a.skip. An error: the store
+// did not answer.
+func (a *attempt) queue(ctx context.Context) (lock.Occupancy, error) {
 	s, t, owner := a.s, a.t, a.lease.Owner()
 	waiting := lock.Slot{Task: waitingTask(t.Name), ID: a.slot.ID, Time: a.slot.Time, Deadline: a.slot.Deadline}
 	cctx, ccancel := context.WithTimeout(ctx, t.Lease/3)
@@ -121,8 +126,7 @@ func (a *attempt) queue(ctx context.Context, busy lock.Occupancy) (lock.Occupanc
 	}
 	if !wo.Taken {
 		a.skip = stats.SkipQueueFull
-		busy.Other = wo.Other
-		return busy, nil
+		return wo, nil
 	}
 	defer func() {
 		vctx, vcancel := context.WithTimeout(context.WithoutCancel(ctx), t.Lease/3)
@@ -131,9 +135,18 @@ func (a *attempt) queue(ctx context.Context, busy lock.Occupancy) (lock.Occupanc
 			a.log().Warn("could not remove the task's waiting record; it ends with its lease", "err", err)
 		}
 	}()
+	cctx, ccancel = context.WithTimeout(ctx, t.Lease/3)
+	busy, err := s.controls.Occupy(cctx, a.slot, owner, t.Lease, false)
+	ccancel()
+	if err != nil || busy.Taken {
+		return busy, err
+	}
 	a.log().Info("waiting for the task's running slot to end (concurrency = queue)", "running_slot", busy.Other)
 	a.st.Waiting.Add(1)
 	defer a.st.Waiting.Add(-1)
+	id := a.slot.ID
+	a.st.WaitingSlot.Store(&id)
+	defer a.st.WaitingSlot.CompareAndSwap(&id, nil)
 	renewed := s.clock.Now()
 	for {
 		timer := s.clock.NewTimer(supersedePoll)
@@ -145,7 +158,7 @@ func (a *attempt) queue(ctx context.Context, busy lock.Occupancy) (lock.Occupanc
 		}
 		now := s.clock.Now()
 		if !now.Before(a.slot.Deadline) {
-			a.skip = stats.SkipQueueWindow
+			a.skip = tasks.ReasonQueue
 			return busy, nil
 		}
 		cctx, ccancel := context.WithTimeout(ctx, t.Lease/3)

@@ -37,7 +37,7 @@ type slotEnd struct {
 	t        *Task
 	slot     lock.Slot
 	kind     string // tasks.FailureExhausted or tasks.FailureMissed
-	reason   string // tasks.ReasonCapacity, or "" when none is known
+	reason   string // tasks.ReasonCapacity, ReasonBackoff or ReasonQueue, or "" when none is known
 	attempt  int    // the last attempt's number, if known (0: read the store)
 	attempts int    // attempts made in this run of the slot (since its last rerun)
 	// own is this replica's entry of the slot's last attempt; nil when

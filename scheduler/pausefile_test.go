@@ -78,8 +78,9 @@ func TestConfigPausedChangeActs(t *testing.T) {
 	}
 }
 
-// pausedOnly is a store without operator controls (as etcd, ZooKeeper
-// and Redlock are): paused = true holds on each replica from its config.
+// pausedOnly is a store without operator controls (every store of slotd
+// has them; a custom store may not): paused = true holds on each replica
+// from its config.
 type pausedOnly struct{ lock.Store }
 
 // Without controls in the store, a reload that changes paused applies it.

@@ -105,11 +105,12 @@ type run struct {
 // queues the claim, or defers it if this replica is not the slot's
 // preferred claimant.
 func (l *loop) onFire(t *Task, at time.Time) {
-	r := l.newRun(t, at)
-	if l.s.preferred(r.slot) {
-		l.advance(r, false)
+	slot := t.Slot(at)
+	if l.s.preferred(slot) {
+		l.advance(l.newClaimRun(t, slot), false)
 		return
 	}
+	r := l.newSlotRun(t, slot)
 	r.state = deferring
 	limit := deferLimit(r.slot)
 	r.deferUntil = l.s.clock.Now().Add(limit)
@@ -125,7 +126,7 @@ func (l *loop) onTriggered(read *Task, at time.Time) {
 	if l.stopping || t == nil { // removed by a reload since the controller read it
 		return
 	}
-	r := l.newSlotRun(t, t.TriggerSlot(at))
+	r := l.newClaimRun(t, t.TriggerSlot(at))
 	r.logger(l.s).Info("triggered by an operator: claiming")
 	l.advance(r, false)
 }
@@ -161,8 +162,31 @@ func (l *loop) newRun(t *Task, at time.Time) *run { return l.newSlotRun(t, t.Slo
 
 // newSlotRun makes the run of slot, one of t's, and starts watching it.
 func (l *loop) newSlotRun(t *Task, slot lock.Slot) *run {
-	r := &run{t: t, slot: slot, index: -1}
-	r.w = l.s.store.Watch(r.slot)
+	return l.watchRun(t, slot, l.s.store.Watch(slot))
+}
+
+// claimWatcher is a store whose watch of a slot this replica claims at
+// once can be armed by the slot's claims instead of at once (zklock: every
+// change of an armed slot costs the ensemble a request per watching
+// replica, and a claimant hears its own claim's result).
+type claimWatcher interface {
+	WatchClaims(slot lock.Slot) *lock.Watch
+}
+
+// newClaimRun makes the run of slot, one of t's, that claims at once (its
+// preferred claimant's, a trigger's, a backfill's), watched as the store
+// allows for such a run. A run at max_running would not claim: it waits
+// capped for a peer's notices, so it watches at once.
+func (l *loop) newClaimRun(t *Task, slot lock.Slot) *run {
+	if cw, ok := l.s.store.(claimWatcher); ok && !l.atCapacity() {
+		return l.watchRun(t, slot, cw.WatchClaims(slot))
+	}
+	return l.newSlotRun(t, slot)
+}
+
+// watchRun makes the run of slot, one of t's, watched by w.
+func (l *loop) watchRun(t *Task, slot lock.Slot, w *lock.Watch) *run {
+	r := &run{t: t, slot: slot, index: -1, w: w}
 	inbox := &l.inbox
 	r.w.OnChange(func(c lock.Change) { inbox.post(event{kind: noticed, run: r, change: c}) })
 	l.live++
@@ -238,6 +262,16 @@ func (l *loop) onClaimReply(r *run, reply lock.ClaimReply) {
 func (l *loop) onAttempted(r *run, c lock.Claim, finished bool, entry *HistoryEntry) {
 	l.attemptEnded()
 	if finished {
+		l.park(r, settled, 0)
+		return
+	}
+	if entry != nil && entry.Outcome == stats.OutcomeMissedQueue {
+		// It waited for its task's running slot past its window; marked
+		// done, so no peer saw it missed: counted and reported here, once.
+		st := l.s.stats.Task(r.t.Name)
+		st.Missed.Inc()
+		st.MissedQueue.Inc()
+		l.runFailed(r, slotEnd{kind: tasks.FailureMissed, reason: tasks.ReasonQueue, attempt: c.Attempt, attempts: c.Attempt - c.Base, own: entry})
 		l.park(r, settled, 0)
 		return
 	}

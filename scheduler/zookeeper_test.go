@@ -116,3 +116,33 @@ func TestZooKeeperSteppedClockStartsNothingEarly(t *testing.T) {
 	}
 	t.Logf("the stepped replica's claims refused as early: %d", stepped.early.Load())
 }
+
+// zkCounter counts the claims made through a store, keeping every
+// capability of the store it embeds (the fleet, and WatchClaims).
+type zkCounter struct {
+	*zklock.Store
+	n *atomic.Int64
+}
+
+func (c zkCounter) Claim(ctx context.Context, slot lock.Slot, replica string, p lock.Policy) (lock.Claim, error) {
+	c.n.Add(1)
+	return c.Store.Claim(ctx, slot, replica, p)
+}
+
+func (c zkCounter) ClaimMany(ctx context.Context, reqs []lock.ClaimRequest, f func(int, lock.ClaimReply)) {
+	c.n.Add(int64(len(reqs)))
+	c.Store.ClaimMany(ctx, reqs, f)
+}
+
+// On ZooKeeper (3 nodes), three replicas claim each slot about once: the
+// deferring replicas hear the preferred claimant's claim from their run
+// node watches, though the claimant's own watch is armed only by its
+// claims (WatchClaims).
+func TestZooKeeperPreferredClaimantClaimsAlone(t *testing.T) {
+	var claims atomic.Int64
+	var stores []lock.Store
+	for _, s := range zkStores(t, 3, 10*time.Second) {
+		stores = append(stores, zkCounter{s.(*zklock.Store), &claims})
+	}
+	preferredClaimsAlone(t, stores, &claims)
+}

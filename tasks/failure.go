@@ -19,6 +19,9 @@ const (
 	// and the task's retry_backoff ended at or after the slot's deadline,
 	// so no further attempt could start in time.
 	ReasonBackoff = "backoff"
+	// ReasonQueue (Failure.Reason): a missed slot waited for its task's
+	// running slot (concurrency = "queue") until its window closed.
+	ReasonQueue = "queue"
 )
 
 // Failure is a slot that ended without a success, as an on_failure hook
@@ -30,7 +33,7 @@ const (
 // a JSON body.
 type Failure struct {
 	Kind      string    `json:"failure"`          // FailureExhausted or FailureMissed
-	Reason    string    `json:"reason,omitempty"` // why, when known: ReasonCapacity
+	Reason    string    `json:"reason,omitempty"` // why, when known: ReasonCapacity, ReasonBackoff or ReasonQueue
 	Task      string    `json:"task"`
 	Slot      string    `json:"slot"`
 	SlotTime  time.Time `json:"slot_time"`

@@ -62,6 +62,8 @@ type options struct {
 	every     time.Duration // sustained mode: the tasks are due this often (a burst of rate slots each time)
 	plugin    string
 	httpConns int             // sustained http: max_idle_per_host and max_conns_per_host per replica; 0: the daemon's default
+	sweep     []int           // sustained mode: replica counts to run in turn (-sweep), instead of -replicas
+	rounds    int             // with -sweep: the sweep's repetitions, interleaved
 	set       map[string]bool // the flags given on the command line
 }
 
@@ -94,6 +96,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.scrape, "scrape", 0, "fetch every replica's /metrics (gzipped) this often, as Prometheus would; 0: never")
 	fs.StringVar(&o.store, "store", storeRedis, "sustained mode: the store, redis (one server started here), cluster (a Redis Cluster of 3 masters started here), etcd (a 3-member cluster started here) or zookeeper (a 3-node ensemble started here)")
 	endpoints := fs.String("endpoints", "", "with -store etcd|zookeeper: comma-separated client URLs (etcd) or host:port (ZooKeeper) of a running store to use instead of starting one")
+	sweep := fs.String("sweep", "", "sustained mode: comma-separated ascending replica counts (e.g. 3,6,12), each measured in turn, instead of -replicas; reports each added replica's cost per slot")
+	fs.IntVar(&o.rounds, "rounds", 1, "with -sweep: run the sweep this many times, interleaved")
 	fs.StringVar(&o.redisServer, "redis-server", "redis-server", "redis-server binary")
 	fs.StringVar(&o.dir, "dir", "", "keep configs, records and logs here (default: a temporary directory, removed)")
 	fs.BoolVar(&o.json, "json", false, "print the report as JSON")
@@ -108,12 +112,22 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	o.set = map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
+	if *sweep != "" {
+		var err error
+		if o.sweep, err = parseSweep(*sweep); err != nil {
+			fmt.Fprintf(stderr, "load: %v\n", err)
+			return 2
+		}
+	}
 	if err := o.validate(); err != nil {
 		fmt.Fprintf(stderr, "load: %v\n", err)
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if o.rate > 0 && len(o.sweep) > 0 {
+		return runSweep(ctx, o, o.sweep, o.rounds, stdout, stderr)
+	}
 	if o.rate > 0 {
 		return runSustained(ctx, o, stdout, stderr)
 	}
@@ -155,6 +169,9 @@ func (o *options) validate() error {
 	}
 	if o.set["store"] || o.set["endpoints"] {
 		return fmt.Errorf("-store and -endpoints apply with -rate (sustained mode) only; the burst measurement runs on Redis")
+	}
+	if len(o.sweep) > 0 || o.set["rounds"] {
+		return fmt.Errorf("-sweep and -rounds apply with -rate (sustained mode) only")
 	}
 	switch {
 	case o.replicas < 1 || o.replicas > 64:

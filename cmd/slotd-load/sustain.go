@@ -61,6 +61,10 @@ func (o *options) validateSustained() error {
 		return fmt.Errorf("-plugin %q: want %s or %s", o.plugin, pluginNoop, pluginHTTP)
 	case o.replicas < 1 || o.replicas > 64:
 		return fmt.Errorf("-replicas %d: want 1..64", o.replicas)
+	case len(o.sweep) > 0 && o.set["replicas"]:
+		return fmt.Errorf("-sweep and -replicas: the sweep gives the replica counts")
+	case o.rounds < 1 || o.rounds > 20 || (o.rounds > 1 && len(o.sweep) == 0):
+		return fmt.Errorf("-rounds %d: want 1..20, with -sweep", o.rounds)
 	case o.httpConns < 0 || o.httpConns > 10000 || (o.httpConns > 0 && o.plugin != pluginHTTP):
 		return fmt.Errorf("-http-conns %d: want 1..10000, with -plugin http", o.httpConns)
 	case o.warmup < 1:

@@ -147,7 +147,7 @@ func (b *builder) CheckStore(cfg *config.Config) error {
 	for i := range cfg.Tasks {
 		t := &cfg.Tasks[i]
 		if !controls && t.Concurrency != config.ConcurrencyAllow {
-			errs = append(errs, fmt.Errorf("task %q: concurrency: %q needs the store's operator controls, which %s does not have yet (every store but Redlock does)", t.Name, t.Concurrency, storeName(cfg)))
+			errs = append(errs, fmt.Errorf("task %q: concurrency: %q needs the store's operator controls, which %s does not have (every store of slotd has them); set concurrency = \"allow\" for this task", t.Name, t.Concurrency, storeName(cfg)))
 		}
 		if !once && t.OnFailure != nil {
 			errs = append(errs, fmt.Errorf("task %q: on_failure: hooks need a one-time marker in the store, which %s does not have (every store of slotd has one); set on_failure = false for this task", t.Name, storeName(cfg)))

@@ -284,7 +284,6 @@ redlock = ["redis://127.0.0.1:1", "redis://127.0.0.1:2", "redis://127.0.0.1:3"]
 		`multi.toml: task "a" (task #1): plugin: unknown plugin "nope"`,
 		`multi.toml: task "b" (task #2): params: parameter "fail" is not allowed`,
 		`multi.toml: task "b" (task #2): max_attempts:`,
-		`multi.toml: task "c": concurrency: "forbid" needs the store's operator controls, which [redis] redlock does not have yet`,
 	}
 	lines := strings.Split(fmtErr(err), "\n")
 	if len(lines) != len(want) {

@@ -39,7 +39,7 @@ const (
 	helpNotifications = "on_failure hooks by outcome: success, failure (including a timeout; not retried), store_error (the once marker could not be set: not run), unsupported (the store has no once marker: not run), dropped (this replica already ran max_hooks hooks: not run here, left to a peer)."
 	helpWindow        = "The task's slot window (deadline, or the longest gap between fire times): alerts scale with it."
 	helpPaused        = "1 if the task is paused (slotd pause, or paused = true), as this replica last heard, else 0: its slots are skipped, not missed."
-	helpSkipped       = "Slots not run, by reason: paused (the task was paused when the slot fired, counted on each replica), forbid (the previous slot still ran; concurrency = \"forbid\"), queue_full (another slot of the task already waited; concurrency = \"queue\"), queue_window (the slot's window closed while it waited)."
+	helpSkipped       = "Slots not run, by reason: paused (the task was paused when the slot fired, counted on each replica), forbid (the previous slot still ran; concurrency = \"forbid\"), queue_full (another slot of the task already waited; concurrency = \"queue\")."
 	helpRedisUp       = "1 if the last check of the store answered, its write probe was taken, and no recent write was refused, else 0."
 	helpStoreErrors   = "Errors of the store's calls (claims, renewals, completions, releases, write probes) by kind: oom, noperm, readonly, misconf, noreplicas, noscript, auth, unavailable, timeout, conn, other."
 	helpClockSkew     = "Store clock minus this replica's clock, as last measured."
@@ -49,6 +49,7 @@ const (
 	helpCapacityWait   = "Slots this replica waits to claim because it is at max_running (peers may take them meanwhile)."
 	helpMissedCapacity = "Of slotd_slots_missed_total, the slots this replica waited to claim, at max_running, until their window closed, and no peer started."
 	helpMissedBackoff  = "Of slotd_slots_missed_total, the slots whose retry_backoff after a failed attempt ended at or after their deadline."
+	helpMissedQueue    = "Of slotd_slots_missed_total, the slots whose window closed while they waited for their task's running slot (concurrency = \"queue\"); counted once for the fleet, by the waiter's replica."
 )
 
 // WriteMetrics writes the engine's series — the store's reachability
@@ -185,6 +186,7 @@ func writeCapacity(t *textWriter, set *stats.Set, counters func(name, help strin
 	t.plain("slotd_capacity_waiting_slots", float64(set.Capacity.Waiting.Load()))
 	counters("slotd_slots_missed_capacity_total", helpMissedCapacity, func(st *stats.Task) *stats.Counter { return &st.MissedCapacity })
 	counters("slotd_slots_missed_backoff_total", helpMissedBackoff, func(st *stats.Task) *stats.Counter { return &st.MissedBackoff })
+	counters("slotd_slots_missed_queue_total", helpMissedQueue, func(st *stats.Task) *stats.Counter { return &st.MissedQueue })
 }
 
 // metricsHandler serves reg's series (the process's: Go runtime, build

@@ -71,6 +71,7 @@ func TestMetricsExposition(t *testing.T) {
 	st.Skip("bogus") // no such reason: not counted
 	st.MissedCapacity.Inc()
 	st.MissedBackoff.Inc()
+	st.MissedQueue.Inc()
 	st.Backfilled.Add(5)
 	st.BackfillLeft.Store(2)
 	set.Capacity.Max.Store(8)
@@ -245,16 +246,14 @@ slotd_runs_total{outcome="superseded",task="idle"} 0
 # TYPE slotd_task_paused gauge
 slotd_task_paused{task="nightly"} 1
 slotd_task_paused{task="idle"} 0
-# HELP slotd_slots_skipped_total Slots not run, by reason: paused (the task was paused when the slot fired, counted on each replica), forbid (the previous slot still ran; concurrency = "forbid"), queue_full (another slot of the task already waited; concurrency = "queue"), queue_window (the slot's window closed while it waited).
+# HELP slotd_slots_skipped_total Slots not run, by reason: paused (the task was paused when the slot fired, counted on each replica), forbid (the previous slot still ran; concurrency = "forbid"), queue_full (another slot of the task already waited; concurrency = "queue").
 # TYPE slotd_slots_skipped_total counter
 slotd_slots_skipped_total{reason="paused",task="nightly"} 2
 slotd_slots_skipped_total{reason="forbid",task="nightly"} 1
 slotd_slots_skipped_total{reason="queue_full",task="nightly"} 0
-slotd_slots_skipped_total{reason="queue_window",task="nightly"} 0
 slotd_slots_skipped_total{reason="paused",task="idle"} 0
 slotd_slots_skipped_total{reason="forbid",task="idle"} 0
 slotd_slots_skipped_total{reason="queue_full",task="idle"} 0
-slotd_slots_skipped_total{reason="queue_window",task="idle"} 0
 # HELP slotd_running_attempts Task attempts running on this replica, all tasks together: what [daemon] max_running caps.
 # TYPE slotd_running_attempts gauge
 slotd_running_attempts 8
@@ -272,6 +271,10 @@ slotd_slots_missed_capacity_total{task="idle"} 0
 # TYPE slotd_slots_missed_backoff_total counter
 slotd_slots_missed_backoff_total{task="nightly"} 1
 slotd_slots_missed_backoff_total{task="idle"} 0
+# HELP slotd_slots_missed_queue_total Of slotd_slots_missed_total, the slots whose window closed while they waited for their task's running slot (concurrency = "queue"); counted once for the fleet, by the waiter's replica.
+# TYPE slotd_slots_missed_queue_total counter
+slotd_slots_missed_queue_total{task="nightly"} 1
+slotd_slots_missed_queue_total{task="idle"} 0
 # HELP slotd_slots_backfilled_total Slots of a past range that an operator's backfill started on this replica (each is claimed as a fired slot; a slot already done is not run again).
 # TYPE slotd_slots_backfilled_total counter
 slotd_slots_backfilled_total{task="nightly"} 5

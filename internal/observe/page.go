@@ -58,7 +58,7 @@ var phaseHelp = map[string]string{
 	PhasePending:     "the window is open and nothing has claimed the slot yet",
 	PhaseFailed:      "the window closed after failed attempts, below the cap",
 	PhaseExhausted:   "every allowed attempt failed",
-	PhaseMissed:      "the window closed and nothing ever claimed the slot",
+	PhaseMissed:      "the window closed and nothing ever claimed the slot, or it waited for the task's running slot (concurrency = queue) until then",
 	PhasePaused:      "the window closed with nothing claimed while the task is paused: skipped, not missed",
 	PhaseUnscheduled: "fired before the fleet's first start: no replica was there to run it",
 	PhaseForeign:     "the slot key holds a value slotd did not write",
@@ -166,6 +166,9 @@ type TaskPage struct {
 	// Backfilling: slots of backfills under way on the serving replica
 	// not yet ended (scheduler.Backfill); 0 leaves it out.
 	Backfilling int64
+	// Waiting is the slot waiting on the serving replica for the task's
+	// running one (concurrency = "queue"); "" if none.
+	Waiting string
 }
 
 // WriteTaskPage renders the page of one task to w.

@@ -111,7 +111,11 @@ func statusRoutes(mux *http.ServeMux, d Daemon) {
 		defer cancel()
 		p := TaskPage{Replica: d.Replica}
 		if d.Scheduler != nil {
-			p.Backfilling = d.Scheduler.Stats().Task(t.Name).BackfillLeft.Load()
+			st := d.Scheduler.Stats().Task(t.Name)
+			p.Backfilling = st.BackfillLeft.Load()
+			if id := st.WaitingSlot.Load(); id != nil {
+				p.Waiting = *id
+			}
 		}
 		var err error
 		p.TaskDetail, err = detail(ctx, t, slots(r))

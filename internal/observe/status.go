@@ -24,8 +24,11 @@ const (
 	PhasePending   = "pending"   // the window is open and nothing has claimed the slot yet
 	PhaseFailed    = "failed"    // the window closed after failed attempts, below the cap
 	PhaseExhausted = "exhausted" // every allowed attempt failed
-	PhaseMissed    = "missed"    // the window closed and nothing ever claimed the slot
-	PhaseUnknown   = "unknown"   // the slot's keys and history have expired
+	// PhaseMissed: the window closed and nothing ever claimed the slot, or
+	// it waited (concurrency = "queue") for the task's running slot until
+	// its window closed (its done marker then only settles it).
+	PhaseMissed  = "missed"
+	PhaseUnknown = "unknown" // the slot's keys and history have expired
 	// PhaseUnscheduled: the slot fired before the fleet's first start
 	// (lock.Fleet) and nothing ever claimed it: no replica existed to miss it.
 	PhaseUnscheduled = "unscheduled"
@@ -399,6 +402,8 @@ func phase(t *scheduler.Task, slot lock.Slot, st lock.State, last *scheduler.His
 		return PhaseUnscheduled
 	case st.Status == "running":
 		return PhaseRunning
+	case st.Status == "done" && missedQueued(last):
+		return PhaseMissed
 	case st.Status == "done":
 		return PhaseDone
 	case st.Status == "foreign":
@@ -423,6 +428,8 @@ func phase(t *scheduler.Task, slot lock.Slot, st lock.State, last *scheduler.His
 	switch {
 	case succeeded(last):
 		return PhaseDone
+	case missedQueued(last):
+		return PhaseMissed
 	case last != nil && last.Attempt >= t.MaxAttempts:
 		return PhaseExhausted
 	case last != nil:
@@ -432,6 +439,12 @@ func phase(t *scheduler.Task, slot lock.Slot, st lock.State, last *scheduler.His
 		return PhaseMissed
 	}
 	return PhaseUnknown
+}
+
+// missedQueued reports whether the slot's last entry says it waited for its
+// task's running slot until its window closed (concurrency = "queue").
+func missedQueued(last *scheduler.HistoryEntry) bool {
+	return last != nil && last.Outcome == stats.OutcomeMissedQueue
 }
 
 // unscheduled reports whether slot was never this fleet's to run: it fired

@@ -35,12 +35,15 @@ type TaskDetail struct {
 	// State is what the task's slots say of it, as on the overview.
 	State string `json:"state"`
 	// The task's policy, as configured.
-	Lease    string `json:"lease"`
-	DoneTTL  string `json:"done_ttl"`
-	Timeout  string `json:"timeout"`
-	Window   string `json:"window"` // how long after its fire time a slot may start
-	Catchup  string `json:"catchup"`
-	Upcoming []Fire `json:"upcoming"` // the next UpcomingFires fire times
+	Lease   string `json:"lease"`
+	DoneTTL string `json:"done_ttl"`
+	Timeout string `json:"timeout"`
+	Window  string `json:"window"` // how long after its fire time a slot may start
+	Catchup string `json:"catchup"`
+	// Concurrency is the task's policy while its previous slot runs:
+	// allow, forbid, replace or queue.
+	Concurrency string `json:"concurrency"`
+	Upcoming    []Fire `json:"upcoming"` // the next UpcomingFires fire times
 }
 
 // Fire is one future fire time of a task and the id its slot will have.
@@ -60,6 +63,7 @@ func Detail(ctx context.Context, task *scheduler.Task, store lock.Store, hist sc
 		Now: rep.Now, Task: rep.Tasks[0], State: taskState(rep.Tasks[0]),
 		Lease: task.Lease.String(), DoneTTL: task.DoneTTL.String(), Timeout: task.Timeout.String(),
 		Window: task.Window().String(), Catchup: task.Catchup.String(),
+		Concurrency: task.Concurrency.String(),
 	}
 	loc, err := time.LoadLocation(task.Timezone) // "" is UTC; validated at load
 	if err != nil {

@@ -378,3 +378,36 @@ func TestReadAttemptsPageBytesBounded(t *testing.T) {
 		})
 	}
 }
+
+// The task page shows the concurrency policy and, under queue, the slot
+// waiting on the serving replica for the running one, in its row too.
+func TestTaskPageShowsQueueWaiter(t *testing.T) {
+	var b strings.Builder
+	p := observe.TaskPage{Waiting: "20260101120001"}
+	p.Task.Name = "tick"
+	p.Concurrency = "queue"
+	p.Task.Slots = []observe.SlotStatus{
+		{ID: "20260101120001", Phase: observe.PhaseRunning},
+		{ID: "20260101120000", Phase: observe.PhaseRunning},
+	}
+	if err := observe.WriteTaskPage(&b, p); err != nil {
+		t.Fatal(err)
+	}
+	page := b.String()
+	for _, want := range []string{
+		"<dt>concurrency</dt><dd>queue · slot <span class=\"mono\">20260101120001</span> waits on this replica",
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("page lacks %q:\n%s", want, page)
+		}
+	}
+	if n := strings.Count(page, ">waiting</span>"); n != 1 {
+		t.Errorf("%d slot rows marked waiting, want 1 (slot 20260101120001's)", n)
+	}
+	i := strings.Index(page, `data-slot="20260101120001"`)
+	j := strings.Index(page, ">waiting</span>")
+	k := strings.Index(page, `data-slot="20260101120000"`)
+	if i < 0 || j < i || k < j {
+		t.Errorf("the waiting mark is not in slot 20260101120001's row")
+	}
+}

@@ -54,11 +54,16 @@ const (
 	// Task.Skipped counts it.
 	OutcomeSkippedForbid Outcome = "skipped_forbid"
 	// OutcomeSkippedQueue is the history's record of a slot won but not
-	// run under concurrency = "queue": another slot of its task already
-	// waited (reason queue_full, Temporal's BufferOne drops it), or its
-	// window closed while it waited (reason queue_window). Its slot is
-	// marked done; Task.Skipped counts it.
+	// run under concurrency = "queue" because another slot of its task
+	// already waited (reason queue_full: Temporal's BufferOne drops it).
+	// Its slot is marked done; Task.Skipped counts it.
 	OutcomeSkippedQueue Outcome = "skipped_queue"
+	// OutcomeMissedQueue is the history's record of a slot that waited
+	// under concurrency = "queue" for its task's running slot until its own
+	// window closed: the policy meant it to run and it could not start in
+	// time, so it is missed (reason queue), not skipped. Its slot is marked
+	// done, so that no peer claims it again; Task.MissedQueue counts it.
+	OutcomeMissedQueue Outcome = "missed_queue"
 )
 
 // Outcomes lists the outcomes in the order of Task.Runs.
@@ -70,12 +75,10 @@ const (
 	SkipForbid = "forbid" // the previous slot still ran (concurrency = "forbid")
 	// SkipQueueFull: another slot of the task already waited (concurrency = "queue").
 	SkipQueueFull = "queue_full"
-	// SkipQueueWindow: the slot's window closed while it waited (concurrency = "queue").
-	SkipQueueWindow = "queue_window"
 )
 
 // SkipReasons lists the reasons in the order of Task.Skipped.
-var SkipReasons = [...]string{SkipPaused, SkipForbid, SkipQueueFull, SkipQueueWindow}
+var SkipReasons = [...]string{SkipPaused, SkipForbid, SkipQueueFull}
 
 // ResultError names, beside lock.Result's names, a claim that got no
 // answer (or one that was not understood): Task.Claims[0].
@@ -152,15 +155,22 @@ type Task struct {
 	// MissedBackoff: of Missed, the slots whose retry backoff after a
 	// failed attempt ended at or after their deadline.
 	MissedBackoff Counter
-	Backfilled    Counter                   // slots an operator's backfill started on this replica
-	FinishErrors  Counter                   // completions or releases that failed
-	Skipped       [len(SkipReasons)]Counter // slots not run, by SkipReasons' order
-	Paused        atomic.Bool               // the task is paused, as this replica last heard
-	Running       atomic.Int64              // attempts running now
-	Waiting       atomic.Int64              // attempts waiting for the task's running slot (concurrency = "queue")
-	BackfillLeft  atomic.Int64              // slots of backfills under way here not yet ended (queued or admitted)
-	lastSuccess   atomic.Int64              // Unix seconds; noSuccess until one
-	_             [0]func()                 // not comparable
+	// MissedQueue: of Missed, the slots whose window closed while they
+	// waited for their task's running slot (concurrency = "queue"),
+	// counted once for the fleet, by the waiter's replica.
+	MissedQueue  Counter
+	Backfilled   Counter                   // slots an operator's backfill started on this replica
+	FinishErrors Counter                   // completions or releases that failed
+	Skipped      [len(SkipReasons)]Counter // slots not run, by SkipReasons' order
+	Paused       atomic.Bool               // the task is paused, as this replica last heard
+	Running      atomic.Int64              // attempts running now
+	Waiting      atomic.Int64              // attempts waiting for the task's running slot (concurrency = "queue")
+	// WaitingSlot is the id of the slot waiting here for the task's
+	// running one (concurrency = "queue"), for the task's page; nil if none.
+	WaitingSlot  atomic.Pointer[string]
+	BackfillLeft atomic.Int64 // slots of backfills under way here not yet ended (queued or admitted)
+	lastSuccess  atomic.Int64 // Unix seconds; noSuccess until one
+	_            [0]func()    // not comparable
 }
 
 // Window is the slot window alerts scale with, as last given to New or

@@ -363,3 +363,80 @@ func TestSentinelStoreFollowsFailover(t *testing.T) {
 		t.Fatal("no release woke the watcher within 60s of the promotion")
 	}
 }
+
+// A batch of many tasks' history appends spans hash slots on a Redis
+// Cluster; each append is one key's command, so they all land (a MULTI
+// across slots failed every append there with CROSSSLOT), every stream
+// gets its TTL, and they read back pipelined across shards. After the
+// masters lose their script cache, a stream's first append loads the
+// script again.
+func TestClusterHistoryAppendsAcrossShards(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t, 3)
+	rdb := c.Client()
+	ctx := context.Background()
+	h := redislock.NewHistory(rdb, "slotd", time.Hour)
+	defer h.Close()
+	const tasks = 60
+	names := make([]string, tasks)
+	for i := range names {
+		names[i] = "report-" + strings.Repeat("x", i%5) + string(rune('a'+i%26)) + strings.Repeat("y", i/26)
+	}
+	appendAll := func(k int) {
+		t.Helper()
+		var wg sync.WaitGroup
+		errs := make(chan error, tasks)
+		for _, task := range names {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs <- h.Append(ctx, task, entry(task, k, "success", ""))
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Errorf("append %d: %v", k, err)
+			}
+		}
+	}
+	appendAll(1)
+	appendAll(2)
+	masters := map[string]bool{}
+	for _, task := range names {
+		key := redislock.HistoryKey("slotd", task)
+		if ttl := rdb.PTTL(ctx, key).Val(); ttl <= 0 {
+			t.Errorf("%s has no TTL (%v)", key, ttl)
+		}
+		node, err := rdb.MasterForKey(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		masters[node.Options().Addr] = true
+	}
+	if len(masters) < 2 {
+		t.Fatalf("the %d tasks' streams all hashed to %d master(s): the cluster was not exercised", tasks, len(masters))
+	}
+	got, errs := h.RecentEach(ctx, names, slices.Repeat([]int{5}, tasks))
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	for i, es := range got {
+		if len(es) != 2 || es[0].Attempt != 2 {
+			t.Errorf("%s: %d entries read back (newest attempt %v), want 2, newest attempt 2", names[i], len(es), es)
+		}
+	}
+
+	if err := rdb.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		return node.ScriptFlush(ctx).Err()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Append(ctx, "fresh", entry("fresh", 1, "success", "")); err != nil {
+		t.Fatalf("a stream's first append after SCRIPT FLUSH: %v", err)
+	}
+	if ttl := rdb.PTTL(ctx, redislock.HistoryKey("slotd", "fresh")).Val(); ttl <= 0 {
+		t.Errorf("the stream made after SCRIPT FLUSH has no TTL (%v)", ttl)
+	}
+}

@@ -9,10 +9,11 @@ import (
 )
 
 // TestControlsConformance runs the operator controls' suite on every store
-// of this package that offers them (lock.Controls; not Redlock).
+// of this package: one server, and a Redlock quorum of 3 masters.
 func TestControlsConformance(t *testing.T) {
 	stores := map[string]func(*testing.T) locktest.Harness{
-		"redis": redisHarness,
+		"redis":   redisHarness,
+		"redlock": func(t *testing.T) locktest.Harness { return redlockHarnessOf(t, 3) },
 	}
 	for name, mk := range stores {
 		t.Run(name, func(t *testing.T) { locktest.RunControls(t, mk(t)) })

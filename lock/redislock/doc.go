@@ -29,6 +29,7 @@
 //	slotd:first-start                  see fleet.go
 //	slotd:history:{<task>}             the task's run history, a stream (HistoryKey, history.go)
 //
-// and the operator controls' keys (see redis_controls.go and ControlKeys).
+// and the operator controls' keys (see redis_controls.go and ControlKeys;
+// on a Redlock quorum, redlock_controls.go and redlock_kv.go).
 // The in-memory store (package memlock) mirrors this layout step for step.
 package redislock

@@ -9,6 +9,7 @@ import (
 
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/locktest"
 	"github.com/slotd/slotd/lock/redislock"
 
 	// Issue 16 item 7: two processes with one replica id carry distinct owner
@@ -256,5 +257,31 @@ func TestFleetChangeNotifies(t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // absence of a call: bounded wait, nothing to await
 	if n := len(heard); n != 0 {
 		t.Errorf("%d notices after stop", n)
+	}
+}
+
+// TestFleetConformance runs the fleet's suite (locktest.RunFleet) on every
+// store of this package: one server, a 3-master Cluster (the presence and
+// first-start keys hash where they like; the live set is one key) and
+// Redlock (a quorum's presence, the earliest first start, no live set).
+func TestFleetConformance(t *testing.T) {
+	t.Parallel()
+	stores := map[string]func(*testing.T) locktest.Harness{
+		"redis":   redisHarness,
+		"redlock": redlockHarness,
+		"cluster": func(t *testing.T) locktest.Harness {
+			rdb := redistest.StartCluster(t, 3).Client()
+			keys := func() []string {
+				var out []string
+				for k := range clusterKeys(t, rdb) {
+					out = append(out, k)
+				}
+				return out
+			}
+			return clientHarness(t, rdb, redislock.New(rdb, "slotd"), keys)
+		},
+	}
+	for name, mk := range stores {
+		t.Run(name, func(t *testing.T) { locktest.RunFleet(t, mk(t), 2*time.Second) })
 	}
 }

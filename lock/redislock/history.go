@@ -30,7 +30,6 @@ func HistoryKey(prefix, task string) string { return prefix + ":history:{" + tas
 // *redis.Client or *redis.ClusterClient satisfies it.
 type HistoryClient interface {
 	redis.Scripter
-	TxPipeline() redis.Pipeliner
 	Pipeline() redis.Pipeliner
 }
 
@@ -41,6 +40,14 @@ type HistoryClient interface {
 var readLua string
 
 var readScript = redis.NewScript(readLua)
+
+// appendScript is a stream's full append: XADD and PEXPIRE in one step
+// (see its header).
+//
+//go:embed history_append.lua
+var appendLua string
+
+var appendScript = redis.NewScript(appendLua)
 
 // Caps of an entry read back: a value other than the output (as long as
 // an entry's error), the output, a field's name, and the fields of one
@@ -74,13 +81,14 @@ func readArgs(end string, n, budget, keep int) []any {
 // stream and then one every ttlRefresh. The appends between add with
 // NOMKSTREAM, so a stream is never created without its TTL: one that has
 // gone (expired, deleted) makes such an append fail, and it is sent again
-// as a full append, XADD and PEXPIRE in one MULTI. A PEXPIRE per entry was
+// as a full append, XADD and PEXPIRE in one script (history_append.lua).
+// A PEXPIRE per entry was
 // a fifth of Redis's cost of an append under sustained load.
 //
 // Appends go through the same coalescer as the store's claims
 // (internal/coalesce, see batch.go): a lone append leaves at once, and
 // appends made while one is in flight queue up and leave together, up to
-// historyBatch in one transaction, so the slots of a burst that finish
+// historyBatch in one pipeline, so the slots of a burst that finish
 // together cost a few round trips, not one each.
 type History struct {
 	rdb    HistoryClient
@@ -91,8 +99,8 @@ type History struct {
 	mu  sync.Mutex
 	set map[string]time.Time // stream key -> when an append last gave it its TTL
 
-	loadMu sync.Mutex  // one SCRIPT LOAD at a time
-	loaded atomic.Bool // history_read.lua was loaded once (a pipeline cannot fall back to EVAL)
+	loadMu sync.Mutex     // one SCRIPT LOAD at a time
+	loaded [2]atomic.Bool // readScript, appendScript was loaded once (a pipeline cannot fall back to EVAL)
 }
 
 // historyBatch bounds the appends of one round trip.
@@ -174,23 +182,19 @@ func (h *History) settle(c *coalesce.Call[histAppend, struct{}], err error, full
 	c.Err = err
 }
 
-// write sends batch in one transaction: XADD and PEXPIRE where full[i]
-// (everywhere if full is nil), XADD NOMKSTREAM elsewhere; nothing for an
-// empty batch. It returns each append's error: redis.Nil for
-// a NOMKSTREAM append whose stream did not exist.
+// write sends batch in one pipeline: history_append.lua (XADD and
+// PEXPIRE in one step) where full[i] (everywhere if full is nil), XADD
+// NOMKSTREAM elsewhere; nothing for an empty batch. Each append touches
+// one key, so a batch of many tasks' appends is one round trip per node
+// on Redis Cluster too (a MULTI there cannot span hash slots). It returns
+// each append's error: redis.Nil for a NOMKSTREAM append whose stream did
+// not exist.
 func (h *History) write(ctx context.Context, batch []*coalesce.Call[histAppend, struct{}], full []bool) []error {
-	type pending struct {
-		xadd   *redis.StringCmd
-		expire *redis.BoolCmd // nil unless full
-	}
 	if len(batch) == 0 {
 		return nil
 	}
-	sent := make([]pending, 0, len(batch))
-	p := h.rdb.TxPipeline()
+	args := make([][]any, len(batch))
 	for i, c := range batch {
-		isFull := full == nil || full[i]
-		key := HistoryKey(h.prefix, c.Req.task)
 		e := c.Req.e
 		values := []any{
 			"slot", e.Slot,
@@ -209,39 +213,71 @@ func (h *History) write(ctx context.Context, batch []*coalesce.Call[histAppend, 
 		if e.Backfilled {
 			values = append(values, "backfilled", "1")
 		}
-		x := p.XAdd(ctx, &redis.XAddArgs{
-			Stream:     key,
-			NoMkStream: !isFull,
-			MaxLen:     history.MaxLen,
-			Approx:     true,
-			Values:     values,
-		})
-		s := pending{xadd: x}
-		if isFull {
-			s.expire = p.PExpire(ctx, key, h.ttl)
+		args[i] = values
+	}
+	isFull := func(i int) bool { return full == nil || full[i] }
+	if full == nil || slices.Contains(full, true) {
+		_ = h.loadOnce(ctx, appendScript) // a failure shows as NOSCRIPT, loaded again below
+	}
+	cmds := make([]redis.Cmder, len(batch))
+	send := func(which []int) error {
+		p := h.rdb.Pipeline()
+		for _, i := range which {
+			key := HistoryKey(h.prefix, batch[i].Req.task)
+			if isFull(i) {
+				cmds[i] = appendScript.EvalSha(ctx, p, []string{key},
+					append([]any{h.ttl.Milliseconds(), history.MaxLen}, args[i]...)...)
+				continue
+			}
+			cmds[i] = p.XAdd(ctx, &redis.XAddArgs{
+				Stream:     key,
+				NoMkStream: true,
+				MaxLen:     history.MaxLen,
+				Approx:     true,
+				Values:     args[i],
+			})
 		}
-		sent = append(sent, s)
+		_, err := p.Exec(ctx)
+		return err
+	}
+	all := make([]int, len(batch))
+	for i := range all {
+		all[i] = i
+	}
+	execErr := send(all)
+	// Redis lost its script cache (a restart, a failover, SCRIPT FLUSH):
+	// load the script, then send the refused appends again, by hash. A
+	// NOSCRIPT refusal ran nothing, so nothing is appended twice.
+	var again []int
+	for i, c := range cmds {
+		if isFull(i) && isNoScript(c.Err()) {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		if err := appendScript.Load(ctx, h.rdb).Err(); err == nil {
+			execErr = send(again)
+		}
 	}
 	// A failed round trip sets every command's error; a command that fails
 	// on its own (a foreign key of another type) fails only its append.
 	// Exec's error is used only if, unexpectedly, no command carries one.
-	_, execErr := p.Exec(ctx)
-	cmdErr := func(s pending) error {
-		if err := s.xadd.Err(); err != nil || s.expire == nil {
-			return err
-		}
-		return s.expire.Err()
-	}
-	errs := make([]error, len(sent))
+	errs := make([]error, len(batch))
 	blame := execErr != nil && !errors.Is(execErr, redis.Nil) &&
-		!slices.ContainsFunc(sent, func(s pending) bool { return cmdErr(s) != nil })
-	for i, s := range sent {
-		errs[i] = cmdErr(s)
+		!slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return c.Err() != nil })
+	for i, c := range cmds {
+		errs[i] = c.Err()
 		if errs[i] == nil && blame {
 			errs[i] = execErr
 		}
 	}
 	return errs
+}
+
+// isNoScript reports whether err is Redis's refusal of an EVALSHA whose
+// script it does not have.
+func isNoScript(err error) bool {
+	return errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")
 }
 
 // Recent implements history.History with history_read.lua (XREVRANGE,
@@ -340,7 +376,7 @@ func (h *History) RecentEach(ctx context.Context, tasks []string, ns []int) (out
 // second one.
 func (h *History) readEach(ctx context.Context, tasks []string, ns []int, out [][]history.Entry, errs []error) {
 	cmds := make([]*redis.Cmd, len(tasks))
-	if err := h.loadOnce(ctx); err != nil {
+	if err := h.loadOnce(ctx, readScript); err != nil {
 		for i := range tasks {
 			errs[i] = err
 		}
@@ -358,7 +394,7 @@ func (h *History) readEach(ctx context.Context, tasks []string, ns []int, out []
 		}
 		_, _ = p.Exec(ctx) // each command carries its own error
 		if try > 0 || !slices.ContainsFunc(cmds, func(c *redis.Cmd) bool {
-			return c != nil && (errors.Is(c.Err(), redis.ErrNoScript) || redis.HasErrorPrefix(c.Err(), "NOSCRIPT"))
+			return c != nil && isNoScript(c.Err())
 		}) {
 			break
 		}
@@ -380,22 +416,27 @@ func (h *History) readEach(ctx context.Context, tasks []string, ns []int, out []
 	}
 }
 
-// loadOnce loads history_read.lua into the script cache unless it did
-// before: the pipelined reads send EVALSHA, which a cache without the
-// script refuses (then readEach loads it again).
-func (h *History) loadOnce(ctx context.Context) error {
-	if h.loaded.Load() {
+// loadOnce loads s, readScript or appendScript, into the script cache
+// unless it did before: the pipelined reads and full appends send
+// EVALSHA, which a cache without the script refuses (then they load it
+// again).
+func (h *History) loadOnce(ctx context.Context, s *redis.Script) error {
+	done := &h.loaded[0]
+	if s == appendScript {
+		done = &h.loaded[1]
+	}
+	if done.Load() {
 		return nil
 	}
 	h.loadMu.Lock()
 	defer h.loadMu.Unlock()
-	if h.loaded.Load() {
+	if done.Load() {
 		return nil
 	}
-	if err := readScript.Load(ctx, h.rdb).Err(); err != nil {
-		return fmt.Errorf("history: load the read script: %w", err)
+	if err := s.Load(ctx, h.rdb).Err(); err != nil {
+		return fmt.Errorf("history: load a script: %w", err)
 	}
-	h.loaded.Store(true)
+	done.Store(true)
 	return nil
 }
 

@@ -27,16 +27,20 @@ type gateHook struct {
 func (g *gateHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
 func (g *gateHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 
+// isAppend reports whether c is a history append: XADD, or a stream's
+// first append (history_append.lua, by hash).
+func isAppend(c redis.Cmder) bool { return c.Name() == "xadd" || c.Name() == "evalsha" }
+
 // ProcessPipelineHook counts the round trips that carry appends (a new
 // connection's handshake is a pipeline too, and is not counted).
 func (g *gateHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return c.Name() == "xadd" }) {
+		if slices.ContainsFunc(cmds, isAppend) {
 			g.trips.Add(1)
 			g.first.Do(func() {
 				n := 0
 				for _, c := range cmds {
-					if c.Name() == "xadd" {
+					if isAppend(c) {
 						n++
 					}
 				}

@@ -53,6 +53,7 @@ const DefaultNodeTimeout = 2 * time.Second
 type Redlock struct {
 	nodes   []*Store
 	timeout time.Duration // 0: lease/10 for claims and renewals, DefaultNodeTimeout otherwise
+	redlockControls
 }
 
 // RedlockOption configures a Redlock store.

@@ -21,7 +21,7 @@ import (
 
 // startNodes starts n independent redis-servers and returns them with a
 // client of each.
-func startNodes(t *testing.T, n int) ([]*redistest.Server, []*redis.Client) {
+func startNodes(t testing.TB, n int) ([]*redistest.Server, []*redis.Client) {
 	var srvs []*redistest.Server
 	var clients []*redis.Client
 	for range n {
@@ -49,9 +49,12 @@ func newRedlock(t *testing.T, clients []*redis.Client, opts ...redislock.Redlock
 
 // redlockHarness is the conformance harness on five independent servers:
 // time passes, values are planted and TTLs are read on every node.
-func redlockHarness(t *testing.T) locktest.Harness {
+func redlockHarness(t *testing.T) locktest.Harness { return redlockHarnessOf(t, 5) }
+
+// redlockHarnessOf is redlockHarness on n servers.
+func redlockHarnessOf(t *testing.T, n int) locktest.Harness {
 	ctx := context.Background()
-	_, clients := startNodes(t, 5)
+	_, clients := startNodes(t, n)
 	r := newRedlock(t, clients)
 	if err := r.Subscribe(ctx); err != nil {
 		t.Fatal(err)

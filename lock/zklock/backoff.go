@@ -20,6 +20,14 @@ func (s *Store) ReleaseAfter(ctx context.Context, slot lock.Slot, owner lock.Own
 	if delay <= 0 {
 		return s.Release(ctx, slot, owner)
 	}
+	if h, ok := s.take(slot, owner); ok {
+		if _, hi, err := s.now(ctx); err == nil {
+			notBefore := time.UnixMilli(hi.Add(delay).UnixMilli()).UTC()
+			if done, err := s.releaseHeld(ctx, slot, h, notBefore); done {
+				return s.released(slot, owner, err)
+			}
+		}
+	}
 	for range maxRaces {
 		sn, run, err := s.held(ctx, "release", slot, owner)
 		if err != nil {
@@ -43,6 +51,7 @@ func (s *Store) ReleaseAfter(ctx context.Context, slot lock.Slot, owner lock.Own
 			&zk.DeleteRequest{Path: s.RunPath(slot), Version: run.stat.Version})
 		switch {
 		case err == nil:
+			s.watch.afterRelease(slot)
 			return nil
 		case errors.Is(err, zk.ErrSessionExpired):
 			return fmt.Errorf("zklock: release %s attempt %d: %w (%w)", slot, owner.Attempt, lock.ErrNotHeld, err)

@@ -16,16 +16,16 @@ import (
 const maxRaces = 20
 
 // read reads the slot node and the run node of slot at once (one round
-// trip, two requests in flight), with watches if the slot is watched.
+// trip, two requests in flight), without watches: what a watched slot
+// needs armed is the watcher's (see Store.Watch, watcher.afterClaim).
 func (s *Store) read(ctx context.Context, slot lock.Slot) (sn, run node, err error) {
-	watched := s.watch.watched(s.SlotPath(slot))
 	var runErr error
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		run, runErr = s.get(ctx, s.RunPath(slot), watched)
+		run, runErr = s.get(ctx, s.RunPath(slot), false)
 	}()
-	sn, err = s.get(ctx, s.SlotPath(slot), watched)
+	sn, err = s.get(ctx, s.SlotPath(slot), false)
 	<-done
 	if err == nil {
 		err = runErr
@@ -75,6 +75,17 @@ func (s *Store) get(ctx context.Context, path string, watch bool) (node, error) 
 // Claim implements lock.Store: one multi-op counts the attempt and creates
 // the ephemeral run node, under a check of the slot node's version.
 func (s *Store) Claim(ctx context.Context, slot lock.Slot, replica string, p lock.Policy) (lock.Claim, error) {
+	c, err := s.claim(ctx, slot, replica, p)
+	switch {
+	case err != nil:
+		s.watch.afterClaim(slot, c, err, node{}, node{})
+	case c.Result == lock.Won:
+		s.watch.see(s.SlotPath(slot), true) // its next claim reads first
+	}
+	return c, err
+}
+
+func (s *Store) claim(ctx context.Context, slot lock.Slot, replica string, p lock.Policy) (lock.Claim, error) {
 	if p.Lease > s.SessionTimeout() {
 		return lock.Claim{}, fmt.Errorf("zklock: claim %s: lease %v, session timeout %v: %w", slot, p.Lease, s.SessionTimeout(), ErrLeaseOverSession)
 	}
@@ -85,9 +96,22 @@ func (s *Store) Claim(ctx context.Context, slot lock.Slot, replica string, p loc
 			return lock.Claim{}, fmt.Errorf("zklock: claim %s: freeing the run node of a failed release: %w", slot, err)
 		}
 	}
-	for range maxRaces {
+	for i := range maxRaces {
 		v, _ := s.doubt.Load(path)
 		inDoubt, _ := v.(doubt)
+		if i == 0 && inDoubt.value == "" {
+			created, err := s.createFresh(ctx, slot, p)
+			if err != nil {
+				return lock.Claim{Sent: sent}, err
+			}
+			if created {
+				c, err := s.write(ctx, slot, replica, p, sent, slotData{ttl: p.DoneTTL}, node{stat: &zk.Stat{}, exists: true}, node{})
+				if !errors.Is(err, errRace) {
+					return c, err
+				}
+				continue
+			}
+		}
 		c, sn, run, d, err := s.decide(ctx, slot, inDoubt.value, p)
 		if err == nil && inDoubt.value != "" && !run.exists && sn.exists && sn.stat.Version > inDoubt.version {
 			// The slot node has moved past the version the claim in doubt
@@ -96,6 +120,9 @@ func (s *Store) Claim(ctx context.Context, slot lock.Slot, replica string, p loc
 		}
 		if err != nil || c.Result != 0 {
 			c.Sent = sent
+			if err == nil {
+				s.watch.afterClaim(slot, c, nil, sn, run)
+			}
 			return c, err
 		}
 		if run.exists && !run.expired {
@@ -120,7 +147,7 @@ func (s *Store) Claim(ctx context.Context, slot lock.Slot, replica string, p loc
 			s.doubt.CompareAndDelete(path, inDoubt)
 			prior := slotData{attempts: d.attempts - 1, base: d.base, ttl: d.ttl}
 			return s.landed(ctx, slot, p, sent, d, prior, sn.stat.Version, res[1].Stat.Version,
-				time.UnixMilli(run.stat.Ctime).UTC(), run.stat.Czxid)
+				runData{value: inDoubt.value, lease: p.Lease}.encode(), time.UnixMilli(run.stat.Ctime).UTC(), run.stat.Czxid)
 		}
 		if !sn.exists {
 			// The slot's first claim: make its node, at version 0 (if
@@ -135,38 +162,81 @@ func (s *Store) Claim(ctx context.Context, slot lock.Slot, replica string, p loc
 			}
 			sn = node{data: d.encode(), stat: &zk.Stat{}, exists: true}
 		}
-		n := d.attempts + 1
-		owner := lock.Owner{ID: replica, Attempt: n}
-		next := slotData{attempts: n, base: d.base, ttl: d.ttl}
-		ops := []any{
-			&zk.SetDataRequest{Path: s.SlotPath(slot), Data: next.encode(), Version: sn.stat.Version},
-			&zk.CreateRequest{Path: path, Data: runData{value: lock.Value{Owner: owner}.String(), lease: p.Lease}.encode(), Acl: s.acl, Flags: zk.FlagEphemeral},
-		}
-		if run.expired {
-			// A holder whose lease ran out, its session alive: its
-			// watchdog stopped its task a tenth of a lease ago at least.
-			// Its node goes in the same transaction, unless renewed since.
-			ops = append([]any{&zk.DeleteRequest{Path: path, Version: run.stat.Version}}, ops...)
-		}
-		msent := time.Now()
-		res, err := s.multi(ctx, ops...)
-		if lost(err) {
+		c, err = s.write(ctx, slot, replica, p, sent, d, sn, run)
+		if errors.Is(err, errRace) {
 			continue
 		}
-		if err != nil {
-			// The multi-op may have been committed, or may be yet (a call
-			// whose ctx ended goes on): the next claims of the slot look
-			// for its run node.
-			s.doubt.Store(path, doubt{lock.Value{Owner: owner}.String(), sn.stat.Version})
-			return lock.Claim{}, fmt.Errorf("zklock: claim %s: %w", slot, err)
-		}
-		s.doubt.Delete(path) // an earlier claim in doubt checked an older version
-		st := res[len(res)-2].Stat
-		at := time.UnixMilli(st.Mtime).UTC()
-		s.note(reading{mtime: at, sent: msent, recv: time.Now()})
-		return s.landed(ctx, slot, p, sent, next, d, st.Version, 0, at, st.Mzxid)
+		return c, err
 	}
 	return lock.Claim{}, fmt.Errorf("zklock: claim %s: lost %d races in a row", slot, maxRaces)
+}
+
+// errRace: a claim's multi-op lost a race (a version check or a create
+// that another write beat); the claim reads again.
+var errRace = errors.New("zklock: lost a race")
+
+// createFresh creates slot's node for its first claim, when the slot's
+// window is open by the bounds of the leader's clock, without reading
+// first: in a burst, the preferred claimant's claim is nearly always the
+// slot's first, and the reads would only find nothing. created is false
+// if the window is not known open, the node exists, or this store's last
+// claim of the slot was in doubt or its release failed: the claim then
+// reads and decides as usual.
+func (s *Store) createFresh(ctx context.Context, slot lock.Slot, p lock.Policy) (created bool, err error) {
+	if p.MaxAttempts < 1 || !s.fresh(slot) {
+		return false, nil
+	}
+	lo, hi, err := s.now(ctx)
+	if err != nil {
+		return false, fmt.Errorf("zklock: claim %s: %w", slot, err)
+	}
+	if lo.Before(slot.Time.Add(-p.Tolerance)) || !hi.Before(slot.Deadline) {
+		return false, nil
+	}
+	d := slotData{ttl: p.DoneTTL}
+	created, err = s.createTTL(ctx, slot.Task, s.SlotPath(slot), d.encode(), p.DoneTTL)
+	if err != nil {
+		return false, fmt.Errorf("zklock: claim %s: %w", slot, err)
+	}
+	return created, nil
+}
+
+// write is a claim's multi-op, from the slot node sn holding d and the run
+// node run (an expired one goes in the same transaction): count attempt
+// d.attempts+1 and create the run node. errRace: another write came first.
+func (s *Store) write(ctx context.Context, slot lock.Slot, replica string, p lock.Policy, sent time.Time, d slotData, sn, run node) (lock.Claim, error) {
+	path := s.RunPath(slot)
+	n := d.attempts + 1
+	owner := lock.Owner{ID: replica, Attempt: n}
+	next := slotData{attempts: n, base: d.base, ttl: d.ttl}
+	rd := runData{value: lock.Value{Owner: owner}.String(), lease: p.Lease}.encode()
+	ops := []any{
+		&zk.SetDataRequest{Path: s.SlotPath(slot), Data: next.encode(), Version: sn.stat.Version},
+		&zk.CreateRequest{Path: path, Data: rd, Acl: s.acl, Flags: zk.FlagEphemeral},
+	}
+	if run.expired {
+		// A holder whose lease ran out, its session alive: its
+		// watchdog stopped its task a tenth of a lease ago at least.
+		// Its node goes in the same transaction, unless renewed since.
+		ops = append([]any{&zk.DeleteRequest{Path: path, Version: run.stat.Version}}, ops...)
+	}
+	msent := time.Now()
+	res, err := s.multi(ctx, ops...)
+	if lost(err) {
+		return lock.Claim{}, errRace
+	}
+	if err != nil {
+		// The multi-op may have been committed, or may be yet (a call
+		// whose ctx ended goes on): the next claims of the slot look
+		// for its run node.
+		s.doubt.Store(path, doubt{lock.Value{Owner: owner}.String(), sn.stat.Version})
+		return lock.Claim{}, fmt.Errorf("zklock: claim %s: %w", slot, err)
+	}
+	s.doubt.Delete(path) // an earlier claim in doubt checked an older version
+	st := res[len(res)-2].Stat
+	at := time.UnixMilli(st.Mtime).UTC()
+	s.note(reading{mtime: at, sent: msent, recv: time.Now()})
+	return s.landed(ctx, slot, p, sent, next, d, st.Version, 0, rd, at, st.Mzxid)
 }
 
 // doubt is a claim whose outcome is unknown: its run value, and the slot
@@ -177,13 +247,15 @@ type doubt struct {
 }
 
 // landed reports the claim that wrote d (from prior) into the slot node,
-// leaving it at slotVersion, and created the run node, at runVersion, in a
-// transaction the leader stamped at and numbered zxid. The leader's stamp
-// has the last word: a claim that landed outside the window (a new leader,
-// another clock) is undone, attempt and all.
-func (s *Store) landed(ctx context.Context, slot lock.Slot, p lock.Policy, sent time.Time, d, prior slotData, slotVersion, runVersion int32, at time.Time, zxid int64) (lock.Claim, error) {
+// leaving it at slotVersion, and created the run node, holding rd, at
+// runVersion, in a transaction the leader stamped at and numbered zxid.
+// The leader's stamp has the last word: a claim that landed outside the
+// window (a new leader, another clock) is undone, attempt and all. A claim
+// won is kept as a hold (holds.go).
+func (s *Store) landed(ctx context.Context, slot lock.Slot, p lock.Policy, sent time.Time, d, prior slotData, slotVersion, runVersion int32, rd []byte, at time.Time, zxid int64) (lock.Claim, error) {
 	earliest := slot.Time.Add(-p.Tolerance)
 	if !at.Before(earliest) && at.Before(slot.Deadline) {
+		s.holds.Store(s.RunPath(slot), &hold{slot: d, slotVersion: slotVersion, run: rd, runVersion: runVersion})
 		return lock.Claim{Result: lock.Won, Attempt: d.attempts, Base: d.base, Now: at, Sent: sent, Revision: zxid}, nil
 	}
 	_, err := call(context.WithoutCancel(ctx), func() ([]zk.MultiResponse, error) {

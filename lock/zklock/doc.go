@@ -89,11 +89,17 @@
 //
 // # Wake-ups
 //
-// Watch registers the slot; the store keeps ZooKeeper watches on the slot
-// node and the run node of every watched slot (Claim reads them with a
-// watch, so no release after a claim's read is missed), and after each
-// watch event reads the slot again: a slot found done is reported with
-// done, a free one as a release. ZooKeeper delivers watch events in order
-// and re-arms them after a reconnection; after a session expiry the store
-// re-arms every watch on its new session.
+// Watch registers the slot and arms an exists watch of its run node
+// (WatchClaims, for a replica about to claim, arms nothing until its
+// claims do); a claim through the store arms what its result needs (the
+// run node's watch for a slot found held, the slot node's for one found
+// done), and the store's own completion or release is told to its
+// watches without a watch. Each
+// watch event is acted on with the fewest requests that say what
+// happened (see watcher): the run node's creation or rewrite is told as
+// Taken from the event alone, its deletion costs a read of the slot node
+// (done, or free), and only a change of the slot node reads both.
+// ZooKeeper delivers watch events in order and re-arms them after a
+// reconnection; after a session expiry the store reads every watched slot
+// again on its new session.
 package zklock

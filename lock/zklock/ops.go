@@ -36,6 +36,14 @@ func (s *Store) multi(ctx context.Context, ops ...any) ([]zk.MultiResponse, erro
 // claim lives. lease is not stored: the session bounds the hold (see the
 // package doc).
 func (s *Store) Renew(ctx context.Context, slot lock.Slot, owner lock.Owner, lease time.Duration) error {
+	if h, ok := s.heldBy(slot, owner); ok {
+		if done, err := s.renewHeld(ctx, slot, h); done {
+			if err != nil {
+				return heldErr("renew", slot, owner, err)
+			}
+			return nil
+		}
+	}
 	for range maxRaces {
 		sn, run, err := s.held(ctx, "renew", slot, owner)
 		if err != nil {
@@ -60,6 +68,14 @@ func (s *Store) Renew(ctx context.Context, slot lock.Slot, owner lock.Owner, lea
 // writes the done marker into the slot node, whose TTL (the DoneTTL of the
 // slot's first claim) then counts from now; doneTTL is not used.
 func (s *Store) Complete(ctx context.Context, slot lock.Slot, owner lock.Owner, doneTTL time.Duration) error {
+	if h, ok := s.take(slot, owner); ok {
+		if done, err := s.completeHeld(ctx, slot, owner, h); done {
+			if err != nil {
+				return heldErr("complete", slot, owner, err)
+			}
+			return nil
+		}
+	}
 	for range maxRaces {
 		sn, run, err := s.held(ctx, "complete", slot, owner)
 		if errors.Is(err, lock.ErrNotHeld) && !run.exists && sn.exists {
@@ -79,11 +95,12 @@ func (s *Store) Complete(ctx context.Context, slot lock.Slot, owner lock.Owner, 
 			return fmt.Errorf("zklock: complete %s attempt %d: %w", slot, owner.Attempt, err)
 		}
 		d.done = lock.Value{Owner: owner, Done: true, Finished: time.UnixMilli(lo.UnixMilli())}.String()
-		_, err = s.multi(ctx,
+		res, err := s.multi(ctx,
 			&zk.DeleteRequest{Path: s.RunPath(slot), Version: run.stat.Version},
 			&zk.SetDataRequest{Path: s.SlotPath(slot), Data: d.encode(), Version: sn.stat.Version})
 		switch {
 		case err == nil:
+			s.watch.afterComplete(slot, res[1].Stat.Version)
 			return nil
 		case errors.Is(err, zk.ErrSessionExpired):
 			return fmt.Errorf("zklock: complete %s attempt %d: %w (%w)", slot, owner.Attempt, lock.ErrNotHeld, err)
@@ -103,6 +120,11 @@ func (s *Store) Complete(ctx context.Context, slot lock.Slot, owner lock.Owner, 
 // Redis: the store notes it, and the replica's next claim of the slot
 // deletes it first (freeOrphan).
 func (s *Store) Release(ctx context.Context, slot lock.Slot, owner lock.Owner) error {
+	if h, ok := s.take(slot, owner); ok {
+		if done, err := s.releaseHeld(ctx, slot, h, time.Time{}); done {
+			return s.released(slot, owner, err)
+		}
+	}
 	for range maxRaces {
 		sn, run, err := s.held(ctx, "release", slot, owner)
 		if err != nil {
@@ -116,6 +138,7 @@ func (s *Store) Release(ctx context.Context, slot lock.Slot, owner lock.Owner) e
 			&zk.DeleteRequest{Path: s.RunPath(slot), Version: run.stat.Version})
 		switch {
 		case err == nil:
+			s.watch.afterRelease(slot)
 			return nil
 		case errors.Is(err, zk.ErrSessionExpired):
 			return fmt.Errorf("zklock: release %s attempt %d: %w (%w)", slot, owner.Attempt, lock.ErrNotHeld, err)
@@ -125,6 +148,20 @@ func (s *Store) Release(ctx context.Context, slot lock.Slot, owner lock.Owner) e
 		}
 	}
 	return fmt.Errorf("zklock: release %s attempt %d: lost %d races in a row", slot, owner.Attempt, maxRaces)
+}
+
+// released is the answer to a release (or release with a backoff)
+// written from a hold, whose multi-op answered err: a failure that may
+// have left the run node in place is noted, as Release notes it.
+func (s *Store) released(slot lock.Slot, owner lock.Owner, err error) error {
+	if err == nil {
+		s.watch.afterRelease(slot)
+		return nil
+	}
+	if !errors.Is(err, zk.ErrSessionExpired) {
+		s.orphans.Store(s.RunPath(slot), lock.Value{Owner: owner}.String())
+	}
+	return heldErr("release", slot, owner, err)
 }
 
 // freeOrphan deletes the run node at path if it still holds value, the

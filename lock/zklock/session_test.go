@@ -311,6 +311,7 @@ func TestNodesExpire(t *testing.T) {
 // killed the moment Complete returns, and a peer, on another member, finds
 // the slot done — every acknowledged write is on a quorum.
 func TestDoneMarkerSurvivesLeaderKill(t *testing.T) {
+	zktest.WithoutRace(t) // it kills the leader under watching sessions
 	e := zktest.Start(t, 3)
 	leader := e.WaitLeader(10 * time.Second)
 	var others []string
@@ -391,4 +392,11 @@ func TestFailedReleaseFreedByNextClaim(t *testing.T) {
 	if err != nil || c.Result != lock.Won || c.Attempt != 2 {
 		t.Fatalf("a's next claim = %+v, %v; want won, attempt 2", c, err)
 	}
+}
+
+// The tests that kill a member under watching sessions, built without the
+// race detector when the package is built with it (zktest.WithoutRace
+// says why); without it they run where they stand.
+func TestZooKeeperKillsWithoutRace(t *testing.T) {
+	zktest.RunWithoutRace(t, `^TestDoneMarkerSurvivesLeaderKill$`)
 }

@@ -66,6 +66,9 @@ type Store struct {
 	// (an error after its multi-op was sent), until a later claim of the
 	// slot finds it landed or the slot node past the version it checked.
 	doubt sync.Map
+	// holds holds, by run node path, what each claim this store won
+	// wrote (*hold, holds.go), until its Complete or Release.
+	holds sync.Map
 	// orphans holds, by run node path, the run value of each release that
 	// failed with the node perhaps still in place (see Release).
 	orphans sync.Map
@@ -226,19 +229,27 @@ func call[T any](ctx context.Context, f func() (T, error)) (T, error) {
 	}
 }
 
-// ensure creates the root and the task's container, if missing.
+// ensure creates the task's container (or, with no task, the root), and
+// the root first only if it is missing too: a burst of new tasks makes a
+// container each, under a root that exists.
 func (s *Store) ensure(ctx context.Context, task string) error {
-	paths := []string{s.root}
-	if task != "" {
-		paths = append(paths, s.TaskPath(task))
-	}
-	for _, p := range paths {
+	create := func(p string) error {
 		_, err := call(ctx, func() (string, error) { return s.conn.CreateContainer(p, nil, zk.FlagContainer, s.acl) })
 		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
 			return fmt.Errorf("zklock: create %s: %w", p, err)
 		}
+		return nil
 	}
-	return nil
+	if task == "" {
+		return create(s.root)
+	}
+	err := create(s.TaskPath(task))
+	if errors.Is(err, zk.ErrNoNode) {
+		if err = create(s.root); err == nil {
+			err = create(s.TaskPath(task))
+		}
+	}
+	return err
 }
 
 // createTTL creates a TTL node (and the containers above it if they are

@@ -95,7 +95,7 @@ func TestDaySyntaxIDsAndGaps(t *testing.T) {
 		for _, spec := range []string{"0 0 L * *", "30 2 L * *", "0 9 15W * *", "0 9 LW * *", "0 9 * * 1#2", "0 23 * * 0L", "0 */6 L-1 * *", "0 0 1,L * *"} {
 			s := mustParse(t, spec, tz)
 			prev := s.Next(utc("2024-01-01T00:00:00Z"))
-			for range 400 {
+			for range propertyWalk(400) {
 				next := s.Next(prev)
 				if s.SlotID(next) == s.SlotID(prev) {
 					t.Fatalf("%v: %v and %v share id %s", s, prev, next, s.SlotID(next))

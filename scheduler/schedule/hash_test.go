@@ -109,7 +109,7 @@ func TestHashErrors(t *testing.T) {
 func TestHashTemplateAnalysisMatches(t *testing.T) {
 	t.Parallel()
 	for _, spec := range []string{"H H * * *", "H * * * *", "H H(8-17) * * 1-5", "0 H 1 * *", "H H H * * *", "H H L * *", "H H * * 5#2"} {
-		for i := range 40 {
+		for i := range propertyWalk(40) {
 			s, err := Parse(spec, "", HashKey(fmt.Sprintf("tmpl-%d", i)))
 			if err != nil {
 				t.Fatal(err)

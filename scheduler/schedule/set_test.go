@@ -72,7 +72,7 @@ func TestCombineIDsDistinct(t *testing.T) {
 			s := combine(t, Bounds{}, tz, specs...)
 			for _, start := range []time.Time{utc("2024-01-01T00:00:00Z"), utc("2027-03-27T00:00:00Z"), utc("2026-10-24T00:00:00Z")} {
 				prev := s.Next(start)
-				for range 500 {
+				for range propertyWalk(500) {
 					next := s.Next(prev)
 					if !next.After(prev) || s.SlotID(next) == s.SlotID(prev) {
 						t.Fatalf("%v: %v then %v (ids %s, %s)", s, prev, next, s.SlotID(prev), s.SlotID(next))

@@ -21,7 +21,8 @@ import (
 )
 
 // In Redlock mode the daemon's store and history span every master, and
-// status, history and rerun read and write them with one master down.
+// status, history, rerun, pause and resume (and the store's trigger) read
+// and write them with one master down.
 func TestRedlockBackendAndCommands(t *testing.T) {
 	ctx := context.Background()
 	var srvs []*redistest.Server
@@ -94,6 +95,24 @@ func TestRedlockBackendAndCommands(t *testing.T) {
 		if v := s.Client().Get(ctx, state).Val(); v != "" {
 			t.Errorf("master %d holds %q after the rerun, want nothing", i+1, v)
 		}
+	}
+	// The operator controls, on the 2 masters left (trigger asks a running
+	// daemon's API, so the store is asked here).
+	ctl := b.Store.(lock.Controls)
+	if tr, err := ctl.Trigger(ctx, "report", "k1", time.Hour); err != nil || tr.Result != lock.Started {
+		t.Errorf("trigger with 2 of 3 masters = %+v, %v", tr, err)
+	}
+	if tr, err := ctl.Trigger(ctx, "report", "k1", time.Hour); err != nil || tr.Result != lock.Repeated {
+		t.Errorf("trigger again with its key = %+v, %v; want repeated", tr, err)
+	}
+	if r := runCLI(t, "pause", "-config", path, "report"); r.code != exitOK || !strings.Contains(r.stdout, "paused report") {
+		t.Errorf("pause with 2 of 3 masters: %v", r)
+	}
+	if p, err := ctl.Paused(ctx, []string{"report"}, false); err != nil || !p[0] {
+		t.Errorf("pause state read after the pause = %v, %v", p, err)
+	}
+	if r := runCLI(t, "resume", "-config", path, "report"); r.code != exitOK || !strings.Contains(r.stdout, "resumed report") {
+		t.Errorf("resume with 2 of 3 masters: %v", r)
 	}
 	srvs[1].Stop()
 	if r := runCLI(t, "status", "-config", path); r.code == 0 || !strings.Contains(r.stderr, "no quorum") {

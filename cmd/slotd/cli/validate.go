@@ -11,7 +11,8 @@ import (
 
 // printTiming prints what validate resolved in a task's schedule keys
 // beyond the spec as written: H replaced by the task's hash, the active
-// bounds, the jitter, the retry backoff's waits.
+// bounds, the jitter, the retry backoff's waits; and a concurrency policy
+// other than allow, since it decides whether a slot starts when it fires.
 func printTiming(w io.Writer, t *scheduler.Task) {
 	var resolved []string
 	for _, p := range t.Schedule.Parts() {
@@ -36,6 +37,17 @@ func printTiming(w io.Writer, t *scheduler.Task) {
 		}
 		fmt.Fprintf(w, "  retry_backoff: %s after failed attempts 1, 2, ... (±%g each; none past the deadline)\n", strings.Join(waits, ", "), b.Spread)
 	}
+	if note, ok := concurrencyNotes[t.Concurrency]; ok {
+		fmt.Fprintf(w, "  concurrency: %s (%s)\n", t.Concurrency, note)
+	}
+}
+
+// concurrencyNotes says what a slot that fires while the task's previous
+// slot still runs does, by policy; allow, the default, is not shown.
+var concurrencyNotes = map[scheduler.Concurrency]string{
+	scheduler.ConcurrencyForbid:  "a slot fired while the previous one runs is skipped",
+	scheduler.ConcurrencyReplace: "a slot fired while the previous one runs cancels it and runs",
+	scheduler.ConcurrencyQueue:   "a slot fired while the previous one runs waits and starts when it ends, if its window is open; at most one waits, later ones are skipped",
 }
 
 func boundText(at time.Time) string {

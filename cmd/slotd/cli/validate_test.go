@@ -50,7 +50,8 @@ func TestValidateNeverQuotesRedisPassword(t *testing.T) {
 }
 
 // `slotd validate` shows what it resolved: H from the task's name, the
-// union's fire times, the bounds, each slot's jittered start.
+// union's fire times, the bounds, each slot's jittered start, and a
+// concurrency policy other than allow.
 func TestValidateShowsResolvedTimes(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "slotd.toml")
 	src := `
@@ -71,6 +72,7 @@ name = "month-end"
 schedules = ["0 18 LW * *", "0 9 * * 1#1"]
 active_from = "2026-01-01T00:00:00Z"
 active_until = "2099-06-30T00:00:00Z"
+concurrency = "queue"
 plugin = "exec"
 params = { command = ["true"] }
 
@@ -95,6 +97,7 @@ params = { command = ["true"] }
 		"  retry_backoff: 10s, 30s, 1m30s after failed attempts 1, 2, ... (±0.1 each",
 		"task month-end: schedule \"0 18 LW * *; 0 9 * * 1#1\"",
 		"  active: 2026-01-01T00:00:00Z to 2099-06-30T00:00:00Z",
+		"  concurrency: queue (a slot fired while the previous one runs waits and starts when it ends",
 		"task over: schedule \"@hourly\"",
 		"  no more fire times",
 		", max_running 20",
@@ -102,6 +105,9 @@ params = { command = ["true"] }
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("output lacks %q:\n%s", want, r.stdout)
 		}
+	}
+	if n := strings.Count(r.stdout, "  concurrency: "); n != 1 {
+		t.Errorf("%d concurrency lines, want 1 (allow is not shown):\n%s", n, r.stdout)
 	}
 	// Every fire line of the jittered task shows a start after its slot
 	// time and within 30 s of it.
