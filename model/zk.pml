@@ -175,7 +175,7 @@ ltl e_ends { [] <> ended }
 
 #define FORGET(i) att[i] = 0; vt[i] = 0; rt[i] = 0; lost[i] = false; cancelled[i] = false
 
-/* ops.go 133-146 freeOrphan: delete the run node if it still holds the
+/* ops.go 170-183 freeOrphan: delete the run node if it still holds the
  * value of the failed release, on this session; the note goes then */
 inline free_orphan(i) {
   if
@@ -186,33 +186,33 @@ inline free_orphan(i) {
   orph[i] = 0
 }
 
-/* claim.go 77-170 (Claim), 211-284 (decide), 184-202 (landed: the leader's
+/* claim.go 77-253 (Claim, claim, write), 283-358 (decide), 255-281 (landed: the leader's
  * stamp is in the window by the model's clock). Each turn of the race loop
  * reads and writes under a version check: one atomic step here (a lost race
  * reads again). Faults hit the multi-op (and freeOrphan's delete). */
 inline zk_claim(i) {
   h_take = false; h_exp = false; h_w = 0; h_res = R_ERR; lastfail[i] = false;
-  /* 83-87: the orphan of a failed release goes first */
+  /* 94-98: the orphan of a failed release goes first */
   if
   :: orph[i] > 0 && can_fault -> faults--; h_res = R_ERR; lastfail[i] = true; printf("r%d freeOrphan LOST\n", i); goto cdone
   :: orph[i] > 0 -> free_orphan(i)
   :: else -> skip
   fi;
-  /* 92-96: the slot node moved past the version the claim in doubt checked */
+  /* 116-120: the slot node moved past the version the claim in doubt checked */
   if
   :: dbt[i] > 0 && !run_on && sn_ver > dver[i] -> dbt[i] = 0
   :: else -> skip
   fi;
-  /* decide 221-253 */
+  /* decide 291-325 */
   if
 #ifndef M_DOUBT_ANY
-  :: run_on && dbt[i] > 0 && run_own == i + 1 && run_att == dbt[i] && run_ses == gen[i] -> h_take = true /* 229-233 */
+  :: run_on && dbt[i] > 0 && run_own == i + 1 && run_att == dbt[i] && run_ses == gen[i] -> h_take = true /* 301-305 */
 #else
   :: run_on && dbt[i] > 0 -> h_take = true
 #endif
 #ifndef M_CLAIM_NO_COMPARE
-  :: run_on && !(dbt[i] > 0 && run_own == i + 1 && run_att == dbt[i] && run_ses == gen[i]) && run_left == 0 -> h_exp = true /* 234-242 */
-  :: run_held && !(dbt[i] > 0 && run_own == i + 1 && run_att == dbt[i] && run_ses == gen[i]) -> h_res = R_HELD; h_w = run_left; goto cdone /* 243-251 */
+  :: run_on && !(dbt[i] > 0 && run_own == i + 1 && run_att == dbt[i] && run_ses == gen[i]) && run_left == 0 -> h_exp = true /* 306-314 */
+  :: run_held && !(dbt[i] > 0 && run_own == i + 1 && run_att == dbt[i] && run_ses == gen[i]) -> h_res = R_HELD; h_w = run_left; goto cdone /* 315-323 */
 #else
   :: run_on && !(dbt[i] > 0 && run_own == i + 1 && run_att == dbt[i] && run_ses == gen[i]) -> h_exp = true
 #endif
@@ -220,7 +220,7 @@ inline zk_claim(i) {
   fi;
   if
   :: h_take ->
-     /* 101-124: rewritten (its lease counts from now), won with its
+     /* 128-151: rewritten (its lease counts from now), won with its
       * attempt. The record goes once the take-over is answered (its outcome
       * unknown, the next claim takes it up again). */
      h_n = run_att;
@@ -236,23 +236,23 @@ inline zk_claim(i) {
   :: else -> skip
   fi;
   if
-  :: sn_done -> h_res = R_DONE                                     /* 258-262 */
-  :: !sn_done && closed -> h_res = R_LATE                          /* 275-278 */
-  :: !sn_done && !closed && sn_att >= CAP -> h_res = R_EXH         /* 280-282 */
+  :: sn_done -> h_res = R_DONE                                     /* 330-334 */
+  :: !sn_done && closed -> h_res = R_LATE                          /* 347-350 */
+  :: !sn_done && !closed && sn_att >= CAP -> h_res = R_EXH         /* 352-354 */
   :: !sn_done && !closed && sn_att < CAP ->
-     /* 138-167: delete the expired node (if any), count, create the run node */
+     /* 207-253 (write): delete the expired node (if any), count, create the run node */
      assert(sn_att == 0 || ((started >> sn_att) & 1) || excuse);  /* P6 */
      h_n = sn_att + 1; h_v = sn_ver;
      if
      :: can_fault -> faults--; h_res = R_ERR; printf("r%d claim request LOST\n", i)
      :: can_fault -> faults--; h_res = R_ERR; printf("r%d claim reply LOST\n", i);
         sn_att = h_n; sn_ver++; run_own = i + 1; run_att = h_n; run_ses = gen[i]; run_left = LEASE; run_sest = SESSION
-     :: true -> h_res = R_WON; att[i] = h_n; dbt[i] = 0;           /* 163 */
+     :: true -> h_res = R_WON; att[i] = h_n; dbt[i] = 0;           /* 235 */
         sn_att = h_n; sn_ver++; run_own = i + 1; run_att = h_n; run_ses = gen[i]; run_left = LEASE; run_sest = SESSION
      fi;
 #ifndef M_NO_DOUBT
      if
-     :: h_res == R_ERR -> dbt[i] = h_n; dver[i] = h_v /* 160 */
+     :: h_res == R_ERR -> dbt[i] = h_n; dver[i] = h_v /* 232 */
      :: else -> skip
      fi
 #endif
@@ -261,7 +261,8 @@ cdone:
   skip
 }
 
-/* ops.go 38-57 Renew: held() (the run node holds owner's value, on this
+/* ops.go 38-65 Renew (from a hold, holds.go renewHeld, the same checks by
+ * the versions the claim left): held() (the run node holds owner's value, on this
  * session), then a version-checked set of the run node: its mtime, so its
  * lease, counts from now. */
 inline zk_renew(i, ok) {
@@ -271,7 +272,7 @@ inline zk_renew(i, ok) {
   fi
 }
 
-/* ops.go 62-95 Complete: held() → delete the run node + done marker in one
+/* ops.go 70-112 Complete: held() → delete the run node + done marker in one
  * multi-op; not held, no run node, and the done marker is owner's: nil
  * (completed already: a retry after a lost reply). */
 inline zk_complete(i, ok) {
@@ -289,7 +290,7 @@ inline zk_complete(i, ok) {
   fi
 }
 
-/* ops.go 105-128 Release: held() → delete the run node under version checks */
+/* ops.go 122-151 Release: held() → delete the run node under version checks */
 inline zk_release(i, ok) {
   if
   :: node_mine(i) -> run_own = 0; run_att = 0; run_left = 0; ok = true
@@ -373,7 +374,7 @@ end:
        if
        :: can_fault -> faults--; printf("r%d release request LOST\n", i); h_ok = false; lastfail[i] = true;
 #ifndef M_NO_ORPHAN
-          orph[i] = att[i];                                          /* ops.go 110, 123 */
+          orph[i] = att[i];                                          /* ops.go 132, 146, 162 */
 #endif
           if :: valid(i) -> goto rnext :: else fi                   /* retried while valid */
        :: can_fault -> faults--; zk_release(i, h_ok); printf("r%d release reply LOST\n", i); lastfail[i] = true;
@@ -470,7 +471,7 @@ end:
 #ifndef M_NO_RUN_EXPIRY
           if :: run_left > 0 -> run_left-- :: else fi;             /* value.go 118-124 */
           /* a claim in doubt not taken up within its lease is a peer's to
-           * take over (claim.go 234-242): P6 excuses the attempt */
+           * take over (claim.go 306-314): P6 excuses the attempt */
           if :: run_left == 0 && dbt[holder] == run_att -> excuse = true :: else fi;
 #endif
           /* the run node's session: pinged by its live client, else it
