@@ -133,7 +133,8 @@ func (s *Store) claim(ctx context.Context, slot lock.Slot, replica string, p loc
 			// must not be older than this claim's send time, from which
 			// its holder counts. The write is version-checked, so a peer
 			// that found its lease run out and took it over first wins.
-			s.doubt.CompareAndDelete(path, inDoubt)
+			// The record stays until this write is answered: if its reply
+			// is lost too, the next claim takes the node up again.
 			res, err := s.multi(ctx,
 				&zk.CheckVersionRequest{Path: s.SlotPath(slot), Version: sn.stat.Version},
 				&zk.SetDataRequest{Path: path, Data: runData{value: inDoubt.value, lease: p.Lease}.encode(), Version: run.stat.Version})
@@ -143,6 +144,7 @@ func (s *Store) claim(ctx context.Context, slot lock.Slot, replica string, p loc
 			if err != nil {
 				return lock.Claim{}, fmt.Errorf("zklock: claim %s: taking up its own claim in doubt: %w", slot, err)
 			}
+			s.doubt.CompareAndDelete(path, inDoubt)
 			prior := slotData{attempts: d.attempts - 1, base: d.base, ttl: d.ttl}
 			return s.landed(ctx, slot, p, sent, d, prior, sn.stat.Version, res[1].Stat.Version,
 				runData{value: inDoubt.value, lease: p.Lease}.encode(), time.UnixMilli(run.stat.Ctime).UTC(), run.stat.Czxid)

@@ -224,6 +224,32 @@ func TestClaimWithLostReplyIsFoundAgain(t *testing.T) {
 	}
 }
 
+// A claim in doubt whose take-over's reply is lost too stays in doubt:
+// the next claim takes the run node up again, with the attempt it counted,
+// rather than finding it held by itself, waiting its lease out and
+// counting another attempt (found by the model: model/zk.pml, P6).
+func TestClaimInDoubtSurvivesALostTakeOverReply(t *testing.T) {
+	e := zktest.Start(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var drop replyDropper
+	a := dialWith(t, e, zklock.Options{Dialer: drop.dial})
+	p := shortLease
+	slot := openSlot(ctx, t, a, "1")
+	drop.armed.Store(true)
+	if c, err := a.Claim(ctx, slot, "a", p); err == nil {
+		t.Fatalf("claim whose reply was dropped = %+v, want an error", c)
+	}
+	drop.armed.Store(true)
+	if c, err := a.Claim(ctx, slot, "a", p); err == nil {
+		t.Fatalf("take-over whose reply was dropped = %+v, want an error", c)
+	}
+	c, err := a.Claim(ctx, slot, "a", p)
+	if err != nil || c.Result != lock.Won || c.Attempt != 1 {
+		t.Fatalf("claim after two lost replies = %+v, %v; want won, attempt 1", c, err)
+	}
+}
+
 // A claim whose lease exceeds the session timeout is refused: the session
 // could expire, and a peer win, while the watchdog still let the task run.
 func TestLeaseOverSessionRefused(t *testing.T) {
