@@ -315,8 +315,10 @@ func TestIdleReplicaSendsOnlyClockChecks(t *testing.T) {
 	// often than the clock is read.
 	// The operator controls' epoch is one more GET per check.
 	fleet := map[string]int{"announce.lua": 1, "live.lua": 1, "probe.lua": 1, "set": 1, "pexpire": 1, "get": 2}
+	// The 3 s window may open between a check's TIME and its presence
+	// writes: one check's share more than the TIMEs counted.
 	for cmd := range names {
-		if cmd != "time" && cmd != "ping" && !(fleet[cmd] > 0 && names[cmd] <= fleet[cmd]*names["time"]) { // the clock check, its write probe and presence
+		if cmd != "time" && cmd != "ping" && !(fleet[cmd] > 0 && names[cmd] <= fleet[cmd]*(names["time"]+1)) { // the clock check, its write probe and presence
 			t.Errorf("idle replica sent %s (%d times); all commands: %v", cmd, names[cmd], names)
 		}
 	}
