@@ -117,18 +117,23 @@ func all[T any](ctx context.Context, r *Redlock, lease time.Duration, op func(co
 func read[T any](ctx context.Context, r *Redlock, op func(context.Context, *Store) (T, error)) []quorum.Result[T] {
 	q := r.quorum()
 	return quorum.FanOutUntil(ctx, r.nodes, r.nodeTimeout(0), op, func(res []quorum.Result[T], answered []bool) bool {
-		ok, failed := 0, 0
-		for i, a := range answered {
-			switch {
-			case !a:
-			case res[i].Err == nil:
-				ok++
-			default:
-				failed++
-			}
-		}
+		ok, failed := tally(res, answered)
 		return ok >= q || failed > len(r.nodes)-q
 	})
+}
+
+// tally counts the answered nodes of a fan-out that succeeded and failed.
+func tally[T any](res []quorum.Result[T], answered []bool) (ok, failed int) {
+	for i, a := range answered {
+		switch {
+		case !a:
+		case res[i].Err == nil:
+			ok++
+		default:
+			failed++
+		}
+	}
+	return ok, failed
 }
 
 // owned runs one of the owner-checked operations on every node: nil when a

@@ -139,16 +139,7 @@ func (k redlockKV) agreed(answers []map[string]kvSeen, name string) (e kv.Entry,
 // each master's answer (nil: no answer) and the names read.
 func (k redlockKV) read(ctx context.Context, dir, name string) ([]map[string]kvSeen, map[string]bool, error) {
 	settled := func(res []quorum.Result[map[string]kvSeen], answered []bool) bool {
-		ok, failed := 0, 0
-		for i, a := range answered {
-			switch {
-			case !a:
-			case res[i].Err == nil:
-				ok++
-			default:
-				failed++
-			}
-		}
+		ok, failed := tally(res, answered)
 		if ok+failed == len(k.r.nodes) || failed > len(k.r.nodes)-k.r.quorum() {
 			return true
 		}
