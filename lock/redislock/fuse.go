@@ -30,7 +30,7 @@ type arity struct{ keys, args int }
 var fusable = map[*redis.Script]arity{
 	claimScript:    {keys: 3, args: 8},
 	renewScript:    {keys: 1, args: 2},
-	completeScript: {keys: 3, args: 4},
+	completeScript: {keys: 2, args: 7 + 2*recordPairs},
 	releaseScript:  {keys: 1, args: 3},
 }
 

@@ -180,9 +180,32 @@ func (r *Store) Complete(ctx context.Context, slot lock.Slot, owner lock.Owner, 
 	if r.ack.n > 0 {
 		return r.completeAcked(ctx, slot, owner, doneTTL)
 	}
-	state, attempts := Keys(r.prefix, slot)
-	return r.compare(ctx, "complete", slot, owner, completeScript, []string{state, attempts, schema.BaseKey(state)},
-		schema.Run(owner), schema.DonePrefix(owner), doneTTL.Milliseconds(), r.doneCh)
+	keys, args := r.completeArgs(slot, owner, doneTTL, nil)
+	return r.compare(ctx, "complete", slot, owner, completeScript, keys, args...)
+}
+
+// completeArgs are complete.lua's keys and arguments for owner's
+// completion of slot, with rec appended in the same step unless it is nil.
+func (r *Store) completeArgs(slot lock.Slot, owner lock.Owner, doneTTL time.Duration, rec *record) ([]string, []any) {
+	state, _ := Keys(r.prefix, slot)
+	keys := []string{state, state}
+	args := make([]any, 0, 7+2*recordPairs)
+	args = append(args, schema.Run(owner), schema.DonePrefix(owner), doneTTL.Milliseconds(), r.doneCh)
+	if rec == nil {
+		args = append(args, 0, 0, "0")
+	} else {
+		keys[1] = rec.stream
+		renew := "0"
+		if rec.renew {
+			renew = "1"
+		}
+		args = append(args, rec.maxLen, rec.ttl.Milliseconds(), renew)
+		args = append(args, rec.fields...)
+	}
+	for len(args) < 7+2*recordPairs {
+		args = append(args, "")
+	}
+	return keys, args
 }
 
 // Release implements Store.
