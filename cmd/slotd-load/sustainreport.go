@@ -64,11 +64,11 @@ type sustainedReport struct {
 	// The store's CPU: Redis's INFO cpu used_cpu_user + used_cpu_sys
 	// delta; etcd's and ZooKeeper's members' /proc utime + stime deltas,
 	// summed over the members (0 on endpoints given with -endpoints).
-	RedisCPU         float64            `json:"redis_cpu_s"`
-	RedisCPUPerSlot  float64            `json:"redis_cpu_us_per_slot"`   // µs
+	RedisCPU        float64 `json:"redis_cpu_s"`
+	RedisCPUPerSlot float64 `json:"redis_cpu_us_per_slot"` // µs
 	// RatioToPlain is RedisCPUPerSlot over the baseline's plain slot
 	// (Baseline.PlainSlotCPU: three pipelined commands), on Redis.
-	RatioToPlain float64 `json:"redis_cpu_ratio_to_plain_slot,omitempty"`
+	RatioToPlain     float64            `json:"redis_cpu_ratio_to_plain_slot,omitempty"`
 	StoreRSSMB       float64            `json:"store_rss_mb,omitempty"`  // etcd's or ZooKeeper's members' RSS summed at the window's end
 	RedisCmdsPerSlot float64            `json:"redis_commands_per_slot"` // INFO commandstats delta, summed, INFO left out
 	RedisCmds        map[string]float64 `json:"redis_commands_per_slot_by_name"`
