@@ -300,9 +300,10 @@ func (l *loop) onAttempted(r *run, c lock.Claim, finished bool, entry *HistoryEn
 func (l *loop) onNotice(r *run, c lock.Change) {
 	if c == lock.Taken {
 		l.lastTaken = l.s.clock.Now()
-		// Only a run that has not claimed yet acts on it: the claim's reply
-		// tells the others more, and the notice may be stale.
-		if r.state == deferring || r.state == capped {
+		// Only a run that has not claimed yet acts on it, or one whose
+		// window has closed unsettled (lagged): the claim's reply tells
+		// the others more, and the notice may be stale.
+		if r.state == deferring || r.state == capped || r.lagged {
 			l.uncap(r)
 			// As a Held claim would: wait for the holder's lease, or for
 			// its release or completion.
@@ -449,7 +450,12 @@ func (l *loop) over(r *run, isSettled bool) bool {
 				// A peer's claim or completion just before the deadline
 				// may still be on its way: hear it before calling the slot
 				// missed. Nothing is claimed meanwhile.
+				// A capped run stays capped (its reason); any other, a
+				// claim's late reply included, waits.
 				r.lagged = true
+				if r.state != capped {
+					r.state = waiting
+				}
 				l.schedule(r, missLag)
 				return true
 			}
