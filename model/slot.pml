@@ -284,18 +284,18 @@ inline release_lua(i, a) {
   fi
 }
 
-/* complete.lua lines 56-87: SET done if the value is the caller's, and its
- * slot named in the call's one done message (lines 68-73, 84-86); 1 also
+/* complete.lua lines 59-91: SET done if the value is the caller's, and its
+ * slot named in the call's one done message (lines 72-77, 88-90); 1 also
  * when already done by the caller. The history entry it may append in the
- * same step (lines 38-54, 75-77) writes no slot key: not modelled. */
+ * same step (lines 41-57, 79-81) writes no slot key: not modelled. */
 inline complete_lua(i, a, ok) {
   if
   :: key_run && kown == i + 1 && katt == a ->
-     kdone = true; kttl = 0;                                /* 62-77 */
+     kdone = true; kttl = 0;                                /* 66-81 */
      assert(done_att == 0 || done_att == a);                /* (b): one success */
      done_att = a; ok = true;
      publish(DONE)
-  :: kdone && kown == i + 1 && katt == a -> ok = true       /* 78-79 */
+  :: kdone && kown == i + 1 && katt == a -> ok = true       /* 82-83 */
 #ifdef M_COMPLETE_NO_OWNER
   :: else ->
      kown = i + 1; katt = a; kdone = true; kttl = 0;

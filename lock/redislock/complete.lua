@@ -2,7 +2,9 @@
 -- markers, each with its history entry if it brings one. The keys and
 -- arguments are N single-slot completions laid end to end.
 --
--- For slot i (0-based), k = 2i and a = 29i:
+-- For slot i (0-based), k = 2i and a = wi, where w, the arguments of one
+-- slot, is 4 when no slot of the call brings an entry, else 29 (the
+-- batcher fuses only calls of one shape):
 -- KEYS[k+1]  state key
 -- KEYS[k+2]  the task's history stream, or the state key again for no
 --            entry (on a Redis Cluster always: the stream's hash slot is
@@ -17,6 +19,7 @@
 --            without claiming it again. One message per channel per call,
 --            naming the state keys it marked done, one a line: a PUBLISH
 --            per slot cost Redis more than the rest of the completion.
+-- and, where w is 29:
 -- ARGV[a+5]  the stream's MAXLEN, approximate
 -- ARGV[a+6]  the stream's TTL, ms
 -- ARGV[a+7]  "1": renew the stream's TTL with this entry; else only if the
@@ -54,8 +57,9 @@ local function record(k, a)
 end
 
 local out = {}
+local w = #ARGV / (#KEYS / 2)
 for i = 0, #KEYS / 2 - 1 do
-  local k, a = 2 * i, 29 * i
+  local k, a = 2 * i, w * i
   local ok, v = pcall(redis.call, 'GET', KEYS[k + 1])
   if not ok then
     out[#out + 1] = {err = tostring(v)}
@@ -72,7 +76,7 @@ for i = 0, #KEYS / 2 - 1 do
     end
     keys[#keys + 1] = KEYS[k + 1]
     out[#out + 1] = 1
-    if KEYS[k + 2] ~= KEYS[k + 1] and not pcall(record, k, a) then
+    if w > 4 and KEYS[k + 2] ~= KEYS[k + 1] and not pcall(record, k, a) then
       out[#out] = 2
     end
   elseif v and string.sub(v, 1, string.len(ARGV[a + 2])) == ARGV[a + 2] then

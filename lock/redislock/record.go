@@ -43,7 +43,7 @@ func (h *History) CompleteRecorded(ctx context.Context, store lock.Store, slot l
 	key := HistoryKey(h.prefix, slot.Task)
 	rec := &record{stream: key, maxLen: history.MaxLen, ttl: h.ttl, renew: h.due(key, time.Now()), fields: entryFields(e)}
 	keys, args := s.completeArgs(slot, owner, doneTTL, rec)
-	n, err := s.batch.run(ctx, completeScript, keys, args...).Int()
+	n, err := s.batch.run(ctx, completeRecordScript, keys, args...).Int()
 	if rec.renew && (err != nil || n != 1) {
 		h.forget(key) // the next append renews the TTL
 	}

@@ -3,6 +3,8 @@ package redislock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -158,6 +160,56 @@ func TestAttemptsCounterTTLSetOnceByTheClaim(t *testing.T) {
 		}
 		if n := srv.Client().Get(ctx, attempts).Val(); n != "1" {
 			t.Errorf("counter = %q, want 1", n)
+		}
+	}
+}
+
+// Completions with and without an entry, made at once, share round trips
+// (each shape fused apart): every slot ends done, and only the ones that
+// brought an entry are in the history.
+func TestCompleteRecordedBesidePlainCompletions(t *testing.T) {
+	s, h, _ := opened(t)
+	ctx := context.Background()
+	p := lock.Policy{Lease: 5 * time.Second, DoneTTL: time.Minute, MaxAttempts: 3}
+	const n = 64
+	slots := make([]lock.Slot, n)
+	for i := range slots {
+		slots[i] = openSlot(t, s)
+		slots[i].ID = strconv.Itoa(i)
+		claimWon(t, s, slots[i], "a", p)
+	}
+	errs := make(chan error, n)
+	for i, slot := range slots {
+		go func() {
+			own := lock.Owner{ID: "a", Attempt: 1}
+			if i%2 == 1 {
+				errs <- s.Complete(ctx, slot, own, p.DoneTTL)
+				return
+			}
+			recorded, err := h.CompleteRecorded(ctx, s, slot, own, p.DoneTTL, entry(slot.ID, 1, "success", ""))
+			if err == nil && !recorded {
+				err = fmt.Errorf("slot %s: not recorded", slot.ID)
+			}
+			errs <- err
+		}()
+	}
+	for range slots {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	for _, slot := range slots {
+		if st, err := lock.ReadState(ctx, s, slot); err != nil || st.Status != "done" {
+			t.Errorf("slot %s: state %+v, %v; want done", slot.ID, st, err)
+		}
+	}
+	es, err := h.Recent(ctx, t.Name(), 2*n)
+	if err != nil || len(es) != n/2 {
+		t.Fatalf("history: %d entries, %v; want %d", len(es), err, n/2)
+	}
+	for _, e := range es {
+		if i, _ := strconv.Atoi(e.Slot); i%2 != 0 {
+			t.Errorf("entry of slot %s, which was completed without one", e.Slot)
 		}
 	}
 }

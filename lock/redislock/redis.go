@@ -25,6 +25,10 @@ var (
 	//go:embed complete.lua
 	completeLua    string
 	completeScript = redis.NewScript(completeLua)
+	// completeRecordScript is complete.lua for completions that bring
+	// their history entry (record.go): another shape of arguments, fused
+	// apart, so that the others do not carry an entry's padding.
+	completeRecordScript = redis.NewScript(completeLua)
 	//go:embed release.lua
 	releaseLua    string
 	releaseScript = redis.NewScript(releaseLua)
@@ -189,19 +193,17 @@ func (r *Store) Complete(ctx context.Context, slot lock.Slot, owner lock.Owner, 
 func (r *Store) completeArgs(slot lock.Slot, owner lock.Owner, doneTTL time.Duration, rec *record) ([]string, []any) {
 	state, _ := Keys(r.prefix, slot)
 	keys := []string{state, state}
-	args := make([]any, 0, 7+2*recordPairs)
-	args = append(args, schema.Run(owner), schema.DonePrefix(owner), doneTTL.Milliseconds(), r.doneCh)
 	if rec == nil {
-		args = append(args, 0, 0, "0")
-	} else {
-		keys[1] = rec.stream
-		renew := "0"
-		if rec.renew {
-			renew = "1"
-		}
-		args = append(args, rec.maxLen, rec.ttl.Milliseconds(), renew)
-		args = append(args, rec.fields...)
+		return keys, []any{schema.Run(owner), schema.DonePrefix(owner), doneTTL.Milliseconds(), r.doneCh}
 	}
+	keys[1] = rec.stream
+	renew := "0"
+	if rec.renew {
+		renew = "1"
+	}
+	args := make([]any, 0, 7+2*recordPairs)
+	args = append(args, schema.Run(owner), schema.DonePrefix(owner), doneTTL.Milliseconds(), r.doneCh, rec.maxLen, rec.ttl.Milliseconds(), renew)
+	args = append(args, rec.fields...)
 	for len(args) < 7+2*recordPairs {
 		args = append(args, "")
 	}
