@@ -209,8 +209,14 @@ func (s *Store) Probe(ctx context.Context, replica string, ttl time.Duration) er
 // withBucket runs f with the lease of ttl's expiry bucket, once more with
 // a new one if etcd no longer knows the lease.
 func (s *Store) withBucket(ctx context.Context, ttl time.Duration, f func(clientv3.LeaseID) error) error {
+	return s.withBucketOf(ctx, ttl, 0, f)
+}
+
+// withBucketOf is withBucket, with lease prefer if it is a lease of ttl's
+// expiry bucket.
+func (s *Store) withBucketOf(ctx context.Context, ttl time.Duration, prefer clientv3.LeaseID, f func(clientv3.LeaseID) error) error {
 	for try := 0; ; try++ {
-		id, err := s.leases.bucket(ctx, ttl)
+		id, err := s.leases.bucketOf(ctx, ttl, prefer)
 		if err != nil {
 			return err
 		}
@@ -219,6 +225,7 @@ func (s *Store) withBucket(ctx context.Context, ttl time.Duration, f func(client
 			return err
 		}
 		s.leases.forgetBucket(id)
+		prefer = 0
 	}
 }
 

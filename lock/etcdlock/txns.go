@@ -10,12 +10,14 @@ import (
 )
 
 // txnReq is one slot operation's transaction: compares, then, else; key
-// is the state key it writes.
+// is the state key it writes. A later one (a history entry) leaves after
+// the slot operations queued with it.
 type txnReq struct {
-	key  string
-	cmps []clientv3.Cmp
-	then []clientv3.Op
-	els  []clientv3.Op
+	key   string
+	cmps  []clientv3.Cmp
+	then  []clientv3.Op
+	els   []clientv3.Op
+	later bool
 }
 
 type txnCall = coalesce.Call[txnReq, *clientv3.TxnResponse]
@@ -25,12 +27,14 @@ type txnCall = coalesce.Call[txnReq, *clientv3.TxnResponse]
 // own; those that arrive while txnFlights are in flight leave together,
 // each a nested transaction (its compares decide for it alone), up to
 // claimsPerTxn per transaction — the renewals of ten thousand slots on one
-// watchdog grid cost a hundred transactions, not ten thousand.
+// watchdog grid cost a hundred transactions, not ten thousand. The run
+// history's entries (History) go the same way, behind the slot operations.
 const txnFlights = 8
 
 func newTxns(s *Store) *coalesce.Coalescer[txnReq, *clientv3.TxnResponse] {
 	return coalesce.New(coalesce.Config[txnReq, *clientv3.TxnResponse]{
 		Send: s.sendTxns, MaxBatch: claimsPerTxn, MaxFlights: txnFlights,
+		Later: func(r txnReq) bool { return r.later },
 	})
 }
 
