@@ -93,6 +93,7 @@ type Store struct {
 	hub    *hub
 	holds  *holds
 	txns   *coalesce.Coalescer[txnReq, *clientv3.TxnResponse] // renewals, completions, releases
+	writes *coalesce.Coalescer[txnReq, *clientv3.TxnResponse] // the run history's entries
 
 	// The fleet and the operator controls over package kv's primitive
 	// (fleet.go, controls.go), built once in New.
@@ -134,6 +135,7 @@ func New(cli *clientv3.Client, prefix string, opts ...Option) *Store {
 	s.hub = newHub(s)
 	s.holds = newHolds(s)
 	s.txns = newTxns(s)
+	s.writes = newWrites(s)
 	s.kvFleet = kv.NewFleet(etcdKV{s}, true)
 	s.kvControls = kv.NewControls(etcdKV{s}, s.Time, s.arm)
 	return s
@@ -149,6 +151,7 @@ func (s *Store) Close() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		s.txns.Close()
+		s.writes.Close()
 		err = s.leases.revokeRunning(ctx)
 		s.cancel()
 		s.wg.Wait()

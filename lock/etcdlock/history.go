@@ -21,8 +21,8 @@ import (
 // slots: one key per entry, HistoryPrefix(prefix, task) followed by the
 // entry's time in zero-padded unix nanoseconds (so keys sort by time) and
 // a random suffix, each on a lease of the history TTL shared per expiry
-// bucket. Entries appended at once share transactions with each other
-// and with the slots' completions (the Store's batching). Every
+// bucket. Entries appended while one is being written share the next
+// transaction. Every
 // etcdTrimEvery appends of a task, this process deletes all but its
 // newest history.MaxLen entries: a task keeps about that many.
 type History struct {
@@ -60,9 +60,9 @@ func (h *History) Append(ctx context.Context, task string, e history.Entry) erro
 	for try := 0; ; try++ {
 		var id clientv3.LeaseID
 		if id, err = h.s.ttlLease(ctx, h.ttl); err == nil {
-			// batched with the slot operations in flight (txns.go): a
-			// burst's entries cost a few transactions, not a write each
-			_, err = h.s.txn(ctx, txnReq{key: key, then: []clientv3.Op{clientv3.OpPut(key, string(b), clientv3.WithLease(id))}, later: true})
+			// batched (txns.go, newWrites): a burst's entries cost a
+			// few transactions, not a write each
+			_, err = h.s.writes.Do(ctx, txnReq{key: key, then: []clientv3.Op{clientv3.OpPut(key, string(b), clientv3.WithLease(id))}})
 		}
 		if err == nil || try > 0 || !isLeaseGone(err) {
 			break

@@ -68,6 +68,13 @@ type ticket struct {
 // every hold under it is lost.
 var errLeaseGone = errors.New("etcdlock: the replica's lease expired")
 
+// errLeaseUnapplied: a keepalive found a lease granted less than its TTL
+// ago unknown: a leader that has not applied the grant yet (under load it
+// lags the member that answered the grant) answers so, as it would for a
+// revoked lease. The lease is not taken for gone: a revoked one's keys are
+// gone, which the renewals' and claims' transactions find.
+var errLeaseUnapplied = errors.New("etcdlock: the leader does not know the lease yet")
+
 // errNoLease: this Store keeps no such lease alive, so nothing is held
 // under it here.
 var errNoLease = errors.New("etcdlock: no live lease of this owner in this process")
@@ -102,8 +109,7 @@ const keysPerLease = 128
 // serves while a keepalive confirmed it within half its TTL (it then has
 // half its TTL left, time for this keepalive to land) and fewer than
 // keysPerLease claims went on it; otherwise a new one is granted, and the
-// old one serves the renewals of what it holds. Within a quarter of its
-// TTL of its grant, the grant is the proof (no keepalive).
+// old one serves the renewals of what it holds.
 func (ls *leases) forClaim(ctx context.Context, owner string, lease time.Duration) (ticket, error) {
 	k := runKey{owner, leaseSeconds(lease)}
 	for {
@@ -130,15 +136,6 @@ func (ls *leases) forClaim(ctx context.Context, owner string, lease time.Duratio
 			return ls.grant(ctx, k) // unlocks
 		}
 		rl.claims++
-		if time.Since(rl.granted) < time.Duration(k.ttl)*time.Second/4 {
-			// Granted a moment ago: the grant proves the lease as a
-			// keepalive would. A keepalive now could even reach a leader
-			// that has not applied the grant yet (under load it lags the
-			// member that answered), and etcd answers that it does not
-			// know the lease — which would lose every hold under it.
-			ls.mu.Unlock()
-			return ticket{id: rl.id, granted: rl.granted}, nil
-		}
 		t, send := ls.joinLocked(rl, false)
 		ls.mu.Unlock()
 		if send != nil {
@@ -233,6 +230,8 @@ func (ls *leases) send(rl *runLease, r *round) {
 func (ls *leases) finish(rl *runLease, r *round, left int64, err error) {
 	ls.mu.Lock()
 	switch {
+	case err == nil && left <= 0 && time.Since(rl.granted) < time.Duration(rl.key.ttl)*time.Second:
+		err = errLeaseUnapplied
 	case err == nil && left <= 0:
 		rl.dead, err = true, errLeaseGone
 		delete(ls.byID, rl.id)

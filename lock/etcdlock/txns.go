@@ -10,14 +10,12 @@ import (
 )
 
 // txnReq is one slot operation's transaction: compares, then, else; key
-// is the state key it writes. A later one (a history entry) leaves after
-// the slot operations queued with it.
+// is the state key it writes.
 type txnReq struct {
-	key   string
-	cmps  []clientv3.Cmp
-	then  []clientv3.Op
-	els   []clientv3.Op
-	later bool
+	key  string
+	cmps []clientv3.Cmp
+	then []clientv3.Op
+	els  []clientv3.Op
 }
 
 type txnCall = coalesce.Call[txnReq, *clientv3.TxnResponse]
@@ -27,14 +25,25 @@ type txnCall = coalesce.Call[txnReq, *clientv3.TxnResponse]
 // own; those that arrive while txnFlights are in flight leave together,
 // each a nested transaction (its compares decide for it alone), up to
 // claimsPerTxn per transaction — the renewals of ten thousand slots on one
-// watchdog grid cost a hundred transactions, not ten thousand. The run
-// history's entries (History) go the same way, behind the slot operations.
+// watchdog grid cost a hundred transactions, not ten thousand.
 const txnFlights = 8
 
 func newTxns(s *Store) *coalesce.Coalescer[txnReq, *clientv3.TxnResponse] {
 	return coalesce.New(coalesce.Config[txnReq, *clientv3.TxnResponse]{
 		Send: s.sendTxns, MaxBatch: claimsPerTxn, MaxFlights: txnFlights,
-		Later: func(r txnReq) bool { return r.later },
+	})
+}
+
+// newWrites batches the run history's entries (History) one transaction
+// at a time: the entries appended while one is in flight leave together
+// in the next. The attempts of a burst end over its whole length, not at
+// once, so with the slot operations' eight flights nearly every entry
+// left alone — a Raft entry, and in etcd 3.4 a copy of the members'
+// unwritten buffer, per slot. An entry waits for a round trip at most;
+// no caller waits on it but the attempt's record.
+func newWrites(s *Store) *coalesce.Coalescer[txnReq, *clientv3.TxnResponse] {
+	return coalesce.New(coalesce.Config[txnReq, *clientv3.TxnResponse]{
+		Send: s.sendTxns, MaxBatch: claimsPerTxn, MaxFlights: 1,
 	})
 }
 
