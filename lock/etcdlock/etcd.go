@@ -23,7 +23,8 @@
 //
 // Leases. A running slot's state key is attached to an etcd lease of its
 // owner — one lease per owner (replica id plus instance nonce) and lease
-// length, so in practice one per replica — not to a lease of its own. The
+// length at a time, a new one every keysPerLease claims (etcd 3.4 checks
+// each put on a lease against every key on it) — not to a lease of its own. The
 // leases of a Store are kept alive over ONE keepalive stream, and only on
 // demand: a Claim or a Renew of any slot held under a lease sends (or joins)
 // one keepalive of that lease, so the ten thousand renewals of a burst that
@@ -48,8 +49,10 @@
 //
 // Done markers and attempt counters live on leases of the done TTL shared
 // per expiry bucket (a 64th of the done TTL, at least a second and at most
-// an hour): a burst of ten thousand slots completes under one lease, and
-// every key still expires at most a bucket after its done TTL. Wake-ups come
+// an hour), keysPerLease writes to a lease: a burst of ten thousand slots
+// completes under a hundred leases, a slot's done marker on the lease its
+// claim put its counter on, and every key still expires at most a bucket
+// after its done TTL. Wake-ups come
 // from one prefix watch per Store (a deleted state key: released, rerun or
 // expired; a done value: completed), not from polling.
 //
