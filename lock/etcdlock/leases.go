@@ -42,7 +42,6 @@ type runLease struct {
 	err       error
 	dead      bool      // a keepalive found it gone
 	confirmed time.Time // send time of the last grant or keepalive etcd confirmed
-	granted   time.Time // send time of the grant
 	inflight  *round
 	next      *round
 }
@@ -67,13 +66,6 @@ type ticket struct {
 // errLeaseGone: a keepalive found the owner's lease expired or revoked;
 // every hold under it is lost.
 var errLeaseGone = errors.New("etcdlock: the replica's lease expired")
-
-// errLeaseUnapplied: a keepalive found a lease granted less than its TTL
-// ago unknown: a leader that has not applied the grant yet (under load it
-// lags the member that answered the grant) answers so, as it would for a
-// revoked lease. The lease is not taken for gone: a revoked one's keys are
-// gone, which the renewals' and claims' transactions find.
-var errLeaseUnapplied = errors.New("etcdlock: the leader does not know the lease yet")
 
 // errNoLease: this Store keeps no such lease alive, so nothing is held
 // under it here.
@@ -166,7 +158,7 @@ func (ls *leases) grant(ctx context.Context, k runKey) (ticket, error) {
 			delete(ls.current, k)
 		}
 	} else {
-		rl.id, rl.confirmed, rl.granted = resp.ID, sent, sent
+		rl.id, rl.confirmed = resp.ID, sent
 		ls.byID[resp.ID] = rl
 	}
 	close(rl.ready)
@@ -230,8 +222,6 @@ func (ls *leases) send(rl *runLease, r *round) {
 func (ls *leases) finish(rl *runLease, r *round, left int64, err error) {
 	ls.mu.Lock()
 	switch {
-	case err == nil && left <= 0 && time.Since(rl.granted) < time.Duration(rl.key.ttl)*time.Second:
-		err = errLeaseUnapplied
 	case err == nil && left <= 0:
 		rl.dead, err = true, errLeaseGone
 		delete(ls.byID, rl.id)
