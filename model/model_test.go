@@ -31,10 +31,10 @@ var notMirrored = map[string]bool{
 	"lock/redislock/redlock_unclaim.lua": true,
 	// Operator controls (lock.Controls): keys of a task's own, not a slot's;
 	// arm.lua only starts a triggered slot's counter, as a rerun's base would.
+	// occupy.lua is controls.pml's (in scripts.sha256).
 	"lock/redislock/trigger.lua": true,
 	"lock/redislock/arm.lua":     true,
 	"lock/redislock/pause.lua":   true,
-	"lock/redislock/occupy.lua":  true,
 	// The same controls on Redlock: the quorum kv under kv.Controls.
 	"lock/redislock/redlock_kv_put.lua":  true,
 	"lock/redislock/redlock_kv_read.lua": true,
