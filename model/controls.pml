@@ -429,7 +429,7 @@ init {
  * replicas and once more by a client whose reply was lost (REQS requests,
  * each landing at any tick), and the controllers that read the pending
  * triggers, arm each triggered slot and claim it:
- *   Trigger    trigger.lua 21-49; kv controls.go 164-203 (one
+ *   Trigger    trigger.lua 21-49; kv controls.go 166-205 (one
  *              compare-and-set of triggers/<task>: pending and keys)
  *   ArmTrigger arm.lua 13-18; etcd controls.go 35-55 (a Txn on the keys'
  *              versions), zklock controls.go 32-38 (create the slot node)
@@ -570,17 +570,17 @@ init {
  * PAUSE: `slotd pause` landing at any tick, and 2 replicas whose loop
  * fires a slot of the task at every tick unless its controller knows the
  * task paused:
- *   SetPaused  pause.lua 23-49; kv controls.go 234-258: the state written,
+ *   SetPaused  pause.lua 23-49; kv controls.go 236-259: the state written,
  *              the task's notice sent (pub/sub: lost per replica), the
- *              epoch changed (Redis: bump, redis_controls.go 194-200, a
- *              call of its own; kv: notify 94-105; either may be lost)
+ *              epoch changed (Redis: bump, redis_controls.go 195-201, a
+ *              call of its own; kv: notify 96-107; either may be lost)
  *   controller (scheduler/controls.go): first (54-62) reads the state
  *              before the loop fires anything (a read that fails leaves
  *              the config's value, here not paused); run (145-181) reads
  *              on a notice, and at each clock check (CHECK ticks) if the
  *              epoch changed or a sweep (SWEEP ticks) is due; read
  *              (252-276) tells the loop
- *   loop       skipPaused (run.go 151-158) at each fire (loop.go 183, 207)
+ *   loop       skipPaused (run.go 158-165) at each fire (loop.go 183, 207)
  * Faults: a notice lost, the epoch change lost, a read lost, a replica
  * crashed (it restarts knowing nothing: the state in the store stands).
  * Property: P1 no replica fires a slot more than a bound after the pause
