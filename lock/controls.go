@@ -57,7 +57,10 @@ type Controls interface {
 	// for lease. If another slot's attempt is recorded, forbid leaves it
 	// and answers Busy; replace takes its place, answers Replaced and wakes
 	// that attempt's watchers (WatchRunning). An expired record (its
-	// holder crashed) is no record.
+	// holder crashed) is no record. With replace, a record taken whose
+	// slot's earlier Occupy replaced another slot's within a lease (a
+	// lost reply, a retry of the slot) answers that slot as Other: its
+	// attempt may still be stopping.
 	Occupy(ctx context.Context, slot Slot, owner Owner, lease time.Duration, replace bool) (Occupancy, error)
 	// RenewOccupancy extends owner's record; ErrNotHeld if it was replaced
 	// or has expired.
@@ -137,7 +140,7 @@ type Trigger struct {
 // Occupancy is the answer to Controls.Occupy.
 type Occupancy struct {
 	Taken bool   // the caller's attempt is recorded as the task's running one
-	Other string // Busy or Replaced: the other attempt's slot id ("" if none)
+	Other string // Busy, Replaced, or replaced by this slot within a lease: the other attempt's slot id ("" if none)
 	Value string // the other record as it was
 	TTL   time.Duration
 }

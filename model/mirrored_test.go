@@ -92,14 +92,14 @@ func TestGoMirrored(t *testing.T) {
 		sum, path, name := fields[0], fields[1], fields[2]
 		got, err := funcSum(filepath.Join("..", path), name)
 		if err != nil {
-			t.Errorf("%s %s: %v: review model/zk.pml and model/etcd.pml and update model/mirrored.sha256", path, name, err)
+			t.Errorf("%s %s: %v: review the model that names it (zk.pml, etcd.pml, controls.pml) and update model/mirrored.sha256", path, name, err)
 			out.WriteString(line + "\n")
 			continue
 		}
 		n++
 		fmt.Fprintf(&out, "%s  %s  %s\n", got, path, name)
 		if got != sum && !*updateMirrored {
-			t.Errorf("%s %s changed (sha256 %s, mirrored.sha256 has %s): review model/zk.pml and model/etcd.pml, then go test ./model -run TestGoMirrored -update-mirrored",
+			t.Errorf("%s %s changed (sha256 %s, mirrored.sha256 has %s): review the model that names it (zk.pml, etcd.pml, controls.pml), then go test ./model -run TestGoMirrored -update-mirrored",
 				path, name, got, sum)
 		}
 	}

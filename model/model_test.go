@@ -29,12 +29,8 @@ var notMirrored = map[string]bool{
 	"lock/mutex/mutex_renew.lua":         true,
 	"lock/redislock/redlock_align.lua":   true,
 	"lock/redislock/redlock_unclaim.lua": true,
-	// Operator controls (lock.Controls): keys of a task's own, not a slot's;
-	// arm.lua only starts a triggered slot's counter, as a rerun's base would.
-	"lock/redislock/trigger.lua": true,
-	"lock/redislock/arm.lua":     true,
-	"lock/redislock/pause.lua":   true,
-	"lock/redislock/occupy.lua":  true,
+	// The operator controls' trigger.lua, arm.lua, pause.lua and occupy.lua
+	// are controls.pml's (in scripts.sha256).
 	// The same controls on Redlock: the quorum kv under kv.Controls.
 	"lock/redislock/redlock_kv_put.lua":  true,
 	"lock/redislock/redlock_kv_read.lua": true,

@@ -159,9 +159,15 @@ func (a *attempt) execute(ctx, tctx context.Context, oerr error) (HistoryEntry, 
 		rctx = tasks.WithOutput(rctx, out)
 	}
 	var err error
-	if oerr != nil {
+	switch {
+	case oerr != nil:
 		err = fmt.Errorf("task not started: recording its running attempt (concurrency = %q) failed: %w", t.Concurrency, oerr)
-	} else {
+	case tctx.Err() != nil:
+		// Replaced, or the lease lost, while it awaited the slot it
+		// replaced (occupy): not started.
+		err = fmt.Errorf("task not started: %w", context.Cause(tctx))
+		a.vacate()
+	default:
 		err = runTask(rctx, t.Job)
 		a.vacate()
 	}

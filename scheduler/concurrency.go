@@ -76,10 +76,15 @@ func (a *attempt) occupy(cancel context.CancelCauseFunc) (busy *lock.Occupancy, 
 		w.Stop()
 		return &o, nil
 	}
-	if replace && o.Other != "" {
-		a.log().Info("replacing the task's running slot", "replaced_slot", o.Other, "replaced", o.Value)
-		s.awaitStopped(ctx, t, lock.Slot{Task: t.Name, ID: o.Other})
-	}
+	// The record is the watchdog's to renew from here, the await
+	// included: an await can outlast the record's TTL, and a slot that
+	// replaces this one meanwhile must cancel it (model/controls.pml R3:
+	// without this, two slots' attempts replacing each other awaited each
+	// other out, their records ran out, and each cancelled itself as
+	// superseded). Cancelled, the attempt still awaits the end of the
+	// slot it replaced, and its task does not start (execute): its own
+	// slot reads running until then, so the slot that replaced it awaits
+	// that one too.
 	a.rec.Store(&occupancy{replace: replace, cancel: cancel, w: w})
 	w.OnChange(func(c lock.Change) {
 		if c == lock.Released {
@@ -90,6 +95,13 @@ func (a *attempt) occupy(cancel context.CancelCauseFunc) (busy *lock.Occupancy, 
 	case <-w.C():
 		a.lease.RenewSoon()
 	default:
+	}
+	if replace && o.Other != "" {
+		// Other is the slot this one replaced now, or one that an
+		// earlier Occupy of this slot replaced (its reply lost, or this
+		// slot's previous attempt): it may still be stopping.
+		a.log().Info("awaiting the replaced slot's stop", "replaced_slot", o.Other, "replaced", o.Value)
+		s.awaitStopped(ctx, t, lock.Slot{Task: t.Name, ID: o.Other})
 	}
 	return nil, nil
 }

@@ -36,6 +36,7 @@ var controls = []struct {
 	{"PauseSeedResume", testPause},
 	{"ConfigureAppliesChangedValues", testConfigure},
 	{"OccupyForbidReplaceExpire", testOccupy},
+	{"ReplaceAnsweredAgainToItsSlot", testReplaceAnsweredAgain},
 	{"ControlKeysHaveTTL", testControlTTLs},
 }
 
@@ -294,6 +295,39 @@ func testOccupy(t *testing.T, h Harness, c lock.Controls) {
 	h.Expire(2 * time.Second)
 	if o, err = c.Occupy(ctx, b, ob, time.Second, false); err != nil || !o.Taken {
 		t.Fatalf("occupy after the holder's lease ran out = %+v, %v", o, err)
+	}
+}
+
+// A replace whose reply was lost (the record written, the replaced
+// attempt told to stop): the same call sent again, and the slot's next
+// attempt, are answered the replaced slot too, for a lease, so that they
+// await its stop (model/controls.pml, R2); under forbid, and after the
+// lease, nothing.
+func testReplaceAnsweredAgain(t *testing.T, h Harness, c lock.Controls) {
+	ctx := context.Background()
+	const lease = 2 * time.Second // etcd's unit is a whole second
+	a := UniqueSlot(t, h)
+	b := a
+	b.ID += "9"
+	oa, ob, ob2 := lock.Owner{ID: "r1#x", Attempt: 1}, lock.Owner{ID: "r2#y", Attempt: 1}, lock.Owner{ID: "r1#x", Attempt: 2}
+	if o, err := c.Occupy(ctx, a, oa, 10*lease, false); err != nil || !o.Taken {
+		t.Fatalf("first occupy = %+v, %v", o, err)
+	}
+	if o, err := c.Occupy(ctx, b, ob, lease, true); err != nil || !o.Taken || o.Other != a.ID {
+		t.Fatalf("replace = %+v, %v; want taken from %s", o, err, a.ID)
+	}
+	if o, err := c.Occupy(ctx, b, ob, lease, true); err != nil || !o.Taken || o.Other != a.ID {
+		t.Fatalf("the replace sent again = %+v, %v; want taken, naming %s", o, err, a.ID)
+	}
+	if o, err := c.Occupy(ctx, b, ob2, lease, true); err != nil || !o.Taken || o.Other != a.ID {
+		t.Fatalf("the replacing slot's next attempt = %+v, %v; want taken, naming %s", o, err, a.ID)
+	}
+	if o, err := c.Occupy(ctx, b, ob2, lease, false); err != nil || !o.Taken || o.Other != "" {
+		t.Fatalf("forbid by the holder = %+v, %v; want taken, naming none", o, err)
+	}
+	h.Expire(lease + time.Second)
+	if o, err := c.Occupy(ctx, b, ob, lease, true); err != nil || !o.Taken || o.Other != "" {
+		t.Fatalf("a replace a lease after the last = %+v, %v; want taken, naming none", o, err)
 	}
 }
 

@@ -237,11 +237,15 @@ func (m *Store) Occupy(ctx context.Context, slot lock.Slot, owner lock.Owner, le
 			return out, nil
 		}
 		m.set(running, me, lease, now)
+		m.set(schema.ReplacedKey(running), e.value, lease, now)
 		m.watch.Notify(notice, lock.Released)
 		out.Taken = true
 		return out, nil
 	}
 	m.set(running, me, lease, now)
+	if r, ok := m.get(schema.ReplacedKey(running), now); replace && ok && schema.OccupantSlot(r.value) != slot.ID {
+		return lock.Occupancy{Taken: true, Other: schema.OccupantSlot(r.value), Value: r.value}, nil
+	}
 	return lock.Occupancy{Taken: true}, nil
 }
 

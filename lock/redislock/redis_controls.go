@@ -25,6 +25,7 @@ import (
 //	slotd:paused:{<task>}            "paused" or "resumed" (TTL PauseTTL, renewed by every live replica)
 //	slotd:paused:{<task>}:config     the config's paused value last applied, "paused" or "resumed" (as the state)
 //	slotd:running:{<task>}           "<slot id> run:<owner>:<attempt>": the attempt that runs the task (TTL lease)
+//	slotd:running:{<task>}:replaced  the running record a replace last took the place of (TTL lease)
 //	slotd:control:{<task>}           no key: the message published on the release channel when any of them changes
 //	slotd:controls                   the epoch: INCR after each trigger and pause change (TTL PauseTTL)
 
@@ -256,7 +257,7 @@ func (r *Store) Occupy(ctx context.Context, slot lock.Slot, owner lock.Owner, le
 	if replace {
 		mode = "replace"
 	}
-	res, err := occupyScript.Run(ctx, r.rdb, []string{running}, schema.Occupant(slot, owner), lease.Milliseconds(), mode, r.channel, notice).Slice()
+	res, err := occupyScript.Run(ctx, r.rdb, []string{running, schema.ReplacedKey(running)}, schema.Occupant(slot, owner), lease.Milliseconds(), mode, r.channel, notice).Slice()
 	if err == nil && len(res) != 3 {
 		err = fmt.Errorf("unexpected reply %v", res)
 	}

@@ -23,6 +23,7 @@ import (
 //	paused/<task>          "paused" or "resumed" (TTL lock.PauseTTL, renewed by every live replica)
 //	paused-config/<task>   the config's paused value last applied, "paused" or "resumed" (as the state)
 //	running/<task>         "<slot id> run:<owner>:<attempt>": the attempt that runs the task (TTL lease)
+//	replaced/<task>        the running record a replace last took the place of (TTL lease)
 //	notice/<task>          a count, rewritten to wake the task's watchers (TTL lock.PauseTTL)
 //	controls/epoch         the epoch, a count (TTL lock.PauseTTL)
 //
@@ -34,6 +35,7 @@ const (
 	pausedDir    = "paused"
 	configDir    = "paused-config"
 	runningDir   = "running"
+	replacedDir  = "replaced"
 	noticeDir    = "notice"
 	controlsDir  = "controls"
 	epochName    = "epoch"
@@ -404,6 +406,14 @@ func (c *Controls) Occupy(ctx context.Context, slot lock.Slot, owner lock.Owner,
 				return "", false, nil
 			}
 			out.Taken = true
+			// The record replaced, kept for a lease before this one is
+			// written: a later Occupy of this slot (this call's again
+			// after a lost reply, a retry) answers it too.
+			if _, err := c.update(ctx, replacedDir, slot.Task, lease, func(Entry) (string, bool, error) {
+				return e.Value, true, nil
+			}); err != nil {
+				return "", false, err
+			}
 		}
 		return me, true, nil
 	})
@@ -412,6 +422,16 @@ func (c *Controls) Occupy(ctx context.Context, slot lock.Slot, owner lock.Owner,
 	}
 	if out.Taken && out.Other != "" {
 		c.notify(ctx, slot.Task)
+		return out, nil
+	}
+	if replace && out.Taken {
+		r, err := c.kv.Get(ctx, replacedDir, slot.Task)
+		if err != nil {
+			return lock.Occupancy{}, fmt.Errorf("lock: occupy %s attempt %d (%s/%s): %w", slot, owner.Attempt, replacedDir, slot.Task, err)
+		}
+		if r.Version != 0 && schema.OccupantSlot(r.Value) != slot.ID {
+			out.Other, out.Value = schema.OccupantSlot(r.Value), r.Value
+		}
 	}
 	return out, nil
 }

@@ -69,6 +69,12 @@ func ControlKeys(prefix, task string) (triggers, paused, running, notice string)
 	return prefix + ":triggers:" + tag, prefix + ":paused:" + tag, prefix + ":running:" + tag, prefix + ":control:" + tag
 }
 
+// ReplacedKey is the key, beside a task's running key, of the running
+// record a replace last took the place of (occupy.lua): a later Occupy of
+// the replacing slot answers it, so that the slot's retry also awaits the
+// replaced attempt's stop.
+func ReplacedKey(running string) string { return running + ":replaced" }
+
 // EpochKey is the key of the controls' epoch under prefix.
 func EpochKey(prefix string) string { return prefix + ":controls" }
 
