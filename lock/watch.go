@@ -71,3 +71,21 @@ func (w *Watch) Notify(c Change) {
 	default:
 	}
 }
+
+// ReleaseWatcher is a store that reports the releases of every slot to
+// one function: how a replica hears of the release of any of the
+// thousands of slots it left to their preferred claimants without a Watch
+// per slot (package scheduler keeps only a list of them, and reads their
+// states in one batch). A store whose notices cannot name the slot (a
+// Redlock quorum's, ZooKeeper's per-node watches) does not implement it.
+type ReleaseWatcher interface {
+	// WatchReleases calls f with the task and slot id of every later
+	// release of any slot (a failed attempt's, with or without a retry
+	// backoff, and an operator's rerun) until stop is called; stop is
+	// safe to call more than once. As with OnChange, f runs on the store's
+	// notification goroutine while it holds the store's lock: it must
+	// return quickly and must not call the store. A notice lost while the
+	// store reconnects is not repeated: a watcher also reads the slot's
+	// state when the holder's lease runs out.
+	WatchReleases(f func(task, id string)) (stop func())
+}
