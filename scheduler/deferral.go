@@ -38,6 +38,7 @@ type slotName struct{ task, id string }
 // read together once checkAt comes.
 type deferral struct {
 	slots   []deferredSlot
+	start   time.Time // local clock: when its first slot was listed
 	checkAt time.Time // local clock: the read goes out then (or when releaseDeferred says)
 	// until: the read goes out then even while claims are pending; a
 	// recheck of held slots does not wait for claims.
@@ -87,16 +88,16 @@ func (l *loop) deferSlot(t *Task, slot lock.Slot) {
 	if _, dup := l.byName[name]; dup {
 		return
 	}
-	if l.firing == nil {
-		limit := deferLimit(slot)
-		now := l.s.clock.Now()
-		l.firing = &deferral{index: -1, checkAt: now.Add(min(preferWait, limit)), until: now.Add(limit)}
-	}
+	limit := deferLimit(slot)
 	d := l.firing
-	if limit := l.s.clock.Now().Add(deferLimit(slot)); limit.Before(d.until) {
-		d.until = limit
-		if d.checkAt.After(limit) {
-			d.checkAt = limit
+	if d == nil {
+		now := l.s.clock.Now()
+		d = &deferral{index: -1, start: now, checkAt: now.Add(min(preferWait, limit)), until: now.Add(limit)}
+		l.firing = d
+	} else if until := d.start.Add(limit); until.Before(d.until) {
+		d.until = until
+		if d.checkAt.After(until) {
+			d.checkAt = until
 		}
 	}
 	l.byName[name] = deferRef{d: d, i: len(d.slots)}
