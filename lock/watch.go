@@ -1,6 +1,7 @@
 package lock
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 )
@@ -88,4 +89,15 @@ type ReleaseWatcher interface {
 	// store reconnects is not repeated: a watcher also reads the slot's
 	// state when the holder's lease runs out.
 	WatchReleases(f func(task, id string)) (stop func())
+}
+
+// Peeker is a store that reads what has become of many slots more cheaply
+// than States: each one's Status, and its TTL while running, nothing else
+// (no attempts, no holder). It is what a replica that left the slots to
+// their preferred claimants needs to know: which are done, held (until
+// when) or anything else. A slot a store cannot read may read as any
+// status but "done" or "running": its reader then claims it, and the
+// claim reports what is wrong.
+type Peeker interface {
+	Peek(ctx context.Context, slots []Slot) ([]State, error)
 }

@@ -21,7 +21,8 @@ import (
 //	done                        nothing more to do here
 //	held, lease ends in time    read again when the lease read runs out (a takeover of a dead holder's slot)
 //	held past the deadline      the holder reports for itself
-//	anything else               a run claims it (free, a retry backoff, exhausted, foreign, unreadable)
+//	free, before the limit      read again at the limit (its claimant's claim may be late)
+//	anything else               a run claims it (free at the limit, a retry backoff, exhausted, foreign, unreadable)
 //
 // A release of a listed slot (a failed attempt's, an operator's rerun)
 // starts its run at once, as a watch's notice started a deferring run's
@@ -44,6 +45,8 @@ type deferral struct {
 	// recheck of held slots does not wait for claims.
 	until time.Time
 	index int // in the loop's check heap; -1 while being read or done
+	// final: a slot read free is claimed, not looked at again at until.
+	final bool
 }
 
 // deferredSlot is one slot of a deferral.
@@ -147,7 +150,7 @@ func (l *loop) releaseChecks() {
 	l.heldChecks = l.heldChecks[:0]
 }
 
-// read sends one States read of d's slots (those a release started a run
+// read sends one read of d's slots (lock.Peeker's, or States) (those a release started a run
 // of included: they are few, and the answer's order stays d's); its answer
 // comes as a checked event.
 func (l *loop) read(d *deferral) {
@@ -166,7 +169,13 @@ func (l *loop) read(d *deferral) {
 		defer l.workers.Done()
 		cctx, cancel := context.WithTimeout(l.ctx, lease/3)
 		defer cancel()
-		states, err := store.States(cctx, slots)
+		var states []lock.State
+		var err error
+		if pk, ok := store.(lock.Peeker); ok {
+			states, err = pk.Peek(cctx, slots)
+		} else {
+			states, err = store.States(cctx, slots)
+		}
 		inbox.post(event{kind: checked, deferral: d, states: states, reply: lock.ClaimReply{Err: err}})
 	}()
 }
@@ -193,6 +202,7 @@ func (l *loop) onChecked(d *deferral, states []lock.State, err error) {
 		ttl time.Duration
 	}
 	var holds []held
+	var again *deferral // the slots read free before the limit: looked at again then
 	for i, x := range d.slots {
 		if x.gone {
 			continue // a release started its run
@@ -212,11 +222,24 @@ func (l *loop) onChecked(d *deferral, states []lock.State, err error) {
 				continue // the holder runs past the deadline and reports for itself
 			}
 			holds = append(holds, held{x, st.TTL})
+		case states != nil && st.Status == "free" && !d.final && now.Before(d.until):
+			// Its preferred claimant's claim may be late rather than never
+			// coming: on a loaded machine claims take longer than
+			// preferWait, and every deferring replica claiming each such
+			// slot would only load it more.
+			if again == nil {
+				again = &deferral{index: -1, start: d.start, checkAt: d.until, until: d.until, final: true}
+			}
+			l.byName[slotName{x.slot.Task, x.slot.ID}] = deferRef{d: again, i: len(again.slots)}
+			again.slots = append(again.slots, x)
 		default:
 			l.advance(l.newSlotRun(x.t, x.slot), false)
 		}
 	}
 	d.slots = nil
+	if again != nil {
+		heap.Push(&l.checks, again)
+	}
 	if len(holds) == 0 {
 		return
 	}
@@ -228,7 +251,7 @@ func (l *loop) onChecked(d *deferral, states []lock.State, err error) {
 				heap.Push(&l.checks, next)
 			}
 			at := now.Add(h.ttl + recheckAfter)
-			next = &deferral{index: -1, checkAt: at, until: at}
+			next = &deferral{index: -1, checkAt: at, until: at, final: true}
 		}
 		l.byName[slotName{h.x.slot.Task, h.x.slot.ID}] = deferRef{d: next, i: len(next.slots)}
 		next.slots = append(next.slots, h.x)

@@ -106,14 +106,26 @@ func TestDeferredSlotsAreReadInOneBatch(t *testing.T) {
 
 	d := checkNow(t, l)
 	handleUntil(t, l, "the read's answer", func() bool { return d.slots == nil })
-	if len(l.claims) != 1 || l.claims[0].slot.Task != "d2" || l.live != 1 {
-		t.Fatalf("after the read: %d claims queued, %d runs; want one, d2's", len(l.claims), l.live)
+	if len(l.claims) != 0 || len(l.checks) != 2 || len(l.byName) != 2 {
+		t.Fatalf("after the read: %d claims queued, %d deferrals, %d listed; want none, d1's and d2's", len(l.claims), len(l.checks), len(l.byName))
 	}
-	if len(l.checks) != 1 || len(l.checks[0].slots) != 1 || l.checks[0].slots[0].slot.Task != "d1" || len(l.byName) != 1 {
-		t.Fatalf("after the read: %d deferrals, %d listed; want d1 alone, to read again", len(l.checks), len(l.byName))
+	// The free d2 is looked at again at the deferral's limit (its
+	// claimant may be late), the held d1 when its lease runs out.
+	free, heldAgain := l.checks[0], l.checks[1]
+	if len(free.slots) != 1 || free.slots[0].slot.Task != "d2" || !free.checkAt.Equal(d.until) {
+		t.Fatalf("after the read: first deferral %+v, want d2's at the limit %v", free.slots, d.until)
 	}
-	if w := time.Until(l.checks[0].checkAt); w < ts[1].Lease-time.Second || w > ts[1].Lease+recheckAfter {
+	if len(heldAgain.slots) != 1 || heldAgain.slots[0].slot.Task != "d1" {
+		t.Fatalf("after the read: second deferral %+v, want d1's", heldAgain.slots)
+	}
+	if w := time.Until(heldAgain.checkAt); w < ts[1].Lease-time.Second || w > ts[1].Lease+recheckAfter {
 		t.Errorf("held d1 read again in %v, want when its %v lease runs out", w, ts[1].Lease)
+	}
+	// Still free at the limit: claimed.
+	checkNow(t, l)
+	handleUntil(t, l, "the second read's answer", func() bool { return len(l.claims) == 1 })
+	if l.claims[0].slot.Task != "d2" || l.live != 1 || len(l.checks) != 1 || len(l.byName) != 1 {
+		t.Fatalf("at the limit: %s claimed, %d runs, %d deferrals, %d listed; want d2's, 1, d1's alone", l.claims[0].slot, l.live, len(l.checks), len(l.byName))
 	}
 
 	// Its holder fails and releases it: claimed at once.

@@ -115,6 +115,7 @@ var conformance = []struct {
 	{"CompleteIsFinalAndIdempotent", testComplete},
 	{"ReleaseWakesWatchers", testReleaseWakes},
 	{"ReleaseWatcherNamesTheSlot", testReleaseWatcher},
+	{"PeekReadsStatusAndLease", testPeek},
 	{"RenewExtendsOnlyOwnLease", testRenew},
 	{"ForeignValueLeftAlone", testForeign},
 	{"StateReadsBack", testState},
@@ -447,6 +448,42 @@ func testReleaseWatcher(t *testing.T, h Harness) {
 	case got := <-heard:
 		t.Errorf("a stopped watcher heard a release of %s", got)
 	default:
+	}
+}
+
+// A store that peeks (lock.Peeker) reads each slot's status as States
+// does, and a running slot's remaining lease.
+func testPeek(t *testing.T, h Harness) {
+	pk, ok := h.Store.(lock.Peeker)
+	if !ok {
+		t.Skip("the store has no lock.Peeker")
+	}
+	ctx := context.Background()
+	free, running, done, backoff := UniqueSlot(t, h), UniqueSlot(t, h), UniqueSlot(t, h), UniqueSlot(t, h)
+	mustClaim(t, h, running, "a", lock.Won)
+	c := mustClaim(t, h, done, "a", lock.Won)
+	if err := h.Store.Complete(ctx, done, lock.Owner{ID: "a", Attempt: c.Attempt}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	c = mustClaim(t, h, backoff, "a", lock.Won)
+	if err := h.Store.ReleaseAfter(ctx, backoff, lock.Owner{ID: "a", Attempt: c.Attempt}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	sts, err := pk.Peek(ctx, []lock.Slot{free, running, done, backoff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"free", "running", "done", "backoff"}
+	if len(sts) != len(want) {
+		t.Fatalf("peek at %d slots: %d answers", len(want), len(sts))
+	}
+	for i, st := range sts {
+		if st.Status != want[i] {
+			t.Errorf("slot %d: status %q, want %q", i, st.Status, want[i])
+		}
+	}
+	if ttl := sts[1].TTL; ttl <= 0 || ttl > h.Policy.Lease {
+		t.Errorf("running slot: lease left %v, want within (0, %v]", ttl, h.Policy.Lease)
 	}
 }
 
