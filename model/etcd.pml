@@ -209,8 +209,10 @@ put:
   fi
 }
 
-/* slot.go 21-52 Renew: the hold's lease, a transaction comparing value and
- * lease, and a keepalive sent after the call; confirmed: touch the hold */
+/* slot.go 21-60 Renew: the hold's lease, a transaction comparing value and
+ * lease (made a linearizable read by a count of the key: compares alone
+ * are served from the member's own, possibly stale, state), and a
+ * keepalive sent after the call; confirmed: touch the hold */
 inline etcd_renew(i, ok) {
   if
   :: hold[i] == att[i] && key_mine(i) -> ok = true; k_lttl = LEASE
@@ -218,7 +220,7 @@ inline etcd_renew(i, ok) {
   fi
 }
 
-/* slot.go 63-99 Complete: the value compared; done already by owner: nil */
+/* slot.go 71-107 Complete: the value compared; done already by owner: nil */
 inline etcd_complete(i, ok) {
   if
 #ifndef M_COMPLETE_NO_COMPARE
@@ -227,12 +229,12 @@ inline etcd_complete(i, ok) {
   :: !(k_done && k_own == i + 1 && k_att == att[i]) ->
 #endif
      k_own = i + 1; k_att = att[i]; k_done = true; k_lttl = 0; hold[i] = 0; ok = true
-  :: k_done && k_own == i + 1 && k_att == att[i] -> ok = true       /* 94-96 */
+  :: k_done && k_own == i + 1 && k_att == att[i] -> ok = true       /* 102-104 */
   :: else -> hold[i] = 0; ok = false
   fi
 }
 
-/* slot.go 108-122 Release: the value compared, then delete */
+/* slot.go 116-130 Release: the value compared, then delete */
 inline etcd_release(i, ok) {
   if
   :: key_run && k_own == i + 1 && k_att == att[i] -> k_own = 0; k_att = 0; k_lttl = 0; ok = true
@@ -297,7 +299,7 @@ end:
        fi;
        tk[i] = T_NONE }
   :: atomic { live(i) && ph[i] == P_COMPLETE ->
-       hage[i] = 0;                                                  /* slot.go 65: holds.touch */
+       hage[i] = 0;                                                  /* slot.go 73: holds.touch */
        if
        :: closed -> ph[i] = P_SETTLED
        :: can_fault -> faults--; printf("r%d complete request LOST\n", i)

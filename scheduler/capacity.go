@@ -72,8 +72,8 @@ func (l *loop) admit() {
 		r := l.capped[i]
 		l.capped[i] = nil
 		r.listed = false
-		if r.state != capped {
-			continue
+		if r.state != capped || r.lagged {
+			continue // a lagged run's window has closed: it claims nothing
 		}
 		l.uncap(r)
 		l.unschedule(r)

@@ -64,7 +64,9 @@ func TestCappedTransitions(t *testing.T) {
 	}
 }
 
-// A capped run whose window closes is missed for capacity.
+// A capped run whose window closes is missed for capacity, once the lag
+// for a notice on its way has passed without one; in the lag it claims
+// nothing, even with room.
 func TestCappedRunMissedForCapacity(t *testing.T) {
 	l := testLoop(t, memlock.New(time.Now))
 	l.s.maxRunning = 1
@@ -78,8 +80,39 @@ func TestCappedRunMissedForCapacity(t *testing.T) {
 	r.slot.Deadline = time.Now().Add(-time.Millisecond) // the window has closed
 	l.onWake(r)
 	st := l.s.stats.Task(task.Name)
+	if r.state != capped || !r.lagged || st.Missed.Load() != 0 {
+		t.Fatalf("at the deadline: state %v, lagged %v, missed %d; want capped, lagged, 0", r.state, r.lagged, st.Missed.Load())
+	}
+	l.attemptEnded()
+	l.admit()
+	if r.state != capped || len(l.claims) != 0 {
+		t.Fatalf("admitted in the lag: state %v, %d claims; want capped, none", r.state, len(l.claims))
+	}
+	l.onWake(r) // the lag is over, no notice came
 	if r.state != ended || st.Missed.Load() != 1 || st.MissedCapacity.Load() != 1 {
 		t.Errorf("state %v, missed %d, for capacity %d; want ended, 1, 1", r.state, st.Missed.Load(), st.MissedCapacity.Load())
+	}
+	if w := l.s.stats.Capacity.Waiting.Load(); w != 0 {
+		t.Errorf("waiting gauge %d, want 0", w)
+	}
+}
+
+// A peer's claim heard in the lag after the deadline (its Taken notice
+// was on its way) is not a miss: the peer reports the slot.
+func TestCappedRunTakenInTheLagIsNotMissed(t *testing.T) {
+	l := testLoop(t, memlock.New(time.Now))
+	l.s.maxRunning = 1
+	l.attemptStarted()
+	task := &l.s.Tasks()[0]
+	r := l.newRun(task, time.Now().Truncate(time.Hour))
+	l.advance(r, false)
+	r.slot.Deadline = time.Now().Add(-time.Millisecond)
+	l.onWake(r)
+	l.onNotice(r, lock.Taken)
+	l.wakeDue()
+	st := l.s.stats.Task(task.Name)
+	if r.state != ended || st.Missed.Load() != 0 {
+		t.Errorf("taken in the lag: state %v, missed %d; want ended, 0", r.state, st.Missed.Load())
 	}
 	if w := l.s.stats.Capacity.Waiting.Load(); w != 0 {
 		t.Errorf("waiting gauge %d, want 0", w)

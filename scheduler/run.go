@@ -73,6 +73,12 @@ const (
 // wakes its run, which then finds the window closed and ends.
 const expireLag = time.Second
 
+// missLag is how long after its deadline a run that knows of no success
+// and no holder waits for a notice on its way (a peer's claim, sent just
+// before the deadline, or its completion) before reporting the slot
+// missed.
+const missLag = 250 * time.Millisecond
+
 // run is one slot's life on this replica, from its fire time to its
 // deadline: claim, run if won, and otherwise wait until the slot is
 // released, its holder's lease runs out, or it is settled (done or out of
@@ -96,6 +102,7 @@ type run struct {
 	deferUntil time.Time
 	wakeAt     time.Time // in the wake heap: when onWake is due
 	listed     bool      // in the loop's capped list (capacity.go)
+	lagged     bool      // its window closed unsettled: it waits missLag for news on its way
 	index      int       // in the wake heap; -1 if not in it
 	log        *slog.Logger
 }
@@ -297,9 +304,10 @@ func (l *loop) onAttempted(r *run, c lock.Claim, finished bool, entry *HistoryEn
 func (l *loop) onNotice(r *run, c lock.Change) {
 	if c == lock.Taken {
 		l.lastTaken = l.s.clock.Now()
-		// Only a run that has not claimed yet acts on it: the claim's reply
-		// tells the others more, and the notice may be stale.
-		if r.state == deferring || r.state == capped {
+		// Only a run that has not claimed yet acts on it, or one whose
+		// window has closed unsettled (lagged): the claim's reply tells
+		// the others more, and the notice may be stale.
+		if r.state == deferring || r.state == capped || r.lagged {
 			l.uncap(r)
 			// As a Held claim would: wait for the holder's lease, or for
 			// its release or completion.
@@ -443,6 +451,19 @@ func (l *loop) over(r *run, isSettled bool) bool {
 	if !l.s.now().Before(r.slot.Deadline) {
 		// A holder still running past the deadline reports for itself.
 		if !isSettled && r.last != lock.Held {
+			if !r.lagged {
+				// A peer's claim or completion just before the deadline
+				// may still be on its way: hear it before calling the slot
+				// missed. Nothing is claimed meanwhile.
+				// A capped run stays capped (its reason); any other, a
+				// claim's late reply included, waits.
+				r.lagged = true
+				if r.state != capped {
+					r.state = waiting
+				}
+				l.schedule(r, missLag)
+				return true
+			}
 			l.missed(r)
 		}
 		l.uncap(r)

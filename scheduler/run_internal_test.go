@@ -297,3 +297,37 @@ func TestClaimRetryJitteredAfterNoQuorum(t *testing.T) {
 }
 
 // Passwords are never quoted in errors.
+
+// A claim whose failed reply comes after the deadline leaves its run
+// waiting out the lag for news, in the wake heap: the lag's end reports
+// the slot missed and ends the run, and a shutdown in the lag ends it too
+// (a run left in its claiming state kept a stopping loop alive for ever).
+func TestLateFailedClaimReplyEndsAfterTheLag(t *testing.T) {
+	for _, stop := range []bool{false, true} {
+		l := testLoop(t, memlock.New(time.Now))
+		r := l.newRun(&l.s.Tasks()[0], time.Now().Truncate(time.Hour))
+		r.state = claiming
+		r.slot.Deadline = time.Now().Add(-time.Millisecond)
+		l.onClaimReply(r, lock.ClaimReply{Err: errors.New("connection closed")})
+		if r.state != waiting || !r.lagged || r.index < 0 {
+			t.Fatalf("after a late failed reply: state %v, lagged %v, in the wake heap %v; want waiting, lagged, in it",
+				r.state, r.lagged, r.index >= 0)
+		}
+		if stop {
+			l.onShutdown()
+		} else {
+			l.onWake(r)
+		}
+		st := l.s.stats.Task(r.t.Name)
+		if r.state != ended || l.live != 0 {
+			t.Errorf("stop %v: state %v, %d runs live; want ended, 0", stop, r.state, l.live)
+		}
+		want := uint64(1) // a stop in the lag reports nothing: nobody knows
+		if stop {
+			want = 0
+		}
+		if st.Missed.Load() != want {
+			t.Errorf("stop %v: missed %d, want %d", stop, st.Missed.Load(), want)
+		}
+	}
+}

@@ -31,7 +31,15 @@ func (s *Store) Renew(ctx context.Context, slot lock.Slot, owner lock.Owner, lea
 		resp, err = s.txn(ctx, txnReq{key: state, cmps: []clientv3.Cmp{
 			clientv3.Compare(clientv3.Value(state), "=", lock.Value{Owner: owner}.String()),
 			clientv3.Compare(clientv3.LeaseValue(state), "=", t.id),
-		}})
+		},
+			// A transaction of compares alone is read-only with no
+			// request that asks for a linearizable read, and etcd serves
+			// it from the member's own state, which may lag: a renewal
+			// sent just after its claim won found the key missing (it read
+			// the revision before the claim's). A count of the key makes it
+			// a linearizable read.
+			then: []clientv3.Op{clientv3.OpGet(state, clientv3.WithCountOnly())},
+		})
 		switch {
 		case err != nil:
 		case !resp.Succeeded:

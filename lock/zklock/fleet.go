@@ -159,14 +159,20 @@ func (z zkKV) Put(ctx context.Context, dir, name, value string, version int64, t
 	}
 	if st != nil {
 		// Present (live at version, or expired). A set keeps the node's
-		// own TTL, fixed at its creation: rewrite it if ttl differs.
+		// own TTL, fixed at its creation: rewrite it if ttl differs. An
+		// expired node the server's sweep deletes after the read is
+		// absent, as the caller asked: create it.
+		swept := func(err error) bool { return e.Version == 0 && errors.Is(err, zk.ErrNoNode) }
 		if old == time.Duration(ttl.Milliseconds())*time.Millisecond {
 			_, err := call(ctx, func() (*zk.Stat, error) { return z.s.conn.Set(p, data, st.Version) })
-			return z.lost(p, err)
-		}
-		_, err := call(ctx, func() (struct{}, error) { return struct{}{}, z.s.conn.Delete(p, st.Version) })
-		if ok, err := z.lost(p, err); !ok {
-			return false, err
+			if !swept(err) {
+				return z.lost(p, err)
+			}
+		} else {
+			_, err := call(ctx, func() (struct{}, error) { return struct{}{}, z.s.conn.Delete(p, st.Version) })
+			if ok, err := z.lost(p, err); !ok && !swept(err) {
+				return false, err
+			}
 		}
 	}
 	return z.create(ctx, dir, p, data, ttl)
