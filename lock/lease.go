@@ -162,6 +162,15 @@ func (l *Lease) RenewSoon() { l.renewSoon() }
 // confirm it, as a Redis store whose replicas did not acknowledge the
 // write).
 func (l *Lease) Complete(ctx context.Context, doneTTL time.Duration) error {
+	return l.CompleteWith(ctx, doneTTL, l.store.Complete)
+}
+
+// CompleteWith is Complete with complete sent in place of the store's
+// Complete: a completion of the same store that does more in the same
+// step, as the engine's, which appends the attempt's history entry in the
+// completion's own script where the store can. complete must answer as
+// Store.Complete does.
+func (l *Lease) CompleteWith(ctx context.Context, doneTTL time.Duration, complete func(context.Context, Slot, Owner, time.Duration) error) error {
 	if !l.valid() {
 		defer l.cancel(context.Canceled)
 		l.stop()
@@ -171,7 +180,7 @@ func (l *Lease) Complete(ctx context.Context, doneTTL time.Duration) error {
 		return fmt.Errorf("lock: complete %s attempt %d: %w", l.slot, l.owner.Attempt, ErrLeaseLost)
 	}
 	return l.finish(ctx, "complete", true, func(ctx context.Context) error {
-		err := l.store.Complete(ctx, l.slot, l.owner, doneTTL)
+		err := complete(ctx, l.slot, l.owner, doneTTL)
 		if err == nil || applied(err) {
 			l.completed = true // no renewal after this: it would find the done marker
 		}

@@ -127,7 +127,7 @@ hidden byte h_w, h_n, h_ok;
 #define holder        (k_own - 1)
 /* the state key is i's attempt, on i's current lease */
 #define key_mine(i)   (key_run && k_own == (i) + 1 && k_att == att[i] && k_lg == lg[i])
-/* leases.go 158-163 live: a lease this Store keeps alive */
+/* leases.go 181-186 live: a lease this Store keeps alive */
 #define lease_live(i) (k_lg == lg[i] && k_lttl > 0)
 
 #define view_ok(i)    (!(wdon[i] && vt[i] > 0) || key_mine(i))
@@ -136,7 +136,7 @@ hidden byte h_w, h_n, h_ok;
 #define ended         (k_done || (cnt >= CAP && !key_run) || closed)
 ltl e_ends { [] <> ended }
 
-/* a claim in doubt its live claimant can find again (claim.go 204-212) */
+/* a claim in doubt its live claimant can find again (claim.go 209-217) */
 #define findable      (cnt == k_att && lease_live(holder) && hold[holder] != k_att && live(holder) && !kalost[holder])
 #define key_stale     (key_run && !closed && !holds(holder) && !findable)
 
@@ -149,26 +149,26 @@ ltl e_ends { [] <> ended }
 
 #define FORGET(i) att[i] = 0; vt[i] = 0; rt[i] = 0; lost[i] = false; cancelled[i] = false
 
-/* claim.go 64-116 (claim), 168-248 (claimFrom), 256-265 (foundAgain),
- * 51-62 (won: the keepalive proves the lease, holds.add). A turn whose
+/* claim.go 65-121 (claim), 173-253 (claimFrom), 261-270 (foundAgain),
+ * 52-63 (won: the keepalive proves the lease, holds.add). A turn whose
  * compared transaction loses a race reads again: one atomic step here.
  * Faults hit the transaction and the proving keepalive. */
 inline etcd_claim(i) {
   h_w = 0; h_res = R_ERR;
   if
-  :: k_done -> h_res = R_DONE                                       /* held 277-278 */
-  :: key_run && closed -> h_res = R_HELD; h_w = LEASE               /* 72-84: outside, held */
+  :: k_done -> h_res = R_DONE                                       /* held 282-283 */
+  :: key_run && closed -> h_res = R_HELD; h_w = LEASE               /* 73-85: outside, held */
   :: key_run && !closed ->
      if
 #ifndef M_NO_FOUND_AGAIN
 #ifndef M_FOUND_AGAIN_HELD
-     :: cnt == k_att && k_own == i + 1 && lease_live(i) && hold[i] != k_att -> h_res = R_WON  /* 204-212 */
+     :: cnt == k_att && k_own == i + 1 && lease_live(i) && hold[i] != k_att -> h_res = R_WON  /* 209-217 */
 #else
      :: cnt == k_att && k_own == i + 1 && lease_live(i) -> h_res = R_WON
 #endif
 #endif
 #ifndef M_CLAIM_NO_COMPARE
-     :: else -> h_res = R_HELD; h_w = LEASE                         /* 199-213 */
+     :: else -> h_res = R_HELD; h_w = LEASE                         /* 204-218 */
 #else
      :: cnt < CAP -> h_res = R_EXH /* marker: overwrite below */
      :: cnt >= CAP -> h_res = R_HELD; h_w = LEASE
@@ -177,7 +177,7 @@ inline etcd_claim(i) {
      if
      :: h_res == R_WON ->
         h_n = k_att;
-        if                                                          /* 110-113 won: proven */
+        if                                                          /* 115-120 won: proven */
         :: kalost[i] || can_fault -> h_res = R_ERR; if :: !kalost[i] -> faults-- :: else fi;
            printf("r%d found again, keepalive failed\n", i)
         :: !kalost[i] -> att[i] = h_n; k_lttl = LEASE
@@ -187,11 +187,11 @@ inline etcd_claim(i) {
 #endif
      :: else -> skip
      fi
-  :: !key_run && !k_done && closed -> h_res = R_LATE                /* 85-89 */
-  :: !key_run && !k_done && !closed && cnt >= CAP -> h_res = R_EXH  /* 226-229 */
+  :: !key_run && !k_done && closed -> h_res = R_LATE                /* 86-90 */
+  :: !key_run && !k_done && !closed && cnt >= CAP -> h_res = R_EXH  /* 231-234 */
   :: !key_run && !k_done && !closed && cnt < CAP ->
 put:
-     /* 230-246 (141-156 for the first): attempts+1, the state key on the
+     /* 235-251 (146-161 for the first): attempts+1, the state key on the
       * replica's running lease, compared on the keys' mod revisions */
      assert(cnt == 0 || ((started >> cnt) & 1) || excuse);         /* P6 */
      h_n = cnt + 1;
@@ -201,7 +201,7 @@ put:
         cnt = h_n; k_own = i + 1; k_att = h_n; k_done = false; k_lg = lg[i]; k_lttl = LEASE
      :: true ->
         cnt = h_n; k_own = i + 1; k_att = h_n; k_done = false; k_lg = lg[i]; k_lttl = LEASE;
-        if                                                          /* 47-62 won: proven */
+        if                                                          /* 47-63 won: proven */
         :: kalost[i] -> h_res = R_ERR; printf("r%d won, keepalive failed\n", i)
         :: !kalost[i] -> h_res = R_WON; att[i] = h_n
         fi
@@ -220,7 +220,7 @@ inline etcd_renew(i, ok) {
   fi
 }
 
-/* slot.go 71-107 Complete: the value compared; done already by owner: nil */
+/* slot.go 71-115 Complete: the value compared; done already by owner: nil */
 inline etcd_complete(i, ok) {
   if
 #ifndef M_COMPLETE_NO_COMPARE
@@ -229,12 +229,12 @@ inline etcd_complete(i, ok) {
   :: !(k_done && k_own == i + 1 && k_att == att[i]) ->
 #endif
      k_own = i + 1; k_att = att[i]; k_done = true; k_lttl = 0; hold[i] = 0; ok = true
-  :: k_done && k_own == i + 1 && k_att == att[i] -> ok = true       /* 102-104 */
+  :: k_done && k_own == i + 1 && k_att == att[i] -> ok = true       /* 110-112 */
   :: else -> hold[i] = 0; ok = false
   fi
 }
 
-/* slot.go 116-130 Release: the value compared, then delete */
+/* slot.go 124-138 Release: the value compared, then delete */
 inline etcd_release(i, ok) {
   if
   :: key_run && k_own == i + 1 && k_att == att[i] -> k_own = 0; k_att = 0; k_lttl = 0; ok = true
@@ -274,7 +274,7 @@ end:
           fi
        fi;
        h_ok = false }
-  /* holds.go 72-103: the janitor deletes (value compared) the key of a
+  /* holds.go 84-115: the janitor deletes (value compared) the key of a
    * hold a whole lease past its last confirmed renewal */
 #ifndef M_NO_JANITOR
   :: atomic { live(i) && hold[i] > 0 && hage[i] >= LEASE ->

@@ -152,7 +152,7 @@ byte reruns = RERUNS;
 #define key_run         (kttl > 0 && !kdone)
 #define key_mine(i)     (key_run && kown == (i) + 1 && katt == att[i])
 #define running(i)      (tk[i] == T_RUN)
-/* claim.lua 64-75: replica i's claim with in-doubt argument d takes the
+/* claim.lua 67-78: replica i's claim with in-doubt argument d takes the
  * key over: its own value, of an attempt it was never answered won for */
 #ifdef M_TAKEOVER_ANY_OWNER
 #define TAKEOVER(i, d)  ((d) > 0 && katt >= (d) && !closed)
@@ -216,8 +216,9 @@ inline publish(kind) {
   od
 }
 
-/* claim.lua lines 60-132 (one slot): state first, then the clock, the
- * deadline, the cap, then INCR + SET PX. A replica's own "run:" value,
+/* claim.lua lines 63-136 (one slot): state first, then the clock, the
+ * deadline, the cap, then the counter (SET NX PX of the first attempt, or
+ * GET and SET PX of the next) + SET PX. A replica's own "run:" value,
  * when its last claim got no reply (d > 0: doubt.go), is taken over if
  * its attempt is one it was never answered won for (katt >= d):
  * its lease set again, won with the attempt it holds (katt). The script reads the base key
@@ -226,24 +227,24 @@ inline publish(kind) {
  * Its PUBLISH of the won keys (the Taken hint) is not modelled: it writes no key. */
 inline claim_lua(i, res, w, d) {
   if
-  :: kdone -> res = R_DONE                                 /* 78-80 */
-  :: key_run && TAKEOVER(i, d) -> kttl = LEASE; res = R_WON  /* 64-75: its own claim in doubt */
-  :: key_run && !TAKEOVER(i, d) -> res = R_HELD; w = kttl  /* 76 */
+  :: kdone -> res = R_DONE                                 /* 81-83 */
+  :: key_run && TAKEOVER(i, d) -> kttl = LEASE; res = R_WON  /* 67-78: its own claim in doubt */
+  :: key_run && !TAKEOVER(i, d) -> res = R_HELD; w = kttl  /* 79 */
 #ifndef M_CLAIM_NO_BACKOFF
-  :: knb > 0 -> res = R_EARLY; w = knb                     /* 81-94: a retry backoff */
+  :: knb > 0 -> res = R_EARLY; w = knb                     /* 84-97: a retry backoff */
 #endif
   :: else ->
      if
 #ifndef M_CLAIM_NO_CLOCK
-     :: to_slot > 0 -> res = R_EARLY; w = to_slot          /* 97-100 */
+     :: to_slot > 0 -> res = R_EARLY; w = to_slot          /* 100-103 */
 #endif
-     :: closed -> res = R_LATE                              /* 101-103 */
+     :: closed -> res = R_LATE                              /* 104-106 */
 #ifndef M_NO_CAP
-     :: (cnt >= base && cnt - base >= CAP) || cnt >= MAXN -> res = R_EXH /* 121-123 */
+     :: (cnt >= base && cnt - base >= CAP) || cnt >= MAXN -> res = R_EXH /* 125-127 */
 #else
      :: cnt >= MAXN -> res = R_EXH
 #endif
-     :: else ->                                             /* 125-131 */
+     :: else ->                                             /* 108-135 */
         cnt++;
         assert(knb == 0);                                   /* (g) */
         kown = i + 1; katt = cnt; kdone = false; kttl = LEASE; knb = 0;
@@ -283,17 +284,18 @@ inline release_lua(i, a) {
   fi
 }
 
-/* complete.lua lines 25-55: SET done if the value is the caller's, and its
- * slot named in the call's one done message (lines 39-44, 52-54); 1 also
- * when already done by the caller. */
+/* complete.lua lines 59-91: SET done if the value is the caller's, and its
+ * slot named in the call's one done message (lines 72-77, 88-90); 1 also
+ * when already done by the caller. The history entry it may append in the
+ * same step (lines 41-57, 79-81) writes no slot key: not modelled. */
 inline complete_lua(i, a, ok) {
   if
   :: key_run && kown == i + 1 && katt == a ->
-     kdone = true; kttl = 0;                                /* 28-37 */
+     kdone = true; kttl = 0;                                /* 66-81 */
      assert(done_att == 0 || done_att == a);                /* (b): one success */
      done_att = a; ok = true;
      publish(DONE)
-  :: kdone && kown == i + 1 && katt == a -> ok = true       /* 38-39 */
+  :: kdone && kown == i + 1 && katt == a -> ok = true       /* 82-83 */
 #ifdef M_COMPLETE_NO_OWNER
   :: else ->
      kown = i + 1; katt = a; kdone = true; kttl = 0;
@@ -422,7 +424,7 @@ end:
        :: else -> ph[i] = P_RELEASE
        fi;
        tk[i] = T_NONE }
-  /* Lease.Complete: retried while the lease is valid (lease.go 154-197) */
+  /* Lease.Complete: retried while the lease is valid (lease.go 154-206) */
   :: atomic { !paused[i] && ph[i] == P_COMPLETE ->
        if
        :: lost[i] || vt[i] == 0 -> ph[i] = P_SETTLED; printf("@%d r%d succeeded, lease lost: not marked done\n", tnow, i) /* "task succeeded but the slot could not be marked done" */

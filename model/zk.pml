@@ -338,12 +338,12 @@ end:
        if
        :: tk[i] == T_OK && !cancelled[i] && valid(i) -> ph[i] = P_COMPLETE
        :: tk[i] == T_OK && !cancelled[i] && !valid(i) ->
-          /* lease.go 165-172: lost before Complete: no try, not marked done */
+          /* lease.go 174-181: lost before Complete: no try, not marked done */
           printf("r%d succeeded, lease lost: not marked done\n", i); ph[i] = P_SETTLED; FORGET(i)
        :: else -> ph[i] = P_RELEASE
        fi;
        tk[i] = T_NONE }
-  /* lease.go 173-180, 204-244 finish(persist): retried until answered or
+  /* lease.go 182-189, 213-253 finish(persist): retried until answered or
    * the deadline (ctx) */
   :: atomic { live(i) && ph[i] == P_COMPLETE ->
        if
@@ -361,7 +361,7 @@ end:
        fi;
        if :: ph[i] == P_SETTLED -> FORGET(i) :: else fi;
        h_ok = false }
-  /* lease.go 189, 270-278, 204-244 finish(!persist): retried while the
+  /* lease.go 198, 279-287, 213-253 finish(!persist): retried while the
    * lease is valid; a lost lease is released too, in one try */
   :: atomic { live(i) && ph[i] == P_RELEASE ->
        gone[i] = att[i];

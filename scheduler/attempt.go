@@ -217,7 +217,17 @@ func (a *attempt) succeeded(ctx, hard context.Context, entry HistoryEntry) {
 	s, st := a.s, a.st
 	cctx, ccancel := context.WithTimeout(hard, max(a.slot.Deadline.Sub(s.now()), a.t.Lease))
 	defer ccancel()
-	ferr := a.lease.Complete(cctx, a.t.DoneTTL)
+	entry.Outcome = stats.OutcomeSuccess // what a completion that records its entry appends
+	recorded := false
+	complete := s.store.Complete
+	if rec, ok := s.hist.(completeRecorder); ok {
+		complete = func(ctx context.Context, slot lock.Slot, owner lock.Owner, ttl time.Duration) error {
+			var err error
+			recorded, err = rec.CompleteRecorded(ctx, s.store, slot, owner, ttl, entry)
+			return err
+		}
+	}
+	ferr := a.lease.CompleteWith(cctx, a.t.DoneTTL, complete)
 	s.noteWrite("complete", ferr)
 	if se := (*lock.StoreError)(nil); errors.As(ferr, &se) && se.Applied {
 		// Done, but not confirmed (on Redis: on the master; a failover
@@ -242,8 +252,9 @@ func (a *attempt) succeeded(ctx, hard context.Context, entry HistoryEntry) {
 	if s.log.Enabled(ctx, slog.LevelInfo) {
 		a.log().Info("attempt succeeded", "duration", entry.Duration)
 	}
-	entry.Outcome = stats.OutcomeSuccess
-	s.record(ctx, a.t.Name, entry, a.log)
+	if !recorded {
+		s.record(ctx, a.t.Name, entry, a.log)
+	}
 }
 
 // failed releases the slot for a peer's retry and returns the entry.

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/scheduler/history"
 )
 
@@ -15,6 +16,15 @@ type (
 	HistoryEntry = history.Entry
 	History      = history.History
 )
+
+// completeRecorder is a History that appends a success's entry in the
+// same step as the completion that marks its slot done, where its store
+// can (redislock.History beside one Redis server or Sentinel: one script,
+// one round trip, and an entry exactly when the slot is marked done).
+// recorded false: the entry was not appended; record it as before.
+type completeRecorder interface {
+	CompleteRecorded(ctx context.Context, store lock.Store, slot lock.Slot, owner lock.Owner, doneTTL time.Duration, e HistoryEntry) (recorded bool, err error)
+}
 
 // historyTimeout bounds one append: history must never hold a slot up.
 const historyTimeout = 2 * time.Second

@@ -138,6 +138,13 @@ type Baseline struct {
 	PipelinedClaims   float64 `json:"pipelined_claims_per_s"`   // every client claims every key, batch per round trip
 	PipelinedReleases float64 `json:"pipelined_releases_per_s"` // the winners release theirs, batch per round trip
 	Won               int     `json:"won"`
+	// PlainSlotCPU is Redis's CPU per slot, in µs, for a slot done with
+	// three plain commands, pipelined batch per round trip, on fresh keys:
+	// SET NX PX (a claim), SET XX PX (a completion) and XADD MAXLEN ~ of
+	// an entry the size of slotd's (the history), over PlainSlots slots.
+	// It checks nothing, so it is the least a slot's Redis share can be.
+	PlainSlotCPU float64 `json:"plain_slot_redis_cpu_us"`
+	PlainSlots   int     `json:"plain_slots"`
 }
 
 // runBaseline measures the raw baseline on keys distinct keys: sequential
@@ -197,8 +204,68 @@ func runBaseline(ctx context.Context, addr string, keys, clients, batch int) (Ba
 	}
 	b.PipelinedClaims = float64(keys*clients) / median(claimTimes)
 	b.PipelinedReleases = float64(keys) / median(releaseTimes)
-	return b, nil
+	var err error
+	b.PlainSlotCPU, b.PlainSlots, err = plainSlots(ctx, cs, keys, batch, ttl)
+	return b, err
 }
+
+// plainSlots measures Baseline.PlainSlotCPU: rounds of keys fresh slots,
+// split among the clients, each slot's three commands in one client's
+// pipeline, batch slots per round trip, until the rounds have run for
+// plainRounds seconds (at least 3). It returns the server's CPU (INFO cpu)
+// per slot over all rounds, in µs, and the slots.
+func plainSlots(ctx context.Context, cs []*redis.Client, keys, batch int, ttl time.Duration) (float64, int, error) {
+	// An entry as slotd's history writes a no-op success's (lock/redislock
+	// entryFields).
+	entry := []any{"slot", "20260101000000", "slot_time", "2026-01-01T00:00:00Z", "attempt", "1", "token", "1767225600001",
+		"replica", "r1", "outcome", "success", "started", "2026-01-01T00:00:00.012345678Z", "duration_ms", "0", "error", ""}
+	cpu0, err := serverCPU(ctx, cs[0])
+	if err != nil {
+		return 0, 0, err
+	}
+	var elapsed time.Duration
+	slots := 0
+	for round := 0; round < 3 || elapsed.Seconds() < plainRounds; round++ {
+		t0 := time.Now()
+		errs := make([]error, len(cs))
+		var wg sync.WaitGroup
+		for ci, c := range cs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for from := ci * batch; from < keys; from += len(cs) * batch {
+					p := c.Pipeline()
+					for i := from; i < min(from+batch, keys); i++ {
+						key := fmt.Sprintf("baseline:plain:%d:{t%d:%d}", round, i, round)
+						p.SetArgs(ctx, key, "run:r1:1", redis.SetArgs{Mode: "NX", TTL: ttl})
+						p.SetArgs(ctx, key, "done:r1:1:1767225600012", redis.SetArgs{Mode: "XX", TTL: ttl})
+						p.XAdd(ctx, &redis.XAddArgs{Stream: fmt.Sprintf("baseline:plain:history:{t%d}", i), MaxLen: 1000, Approx: true, Values: entry})
+					}
+					if _, err := p.Exec(ctx); err != nil {
+						errs[ci] = fmt.Errorf("baseline: plain slots: %w", err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return 0, 0, err
+		}
+		elapsed += time.Since(t0)
+		slots += keys
+	}
+	cpu1, err := serverCPU(ctx, cs[0])
+	if err != nil {
+		return 0, 0, err
+	}
+	return (cpu1 - cpu0) / float64(slots) * 1e6, slots, nil
+}
+
+// plainRounds is how long, in seconds, the plain slots run at least: INFO
+// cpu counts in microseconds, and a fraction of a second of work is
+// within the noise of the machine's other load.
+const plainRounds = 1.0
 
 // baselineRounds is how long, in seconds, each baseline measure runs at
 // least, so that a small configuration's figures are not one blip.

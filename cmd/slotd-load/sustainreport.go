@@ -64,8 +64,11 @@ type sustainedReport struct {
 	// The store's CPU: Redis's INFO cpu used_cpu_user + used_cpu_sys
 	// delta; etcd's and ZooKeeper's members' /proc utime + stime deltas,
 	// summed over the members (0 on endpoints given with -endpoints).
-	RedisCPU         float64            `json:"redis_cpu_s"`
-	RedisCPUPerSlot  float64            `json:"redis_cpu_us_per_slot"`   // µs
+	RedisCPU        float64 `json:"redis_cpu_s"`
+	RedisCPUPerSlot float64 `json:"redis_cpu_us_per_slot"` // µs
+	// RatioToPlain is RedisCPUPerSlot over the baseline's plain slot
+	// (Baseline.PlainSlotCPU: three pipelined commands), on Redis.
+	RatioToPlain     float64            `json:"redis_cpu_ratio_to_plain_slot,omitempty"`
 	StoreRSSMB       float64            `json:"store_rss_mb,omitempty"`  // etcd's or ZooKeeper's members' RSS summed at the window's end
 	RedisCmdsPerSlot float64            `json:"redis_commands_per_slot"` // INFO commandstats delta, summed, INFO left out
 	RedisCmds        map[string]float64 `json:"redis_commands_per_slot_by_name"`
@@ -137,6 +140,9 @@ func (rep *sustainedRun) analyze(recs *records, o options, w0, w1 time.Time, bef
 	}
 	s.RedisCPU = after.redisCPU - before.redisCPU
 	s.RedisCPUPerSlot = perSlot(s.RedisCPU * 1e6)
+	if p := rep.Baseline.PlainSlotCPU; p > 0 {
+		s.RatioToPlain = s.RedisCPUPerSlot / p
+	}
 	s.StoreRSSMB = after.storeRSSMB
 	s.RedisCmds = map[string]float64{}
 	var total int64
@@ -256,10 +262,10 @@ func (rep *sustainedRun) summary() string {
 		rss = append(rss, fmt.Sprintf("%s %.0f", r.ID, r.PeakRSSMB))
 	}
 	return fmt.Sprintf("sustained %s %d every %ds × %s on %d replicas, %s: %.0f slots/s; %d expected, %d executed, %d missed, %d duplicates; "+
-		"start p50 %.0f ms, p99 %.0f ms, max %.0f ms; history not recorded %d; store %.1f µs and %.2f commands per slot; "+
+		"start p50 %.0f ms, p99 %.0f ms, max %.0f ms; history not recorded %d; store %.1f µs (%.1f× a plain slot) and %.2f commands per slot; "+
 		"replicas %.1f µs per slot; peak RSS MB %s; load avg %s; violations %d",
 		c.Plugin, c.Rate, c.EveryS, c.Duration, c.Replicas, c.Store, s.SlotsPerS, s.Expected, s.Executed, s.Missed, s.Duplicates,
-		s.StartDelay.P50, s.StartDelay.P99, s.StartDelay.Max, s.HistoryNotRecorded, s.RedisCPUPerSlot, s.RedisCmdsPerSlot,
+		s.StartDelay.P50, s.StartDelay.P99, s.StartDelay.Max, s.HistoryNotRecorded, s.RedisCPUPerSlot, s.RatioToPlain, s.RedisCmdsPerSlot,
 		s.ReplicaCPUPerSlot, strings.Join(rss, ", "), s.LoadAvg[1], len(rep.Violations))
 }
 
@@ -292,7 +298,7 @@ func (rep *sustainedRun) writeTable(w io.Writer) {
 	row("history not recorded (whole run)", s.HistoryNotRecorded)
 	redis := c.Store == storeRedis || c.Store == ""
 	if redis {
-		row("Redis CPU per slot", fmt.Sprintf("%.1f µs (%.2f s over %.1f s)", s.RedisCPUPerSlot, s.RedisCPU, s.CountersS))
+		row("Redis CPU per slot", fmt.Sprintf("%.1f µs (%.2f s over %.1f s); %.1f× a plain slot's %.1f µs (baseline)", s.RedisCPUPerSlot, s.RedisCPU, s.CountersS, s.RatioToPlain, bl.PlainSlotCPU))
 		lua := "Lua's calls included"
 		if !s.LuaCounted {
 			lua = "this server does NOT count Lua's calls"
@@ -320,6 +326,8 @@ func (rep *sustainedRun) writeTable(w io.Writer) {
 	if redis {
 		row("raw baseline (same server)", fmt.Sprintf("%.0f SET NX PX/s, %d clients pipelined %d; %.0f lock cycles/s sequential; %.0f releases/s pipelined",
 			bl.PipelinedClaims, bl.Clients, bl.Batch, bl.SequentialCycles, bl.PipelinedReleases))
+		row("plain slot baseline (same server)", fmt.Sprintf("%.1f µs of Redis CPU per slot: SET NX PX, SET XX PX, XADD, pipelined %d slots a round trip (%d slots)",
+			bl.PlainSlotCPU, bl.Batch, bl.PlainSlots))
 	}
 	if sc := rep.Scrapes; sc.Every != "" {
 		row("/metrics scraped every "+sc.Every, fmt.Sprintf("%d scrapes of %.0f KiB, %d failed", sc.N, sc.MeanKiB, sc.Errors))

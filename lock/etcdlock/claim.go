@@ -47,8 +47,9 @@ func outside(slot lock.Slot, p lock.Policy, lo, hi time.Time) bool {
 // won finishes a won claim: it waits for the keepalive that proves the
 // lease (the claim is an error, of unknown outcome, without a proof),
 // counts the lease's validity from the earlier of the claim's send time
-// and the proof's, and records the hold.
-func (s *Store) won(ctx context.Context, c lock.Claim, slot lock.Slot, replica string, p lock.Policy, t ticket) (lock.Claim, error) {
+// and the proof's, and records the hold (done: the bucket lease the claim
+// put the attempts counter on, 0 if not known).
+func (s *Store) won(ctx context.Context, c lock.Claim, slot lock.Slot, replica string, p lock.Policy, t ticket, done clientv3.LeaseID) (lock.Claim, error) {
 	from, err := t.proven(ctx)
 	if err != nil {
 		// Won, but the lease is not proven alive: the outcome is
@@ -57,7 +58,7 @@ func (s *Store) won(ctx context.Context, c lock.Claim, slot lock.Slot, replica s
 	}
 	c.Sent = minTime(c.Sent, from)
 	state, _, _ := s.keys(slot)
-	s.holds.add(state, lock.Value{Owner: lock.Owner{ID: replica, Attempt: c.Attempt}}.String(), t.id, p.Lease, c.Sent)
+	s.holds.add(state, lock.Value{Owner: lock.Owner{ID: replica, Attempt: c.Attempt}}.String(), t.id, done, p.Lease, c.Sent)
 	return c, nil
 }
 
@@ -94,10 +95,11 @@ func (s *Store) claim(ctx context.Context, slot lock.Slot, replica string, p loc
 		if err != nil {
 			return lock.Claim{}, err
 		}
-		var on clientv3.LeaseID
-		err = s.withBucket(ctx, p.DoneTTL, func(done clientv3.LeaseID) error {
+		var on, done clientv3.LeaseID
+		err = s.withBucket(ctx, p.DoneTTL, func(d clientv3.LeaseID) error {
 			var err error
-			c, on, err = s.claimTxn(ctx, c, slot, replica, p, t.id, done)
+			done = d
+			c, on, err = s.claimTxn(ctx, c, slot, replica, p, t.id, d)
 			return err
 		})
 		if isLeaseNotFound(err) { // the running lease expired: grant another
@@ -107,10 +109,13 @@ func (s *Store) claim(ctx context.Context, slot lock.Slot, replica string, p loc
 		if err != nil || on == 0 {
 			return c, err
 		}
+		if on != t.id { // found again: its counter is on a lease not known here
+			done = 0
+		}
 		if t, err = s.ticketFor(t, on); err != nil {
 			return lock.Claim{}, err
 		}
-		return s.won(ctx, c, slot, replica, p, t)
+		return s.won(ctx, c, slot, replica, p, t, done)
 	}
 	return lock.Claim{}, errLeaseGone
 }

@@ -23,7 +23,8 @@
 //
 // Leases. A running slot's state key is attached to an etcd lease of its
 // owner — one lease per owner (replica id plus instance nonce) and lease
-// length, so in practice one per replica — not to a lease of its own. The
+// length at a time, a new one every keysPerLease claims (etcd 3.4 checks
+// each put on a lease against every key on it) — not to a lease of its own. The
 // leases of a Store are kept alive over ONE keepalive stream, and only on
 // demand: a Claim or a Renew of any slot held under a lease sends (or joins)
 // one keepalive of that lease, so the ten thousand renewals of a burst that
@@ -48,8 +49,10 @@
 //
 // Done markers and attempt counters live on leases of the done TTL shared
 // per expiry bucket (a 64th of the done TTL, at least a second and at most
-// an hour): a burst of ten thousand slots completes under one lease, and
-// every key still expires at most a bucket after its done TTL. Wake-ups come
+// an hour), keysPerLease writes to a lease: a burst of ten thousand slots
+// completes under a hundred leases, a slot's done marker on the lease its
+// claim put its counter on, and every key still expires at most a bucket
+// after its done TTL. Wake-ups come
 // from one prefix watch per Store (a deleted state key: released, rerun or
 // expired; a done value: completed), not from polling.
 //
@@ -93,6 +96,7 @@ type Store struct {
 	hub    *hub
 	holds  *holds
 	txns   *coalesce.Coalescer[txnReq, *clientv3.TxnResponse] // renewals, completions, releases
+	writes *coalesce.Coalescer[txnReq, *clientv3.TxnResponse] // the run history's entries
 
 	// The fleet and the operator controls over package kv's primitive
 	// (fleet.go, controls.go), built once in New.
@@ -134,6 +138,7 @@ func New(cli *clientv3.Client, prefix string, opts ...Option) *Store {
 	s.hub = newHub(s)
 	s.holds = newHolds(s)
 	s.txns = newTxns(s)
+	s.writes = newWrites(s)
 	s.kvFleet = kv.NewFleet(etcdKV{s}, true)
 	s.kvControls = kv.NewControls(etcdKV{s}, s.Time, s.arm)
 	return s
@@ -149,6 +154,7 @@ func (s *Store) Close() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		s.txns.Close()
+		s.writes.Close()
 		err = s.leases.revokeRunning(ctx)
 		s.cancel()
 		s.wg.Wait()
@@ -209,8 +215,14 @@ func (s *Store) Probe(ctx context.Context, replica string, ttl time.Duration) er
 // withBucket runs f with the lease of ttl's expiry bucket, once more with
 // a new one if etcd no longer knows the lease.
 func (s *Store) withBucket(ctx context.Context, ttl time.Duration, f func(clientv3.LeaseID) error) error {
+	return s.withBucketOf(ctx, ttl, 0, f)
+}
+
+// withBucketOf is withBucket, with lease prefer if it is a lease of ttl's
+// expiry bucket.
+func (s *Store) withBucketOf(ctx context.Context, ttl time.Duration, prefer clientv3.LeaseID, f func(clientv3.LeaseID) error) error {
 	for try := 0; ; try++ {
-		id, err := s.leases.bucket(ctx, ttl)
+		id, err := s.leases.bucketOf(ctx, ttl, prefer)
 		if err != nil {
 			return err
 		}
@@ -219,6 +231,7 @@ func (s *Store) withBucket(ctx context.Context, ttl time.Duration, f func(client
 			return err
 		}
 		s.leases.forgetBucket(id)
+		prefer = 0
 	}
 }
 

@@ -26,3 +26,7 @@ func ClaimAfterRead(ctx context.Context, s *Store, slot lock.Slot, replica strin
 	c, _, err := s.claimFrom(ctx, lock.Claim{}, slot, replica, p, 0, 0, resp, err)
 	return c, err
 }
+
+// KeysPerLease is how many claims one running lease, and how many writes
+// one bucket lease, carries at most.
+const KeysPerLease = keysPerLease

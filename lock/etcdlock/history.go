@@ -21,9 +21,10 @@ import (
 // slots: one key per entry, HistoryPrefix(prefix, task) followed by the
 // entry's time in zero-padded unix nanoseconds (so keys sort by time) and
 // a random suffix, each on a lease of the history TTL shared per expiry
-// bucket. Every etcdTrimEvery appends of a task, this process deletes all
-// but its newest history.MaxLen entries: a task keeps about that
-// many.
+// bucket. Entries appended while one is being written share the next
+// transaction. Every
+// etcdTrimEvery appends of a task, this process deletes all but its
+// newest history.MaxLen entries: a task keeps about that many.
 type History struct {
 	s      *Store
 	prefix string
@@ -56,11 +57,12 @@ func (h *History) Append(ctx context.Context, task string, e history.Entry) erro
 	}
 	p := HistoryPrefix(h.prefix, task)
 	key := fmt.Sprintf("%s%020d-%08x", p, time.Now().UnixNano(), rand.Uint32())
-	cli := h.s.cli
 	for try := 0; ; try++ {
 		var id clientv3.LeaseID
 		if id, err = h.s.ttlLease(ctx, h.ttl); err == nil {
-			_, err = cli.Put(ctx, key, string(b), clientv3.WithLease(id))
+			// batched (txns.go, newWrites): a burst's entries cost a
+			// few transactions, not a write each
+			_, err = h.s.writes.Do(ctx, txnReq{key: key, then: []clientv3.Op{clientv3.OpPut(key, string(b), clientv3.WithLease(id))}})
 		}
 		if err == nil || try > 0 || !isLeaseGone(err) {
 			break

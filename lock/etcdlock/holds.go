@@ -25,6 +25,7 @@ type holds struct {
 type hold struct {
 	value string
 	id    clientv3.LeaseID // the running lease the key is on
+	done  clientv3.LeaseID // the bucket lease the claim put the attempts counter on (0: unknown)
 	lease time.Duration
 	last  time.Time
 }
@@ -34,10 +35,10 @@ const janitorEvery = 250 * time.Millisecond
 
 func newHolds(s *Store) *holds { return &holds{s: s, m: map[string]*hold{}} }
 
-func (h *holds) add(state, value string, id clientv3.LeaseID, lease time.Duration, sent time.Time) {
+func (h *holds) add(state, value string, id, done clientv3.LeaseID, lease time.Duration, sent time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.m[state] = &hold{value: value, id: id, lease: lease, last: sent}
+	h.m[state] = &hold{value: value, id: id, done: done, lease: lease, last: sent}
 	if !h.started {
 		h.started = true
 		h.s.goOwned(h.janitor)
@@ -61,6 +62,17 @@ func (h *holds) lease(state, value string) (clientv3.LeaseID, bool) {
 		return x.id, true
 	}
 	return 0, false
+}
+
+// done is the bucket lease the claim of the hold of state by value put
+// the attempts counter on (0: none known).
+func (h *holds) done(state, value string) clientv3.LeaseID {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if x := h.m[state]; x != nil && x.value == value {
+		return x.done
+	}
+	return 0
 }
 
 func (h *holds) remove(state string) {

@@ -23,15 +23,18 @@ func slotsOf(t *testing.T, h locktest.Harness, n int) []lock.Slot {
 	return out
 }
 
-// The leases of a burst: two hundred slots won by one replica sit on ONE
-// running lease, their attempts counters and done markers on one bucket
-// lease, and their renewals share a few keepalives.
+// The leases of a burst: three hundred slots won by one replica share a
+// few running leases and a few bucket leases, each lease carrying at most
+// KeysPerLease claims or writes (etcd 3.4 checks a put on a lease against
+// every key on it); their renewals share a few keepalives; and a slot's
+// completion goes on the bucket lease its claim put the attempts counter
+// on, so the counter is not written again.
 func TestBurstSharesLeases(t *testing.T) {
 	c := etcdtest.Start(t, 3)
 	h := harness(t, c)
 	cli := client(t, c.Endpoints())
 	ctx := context.Background()
-	slots := slotsOf(t, h, 200)
+	slots := slotsOf(t, h, 300)
 	before, err := cli.Leases(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -76,10 +79,51 @@ func TestBurstSharesLeases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// one running lease, and at most two done buckets (the burst may
-	// straddle a bucket's end)
-	if n := len(after.Leases) - len(before.Leases); n < 1 || n > 3 {
-		t.Fatalf("%d leases for a burst of %d slots, want 2 or 3", n, len(slots))
+	// ceil(300/K) running leases; the done buckets' writes are the 300
+	// claims' (the completions join their claims' leases), plus one more
+	// lease if the burst straddles a bucket's end
+	k := etcdlock.KeysPerLease
+	running := (len(slots) + k - 1) / k
+	most := 2*running + 1
+	if n := len(after.Leases) - len(before.Leases); n < 2 || n > most {
+		t.Fatalf("%d leases for a burst of %d slots, want 2..%d", n, len(slots), most)
+	}
+	was := map[clientv3.LeaseID]bool{}
+	for _, l := range before.Leases {
+		was[l.ID] = true
+	}
+	for _, l := range after.Leases {
+		if was[l.ID] {
+			continue
+		}
+		ttl, err := cli.TimeToLive(ctx, l.ID, clientv3.WithAttachedKeys())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ttl.Keys) > 3*k {
+			t.Errorf("lease %x carries %d keys, want at most %d", l.ID, len(ttl.Keys), 3*k)
+		}
+	}
+	// The store's buckets are counted from its start, and a done TTL of an
+	// hour is 64 buckets of 56 s: a completion's bucket is its claim's
+	// unless this test ran for 56 s.
+	for _, s := range slots {
+		_, attempts := etcdlock.Keys("slotd", s)
+		st, err := cli.Get(ctx, stateKey(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		at, err := cli.Get(ctx, attempts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Kvs) != 1 || len(at.Kvs) != 1 {
+			t.Fatalf("%s: state %v, attempts %v", s, st.Kvs, at.Kvs)
+		}
+		if st.Kvs[0].Lease != at.Kvs[0].Lease || at.Kvs[0].Version != 1 {
+			t.Errorf("%s: done marker on lease %x, attempts on %x at version %d: want one lease, the counter written once",
+				s, st.Kvs[0].Lease, at.Kvs[0].Lease, at.Kvs[0].Version)
+		}
 	}
 }
 

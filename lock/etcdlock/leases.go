@@ -20,9 +20,10 @@ type leases struct {
 	base time.Time // the bucket grid is counted from here, on the monotonic clock
 
 	mu      sync.Mutex
-	current map[runKey]*runLease           // the lease new claims of an owner go on
-	byID    map[clientv3.LeaseID]*runLease // every running lease that may still hold slots
-	buckets map[time.Duration]*bucketLease // by end of bucket, counted from base
+	current map[runKey]*runLease               // the lease new claims of an owner go on
+	byID    map[clientv3.LeaseID]*runLease     // every running lease that may still hold slots
+	buckets map[time.Duration]*bucketLease     // by end of bucket, counted from base
+	ends    map[clientv3.LeaseID]time.Duration // each granted bucket lease's end, while its bucket may be chosen
 }
 
 type runKey struct {
@@ -36,6 +37,7 @@ type runKey struct {
 type runLease struct {
 	key       runKey
 	id        clientv3.LeaseID
+	claims    int           // claims sent on it: at keysPerLease, the next claim grants another
 	ready     chan struct{} // closed once granted (or failed: err)
 	err       error
 	dead      bool      // a keepalive found it gone
@@ -73,7 +75,7 @@ func newLeases(ctx context.Context, cli *clientv3.Client, goOwned func(func())) 
 	return &leases{
 		cli: cli, ka: newKAStream(ctx, cli, goOwned), base: time.Now(),
 		current: map[runKey]*runLease{}, byID: map[clientv3.LeaseID]*runLease{},
-		buckets: map[time.Duration]*bucketLease{},
+		buckets: map[time.Duration]*bucketLease{}, ends: map[clientv3.LeaseID]time.Duration{},
 	}
 }
 
@@ -83,12 +85,23 @@ func leaseSeconds(lease time.Duration) int64 {
 	return max(int64((lease+time.Second-1)/time.Second), 1)
 }
 
+// keysPerLease bounds the claims sent on one running lease and the writes
+// on one bucket lease; past it, another lease is granted. etcd 3.4 checks
+// every put on a lease against every key already on it (the auth
+// applier's lease check copies the lease's key set, even with auth off), so
+// a put costs each member time in proportion to the keys on its lease: with
+// one lease for a burst's ten thousand slots, a quarter of the leader's CPU
+// went there. A bucket write puts at most three keys (state, attempts,
+// base), so no lease carries more than three times this.
+const keysPerLease = 128
+
 // forClaim returns the lease a claim by owner goes on, and the keepalive
 // that proves it alive: the one in flight, if any (the claim counts its
 // validity from that keepalive's send time). The owner's current lease
 // serves while a keepalive confirmed it within half its TTL (it then has
-// half its TTL left, time for this keepalive to land); otherwise a new one
-// is granted, and the old one serves the renewals of what it holds.
+// half its TTL left, time for this keepalive to land) and fewer than
+// keysPerLease claims went on it; otherwise a new one is granted, and the
+// old one serves the renewals of what it holds.
 func (ls *leases) forClaim(ctx context.Context, owner string, lease time.Duration) (ticket, error) {
 	k := runKey{owner, leaseSeconds(lease)}
 	for {
@@ -97,7 +110,8 @@ func (ls *leases) forClaim(ctx context.Context, owner string, lease time.Duratio
 		if rl != nil {
 			select {
 			case <-rl.ready:
-				if rl.err != nil || rl.dead || time.Since(rl.confirmed) >= time.Duration(k.ttl)*time.Second/2 {
+				if rl.err != nil || rl.dead || rl.claims >= keysPerLease ||
+					time.Since(rl.confirmed) >= time.Duration(k.ttl)*time.Second/2 {
 					rl = nil
 				}
 			default: // being granted: wait for it
@@ -113,6 +127,7 @@ func (ls *leases) forClaim(ctx context.Context, owner string, lease time.Duratio
 		if rl == nil {
 			return ls.grant(ctx, k) // unlocks
 		}
+		rl.claims++
 		t, send := ls.joinLocked(rl, false)
 		ls.mu.Unlock()
 		if send != nil {
@@ -124,7 +139,7 @@ func (ls *leases) forClaim(ctx context.Context, owner string, lease time.Duratio
 
 // grant grants owner a new current lease. Called with ls.mu held; unlocks.
 func (ls *leases) grant(ctx context.Context, k runKey) (ticket, error) {
-	rl := &runLease{key: k, ready: make(chan struct{})}
+	rl := &runLease{key: k, ready: make(chan struct{}), claims: 1}
 	ls.current[k] = rl
 	for id, old := range ls.byID { // leases no renewal can prove alive any more
 		if old.dead || time.Since(old.confirmed) > 2*time.Duration(old.key.ttl)*time.Second {
@@ -271,31 +286,40 @@ func (ls *leases) forgetRunning(id clientv3.LeaseID) {
 	}
 }
 
-// revokeRunning revokes every running lease, so that what they hold
-// frees at once.
+// revokeRunning revokes every running lease that may still live (one
+// confirmed within its TTL), all at once, so that what they hold frees at
+// once.
 func (ls *leases) revokeRunning(ctx context.Context) error {
 	ls.mu.Lock()
 	var ids []clientv3.LeaseID
 	for id, rl := range ls.byID {
-		if !rl.dead {
+		if !rl.dead && time.Since(rl.confirmed) < time.Duration(rl.key.ttl)*time.Second {
 			ids = append(ids, id)
 		}
 	}
 	ls.mu.Unlock()
-	var errs []error
-	for _, id := range ids {
-		if _, err := ls.cli.Revoke(ctx, id); err != nil && !isLeaseNotFound(err) {
-			errs = append(errs, err)
-		}
+	errs := make([]error, len(ids))
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := ls.cli.Revoke(ctx, id); err != nil && !isLeaseNotFound(err) {
+				errs[i] = err
+			}
+		}()
 	}
+	wg.Wait()
 	return errors.Join(errs...)
 }
 
-// bucketLease is the lease every key whose TTL ends in one bucket shares.
+// bucketLease is the lease the keys whose TTL ends in one bucket share,
+// keysPerLease writes at most (then the bucket gets another).
 type bucketLease struct {
-	id    clientv3.LeaseID
-	ready chan struct{}
-	err   error
+	id     clientv3.LeaseID
+	ready  chan struct{}
+	err    error
+	writes int
 }
 
 // bucketWidth is the width of the expiry buckets of ttl: a 64th of it,
@@ -304,22 +328,53 @@ func bucketWidth(ttl time.Duration) time.Duration {
 	return min(max(ttl/64, time.Second), time.Hour)
 }
 
-// bucket returns a lease that lives at least ttl from now and at most one
-// bucket width longer, shared with every other key whose TTL ends in the
-// same bucket.
-func (ls *leases) bucket(ctx context.Context, ttl time.Duration) (clientv3.LeaseID, error) {
+// bucketEnd is the end of the bucket of ttl from now, counted from base.
+func (ls *leases) bucketEnd(ttl time.Duration) (end, now time.Duration) {
 	w := bucketWidth(ttl)
-	now := time.Since(ls.base)
-	end := (now + ttl + w - 1) / w * w
+	now = time.Since(ls.base)
+	return (now + ttl + w - 1) / w * w, now
+}
+
+// bucketOf is bucket, except that it returns prefer if prefer is a lease
+// of that bucket (it counts no write: prefer's writer counted it).
+func (ls *leases) bucketOf(ctx context.Context, ttl time.Duration, prefer clientv3.LeaseID) (clientv3.LeaseID, error) {
+	if prefer != 0 {
+		end, _ := ls.bucketEnd(ttl)
+		ls.mu.Lock()
+		e, ok := ls.ends[prefer]
+		ls.mu.Unlock()
+		if ok && e == end {
+			return prefer, nil
+		}
+	}
+	return ls.bucket(ctx, ttl)
+}
+
+// bucket returns a lease that lives at least ttl from now and at most one
+// bucket width longer, shared with the other writes (keysPerLease in all)
+// whose TTL ends in the same bucket.
+func (ls *leases) bucket(ctx context.Context, ttl time.Duration) (clientv3.LeaseID, error) {
+	end, now := ls.bucketEnd(ttl)
 	ls.mu.Lock()
 	b := ls.buckets[end]
+	if b != nil {
+		b.writes++
+		if b.writes > keysPerLease {
+			b = nil // full: the bucket gets another lease; this one's keys keep their expiry
+		}
+	}
 	if b == nil {
 		for e := range ls.buckets { // ended buckets are chosen no more
 			if e < now {
 				delete(ls.buckets, e)
 			}
 		}
-		b = &bucketLease{ready: make(chan struct{})}
+		for id, e := range ls.ends {
+			if e < now {
+				delete(ls.ends, id)
+			}
+		}
+		b = &bucketLease{ready: make(chan struct{}), writes: 1}
 		ls.buckets[end] = b
 		ls.mu.Unlock()
 		sent := time.Since(ls.base)
@@ -334,6 +389,7 @@ func (ls *leases) bucket(ctx context.Context, ttl time.Duration) (clientv3.Lease
 			}
 		} else {
 			b.id = resp.ID
+			ls.ends[resp.ID] = end
 		}
 		close(b.ready)
 	}
@@ -351,6 +407,7 @@ func (ls *leases) bucket(ctx context.Context, ttl time.Duration) (clientv3.Lease
 func (ls *leases) forgetBucket(id clientv3.LeaseID) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
+	delete(ls.ends, id)
 	for e, b := range ls.buckets {
 		select {
 		case <-b.ready:

@@ -129,7 +129,11 @@ func (s *Store) claimBatch(ctx context.Context, reqs []lock.ClaimRequest, from, 
 			if c.Revision == 0 {
 				c.Revision = resp.Header.Revision
 			}
-			c, err = s.won(ctx, c, q.Slot, q.Owner, q.Policy, t)
+			done := p.done
+			if on != p.t.id { // found again: its counter is on a lease not known here
+				done = 0
+			}
+			c, err = s.won(ctx, c, q.Slot, q.Owner, q.Policy, t, done)
 		}
 		reply(p.i, c, err)
 	}

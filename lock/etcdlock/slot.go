@@ -76,9 +76,17 @@ func (s *Store) Complete(ctx context.Context, slot lock.Slot, owner lock.Owner, 
 		return etcdErr(fmt.Errorf("etcdlock: complete %s attempt %d: %w", slot, owner.Attempt, err))
 	}
 	var resp *clientv3.TxnResponse
-	err = s.withBucket(ctx, doneTTL, func(done clientv3.LeaseID) error {
-		move := func(key string) clientv3.Op { // keep the value, change the lease
-			return clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Version(key), ">", 0)},
+	// The claim's bucket lease, while it is still the bucket of doneTTL
+	// from now (a short attempt): the attempts counter is on it already.
+	prefer := s.holds.done(state, lock.Value{Owner: owner}.String())
+	err = s.withBucketOf(ctx, doneTTL, prefer, func(done clientv3.LeaseID) error {
+		// keep the value, change the lease: unless the key is on it
+		// already, so that it costs no write
+		move := func(key string) clientv3.Op {
+			return clientv3.OpTxn([]clientv3.Cmp{
+				clientv3.Compare(clientv3.Version(key), ">", 0),
+				clientv3.Compare(clientv3.LeaseValue(key), "!=", done),
+			},
 				[]clientv3.Op{clientv3.OpPut(key, "", clientv3.WithIgnoreValue(), clientv3.WithLease(done))}, nil)
 		}
 		var err error

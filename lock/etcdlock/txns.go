@@ -34,6 +34,19 @@ func newTxns(s *Store) *coalesce.Coalescer[txnReq, *clientv3.TxnResponse] {
 	})
 }
 
+// newWrites batches the run history's entries (History) one transaction
+// at a time: the entries appended while one is in flight leave together
+// in the next. The attempts of a burst end over its whole length, not at
+// once, so with the slot operations' eight flights nearly every entry
+// left alone — a Raft entry, and in etcd 3.4 a copy of the members'
+// unwritten buffer, per slot. An entry waits for a round trip at most;
+// no caller waits on it but the attempt's record.
+func newWrites(s *Store) *coalesce.Coalescer[txnReq, *clientv3.TxnResponse] {
+	return coalesce.New(coalesce.Config[txnReq, *clientv3.TxnResponse]{
+		Send: s.sendTxns, MaxBatch: claimsPerTxn, MaxFlights: 1,
+	})
+}
+
 // txn runs one slot operation's transaction, batched with others in
 // flight.
 func (s *Store) txn(ctx context.Context, r txnReq) (*clientv3.TxnResponse, error) {

@@ -112,10 +112,13 @@ func (m *Store) Claim(ctx context.Context, slot lock.Slot, replica string, p loc
 		c.Result, c.Attempt = lock.Exhausted, n
 		return c, nil
 	}
+	// The counter outlives the window and lives at least the done TTL
+	// from here; the completion does not touch it (claim.lua).
 	n++
-	m.set(attempts, strconv.Itoa(n), p.DoneTTL, now)
+	ttl := max(p.DoneTTL, slot.Deadline.Sub(now))
+	m.set(attempts, strconv.Itoa(n), ttl, now)
 	if base > 0 {
-		m.set(schema.BaseKey(state), strconv.Itoa(base), p.DoneTTL, now)
+		m.set(schema.BaseKey(state), strconv.Itoa(base), ttl, now)
 	}
 	owner := lock.Owner{ID: replica, Attempt: n}
 	m.set(state, schema.Run(owner), p.Lease, now)
@@ -135,7 +138,7 @@ func (m *Store) Complete(ctx context.Context, slot lock.Slot, owner lock.Owner, 
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("lock: complete %s attempt %d: %w", slot, owner.Attempt, err)
 	}
-	state, attempts := schema.Keys("slotd", slot)
+	state, _ := schema.Keys("slotd", slot)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()
@@ -144,11 +147,6 @@ func (m *Store) Complete(ctx context.Context, slot lock.Slot, owner lock.Owner, 
 	case ok && e.value == schema.Run(owner):
 		m.set(state, schema.DonePrefix(owner)+strconv.FormatInt(now.UnixMilli(), 10), doneTTL, now)
 		m.watch.Notify(state, lock.Completed)
-		for _, k := range []string{attempts, schema.BaseKey(state)} {
-			if a, ok := m.get(k, now); ok {
-				m.set(k, a.value, doneTTL, now)
-			}
-		}
 		return nil
 	case ok && strings.HasPrefix(e.value, schema.DonePrefix(owner)):
 		return nil // completed already: a retry after a lost reply

@@ -13,7 +13,10 @@
 -- ARGV[a+3]  max attempts
 -- ARGV[a+4]  earliest start, unix ms (slot time minus tolerance)
 -- ARGV[a+5]  deadline, unix ms (end of the slot window)
--- ARGV[a+6]  attempts TTL, ms (>= done TTL)
+-- ARGV[a+6]  attempts TTL, ms (the done TTL): the counter (and the base,
+--            if any) lives this long from the claim, and at least until
+--            the deadline, so that it outlives every claim, retry and rerun
+--            of the slot's window; the completion does not touch it
 -- ARGV[a+7]  taken channel, or "" for none: the won slots' state keys are
 --            published on it, one message per channel and call ("taken",
 --            then the keys, one a line), so that the replicas deferring to
@@ -49,11 +52,11 @@
 -- attempt numbers themselves only grow, so fencing tokens never repeat, and
 -- stop at 999, the most a token can encode.
 -- The state is checked before the clock so that a finished slot reads as done.
--- TIME is read once for all N slots: the script runs atomically. Each
--- slot's commands are those of the one-slot script: reading both counters
--- with one MGET and writing the counter with SET PX instead of INCR and
--- PEXPIRE saved nothing measurable (256-slot calls, INFO commandstats) and
--- would overwrite a counter key of the wrong type instead of failing.
+-- TIME is read once for all N slots: the script runs atomically. A
+-- slot's first claim, the common case, creates its counter with SET NX PX
+-- (one command where a GET, an INCR and a PEXPIRE were); a later one reads
+-- it and writes it back with SET PX (a counter of the wrong type fails the
+-- GET first: SET NX does not look at an existing key's type).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
@@ -102,30 +105,31 @@ local function claim(k, a)
     return {'late', 0, 0, now, '', 0}
   end
 
-  local c = redis.call('GET', KEYS[k + 2])
-  local n = tonumber(c or '0')
-  if not n then
-    return {'foreign', 0, 0, now, c, 0}
-  end
+  local ttl = math.max(tonumber(ARGV[a + 6]), tonumber(ARGV[a + 5]) - now)
+  local n, base = 1, 0
   -- The base key lives exactly as long as the counter (rerun.lua sets it
-  -- only beside one, and every PEXPIRE gives both the same expiry), so a
-  -- slot without a counter, the common case, has none to read.
-  local base = 0
-  if c then
+  -- only beside one, and every claim gives both the same expiry), so a
+  -- slot without a counter, the common case, has none to read: its first
+  -- attempt (max attempts is at least 1) takes the counter at once.
+  if not redis.call('SET', KEYS[k + 2], '1', 'NX', 'PX', ttl) then
+    local c = redis.call('GET', KEYS[k + 2])
+    n = tonumber(c)
+    if not n then
+      return {'foreign', 0, 0, now, c, 0}
+    end
     local b = redis.call('GET', KEYS[k + 3])
     base = tonumber(b or '0')
     if not base then
       return {'foreign', 0, 0, now, b, 0}
     end
-  end
-  if n - base >= tonumber(ARGV[a + 3]) or n >= 999 then
-    return {'exhausted', n, 0, now, '', base}
-  end
-
-  n = redis.call('INCR', KEYS[k + 2])
-  redis.call('PEXPIRE', KEYS[k + 2], ARGV[a + 6])
-  if base > 0 then
-    redis.call('PEXPIRE', KEYS[k + 3], ARGV[a + 6])
+    if n - base >= tonumber(ARGV[a + 3]) or n >= 999 then
+      return {'exhausted', n, 0, now, '', base}
+    end
+    n = n + 1
+    redis.call('SET', KEYS[k + 2], n, 'PX', ttl)
+    if base > 0 then
+      redis.call('PEXPIRE', KEYS[k + 3], ttl)
+    end
   end
   redis.call('SET', state, 'run:' .. ARGV[a + 1] .. ':' .. n, 'PX', ARGV[a + 2])
   return {'won', n, tonumber(ARGV[a + 2]), now, '', base}

@@ -28,10 +28,11 @@ type arity struct{ keys, args int }
 
 // fusable lists the scripts that take N slots in one call.
 var fusable = map[*redis.Script]arity{
-	claimScript:    {keys: 3, args: 8},
-	renewScript:    {keys: 1, args: 2},
-	completeScript: {keys: 3, args: 4},
-	releaseScript:  {keys: 1, args: 3},
+	claimScript:          {keys: 3, args: 8},
+	renewScript:          {keys: 1, args: 2},
+	completeScript:       {keys: 2, args: 4},
+	completeRecordScript: {keys: 2, args: 7 + 2*recordPairs},
+	releaseScript:        {keys: 1, args: 3},
 }
 
 // send is one EVALSHA of a round trip: one call, or the calls of one

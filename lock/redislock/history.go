@@ -99,6 +99,11 @@ type History struct {
 	mu  sync.Mutex
 	set map[string]time.Time // stream key -> when an append last gave it its TTL
 
+	// beside: the store whose completions append a success's entry in
+	// their own step (CompleteRecorded), set by Open on one server or
+	// Sentinel; nil otherwise.
+	beside *Store
+
 	loadMu sync.Mutex     // one SCRIPT LOAD at a time
 	loaded [2]atomic.Bool // readScript, appendScript was loaded once (a pipeline cannot fall back to EVAL)
 }
@@ -147,17 +152,10 @@ func (h *History) Close() { h.out.Close() }
 // in full, the appends whose stream had gone.
 func (h *History) send(ctx context.Context, batch []*coalesce.Call[histAppend, struct{}]) {
 	now := time.Now()
-	refresh := min(ttlRefresh, h.ttl/10)
 	full := make([]bool, len(batch))
-	h.mu.Lock()
 	for i, c := range batch {
-		key := HistoryKey(h.prefix, c.Req.task)
-		if at, ok := h.set[key]; !ok || now.Sub(at) >= refresh {
-			full[i] = true
-			h.set[key] = now // one full append per key and batch is enough
-		}
+		full[i] = h.due(HistoryKey(h.prefix, c.Req.task), now) // one full append per key and batch is enough
 	}
-	h.mu.Unlock()
 	var again []*coalesce.Call[histAppend, struct{}]
 	for i, err := range h.write(ctx, batch, full) {
 		if !full[i] && errors.Is(err, redis.Nil) { // NOMKSTREAM: the stream had gone
@@ -175,11 +173,30 @@ func (h *History) send(ctx context.Context, batch []*coalesce.Call[histAppend, s
 // TTL to be renewed by the next append.
 func (h *History) settle(c *coalesce.Call[histAppend, struct{}], err error, full bool) {
 	if err != nil && full {
-		h.mu.Lock()
-		delete(h.set, HistoryKey(h.prefix, c.Req.task))
-		h.mu.Unlock()
+		h.forget(HistoryKey(h.prefix, c.Req.task))
 	}
 	c.Err = err
+}
+
+// due reports whether an append to the stream key made at now is to renew
+// its TTL (ttlRefresh), and counts it as renewed: a failed append says so
+// with forget.
+func (h *History) due(key string, now time.Time) bool {
+	refresh := min(ttlRefresh, h.ttl/10)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if at, ok := h.set[key]; ok && now.Sub(at) < refresh {
+		return false
+	}
+	h.set[key] = now
+	return true
+}
+
+// forget leaves the renewal of key's TTL to its next append.
+func (h *History) forget(key string) {
+	h.mu.Lock()
+	delete(h.set, key)
+	h.mu.Unlock()
 }
 
 // write sends batch in one pipeline: history_append.lua (XADD and
@@ -195,25 +212,7 @@ func (h *History) write(ctx context.Context, batch []*coalesce.Call[histAppend, 
 	}
 	args := make([][]any, len(batch))
 	for i, c := range batch {
-		e := c.Req.e
-		values := []any{
-			"slot", e.Slot,
-			"slot_time", e.SlotTime.UTC().Format(time.RFC3339),
-			"attempt", strconv.Itoa(e.Attempt),
-			"token", strconv.FormatInt(e.Token, 10),
-			"replica", e.Replica,
-			"outcome", string(e.Outcome), // go-redis writes no named string type
-			"started", e.Started.UTC().Format(time.RFC3339Nano),
-			"duration_ms", strconv.FormatInt(e.Duration.Milliseconds(), 10),
-			"error", history.TruncateError(e.Error),
-		}
-		if e.Output != "" { // most attempts print nothing: no field
-			values = append(values, "output", history.TruncateOutput(e.Output))
-		}
-		if e.Backfilled {
-			values = append(values, "backfilled", "1")
-		}
-		args[i] = values
+		args[i] = entryFields(c.Req.e)
 	}
 	isFull := func(i int) bool { return full == nil || full[i] }
 	if full == nil || slices.Contains(full, true) {
@@ -272,6 +271,30 @@ func (h *History) write(ctx context.Context, batch []*coalesce.Call[histAppend, 
 		}
 	}
 	return errs
+}
+
+// entryFields is e as its stream entry's field, value pairs: at most
+// recordPairs of them.
+func entryFields(e history.Entry) []any {
+	values := make([]any, 0, 2*recordPairs)
+	values = append(values,
+		"slot", e.Slot,
+		"slot_time", e.SlotTime.UTC().Format(time.RFC3339),
+		"attempt", strconv.Itoa(e.Attempt),
+		"token", strconv.FormatInt(e.Token, 10),
+		"replica", e.Replica,
+		"outcome", string(e.Outcome), // go-redis writes no named string type
+		"started", e.Started.UTC().Format(time.RFC3339Nano),
+		"duration_ms", strconv.FormatInt(e.Duration.Milliseconds(), 10),
+		"error", history.TruncateError(e.Error),
+	)
+	if e.Output != "" { // most attempts print nothing: no field
+		values = append(values, "output", history.TruncateOutput(e.Output))
+	}
+	if e.Backfilled {
+		values = append(values, "backfilled", "1")
+	}
+	return values
 }
 
 // isNoScript reports whether err is Redis's refusal of an EVALSHA whose

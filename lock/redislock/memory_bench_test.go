@@ -9,7 +9,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/redislock"
+	"github.com/slotd/slotd/scheduler/history"
 )
 
 // BenchmarkRedisBytesPerDoneSlot prices, in Redis's memory, what a slot
@@ -43,6 +46,52 @@ func BenchmarkRedisBytesPerDoneSlot(b *testing.B) {
 		b.Fatalf("DBSIZE %d (%v): want a key or more per slot", n, err)
 	}
 	b.ReportMetric(float64(usedMemory(b, rdb)-before)/float64(b.N), "B/slot")
+}
+
+// BenchmarkRedisBytesOneSecondTask is what one task due every second
+// holds in Redis at the defaults, in steady state: its done markers and
+// counters for the default done_ttl (10,000 slots for a task that dense:
+// internal/config's DefaultDoneMarkers), and its history stream, capped at
+// history.MaxLen entries, each appended by its slot's completion as the
+// daemon does on one server (Open, History.CompleteRecorded). Run with
+// that many slots:
+//
+//	go test -run '^$' -bench 'BytesOneSecondTask' -benchtime 10000x ./lock/redislock/
+func BenchmarkRedisBytesOneSecondTask(b *testing.B) {
+	srv := redistest.Start(b)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	b.Cleanup(func() { rdb.Close() })
+	r, h := redislock.Open(rdb, redislock.Config{Prefix: "slotd", HistoryTTL: 7 * 24 * time.Hour})
+	b.Cleanup(func() { h.Close(); r.Close() })
+	ctx := context.Background()
+	p := lock.Policy{Lease: 15 * time.Second, DoneTTL: 10_000 * time.Second, MaxAttempts: 3}
+	base := time.Now().Add(-time.Hour).Truncate(time.Second)
+	owner := "replica-1#0123456789ab"
+	before := usedMemory(b, rdb)
+	b.ResetTimer()
+	for i := range b.N {
+		at := base.Add(-time.Duration(i) * time.Second)
+		slot := lock.Slot{Task: "every-second", ID: at.UTC().Format("20060102150405"), Time: at, Deadline: base.Add(2 * time.Hour)}
+		c, err := r.Claim(ctx, slot, owner, p)
+		if err != nil || c.Result != lock.Won {
+			b.Fatalf("claim %s: %v %v", slot.ID, c.Result, err)
+		}
+		e := history.Entry{Slot: slot.ID, SlotTime: at, Attempt: c.Attempt, Token: lock.Token(at, c.Attempt),
+			Replica: "replica-1", Outcome: "success", Started: at.Add(3 * time.Millisecond), Duration: time.Millisecond}
+		recorded, err := h.CompleteRecorded(ctx, r, slot, lock.Owner{ID: owner, Attempt: c.Attempt}, p.DoneTTL, e)
+		if err != nil || !recorded {
+			b.Fatalf("complete %s: recorded %v, %v", slot.ID, recorded, err)
+		}
+	}
+	b.StopTimer()
+	n, err := rdb.XLen(ctx, redislock.HistoryKey("slotd", "every-second")).Result()
+	if err != nil || n == 0 || n > int64(b.N) {
+		b.Fatalf("XLEN %d (%v): want the entries, capped", n, err)
+	}
+	used := float64(usedMemory(b, rdb) - before)
+	b.ReportMetric(used/float64(b.N), "B/slot")
+	b.ReportMetric(used/1e6, "MB")
+	b.ReportMetric(float64(n), "entries")
 }
 
 // usedMemory is the server's used_memory (INFO memory).

@@ -22,14 +22,20 @@ type Config struct {
 
 // Open returns the store on rdb (one server, a Sentinel-managed master or
 // a Cluster) and the run history beside its slots: what slotd's daemon
-// runs on a [redis] url or addrs configuration. It does no I/O. Close the
+// runs on a [redis] url or addrs configuration. On one server or Sentinel
+// the history appends a success's entry with its completion, in one script
+// (History.CompleteRecorded). It does no I/O. Close the
 // history, then the store, then rdb.
 func Open(rdb redis.UniversalClient, c Config) (*Store, *History) {
 	var opts []Option
 	if c.MinReplicasAck > 0 {
 		opts = append(opts, WithMinReplicasAck(c.MinReplicasAck, c.AckTimeout))
 	}
-	return New(rdb, c.Prefix, opts...), NewHistory(rdb, c.Prefix, c.HistoryTTL)
+	s, h := New(rdb, c.Prefix, opts...), NewHistory(rdb, c.Prefix, c.HistoryTTL)
+	if s.ack.n == 0 && s.batch.fuse { // one server: a success's entry rides on its completion
+		h.beside = s
+	}
+	return s, h
 }
 
 // OpenRedlock returns the slot protocol on a quorum of independent masters,

@@ -25,6 +25,10 @@ var (
 	//go:embed complete.lua
 	completeLua    string
 	completeScript = redis.NewScript(completeLua)
+	// completeRecordScript is complete.lua for completions that bring
+	// their history entry (record.go): another shape of arguments, fused
+	// apart, so that the others do not carry an entry's padding.
+	completeRecordScript = redis.NewScript(completeLua)
 	//go:embed release.lua
 	releaseLua    string
 	releaseScript = redis.NewScript(releaseLua)
@@ -180,9 +184,30 @@ func (r *Store) Complete(ctx context.Context, slot lock.Slot, owner lock.Owner, 
 	if r.ack.n > 0 {
 		return r.completeAcked(ctx, slot, owner, doneTTL)
 	}
-	state, attempts := Keys(r.prefix, slot)
-	return r.compare(ctx, "complete", slot, owner, completeScript, []string{state, attempts, schema.BaseKey(state)},
-		schema.Run(owner), schema.DonePrefix(owner), doneTTL.Milliseconds(), r.doneCh)
+	keys, args := r.completeArgs(slot, owner, doneTTL, nil)
+	return r.compare(ctx, "complete", slot, owner, completeScript, keys, args...)
+}
+
+// completeArgs are complete.lua's keys and arguments for owner's
+// completion of slot, with rec appended in the same step unless it is nil.
+func (r *Store) completeArgs(slot lock.Slot, owner lock.Owner, doneTTL time.Duration, rec *record) ([]string, []any) {
+	state, _ := Keys(r.prefix, slot)
+	keys := []string{state, state}
+	if rec == nil {
+		return keys, []any{schema.Run(owner), schema.DonePrefix(owner), doneTTL.Milliseconds(), r.doneCh}
+	}
+	keys[1] = rec.stream
+	renew := "0"
+	if rec.renew {
+		renew = "1"
+	}
+	args := make([]any, 0, 7+2*recordPairs)
+	args = append(args, schema.Run(owner), schema.DonePrefix(owner), doneTTL.Milliseconds(), r.doneCh, rec.maxLen, rec.ttl.Milliseconds(), renew)
+	args = append(args, rec.fields...)
+	for len(args) < 7+2*recordPairs {
+		args = append(args, "")
+	}
+	return keys, args
 }
 
 // Release implements Store.

@@ -2,6 +2,7 @@ package redislock_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -10,6 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/redislock"
+	"github.com/slotd/slotd/scheduler/history"
 )
 
 // BenchmarkRedisCPU measures what a slot's state changes cost Redis itself:
@@ -96,6 +99,81 @@ func BenchmarkRedisCPU(b *testing.B) {
 		})
 		b.ReportMetric(us/raw, "ratio-to-raw")
 	})
+	// The history entry of a success: appended apart (a Cluster's path,
+	// and every server's before the completion carried it), or by the
+	// completion's own script (one server: Open, CompleteRecorded).
+	hist := redislock.NewHistory(rdb, "slotd", time.Hour)
+	defer hist.Close()
+	rs, rh := redislock.Open(rdb, redislock.Config{Prefix: "slotd", HistoryTTL: time.Hour})
+	defer rs.Close()
+	defer rh.Close()
+	successOf := func(s lock.Slot) history.Entry {
+		return history.Entry{Slot: s.ID, SlotTime: s.Time, Attempt: 1, Token: lock.Token(s.Time, 1), Replica: "r",
+			Outcome: "success", Started: s.Time.Add(3 * time.Millisecond), Duration: time.Millisecond}
+	}
+	concurrently := func(b *testing.B, slots []lock.Slot, f func(lock.Slot) error) {
+		errs := make(chan error, len(slots))
+		for _, s := range slots {
+			go func() { errs <- f(s) }()
+		}
+		for range slots {
+			if err := <-errs; err != nil {
+				b.Error(err)
+			}
+		}
+	}
+	b.Run("append", func(b *testing.B) {
+		now := time.Now()
+		us := measure(b, func(n int) {
+			concurrently(b, freshSlots(now, n), func(s lock.Slot) error { return hist.Append(ctx, s.Task, successOf(s)) })
+		})
+		b.ReportMetric(us/raw, "ratio-to-raw")
+	})
+	b.Run("complete-recorded", func(b *testing.B) {
+		var slots []lock.Slot
+		for done := 0; done < b.N; done += batch {
+			slots = append(slots, claim(b, min(batch, b.N-done))...)
+		}
+		next := 0
+		us := measure(b, func(n int) {
+			concurrently(b, slots[next:next+n], func(s lock.Slot) error {
+				recorded, err := rh.CompleteRecorded(ctx, rs, s, lock.Owner{ID: "r", Attempt: 1}, p.DoneTTL, successOf(s))
+				if err == nil && !recorded {
+					err = fmt.Errorf("complete %s: not recorded", s)
+				}
+				return err
+			})
+			next += n
+		})
+		b.ReportMetric(us/raw, "ratio-to-raw")
+	})
+	// The least a slot can cost Redis: three plain commands, pipelined,
+	// checking nothing: SET NX PX (a claim), SET XX PX (a completion),
+	// XADD (its history entry, as the history writes it).
+	b.Run("plain-slot", func(b *testing.B) {
+		now := time.Now()
+		us := measure(b, func(n int) {
+			pipe := rdb.Pipeline()
+			for _, s := range freshSlots(now, n) {
+				state, _ := redislock.Keys("slotd", s)
+				pipe.SetArgs(ctx, state, "run:r:1", redis.SetArgs{Mode: "NX", TTL: p.Lease})
+				pipe.SetArgs(ctx, state, "done:r:1:1767225600012", redis.SetArgs{Mode: "XX", TTL: p.DoneTTL})
+				pipe.XAdd(ctx, &redis.XAddArgs{Stream: redislock.HistoryKey("slotd", s.Task), MaxLen: history.MaxLen, Approx: true,
+					Values: plainEntry(successOf(s))})
+			}
+			if _, err := pipe.Exec(ctx); err != nil {
+				b.Fatal(err)
+			}
+		})
+		b.ReportMetric(us/raw, "ratio-to-raw")
+	})
+}
+
+// plainEntry is e's fields as the history writes them.
+func plainEntry(e history.Entry) []any {
+	return []any{"slot", e.Slot, "slot_time", e.SlotTime.UTC().Format(time.RFC3339), "attempt", strconv.Itoa(e.Attempt),
+		"token", strconv.FormatInt(e.Token, 10), "replica", e.Replica, "outcome", string(e.Outcome),
+		"started", e.Started.UTC().Format(time.RFC3339Nano), "duration_ms", strconv.FormatInt(e.Duration.Milliseconds(), 10), "error", e.Error}
 }
 
 // serverCPU is Redis's own CPU time so far, in seconds.

@@ -9,12 +9,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/slotd/slotd/lock"
-
 	// ErrNotReplicated: fewer replicas than WithMinReplicasAck asks for
 	// acknowledged a write within the wait. A claim that was won is released
 	// again (the caller does not run the task); a complete has written its
 	// done marker, which a failover before the replicas catch up could lose.
-	"github.com/slotd/slotd/lock/internal/schema"
 )
 
 var ErrNotReplicated = errors.New("lock: write not acknowledged by enough replicas")
@@ -156,14 +154,13 @@ func (r *Store) claimAcked(ctx context.Context, slot lock.Slot, replica string, 
 // completeAcked is Complete under WithMinReplicasAck: the complete script,
 // and if it succeeded, WAIT, on one pinned connection.
 func (r *Store) completeAcked(ctx context.Context, slot lock.Slot, owner lock.Owner, doneTTL time.Duration) error {
-	state, attempts := Keys(r.prefix, slot)
-	conn, err := r.pinned(ctx, state)
+	keys, args := r.completeArgs(slot, owner, doneTTL, nil)
+	conn, err := r.pinned(ctx, keys[0])
 	if err != nil {
 		return redisErr(fmt.Errorf("lock: complete %s attempt %d: %w", slot, owner.Attempt, err))
 	}
 	defer conn.Close()
-	n, err := runOne(ctx, conn, completeScript, []string{state, attempts, schema.BaseKey(state)},
-		schema.Run(owner), schema.DonePrefix(owner), doneTTL.Milliseconds(), r.doneCh).Int()
+	n, err := runOne(ctx, conn, completeScript, keys, args...).Int()
 	if err != nil {
 		r.noteMoved(ctx, err)
 		return redisErr(fmt.Errorf("lock: complete %s attempt %d: %w", slot, owner.Attempt, err))
