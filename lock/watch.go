@@ -1,6 +1,7 @@
 package lock
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 )
@@ -70,4 +71,33 @@ func (w *Watch) Notify(c Change) {
 	case w.c <- struct{}{}:
 	default:
 	}
+}
+
+// ReleaseWatcher is a store that reports the releases of every slot to
+// one function: how a replica hears of the release of any of the
+// thousands of slots it left to their preferred claimants without a Watch
+// per slot (package scheduler keeps only a list of them, and reads their
+// states in one batch). A store whose notices cannot name the slot (a
+// Redlock quorum's, ZooKeeper's per-node watches) does not implement it.
+type ReleaseWatcher interface {
+	// WatchReleases calls f with the task and slot id of every later
+	// release of any slot (a failed attempt's, with or without a retry
+	// backoff, and an operator's rerun) until stop is called; stop is
+	// safe to call more than once. As with OnChange, f runs on the store's
+	// notification goroutine while it holds the store's lock: it must
+	// return quickly and must not call the store. A notice lost while the
+	// store reconnects is not repeated: a watcher also reads the slot's
+	// state when the holder's lease runs out.
+	WatchReleases(f func(task, id string)) (stop func())
+}
+
+// Peeker is a store that reads what has become of many slots more cheaply
+// than States: each one's Status, and its TTL while running, nothing else
+// (no attempts, no holder). It is what a replica that left the slots to
+// their preferred claimants needs to know: which are done, held (until
+// when) or anything else. A slot a store cannot read may read as any
+// status but "done" or "running": its reader then claims it, and the
+// claim reports what is wrong.
+type Peeker interface {
+	Peek(ctx context.Context, slots []Slot) ([]State, error)
 }

@@ -116,7 +116,7 @@ func (l *tripLog) record(cmds []redis.Cmder) {
 }
 
 // slotKeys is how many keys one slot adds to a call of a slot script.
-var slotKeys = map[string]int{"claim.lua": 3, "complete.lua": 3, "renew.lua": 1, "release.lua": 1, "probe.lua": 1}
+var slotKeys = map[string]int{"claim.lua": 3, "complete.lua": 2, "renew.lua": 1, "release.lua": 1, "probe.lua": 1}
 
 // start clears the log and starts recording.
 func (l *tripLog) start() {

@@ -41,6 +41,14 @@ type loop struct {
 	pending   int
 	deferred  []*run
 	lastTaken time.Time
+	// On a store that reports every release (deferral.go): checks, the
+	// deferrals by check time; firing, this turn's; heldChecks, those
+	// waiting for this replica's pending claims; byName, every slot they
+	// list. nil byName: deferring slots are runs.
+	checks     checkHeap
+	firing     *deferral
+	heldChecks []*deferral
+	byName     map[slotName]deferRef
 	// running: attempts running; capped: runs waiting for room under
 	// max_running, longest first (entries no longer capped are skipped).
 	// See capacity.go.
@@ -72,6 +80,8 @@ func newLoop(s *Scheduler, ctx, hard context.Context, cancelHard context.CancelC
 // (running attempts included, cancelled through hard after the grace); it
 // does not wait for the workers' goroutines to exit.
 func (l *loop) run() {
+	stopReleases := l.watchReleases()
+	defer stopReleases()
 	l.start()
 	var (
 		shutdown = l.ctx.Done()
@@ -80,6 +90,7 @@ func (l *loop) run() {
 		events   []event
 	)
 	for {
+		l.closeFiring()
 		l.sendClaims()
 		if l.stopping && l.live == 0 {
 			break
@@ -113,8 +124,10 @@ func (l *loop) run() {
 			events[i] = event{} // no run kept alive by a handled event
 		}
 		l.releaseDeferred()
+		l.releaseChecks()
 		l.admit()
 		l.wakeDue()
+		l.checkDue()
 		l.fireDue()
 		l.backfillDue()
 	}
@@ -140,6 +153,12 @@ func (l *loop) nextWait() (time.Duration, bool) {
 			wait, ok = w, true
 		}
 	}
+	if len(l.checks) > 0 {
+		w := l.checks[0].checkAt.Sub(l.s.clock.Now())
+		if !ok || w < wait {
+			wait, ok = w, true
+		}
+	}
 	return max(wait, 0), ok
 }
 
@@ -161,6 +180,10 @@ func (l *loop) handle(e event) {
 		l.onReload(e.reload)
 	case backfilled:
 		l.onBackfill(e.backfill)
+	case checked:
+		l.onChecked(e.deferral, e.states, e.reply.Err)
+	case releaseNoticed:
+		l.onReleaseNotice(e.name)
 	}
 }
 
@@ -302,20 +325,22 @@ func (l *loop) sendClaims() {
 type eventKind uint8
 
 const (
-	claimed    eventKind = iota + 1 // a claim's reply
-	noticed                         // the slot's watch: change says what
-	attempted                       // an attempt ended; with done, the replica is finished with the slot
-	controlled                      // the task was paused (with done) or resumed, by the controller
-	triggered                       // an operator's trigger of the task at at, armed, by the controller
-	reloaded                        // Reload's new tasks
-	backfilled                      // an operator's backfill request (backfill.go); run is nil
+	claimed        eventKind = iota + 1 // a claim's reply
+	noticed                             // the slot's watch: change says what
+	attempted                           // an attempt ended; with done, the replica is finished with the slot
+	controlled                          // the task was paused (with done) or resumed, by the controller
+	triggered                           // an operator's trigger of the task at at, armed, by the controller
+	reloaded                            // Reload's new tasks
+	backfilled                          // an operator's backfill request (backfill.go); run is nil
+	checked                             // a deferral's read (deferral.go): states, or reply.Err; run is nil
+	releaseNoticed                      // a release of the slot name names (deferral.go); run is nil
 )
 
 // event is a message to the loop about one run.
 type event struct {
 	kind   eventKind
 	run    *run
-	reply  lock.ClaimReply // claimed: the reply; attempted: the claim the attempt ran under
+	reply  lock.ClaimReply // claimed: the reply; attempted: the claim the attempt ran under; checked: the read's error
 	change lock.Change     // noticed: what the watch reported
 	done   bool            // attempted: the replica is finished with the slot; controlled: paused
 	task   *Task           // controlled, triggered: the task as the controller read it (the loop looks its name up)
@@ -326,6 +351,11 @@ type event struct {
 	backfill *backfill
 	// entry: attempted, when the attempt failed: its history entry.
 	entry *HistoryEntry
+	// deferral and states: checked's deferral and what the read said.
+	deferral *deferral
+	states   []lock.State
+	// name: releaseNoticed's slot.
+	name slotName
 }
 
 // mailbox is the loop's queue of events. It does not block a sender: a

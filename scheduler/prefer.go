@@ -13,7 +13,9 @@ import (
 // one replica per slot, its preferred claimant, claims at once, and the
 // others defer their claims: they wait preferWait for the store to tell
 // them the slot was taken (lock.Taken, one notice per round trip of
-// claims) or done, and claim only if it was not.
+// claims) or done, and claim only if it was not. On a store that reports
+// every release to one function they keep no run for such a slot: they
+// list it and read its state after the same wait (deferral.go).
 //
 // How long to wait is the question. On a quiet store the notice comes a
 // round trip or two after the fire time, well within preferWait. In a

@@ -117,6 +117,10 @@ func (l *loop) onFire(t *Task, at time.Time) {
 		l.advance(l.newClaimRun(t, slot), false)
 		return
 	}
+	if l.byName != nil {
+		l.deferSlot(t, slot)
+		return
+	}
 	r := l.newSlotRun(t, slot)
 	r.state = deferring
 	limit := deferLimit(r.slot)
@@ -377,6 +381,7 @@ func (l *loop) onWake(r *run) {
 // claiming or running ends at its claim's reply or its attempt's end.
 func (l *loop) onShutdown() {
 	l.stopping = true
+	l.dropChecks()
 	for len(l.wakes) > 0 {
 		l.end(l.wakes[len(l.wakes)-1])
 	}

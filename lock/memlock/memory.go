@@ -264,6 +264,22 @@ func (m *Store) Watch(slot lock.Slot) *lock.Watch {
 	return m.watchKey(key)
 }
 
+// WatchReleases implements lock.ReleaseWatcher.
+func (m *Store) WatchReleases(f func(task, id string)) (stop func()) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.watch.OnRelease(func(key string) {
+		if task, id, ok := schema.SlotOf("slotd", key); ok {
+			f(task, id)
+		}
+	})
+	return sync.OnceFunc(func() {
+		m.mu.Lock()
+		m.watch.OffRelease(p)
+		m.mu.Unlock()
+	})
+}
+
 // watchKey watches the notifications naming key.
 func (m *Store) watchKey(key string) *lock.Watch {
 	var w *lock.Watch

@@ -364,6 +364,19 @@ func (r *Store) watchKey(key string, relay *lock.Watch) *lock.Watch {
 	return w
 }
 
+// WatchReleases implements lock.ReleaseWatcher over the subscription
+// Watch shares, which it starts.
+func (r *Store) WatchReleases(f func(task, id string)) (stop func()) {
+	prefix := r.prefix
+	stop = r.sub.OnRelease(func(key string) {
+		if task, id, ok := schema.SlotOf(prefix, key); ok {
+			f(task, id)
+		}
+	})
+	r.sub.Start()
+	return stop
+}
+
 // Subscribe starts the release subscription and waits until Redis has
 // confirmed it, so that a release published after it returns is not missed.
 // Watch starts the subscription by itself; calling Subscribe first only

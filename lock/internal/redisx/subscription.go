@@ -76,6 +76,20 @@ func (s *Subscription) Remove(key string, w *lock.Watch) {
 	s.mu.Unlock()
 }
 
+// OnRelease registers f for every message on a channel other than the
+// done channel (a release or rerun of the key it names); stop
+// unregisters it.
+func (s *Subscription) OnRelease(f func(key string)) (stop func()) {
+	s.mu.Lock()
+	p := s.watch.OnRelease(f)
+	s.mu.Unlock()
+	return sync.OnceFunc(func() {
+		s.mu.Lock()
+		s.watch.OffRelease(p)
+		s.mu.Unlock()
+	})
+}
+
 // Start subscribes, unless started or closed, without waiting for the
 // server to confirm.
 func (s *Subscription) Start() {

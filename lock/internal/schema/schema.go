@@ -22,6 +22,20 @@ func Keys(prefix string, slot lock.Slot) (state, attempts string) {
 	return state, state + ":attempts"
 }
 
+// SlotOf is the task and slot id of state key under prefix (see Keys);
+// false for any other key (its attempts or base, a control's, the fleet's).
+// Task names hold no colon, so the first one inside the braces ends it.
+func SlotOf(prefix, key string) (task, id string, ok bool) {
+	if len(key) < len(prefix)+3 || key[:len(prefix)] != prefix || key[len(prefix):len(prefix)+2] != ":{" || key[len(key)-1] != '}' {
+		return "", "", false
+	}
+	task, id, ok = strings.Cut(key[len(prefix)+2:len(key)-1], ":")
+	if !ok || task == "" || id == "" || strings.ContainsAny(id, "{}") {
+		return "", "", false
+	}
+	return task, id, true
+}
+
 // BaseKey holds the attempts counted before the slot's last rerun.
 func BaseKey(state string) string { return state + ":base" }
 

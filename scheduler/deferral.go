@@ -1,0 +1,333 @@
+package scheduler
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/slotd/slotd/lock"
+)
+
+// Deferrals. On a store that reports every slot's releases to one function
+// (lock.ReleaseWatcher), a replica keeps no run, watch or timer for a slot
+// it leaves to its preferred claimant (prefer.go): the slots it fired in
+// one turn and did not claim are one deferral, a list in a heap of check
+// times. When the deferral's wait is over (preferWait, longer while this
+// replica's own claims are pending, within deferLimit) one lock.Store.States
+// read of all of its slots says what became of them:
+//
+//	done                        nothing more to do here
+//	held, lease ends in time    read again when the lease read runs out (a takeover of a dead holder's slot)
+//	held past the deadline      the holder reports for itself
+//	free, before the limit      read again at the limit (its claimant's claim may be late)
+//	anything else               a run claims it (free at the limit, a retry backoff, exhausted, foreign, unreadable)
+//
+// A release of a listed slot (a failed attempt's, an operator's rerun)
+// starts its run at once, as a watch's notice started a deferring run's
+// claim: the failure handoff is as prompt as it was. Completions and won
+// claims are not listened to: the read says as much, for thousands of
+// slots in one round trip, where a notice per slot cost every replica a
+// mailbox event, a watch and a run. On a store without the capability
+// (Redlock, ZooKeeper, etcd) a deferring slot is a run as before.
+
+// slotName names a slot in a release notice: its task and id.
+type slotName struct{ task, id string }
+
+// deferral is slots this replica left to their preferred claimants,
+// read together once checkAt comes.
+type deferral struct {
+	slots   []deferredSlot
+	start   time.Time // local clock: when its first slot was listed
+	checkAt time.Time // local clock: the read goes out then (or when releaseDeferred says)
+	// until: the read goes out then even while claims are pending; a
+	// recheck of held slots does not wait for claims.
+	until time.Time
+	index int // in the loop's check heap; -1 while being read or done
+	// final: a slot read free is claimed, not looked at again at until.
+	final bool
+}
+
+// deferredSlot is one slot of a deferral.
+type deferredSlot struct {
+	t    *Task
+	slot lock.Slot
+	gone bool // a release started its run meanwhile
+}
+
+// deferRef is where a listed slot is: its deferral and its index there.
+type deferRef struct {
+	d *deferral
+	i int
+}
+
+// recheckAfter is how long after a holder's lease would run out, as the
+// read said, the slot is read again: its store has let it go by then.
+const recheckAfter = 5 * time.Millisecond
+
+// recheckSpan groups the held slots of one read whose leases end within
+// it into one recheck, at the earliest of them.
+const recheckSpan = 50 * time.Millisecond
+
+// watchReleases starts hearing the store's releases, if it can report
+// them all (lock.ReleaseWatcher): deferrals are batched from then on. The
+// returned stop is for the loop's end.
+func (l *loop) watchReleases() (stop func()) {
+	rw, ok := l.s.store.(lock.ReleaseWatcher)
+	if !ok {
+		return func() {}
+	}
+	l.byName = map[slotName]deferRef{}
+	inbox := &l.inbox
+	return rw.WatchReleases(func(task, id string) {
+		inbox.post(event{kind: releaseNoticed, name: slotName{task, id}})
+	})
+}
+
+// deferSlot lists slot, one of t's, in this turn's deferral.
+func (l *loop) deferSlot(t *Task, slot lock.Slot) {
+	name := slotName{slot.Task, slot.ID}
+	if _, dup := l.byName[name]; dup {
+		return
+	}
+	limit := deferLimit(slot)
+	d := l.firing
+	if d == nil {
+		now := l.s.clock.Now()
+		d = &deferral{index: -1, start: now, checkAt: now.Add(min(preferWait, limit)), until: now.Add(limit)}
+		l.firing = d
+	} else if until := d.start.Add(limit); until.Before(d.until) {
+		d.until = until
+		if d.checkAt.After(until) {
+			d.checkAt = until
+		}
+	}
+	l.byName[name] = deferRef{d: d, i: len(d.slots)}
+	d.slots = append(d.slots, deferredSlot{t: t, slot: slot})
+}
+
+// closeFiring puts this turn's deferral into the check heap.
+func (l *loop) closeFiring() {
+	if d := l.firing; d != nil {
+		l.firing = nil
+		heap.Push(&l.checks, d)
+	}
+}
+
+// checkDue sends the read of every deferral whose check time has come,
+// unless this replica's own claims are pending and its limit has not
+// come: then it waits for releaseDeferred, or its limit.
+func (l *loop) checkDue() {
+	now := l.s.clock.Now()
+	for len(l.checks) > 0 && !l.checks[0].checkAt.After(now) {
+		d := l.checks[0]
+		if l.pending > 0 && now.Before(d.until) {
+			d.checkAt = d.until
+			heap.Fix(&l.checks, 0)
+			l.heldChecks = append(l.heldChecks, d)
+			continue
+		}
+		heap.Pop(&l.checks)
+		l.read(d)
+	}
+}
+
+// releaseChecks has the held-back deferrals read preferWait from now once
+// no claim of this replica is pending (as releaseDeferred does for runs).
+func (l *loop) releaseChecks() {
+	if l.pending > 0 || len(l.heldChecks) == 0 {
+		return
+	}
+	soon := l.s.clock.Now().Add(preferWait)
+	for i, d := range l.heldChecks {
+		if d.index >= 0 && d.checkAt.After(soon) {
+			d.checkAt = soon
+			heap.Fix(&l.checks, d.index)
+		}
+		l.heldChecks[i] = nil
+	}
+	l.heldChecks = l.heldChecks[:0]
+}
+
+// read sends one read of d's slots (lock.Peeker's, or States) (those a release started a run
+// of included: they are few, and the answer's order stays d's); its answer
+// comes as a checked event.
+func (l *loop) read(d *deferral) {
+	if allGone(d) {
+		return
+	}
+	slots := make([]lock.Slot, len(d.slots))
+	lease := d.slots[0].t.Lease
+	for i, x := range d.slots {
+		slots[i] = x.slot
+		lease = min(lease, x.t.Lease)
+	}
+	store, inbox := l.s.store, &l.inbox
+	l.workers.Add(1)
+	go func() {
+		defer l.workers.Done()
+		cctx, cancel := context.WithTimeout(l.ctx, lease/3)
+		defer cancel()
+		var states []lock.State
+		var err error
+		if pk, ok := store.(lock.Peeker); ok {
+			states, err = pk.Peek(cctx, slots)
+		} else {
+			states, err = store.States(cctx, slots)
+		}
+		inbox.post(event{kind: checked, deferral: d, states: states, reply: lock.ClaimReply{Err: err}})
+	}()
+}
+
+// onChecked acts on the read of d's slots: states in their order, or nil
+// with err if the store could not answer, and then every slot is claimed
+// (each claim retries as a run's does).
+func (l *loop) onChecked(d *deferral, states []lock.State, err error) {
+	if l.stopping {
+		l.unlist(d)
+		return
+	}
+	if len(states) != len(d.slots) {
+		if err == nil { // cannot happen: every store answers each slot
+			err = errors.New("lock: a States read answered for another number of slots")
+		}
+		l.s.log.Warn("reading the states of slots left to their preferred claimants failed; claiming them",
+			"slots", len(d.slots), "err", err)
+		states = nil
+	}
+	now, storeNow := l.s.clock.Now(), l.s.now()
+	type held struct {
+		x   deferredSlot
+		ttl time.Duration
+	}
+	var holds []held
+	var again *deferral // the slots read free before the limit: looked at again then
+	for i, x := range d.slots {
+		if x.gone {
+			continue // a release started its run
+		}
+		var st lock.State
+		if states != nil {
+			st = states[i]
+		}
+		delete(l.byName, slotName{x.slot.Task, x.slot.ID})
+		if l.current[x.t.Name] == nil {
+			continue // a reload removed the task: it claims nothing more
+		}
+		switch {
+		case states != nil && st.Status == "done":
+		case states != nil && st.Status == "running" && st.TTL > 0:
+			if !storeNow.Add(st.TTL).Before(x.slot.Deadline) {
+				continue // the holder runs past the deadline and reports for itself
+			}
+			holds = append(holds, held{x, st.TTL})
+		case states != nil && st.Status == "free" && !d.final && now.Before(d.until):
+			// Its preferred claimant's claim may be late rather than never
+			// coming: on a loaded machine claims take longer than
+			// preferWait, and every deferring replica claiming each such
+			// slot would only load it more.
+			if again == nil {
+				again = &deferral{index: -1, start: d.start, checkAt: d.until, until: d.until, final: true}
+			}
+			l.byName[slotName{x.slot.Task, x.slot.ID}] = deferRef{d: again, i: len(again.slots)}
+			again.slots = append(again.slots, x)
+		default:
+			l.advance(l.newSlotRun(x.t, x.slot), false)
+		}
+	}
+	d.slots = nil
+	if again != nil {
+		heap.Push(&l.checks, again)
+	}
+	if len(holds) == 0 {
+		return
+	}
+	slices.SortFunc(holds, func(a, b held) int { return int(a.ttl - b.ttl) })
+	var next *deferral
+	for _, h := range holds {
+		if next == nil || h.ttl > next.checkAt.Sub(now)-recheckAfter+recheckSpan {
+			if next != nil {
+				heap.Push(&l.checks, next)
+			}
+			at := now.Add(h.ttl + recheckAfter)
+			next = &deferral{index: -1, checkAt: at, until: at, final: true}
+		}
+		l.byName[slotName{h.x.slot.Task, h.x.slot.ID}] = deferRef{d: next, i: len(next.slots)}
+		next.slots = append(next.slots, h.x)
+	}
+	heap.Push(&l.checks, next)
+}
+
+// onReleaseNotice starts the run of a listed slot that was released (a
+// failed attempt's release, or an operator's rerun): it claims at once.
+func (l *loop) onReleaseNotice(name slotName) {
+	ref, ok := l.byName[name]
+	if !ok || l.stopping {
+		return
+	}
+	delete(l.byName, name)
+	x := &ref.d.slots[ref.i]
+	x.gone = true
+	if ref.d.index >= 0 && allGone(ref.d) {
+		heap.Remove(&l.checks, ref.d.index)
+	}
+	if l.current[x.t.Name] == nil {
+		return
+	}
+	l.advance(l.newSlotRun(x.t, x.slot), false)
+}
+
+func allGone(d *deferral) bool {
+	for _, x := range d.slots {
+		if !x.gone {
+			return false
+		}
+	}
+	return true
+}
+
+// unlist forgets d's slots.
+func (l *loop) unlist(d *deferral) {
+	for _, x := range d.slots {
+		if !x.gone {
+			delete(l.byName, slotName{x.slot.Task, x.slot.ID})
+		}
+	}
+	d.slots = nil
+}
+
+// dropChecks forgets every deferral: shutting down, nothing more is
+// claimed.
+func (l *loop) dropChecks() {
+	l.closeFiring()
+	for len(l.checks) > 0 {
+		l.unlist(heap.Pop(&l.checks).(*deferral))
+	}
+	clear(l.heldChecks)
+	l.heldChecks = l.heldChecks[:0]
+	clear(l.byName)
+}
+
+// checkHeap orders deferrals by check time; each knows its index.
+type checkHeap []*deferral
+
+func (h checkHeap) Len() int           { return len(h) }
+func (h checkHeap) Less(i, j int) bool { return h[i].checkAt.Before(h[j].checkAt) }
+func (h checkHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *checkHeap) Push(x any) {
+	d := x.(*deferral)
+	d.index = len(*h)
+	*h = append(*h, d)
+}
+func (h *checkHeap) Pop() any {
+	old := *h
+	d := old[len(old)-1]
+	old[len(old)-1] = nil
+	d.index = -1
+	*h = old[:len(old)-1]
+	return d
+}
