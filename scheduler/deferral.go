@@ -18,7 +18,7 @@ import (
 // replica's own claims are pending, within deferLimit) one lock.Store.States
 // read of all of its slots says what became of them:
 //
-//	done                        nothing more to do here
+//	done                        listed until its deadline, unread: only an operator's rerun wakes it
 //	held, lease ends in time    read again when the lease read runs out (a takeover of a dead holder's slot)
 //	held past the deadline      the holder reports for itself
 //	free, before the limit      read again at the limit (its claimant's claim may be late)
@@ -47,6 +47,11 @@ type deferral struct {
 	index int // in the loop's check heap; -1 while being read or done
 	// final: a slot read free is claimed, not looked at again at until.
 	final bool
+	// settled: its slots were read done. It is never read: it keeps them
+	// listed until checkAt, the latest of their deadlines, so that an
+	// operator's rerun of one, whoever ran it, is heard and claimed here
+	// (a release notice of a slot no longer listed is ignored).
+	settled bool
 }
 
 // deferredSlot is one slot of a deferral.
@@ -122,6 +127,11 @@ func (l *loop) checkDue() {
 	now := l.s.clock.Now()
 	for len(l.checks) > 0 && !l.checks[0].checkAt.After(now) {
 		d := l.checks[0]
+		if d.settled { // their windows have closed: nothing to rerun
+			heap.Pop(&l.checks)
+			l.unlist(d)
+			continue
+		}
 		if l.pending > 0 && now.Before(d.until) {
 			d.checkAt = d.until
 			heap.Fix(&l.checks, 0)
@@ -202,7 +212,8 @@ func (l *loop) onChecked(d *deferral, states []lock.State, err error) {
 		ttl time.Duration
 	}
 	var holds []held
-	var again *deferral // the slots read free before the limit: looked at again then
+	var again *deferral   // the slots read free before the limit: looked at again then
+	var settled *deferral // the slots read done: listed for a rerun until their deadline
 	for i, x := range d.slots {
 		if x.gone {
 			continue // a release started its run
@@ -217,6 +228,17 @@ func (l *loop) onChecked(d *deferral, states []lock.State, err error) {
 		}
 		switch {
 		case states != nil && st.Status == "done":
+			if !storeNow.Before(x.slot.Deadline) {
+				continue
+			}
+			if settled == nil {
+				settled = &deferral{index: -1, settled: true}
+			}
+			if at := now.Add(x.slot.Deadline.Sub(storeNow)); at.After(settled.checkAt) {
+				settled.checkAt, settled.until = at, at
+			}
+			l.byName[slotName{x.slot.Task, x.slot.ID}] = deferRef{d: settled, i: len(settled.slots)}
+			settled.slots = append(settled.slots, x)
 		case states != nil && st.Status == "running" && st.TTL > 0:
 			if !storeNow.Add(st.TTL).Before(x.slot.Deadline) {
 				continue // the holder runs past the deadline and reports for itself
@@ -239,6 +261,9 @@ func (l *loop) onChecked(d *deferral, states []lock.State, err error) {
 	d.slots = nil
 	if again != nil {
 		heap.Push(&l.checks, again)
+	}
+	if settled != nil {
+		heap.Push(&l.checks, settled)
 	}
 	if len(holds) == 0 {
 		return
@@ -272,8 +297,8 @@ func (l *loop) onReleaseNotice(name slotName) {
 	if ref.d.index >= 0 && allGone(ref.d) {
 		heap.Remove(&l.checks, ref.d.index)
 	}
-	if l.current[x.t.Name] == nil {
-		return
+	if l.current[x.t.Name] == nil || !l.s.now().Before(x.slot.Deadline) {
+		return // removed by a reload, or its window has closed
 	}
 	l.advance(l.newSlotRun(x.t, x.slot), false)
 }

@@ -106,12 +106,23 @@ func TestDeferredSlotsAreReadInOneBatch(t *testing.T) {
 
 	d := checkNow(t, l)
 	handleUntil(t, l, "the read's answer", func() bool { return d.slots == nil })
-	if len(l.claims) != 0 || len(l.checks) != 2 || len(l.byName) != 2 {
-		t.Fatalf("after the read: %d claims queued, %d deferrals, %d listed; want none, d1's and d2's", len(l.claims), len(l.checks), len(l.byName))
+	if len(l.claims) != 0 || len(l.checks) != 3 || len(l.byName) != 3 {
+		t.Fatalf("after the read: %d claims queued, %d deferrals, %d listed; want none, d0's, d1's and d2's", len(l.claims), len(l.checks), len(l.byName))
 	}
 	// The free d2 is looked at again at the deferral's limit (its
-	// claimant may be late), the held d1 when its lease runs out.
-	free, heldAgain := l.checks[0], l.checks[1]
+	// claimant may be late), the held d1 when its lease runs out; the done
+	// d0 stays listed, unread, until its deadline, for a rerun.
+	byTask := map[string]*deferral{}
+	for _, x := range l.checks {
+		byTask[x.slots[0].slot.Task] = x
+	}
+	free, heldAgain, settled := byTask["d2"], byTask["d1"], byTask["d0"]
+	if settled == nil || !settled.settled || len(settled.slots) != 1 {
+		t.Fatalf("after the read: d0's deferral %+v, want it settled, alone", settled)
+	}
+	if w := time.Until(settled.checkAt); w < time.Until(done.Deadline)-time.Second || w > time.Until(done.Deadline)+time.Second {
+		t.Errorf("d0 forgotten in %v, want at its deadline, in %v", w, time.Until(done.Deadline))
+	}
 	if len(free.slots) != 1 || free.slots[0].slot.Task != "d2" || !free.checkAt.Equal(d.until) {
 		t.Fatalf("after the read: first deferral %+v, want d2's at the limit %v", free.slots, d.until)
 	}
@@ -124,8 +135,8 @@ func TestDeferredSlotsAreReadInOneBatch(t *testing.T) {
 	// Still free at the limit: claimed.
 	checkNow(t, l)
 	handleUntil(t, l, "the second read's answer", func() bool { return len(l.claims) == 1 })
-	if l.claims[0].slot.Task != "d2" || l.live != 1 || len(l.checks) != 1 || len(l.byName) != 1 {
-		t.Fatalf("at the limit: %s claimed, %d runs, %d deferrals, %d listed; want d2's, 1, d1's alone", l.claims[0].slot, l.live, len(l.checks), len(l.byName))
+	if l.claims[0].slot.Task != "d2" || l.live != 1 || len(l.checks) != 2 || len(l.byName) != 2 {
+		t.Fatalf("at the limit: %s claimed, %d runs, %d deferrals, %d listed; want d2's, 1, d0's and d1's", l.claims[0].slot, l.live, len(l.checks), len(l.byName))
 	}
 
 	// Its holder fails and releases it: claimed at once.
@@ -136,8 +147,48 @@ func TestDeferredSlotsAreReadInOneBatch(t *testing.T) {
 	if r := l.claims[1]; r.slot.Task != "d1" || r.state != claiming {
 		t.Errorf("after the release: %s's run %v, want d1's claiming", r.slot, r.state)
 	}
+	if len(l.checks) != 1 || len(l.byName) != 1 {
+		t.Errorf("after the release: %d deferrals, %d listed; want d0's alone", len(l.checks), len(l.byName))
+	}
+
+	// An operator reruns the done d0, whose runner may be gone: claimed
+	// here at once.
+	if _, err := store.Rerun(ctx, done, false); err != nil {
+		t.Fatal(err)
+	}
+	handleUntil(t, l, "the rerun's notice", func() bool { return len(l.claims) == 3 })
+	if r := l.claims[2]; r.slot.Task != "d0" || r.state != claiming {
+		t.Errorf("after the rerun: %s's run %v, want d0's claiming", r.slot, r.state)
+	}
 	if len(l.checks) != 0 || len(l.byName) != 0 {
-		t.Errorf("after the release: %d deferrals, %d listed; want none", len(l.checks), len(l.byName))
+		t.Errorf("after the rerun: %d deferrals, %d listed; want none", len(l.checks), len(l.byName))
+	}
+}
+
+// A settled deferral's time, its slots' deadline, forgets them unread.
+func TestSettledDeferralForgottenAtItsDeadline(t *testing.T) {
+	store := memlock.New(time.Now)
+	l, ts := batchLoop(t, store, 1, nil)
+	at := time.Now().Truncate(time.Hour)
+	l.onFire(ts[0], at)
+	l.closeFiring()
+	slot := ts[0].Slot(at)
+	ctx := context.Background()
+	c, err := store.Claim(ctx, slot, "peer#1", ts[0].Policy)
+	if err != nil || c.Result != lock.Won {
+		t.Fatalf("peer's claim: %+v, %v", c, err)
+	}
+	if err := store.Complete(ctx, slot, lock.Owner{ID: "peer#1", Attempt: c.Attempt}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	d := checkNow(t, l)
+	handleUntil(t, l, "the read's answer", func() bool { return d.slots == nil })
+	if len(l.checks) != 1 || !l.checks[0].settled {
+		t.Fatalf("after the read: %d deferrals; want one, settled", len(l.checks))
+	}
+	checkNow(t, l)
+	if len(l.checks) != 0 || len(l.byName) != 0 || len(l.claims) != 0 {
+		t.Errorf("at its time: %d deferrals, %d listed, %d claims; want none, unread", len(l.checks), len(l.byName), len(l.claims))
 	}
 }
 
