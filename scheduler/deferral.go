@@ -20,7 +20,7 @@ import (
 //
 //	done                        listed until its deadline, unread: only an operator's rerun wakes it
 //	held, lease ends in time    read again when the lease read runs out (a takeover of a dead holder's slot)
-//	held past the deadline      the holder reports for itself
+//	held past the deadline      listed unread until the deadline: the holder reports for itself, or releases
 //	free, before the limit      read again at the limit (its claimant's claim may be late)
 //	anything else               a run claims it (free at the limit, a retry backoff, exhausted, foreign, unreadable)
 //
@@ -47,10 +47,12 @@ type deferral struct {
 	index int // in the loop's check heap; -1 while being read or done
 	// final: a slot read free is claimed, not looked at again at until.
 	final bool
-	// settled: its slots were read done. It is never read: it keeps them
-	// listed until checkAt, the latest of their deadlines, so that an
-	// operator's rerun of one, whoever ran it, is heard and claimed here
-	// (a release notice of a slot no longer listed is ignored).
+	// settled: its slots were read done, or held by a lease that outlasts
+	// their window. It is never read: it keeps them listed until checkAt,
+	// the latest of their deadlines, so that a release of one (an
+	// operator's rerun, whoever ran it; its holder's failure or shutdown)
+	// is heard and claimed here (a release notice of a slot no longer
+	// listed is ignored).
 	settled bool
 }
 
@@ -213,7 +215,7 @@ func (l *loop) onChecked(d *deferral, states []lock.State, err error) {
 	}
 	var holds []held
 	var again *deferral   // the slots read free before the limit: looked at again then
-	var settled *deferral // the slots read done: listed for a rerun until their deadline
+	var settled *deferral // the slots read done or held past their window: listed until their deadline
 	for i, x := range d.slots {
 		if x.gone {
 			continue // a release started its run
@@ -226,10 +228,12 @@ func (l *loop) onChecked(d *deferral, states []lock.State, err error) {
 		if l.current[x.t.Name] == nil {
 			continue // a reload removed the task: it claims nothing more
 		}
-		switch {
-		case states != nil && st.Status == "done":
+		// keep lists x, unread, until its deadline: only a release notice
+		// (a rerun of a done slot; a failure, or a shutdown, of a holder
+		// whose lease outlasts the window) claims it meanwhile.
+		keep := func() {
 			if !storeNow.Before(x.slot.Deadline) {
-				continue
+				return
 			}
 			if settled == nil {
 				settled = &deferral{index: -1, settled: true}
@@ -239,9 +243,16 @@ func (l *loop) onChecked(d *deferral, states []lock.State, err error) {
 			}
 			l.byName[slotName{x.slot.Task, x.slot.ID}] = deferRef{d: settled, i: len(settled.slots)}
 			settled.slots = append(settled.slots, x)
+		}
+		switch {
+		case states != nil && st.Status == "done":
+			keep()
 		case states != nil && st.Status == "running" && st.TTL > 0:
 			if !storeNow.Add(st.TTL).Before(x.slot.Deadline) {
-				continue // the holder runs past the deadline and reports for itself
+				// The lease outlasts the window: if the holder lives it
+				// reports for itself; if it releases, a peer retries.
+				keep()
+				continue
 			}
 			holds = append(holds, held{x, st.TTL})
 		case states != nil && st.Status == "free" && !d.final && now.Before(d.until):

@@ -376,3 +376,36 @@ func BenchmarkDeferral(b *testing.B) {
 		})
 	}
 }
+
+// A slot held under a lease that outlasts its window stays listed,
+// unread, until its deadline: if its holder releases it (fails, or shuts
+// down), this replica claims it at once (the batched deferral dropped it,
+// and a SIGTERMed winner's slot waited for the next slot:
+// integration's TestSigtermWinnerHandsOver).
+func TestDeferredSlotHeldPastItsWindowIsClaimedOnRelease(t *testing.T) {
+	store := memlock.New(time.Now)
+	l, ts := batchLoop(t, store, 1, nil)
+	at := time.Now().Truncate(time.Hour)
+	l.onFire(ts[0], at)
+	l.closeFiring()
+	slot := ts[0].Slot(at)
+	p := ts[0].Policy
+	p.Lease = 2 * time.Hour // past the hourly slot's deadline
+	ctx := context.Background()
+	c, err := store.Claim(ctx, slot, "peer#1", p)
+	if err != nil || c.Result != lock.Won {
+		t.Fatalf("peer's claim: %+v, %v", c, err)
+	}
+	d := checkNow(t, l)
+	handleUntil(t, l, "the read's answer", func() bool { return d.slots == nil })
+	if len(l.checks) != 1 || !l.checks[0].settled || len(l.byName) != 1 || len(l.claims) != 0 {
+		t.Fatalf("after the read: %d deferrals, %d listed, %d claims; want it listed unread, no claim", len(l.checks), len(l.byName), len(l.claims))
+	}
+	if err := store.Release(ctx, slot, lock.Owner{ID: "peer#1", Attempt: c.Attempt}); err != nil {
+		t.Fatal(err)
+	}
+	handleUntil(t, l, "the release notice", func() bool { return len(l.claims) == 1 })
+	if r := l.claims[0]; r.slot != slot || r.state != claiming {
+		t.Errorf("after the release: %s's run %v, want %s's claiming", r.slot, r.state, slot)
+	}
+}
