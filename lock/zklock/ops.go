@@ -185,6 +185,13 @@ func (s *Store) freeOrphan(ctx context.Context, path, value string) error {
 // Rerun implements lock.Store: clears the done marker (and, forced, the
 // run node) and sets the base to the attempts made, in one multi-op.
 func (s *Store) Rerun(ctx context.Context, slot lock.Slot, force bool) (lock.Rerun, error) {
+	// A member answers reads from what it has applied, which may lag a
+	// completion another session just made (CI: a rerun right after the
+	// holder's completion was refused as running): an operator's rerun
+	// first has the member catch up with the leader.
+	if _, err := call(ctx, func() (string, error) { return s.conn.Sync(s.root) }); err != nil {
+		return lock.Rerun{}, fmt.Errorf("zklock: rerun %s: sync: %w", slot, err)
+	}
 	for range maxRaces {
 		sn, run, err := s.read(ctx, slot)
 		if err != nil {
