@@ -94,7 +94,10 @@ func (z zkKV) read(ctx context.Context, path string) (kv.Entry, *zk.Stat, time.D
 	if err != nil {
 		return kv.Entry{}, nil, 0, err
 	}
-	left := ttl - lo.Sub(time.UnixMilli(g.st.Mtime))
+	// lo may read below the node's mtime (the bound is the leader's clock
+	// less the round trip it was read in), yet no entry has more than its
+	// TTL left.
+	left := min(ttl-lo.Sub(time.UnixMilli(g.st.Mtime)), ttl)
 	if left <= 0 {
 		return kv.Entry{}, g.st, ttl, nil
 	}
