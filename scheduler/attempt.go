@@ -269,6 +269,8 @@ func (a *attempt) failed(ctx, tctx context.Context, entry HistoryEntry, err erro
 	switch cause := context.Cause(tctx); {
 	case errors.Is(cause, lock.ErrLeaseLost):
 		outcome = stats.OutcomeLeaseLost
+	case errors.Is(cause, ErrRecordLost):
+		outcome = stats.OutcomeRecordLost
 	case errors.Is(cause, ErrTimeout):
 		outcome = stats.OutcomeTimeout
 	case errors.Is(cause, ErrShutdown):

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -15,22 +16,44 @@ import (
 // task replaced it (concurrency = "replace"); its slot is then marked done.
 var ErrSuperseded = errors.New("scheduler: superseded by a newer slot of the task")
 
+// ErrRecordLost is the cause of a task's context when its running record
+// (forbid, replace, queue) was not renewed in time: no renewal of it was
+// confirmed within lease − margin of the last one's send, as a lease is
+// lost. Another slot of the task may take the record once it runs out, so
+// the task must stop before then; its slot is released for a retry.
+var ErrRecordLost = errors.New("scheduler: running record lost: no renewal of the task's running record confirmed within the lease")
+
 // supersedePoll is how often a replacing attempt looks whether the attempt
 // it replaced has stopped.
 const supersedePoll = 50 * time.Millisecond
 
 // occupancy is an attempt's record as its task's running one (forbid,
-// replace). It has no loop of its own: the lease's watchdog renews it with
-// each renewal of the slot (attempt.hold), and the task's notice — a newer
-// slot replacing this one — brings that renewal forward (lock.Lease.RenewSoon).
+// replace, queue). It has no loop of its own: the lease's watchdog renews
+// it with each renewal of the slot (attempt.hold), and the task's notice —
+// a newer slot replacing this one — brings that renewal forward
+// (lock.Lease.RenewSoon).
+//
+// It is kept as the lease is (lock.Lease): valid until ttl − margin after
+// the send time of the last Occupy or RenewOccupancy the store confirmed,
+// on the monotonic clock. A timer, reset by each confirmed renewal, cancels
+// the task with ErrRecordLost at that instant: a holder whose record
+// renewals fail while its slot's pass stops before the record can run out
+// and another slot of its task start (model/controls.pml R1, R2).
 type occupancy struct {
 	replace bool
-	cancel  context.CancelCauseFunc // cancels the task, with ErrSuperseded
+	cancel  context.CancelCauseFunc // cancels the task, with ErrSuperseded or ErrRecordLost
 	w       *lock.Watch             // the task's notices
+	valid   time.Duration           // ttl − margin
+	expiry  *time.Timer             // fires at validUntil; reset by each confirmed renewal
 
-	mu   sync.Mutex // a renewal and the vacating never overlap
-	over bool       // vacated, or replaced: renew no more
+	mu   sync.Mutex // a renewal, the expiry and the vacating never overlap
+	sent time.Time  // send time of the last confirmed Occupy or RenewOccupancy
+	over bool       // vacated, replaced or lost: renew no more
 }
+
+// validUntil is the end of the record as far as this process can prove
+// it; mu is held.
+func (rec *occupancy) validUntil() time.Time { return rec.sent.Add(rec.valid) }
 
 // occupy applies the task's concurrency policy to the attempt, before its
 // task starts: the attempt is recorded in the store as the one running
@@ -61,10 +84,12 @@ func (a *attempt) occupy(cancel context.CancelCauseFunc) (busy *lock.Occupancy, 
 	replace := t.Concurrency == ConcurrencyReplace
 	w := s.controls.WatchTask(t.Name)
 	var o lock.Occupancy
+	var sent time.Time // the taking Occupy's send time
 	if t.Concurrency == ConcurrencyQueue {
-		o, err = a.queue(ctx)
+		o, sent, err = a.queue(ctx)
 	} else {
 		cctx, ccancel := context.WithTimeout(ctx, t.Lease/3)
+		sent = time.Now()
 		o, err = s.controls.Occupy(cctx, a.slot, a.lease.Owner(), t.Lease, replace)
 		ccancel()
 	}
@@ -85,7 +110,8 @@ func (a *attempt) occupy(cancel context.CancelCauseFunc) (busy *lock.Occupancy, 
 	// slot it replaced, and its task does not start (execute): its own
 	// slot reads running until then, so the slot that replaced it awaits
 	// that one too.
-	a.rec.Store(&occupancy{replace: replace, cancel: cancel, w: w})
+	a.keepRecord(&occupancy{replace: replace, cancel: cancel, w: w, sent: sent,
+		valid: t.Lease - lock.LeaseMargin(s.store, t.Lease)})
 	w.OnChange(func(c lock.Change) {
 		if c == lock.Released {
 			a.lease.RenewSoon()
@@ -126,19 +152,20 @@ func waitingTask(task string) string { return task + "~waiting" }
 // when its slot's window closes (a.skip = tasks.ReasonQueue: missed). The waiting
 // record is given up once the running one is taken or the wait ends. An
 // answer not Taken: the slot is skipped, for a.skip. An error: the store
-// did not answer.
-func (a *attempt) queue(ctx context.Context) (lock.Occupancy, error) {
+// did not answer. sent is the send time of the Occupy that took the
+// running record.
+func (a *attempt) queue(ctx context.Context) (lock.Occupancy, time.Time, error) {
 	s, t, owner := a.s, a.t, a.lease.Owner()
 	waiting := lock.Slot{Task: waitingTask(t.Name), ID: a.slot.ID, Time: a.slot.Time, Deadline: a.slot.Deadline}
 	cctx, ccancel := context.WithTimeout(ctx, t.Lease/3)
 	wo, err := s.controls.Occupy(cctx, waiting, owner, t.Lease, false)
 	ccancel()
 	if err != nil {
-		return lock.Occupancy{}, err
+		return lock.Occupancy{}, time.Time{}, err
 	}
 	if !wo.Taken {
 		a.skip = stats.SkipQueueFull
-		return wo, nil
+		return wo, time.Time{}, nil
 	}
 	defer func() {
 		vctx, vcancel := context.WithTimeout(context.WithoutCancel(ctx), t.Lease/3)
@@ -148,10 +175,11 @@ func (a *attempt) queue(ctx context.Context) (lock.Occupancy, error) {
 		}
 	}()
 	cctx, ccancel = context.WithTimeout(ctx, t.Lease/3)
+	sent := time.Now()
 	busy, err := s.controls.Occupy(cctx, a.slot, owner, t.Lease, false)
 	ccancel()
 	if err != nil || busy.Taken {
-		return busy, err
+		return busy, sent, err
 	}
 	a.log().Info("waiting for the task's running slot to end (concurrency = queue)", "running_slot", busy.Other)
 	a.st.Waiting.Add(1)
@@ -165,13 +193,13 @@ func (a *attempt) queue(ctx context.Context) (lock.Occupancy, error) {
 		select {
 		case <-ctx.Done():
 			timer.Stop()
-			return lock.Occupancy{}, context.Cause(ctx)
+			return lock.Occupancy{}, time.Time{}, context.Cause(ctx)
 		case <-timer.C():
 		}
 		now := s.clock.Now()
 		if !now.Before(a.slot.Deadline) {
 			a.skip = tasks.ReasonQueue
-			return busy, nil
+			return busy, time.Time{}, nil
 		}
 		cctx, ccancel := context.WithTimeout(ctx, t.Lease/3)
 		if now.Sub(renewed) >= t.Lease/3 {
@@ -180,23 +208,59 @@ func (a *attempt) queue(ctx context.Context) (lock.Occupancy, error) {
 			}
 			renewed = now
 		}
+		sent := time.Now()
 		o, err := s.controls.Occupy(cctx, a.slot, owner, t.Lease, false)
 		ccancel()
 		if err != nil {
-			return lock.Occupancy{}, err
+			return lock.Occupancy{}, time.Time{}, err
 		}
 		if o.Taken {
 			a.log().Info("the task's running slot ended: the waiting slot starts", "waited", now.Sub(a.slot.Time))
-			return o, nil
+			return o, sent, nil
 		}
 		busy = o
 	}
 }
 
+// keepRecord hands the running record rec, just taken, to the lease's
+// watchdog, and sets its expiry; a record whose Occupy reply came too late
+// to leave any validity is lost at once, before the task starts.
+func (a *attempt) keepRecord(rec *occupancy) {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	a.rec.Store(rec)
+	rec.expiry = time.AfterFunc(time.Until(rec.validUntil()), func() { a.recordExpired(rec) })
+}
+
+// recordExpired cancels the task if its record's validity has passed
+// with no renewal confirmed (the timer may fire just as one moved it).
+func (a *attempt) recordExpired(rec *occupancy) {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if rec.over || time.Now().Before(rec.validUntil()) {
+		return
+	}
+	a.loseRecord(rec, ErrRecordLost)
+}
+
+// loseRecord cancels the task because its record is no longer provably
+// its own (why wraps ErrRecordLost); rec.mu is held. Another slot may
+// start once the record runs out, within the margin: the task stops at
+// once, with no grace (tasks.ErrNoGrace), as on a lost lease; its
+// attempt ends with outcome record_lost (slotd_runs_total, the history).
+func (a *attempt) loseRecord(rec *occupancy, why error) {
+	rec.over = true
+	rec.expiry.Stop()
+	a.log().Error("running record lost: cancelling the task", "err", why, "concurrency", a.t.Concurrency)
+	rec.cancel(fmt.Errorf("%w (%w)", why, tasks.ErrNoGrace))
+}
+
 // renewRecord renews the attempt's running record, if it holds one; the
-// lease's watchdog calls it after each renewal of the slot. A record
-// replaced by a newer slot cancels the task (ErrSuperseded); under forbid
-// a record that expired is taken again.
+// lease's watchdog calls it after each renewal of the slot. A renewal
+// confirmed moves the record's validity (occupancy); one not confirmed
+// leaves it to expire. A record replaced by a newer slot cancels the task
+// (ErrSuperseded); one found gone under forbid or queue cancels it as
+// lost: it ran out, and another slot may have started.
 func (a *attempt) renewRecord() {
 	rec := a.rec.Load()
 	if rec == nil {
@@ -208,19 +272,34 @@ func (a *attempt) renewRecord() {
 		return
 	}
 	s, t, owner := a.s, a.t, a.lease.Owner()
-	rctx, rcancel := context.WithTimeout(a.lease.Context(), t.Lease/3)
+	sent, until := time.Now(), rec.validUntil()
+	if !sent.Before(until) {
+		a.loseRecord(rec, ErrRecordLost)
+		return
+	}
+	// A renewal confirmed after the validity proves nothing of the time
+	// between: it is bounded by it, as the lease's are.
+	deadline := sent.Add(t.Lease / 3)
+	if until.Before(deadline) {
+		deadline = until
+	}
+	rctx, rcancel := context.WithDeadline(a.lease.Context(), deadline)
 	defer rcancel()
 	err := s.controls.RenewOccupancy(rctx, a.slot, owner, t.Lease)
-	if errors.Is(err, lock.ErrNotHeld) && !rec.replace {
-		var o lock.Occupancy
-		if o, err = s.controls.Occupy(rctx, a.slot, owner, t.Lease, false); err == nil && !o.Taken {
-			a.log().Warn("the task's running record expired and another slot took it; both run", "other_slot", o.Other)
-		}
-	}
-	if errors.Is(err, lock.ErrNotHeld) {
+	switch {
+	case err == nil:
+		rec.sent = sent
+		rec.expiry.Reset(time.Until(rec.validUntil()))
+	case errors.Is(err, lock.ErrNotHeld) && rec.replace:
 		a.log().Warn("a newer slot replaced this attempt: cancelling the task")
-		rec.cancel(ErrSuperseded)
 		rec.over = true
+		rec.expiry.Stop()
+		rec.cancel(ErrSuperseded)
+	case errors.Is(err, lock.ErrNotHeld):
+		a.loseRecord(rec, fmt.Errorf("%w: the store no longer has it", ErrRecordLost))
+	default:
+		a.log().Warn("could not renew the task's running record; it is lost if no renewal is confirmed by its validity",
+			"err", err, "valid_until", until)
 	}
 }
 
@@ -234,6 +313,7 @@ func (a *attempt) vacate() {
 	}
 	rec.mu.Lock()
 	rec.over = true
+	rec.expiry.Stop()
 	rec.mu.Unlock()
 	rec.w.Stop()
 	vctx, vcancel := context.WithTimeout(context.WithoutCancel(a.lease.Context()), a.t.Lease)

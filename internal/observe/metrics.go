@@ -23,7 +23,7 @@ import (
 // The engine's families, as WriteMetrics writes them.
 const (
 	helpClaims        = "Slot claims by result: won, held, done, exhausted, early, late, error."
-	helpRuns          = "Task attempts run on this replica by outcome: success, failure, timeout, lease_lost, canceled, success_unmarked."
+	helpRuns          = "Task attempts run on this replica by outcome: success, failure, timeout, lease_lost, canceled, success_unmarked, superseded, record_lost."
 	helpDuration      = "How long task attempts ran."
 	helpStartDelay    = "How long after its slot time an attempt started."
 	helpRenewals      = "Lease renewals confirmed by the store."

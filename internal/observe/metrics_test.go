@@ -145,7 +145,7 @@ slotd_running_tasks{task="nightly"} 1
 # TYPE slotd_waiting_tasks gauge
 slotd_waiting_tasks{task="idle"} 0
 slotd_waiting_tasks{task="nightly"} 0
-# HELP slotd_runs_total Task attempts run on this replica by outcome: success, failure, timeout, lease_lost, canceled, success_unmarked.
+# HELP slotd_runs_total Task attempts run on this replica by outcome: success, failure, timeout, lease_lost, canceled, success_unmarked, superseded, record_lost.
 # TYPE slotd_runs_total counter
 slotd_runs_total{outcome="canceled",task="idle"} 0
 slotd_runs_total{outcome="canceled",task="nightly"} 1
@@ -242,6 +242,8 @@ slotd_task_window_seconds{task="idle"} 300
 slotd_task_window_seconds{task="nightly"} 86400
 slotd_runs_total{outcome="superseded",task="nightly"} 1
 slotd_runs_total{outcome="superseded",task="idle"} 0
+slotd_runs_total{outcome="record_lost",task="nightly"} 0
+slotd_runs_total{outcome="record_lost",task="idle"} 0
 # HELP slotd_task_paused 1 if the task is paused (slotd pause, or paused = true), as this replica last heard, else 0: its slots are skipped, not missed.
 # TYPE slotd_task_paused gauge
 slotd_task_paused{task="nightly"} 1

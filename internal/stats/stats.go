@@ -48,6 +48,12 @@ const (
 	// its task replaced it (concurrency = "replace"); its slot is marked
 	// done.
 	OutcomeSuperseded Outcome = "superseded"
+	// OutcomeRecordLost: the attempt was cancelled because the renewal of
+	// its task's running record (concurrency = "forbid", "replace",
+	// "queue") was not confirmed within the lease, although its slot's
+	// was: another slot of the task may start once the record runs out.
+	// Its slot is released for a retry.
+	OutcomeRecordLost Outcome = "record_lost"
 	// OutcomeSkippedForbid is the history's record of a slot won but not
 	// run because the previous slot of its task was still running
 	// (concurrency = "forbid"); its slot is marked done. It is no run:
@@ -67,7 +73,7 @@ const (
 )
 
 // Outcomes lists the outcomes in the order of Task.Runs.
-var Outcomes = [...]Outcome{OutcomeSuccess, OutcomeFailure, OutcomeTimeout, OutcomeLeaseLost, OutcomeCanceled, OutcomeSuccessUnmarked, OutcomeSuperseded}
+var Outcomes = [...]Outcome{OutcomeSuccess, OutcomeFailure, OutcomeTimeout, OutcomeLeaseLost, OutcomeCanceled, OutcomeSuccessUnmarked, OutcomeSuperseded, OutcomeRecordLost}
 
 // Reasons a slot is skipped, in the order of Task.Skipped.
 const (

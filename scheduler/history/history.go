@@ -48,7 +48,7 @@ type Entry struct {
 	Attempt  int           `json:"attempt"`
 	Token    int64         `json:"token"`
 	Replica  string        `json:"replica"`
-	Outcome  Outcome       `json:"outcome"` // success, failure, timeout, lease_lost, canceled or success_unmarked (as slotd_runs_total)
+	Outcome  Outcome       `json:"outcome"` // as slotd_runs_total (success, failure, timeout, lease_lost, canceled, success_unmarked, superseded, record_lost), or a skip or miss
 	Started  time.Time     `json:"started"`
 	Duration time.Duration `json:"-"`               // written as duration_ms
 	Error    string        `json:"error,omitempty"` // at most MaxError bytes of valid UTF-8
