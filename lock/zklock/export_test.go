@@ -8,3 +8,10 @@ func (s *Store) Conn() *zk.Conn { return s.conn }
 // ACL is the ACL the store creates its nodes with, for tests that plant
 // nodes as it would.
 func (s *Store) ACL() []zk.ACL { return s.acl }
+
+// AfterPutRead makes f run in every kv Put between its read of a present
+// node and its write, until the returned func is called.
+func AfterPutRead(f func(path string)) (restore func()) {
+	afterPutRead.Store(&f)
+	return func() { afterPutRead.Store(nil) }
+}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -153,12 +154,20 @@ func (z zkKV) List(ctx context.Context, dir string) (map[string]kv.Entry, error)
 // listFan is how many of a directory's nodes List reads at once.
 const listFan = 64
 
+// afterPutRead, set by a test, runs in Put between its read of a present
+// node and its write: where the server's sweep of an expired TTL node may
+// fall, which a test cannot otherwise time.
+var afterPutRead atomic.Pointer[func(path string)]
+
 func (z zkKV) Put(ctx context.Context, dir, name, value string, version int64, ttl time.Duration) (bool, error) {
 	p := z.path(dir, name)
 	data := []byte(strconv.FormatInt(ttl.Milliseconds(), 10) + "\n" + value)
 	e, st, old, err := z.read(ctx, p)
 	if err != nil || e.Version != version {
 		return false, err
+	}
+	if f := afterPutRead.Load(); f != nil && st != nil {
+		(*f)(p)
 	}
 	if st != nil {
 		// Present (live at version, or expired). A set keeps the node's
@@ -173,8 +182,8 @@ func (z zkKV) Put(ctx context.Context, dir, name, value string, version int64, t
 			}
 		} else {
 			_, err := call(ctx, func() (struct{}, error) { return struct{}{}, z.s.conn.Delete(p, st.Version) })
-			if ok, err := z.lost(p, err); !ok && !swept(err) {
-				return false, err
+			if ok, lerr := z.lost(p, err); !ok && !swept(err) {
+				return false, lerr
 			}
 		}
 	}
