@@ -28,17 +28,22 @@
  * and the engine (scheduler/attempt.go, concurrency.go):
  *   attempt.run (attempt.go 83-120): hold (the watchdog, 125-139), occupy,
  *     execute, finish
- *   occupy (concurrency.go 55-107): Occupy; busy: skipForbidden
- *     (attempt.go 308-333, the slot marked done); the record handed to the
- *     watchdog (a.rec); replace with another slot answered: awaitStopped
- *     (249-266: that slot's state polled until not running, for at most a
- *     lease and a poll, or until the lease is lost; a superseded attempt
- *     still awaits, its slot reading running meanwhile)
- *   renewRecord (200-225): after each confirmed renewal of the slot; not
- *     held: forbid takes it again (busy: "both run", the task goes on),
- *     replace cancels the task (ErrSuperseded)
+ *   occupy (concurrency.go 78-133): Occupy; busy: skipForbidden
+ *     (attempt.go 321-346, the slot marked done); the record handed to the
+ *     watchdog (keepRecord 228-233: a.rec, valid until lease - margin
+ *     after the Occupy's send); replace with another slot answered:
+ *     awaitStopped (329-346: that slot's state polled until not running,
+ *     for at most a lease and a poll, or until the lease is lost; a
+ *     superseded attempt, or one whose record was lost, still awaits, its
+ *     slot reading running meanwhile)
+ *   recordExpired, loseRecord (237-256): the record's validUntil passed
+ *     with no renewal confirmed: the task is cancelled (ErrRecordLost)
+ *   renewRecord (264-304): after each confirmed renewal of the slot; a
+ *     confirmed one moves the record's validUntil; not held: forbid
+ *     cancels the task (ErrRecordLost: it ran out), replace cancels it
+ *     (ErrSuperseded)
  *   execute (attempt.go 144-178): not started after an Occupy error or a
- *     cancel during the await; else the task, then vacate (230-244)
+ *     cancel during the await; else the task, then vacate (309-324)
  *   finish (183-193): superseded or succeeded: Complete; else Release
  * Faults (FAULTS): a store request lost, its reply lost (applied), an
  * Occupy resent after its first send landed (go-redis retries a script on
@@ -50,12 +55,11 @@
  * Properties:
  *   R1 (forbid), R2 (replace) a slot's task starts only while no other
  *      slot's task runs (replace: the replaced attempt has stopped before
- *      the next one's effects), unless that one's record expired under it:
- *      its record renewals were lost for a lease while its slot renewals
- *      were not (the engine logs "both run"); -DPROP_STRICT drops the
- *      exception: a documented counterexample with 2 faults
+ *      the next one's effects), with no exception: a holder whose record
+ *      renewals fail while its slot's pass is cancelled at the record's
+ *      validUntil, before the record can run out
  *   R3 (replace) a task is cancelled as superseded only when another
- *      slot's Occupy took its record (or it expired under it, as above)
+ *      slot's Occupy took its record
  *   R4 a record whose holder died, or never learnt that it was written
  *      (a lost reply), is gone within a lease: the next slot of a forbid
  *      task can run (bounded liveness, asserted at each tick)
@@ -66,15 +70,20 @@
  *   once), M_RENEW_NO_COMPARE (RenewOccupancy extends any record: a
  *   replaced attempt never learns it), M_NO_RECORD_TTL (the record lives
  *   until vacated), and the code before this model's fixes:
- *   M_OLD_AWAIT (the record renewed only once the await ended) and
+ *   M_OLD_AWAIT (the record renewed only once the await ended),
  *   M_OLD_REPLACED (no replaced record: only the call that replaced
- *   answers it).
+ *   answers it) and M_RECORD_NO_WATCHDOG (no validity of the record: a
+ *   holder whose record renewals fail runs on; forbid takes an expired
+ *   record again, "both run").
  *
  * TRIGGER and PAUSE: see their sections below.
  */
 
 #ifndef FAULTS
 #define FAULTS 1
+#endif
+#ifdef M_OLD_AWAIT
+#define M_RECORD_NO_WATCHDOG 1  /* the code before finding 1 kept no record validity either */
 #endif
 #define N      2
 #define LEASE  3
@@ -128,7 +137,9 @@ byte att[N];
 byte vt[N];      /* ticks to validUntil */
 bool rt[N];      /* renewed this tick */
 bool wdon[N];    /* the watchdog runs */
-bool rec[N];     /* a.rec: the watchdog renews the record */
+bool rec[N];     /* a.rec: the watchdog renews the record (until rlost), vacate removes it */
+byte rv[N];      /* ticks to the record's validUntil (occupancy.validUntil) */
+bool rlost[N];   /* the record was lost (recordExpired, loseRecord): renewed no more */
 byte os[N];      /* replace: the slot+1 it awaits */
 byte aw[N];      /* ticks left of awaitStopped */
 byte tk[N];
@@ -138,7 +149,6 @@ bool fin_ok[N];  /* finish: complete, else release */
 byte settled[N]; /* bit s: finished with slot s */
 
 /* ---- ghosts ---------------------------------------------------------- */
-bool expired[N]; /* its record expired while its watchdog renewed it (lost renewals) */
 byte stale;      /* ticks the record has had no live holder renewing it */
 bool repl[N];    /* its record was taken by another slot's Occupy */
 hidden mtype o_res;
@@ -184,16 +194,10 @@ inline occupy(i) {
   fi
 }
 
-/* R1, R2: at a task's start, no other slot's task runs (R1: unless its
- * record expired under it) */
-#ifdef PROP_STRICT
-#define OK_BESIDE(j) false
-#else
-#define OK_BESIDE(j) expired[j]
-#endif
+/* R1, R2: at a task's start, no other slot's task runs */
 #define START(i) \
   h_j = 1 - (i); \
-  assert(!(task_runs(h_j) && cs[h_j] != cs[i]) || OK_BESIDE(h_j)); /* R1, R2 */ \
+  assert(!(task_runs(h_j) && cs[h_j] != cs[i])); /* R1, R2 */ \
   h_j = 0; tk[i] = T_RUN; rec[i] = true; ph[i] = P_RUN; \
   printf("r%d starts slot %d attempt %d\n", i, cs[i], att[i])
 
@@ -201,7 +205,7 @@ inline occupy(i) {
 
 #define FORGET(i) ph[i] = P_IDLE; att[i] = 0; vt[i] = 0; rt[i] = false; wdon[i] = false; \
   rec[i] = false; os[i] = 0; aw[i] = 0; tk[i] = T_NONE; cancelled[i] = false; sup[i] = false; \
-  fin_ok[i] = false; expired[i] = false; repl[i] = false; cs[i] = 0
+  fin_ok[i] = false; repl[i] = false; rv[i] = 0; rlost[i] = false; cs[i] = 0
 
 proctype Replica(byte i) {
 end:
@@ -239,6 +243,7 @@ end:
        fi;
 #endif
        printf("r%d occupy slot %d: %e (other %d)\n", i, cs[i], o_res, o_other);
+       if :: o_res == O_TAKEN -> rv[i] = VALID :: else fi;  /* keepRecord: valid from the Occupy */
        if
        :: o_res == O_ERR -> fin_ok[i] = false; wdon[i] = false; ph[i] = P_FIN  /* execute 163-164: not started */
        :: o_res == O_BUSY -> fin_ok[i] = true; wdon[i] = false; ph[i] = P_FIN  /* skipForbidden: marked done */
@@ -257,7 +262,7 @@ end:
        o_res = O_ERR; o_other = 0 }
   /* concurrency.go 249-266 awaitStopped: the replaced slot no longer
    * running, or a lease and a poll passed */
-  :: atomic { ph[i] == P_AWAIT && (!running(os[i] - 1) || aw[i] == 0 || cancelled[i] && !sup[i]) ->
+  :: atomic { ph[i] == P_AWAIT && (!running(os[i] - 1) || aw[i] == 0 || cancelled[i] && !sup[i] && !rlost[i]) ->
        if
        /* execute 165-169: lease lost, or superseded (which still awaits
         * the end of the slot it replaced), meanwhile: not started */
@@ -268,6 +273,13 @@ end:
   :: atomic { wdon[i] && vt[i] == 0 && ph[i] != P_DOWN ->
        printf("r%d lease lost: cancel\n", i);
        wdon[i] = false; CANCEL(i) }
+#ifndef M_RECORD_NO_WATCHDOG
+  /* concurrency.go recordExpired: the record's validUntil passed with no
+   * renewal confirmed: cancel (ErrRecordLost); the vacate still follows */
+  :: atomic { rec[i] && !rlost[i] && rv[i] == 0 && ph[i] != P_DOWN ->
+       printf("r%d record lost: cancel\n", i);
+       rlost[i] = true; CANCEL(i) }
+#endif
   /* a renewal, then renewRecord (attempt.go 125-139, concurrency.go 200-225) */
   :: atomic { wdon[i] && vt[i] > 0 && !rt[i] && ph[i] != P_DOWN ->
        rt[i] = true;
@@ -278,27 +290,32 @@ end:
        :: !key_mine(i) -> printf("r%d renew: not held\n", i); wdon[i] = false; CANCEL(i)
        :: key_mine(i) -> sTTL[cs[i]] = LEASE; vt[i] = VALID;
           if
-          :: rec[i] ->
+          :: rec[i] && !rlost[i] ->
              if
              :: can_fault -> faults--; printf("r%d record renewal LOST\n", i)
              :: can_fault -> faults--; if :: rec_mine(i) -> rTTL = LEASE :: else fi;
                 printf("r%d record renewal reply LOST\n", i)
 #ifndef M_RENEW_NO_COMPARE
-             :: rec_mine(i) -> rTTL = LEASE
+             :: rec_mine(i) -> rTTL = LEASE; rv[i] = VALID
              :: !rec_mine(i) ->
 #else
-             :: rSlot != 0 -> rTTL = LEASE
+             :: rSlot != 0 -> rTTL = LEASE; rv[i] = VALID
              :: rSlot == 0 ->
 #endif
                 printf("r%d record not held\n", i);
 #ifndef REPLACE
-                /* 214-219: forbid takes it again; busy: both run */
+#ifndef M_RECORD_NO_WATCHDOG
+                /* forbid: gone (it ran out): lost, cancel (loseRecord) */
+                rlost[i] = true; CANCEL(i)
+#else
+                /* the old code: forbid takes it again; busy: both run */
                 occupy(i);
                 printf("r%d record taken again: %e\n", i, o_res);
                 o_res = O_ERR; o_other = 0
+#endif
 #else
-                /* 220-224: replaced, cancel */
-                assert(repl[i] || expired[i]);                          /* R3 */
+                /* replaced, cancel (ErrSuperseded) */
+                assert(repl[i]);                                        /* R3 */
                 sup[i] = true; rec[i] = false; CANCEL(i)
 #endif
              fi
@@ -358,8 +375,14 @@ end:
   od
 }
 
+#ifndef M_RECORD_NO_WATCHDOG
+#define REC_DUE(i) (rec[i] && !rlost[i] && rv[i] == 0)
+#else
+#define REC_DUE(i) false
+#endif
 #define due(i) (ph[i] == P_IDLE && (claimable(i, 0) || claimable(i, 1)) || ph[i] == P_OCC || \
-  ph[i] == P_AWAIT && (!running(os[i] - 1) || aw[i] == 0 || cancelled[i] && !sup[i]) || \
+  ph[i] == P_AWAIT && (!running(os[i] - 1) || aw[i] == 0 || cancelled[i] && !sup[i] && !rlost[i]) || \
+  REC_DUE(i) || \
   wdon[i] && (vt[i] == 0 || !rt[i]) || ph[i] == P_RUN && tk[i] == T_END || ph[i] == P_FIN)
 
 active proctype Clock() {
@@ -372,6 +395,7 @@ end:
        :: i < N ->
           if :: vt[i] > 0 -> vt[i]-- :: else fi;
           if :: aw[i] > 0 -> aw[i]-- :: else fi;
+          if :: rv[i] > 0 -> rv[i]-- :: else fi;
           rt[i] = false;
           i++
        :: else -> break
@@ -392,9 +416,7 @@ end:
        if
        :: rTTL > 0 -> rTTL--;
           if
-          :: rTTL == 0 ->
-             if :: rOwn > 0 && rec[rOwn - 1] && rec_mine(rOwn - 1) -> expired[rOwn - 1] = true :: else fi;
-             rSlot = 0; rOwn = 0; rAtt = 0
+          :: rTTL == 0 -> rSlot = 0; rOwn = 0; rAtt = 0
           :: else
           fi
        :: else
@@ -403,7 +425,7 @@ end:
        /* R4: a record whose holder died (or never learnt it won it) is
         * gone within a lease: the next slot of a forbid task can run */
        if
-       :: rSlot != 0 && !(rec[rOwn - 1] && rec_mine(rOwn - 1)) -> stale++; assert(stale <= LEASE)
+       :: rSlot != 0 && !(rec[rOwn - 1] && !rlost[rOwn - 1] && rec_mine(rOwn - 1)) -> stale++; assert(stale <= LEASE)
        :: else -> stale = 0
        fi;
        if
