@@ -161,6 +161,7 @@ func recordLostCancels(t *testing.T, store lock.Store, concurrency scheduler.Con
 	if !ok {
 		t.Fatal("no write of the first run's record seen")
 	}
+	t.Logf("the first task stopped %v after its record's last confirmed write (lease %v)", end.Sub(written), lease)
 	if runsOut := written.Add(lease); !end.Before(runsOut) {
 		t.Errorf("the first task stopped %v after its record could run out in the store", end.Sub(runsOut))
 	}
@@ -181,5 +182,15 @@ func recordLostCancels(t *testing.T, store lock.Store, concurrency scheduler.Con
 	i := slices.Index(stats.Outcomes[:], stats.OutcomeRecordLost)
 	if n := r.sched.Stats().Task(task.Name).Runs[i].Load(); n != 1 {
 		t.Errorf("slotd_runs_total{outcome=record_lost} = %d, want 1", n)
+	}
+}
+
+// The same on the consensus stores and Redlock, whose records are kv
+// entries (lock/internal/kv) with a TTL of their own.
+func TestConsensusRecordLostCancelsForbid(t *testing.T) {
+	for _, kind := range consensusKinds {
+		t.Run(kind, func(t *testing.T) {
+			recordLostCancels(t, consensusStores(t, kind, 1).stores[0], scheduler.ConcurrencyForbid)
+		})
 	}
 }
