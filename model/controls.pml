@@ -275,8 +275,9 @@ end:
        wdon[i] = false; CANCEL(i) }
 #ifndef M_RECORD_NO_WATCHDOG
   /* concurrency.go recordExpired: the record's validUntil passed with no
-   * renewal confirmed: cancel (ErrRecordLost); the vacate still follows */
-  :: atomic { rec[i] && !rlost[i] && rv[i] == 0 && ph[i] != P_DOWN ->
+   * renewal confirmed: cancel (ErrRecordLost), unless the lease's loss
+   * cancelled the task first; the vacate still follows */
+  :: atomic { rec[i] && !rlost[i] && rv[i] == 0 && !cancelled[i] && ph[i] != P_DOWN ->
        printf("r%d record lost: cancel\n", i);
        rlost[i] = true; CANCEL(i) }
 #endif
@@ -376,7 +377,7 @@ end:
 }
 
 #ifndef M_RECORD_NO_WATCHDOG
-#define REC_DUE(i) (rec[i] && !rlost[i] && rv[i] == 0)
+#define REC_DUE(i) (rec[i] && !rlost[i] && rv[i] == 0 && !cancelled[i])
 #else
 #define REC_DUE(i) false
 #endif

@@ -233,11 +233,13 @@ func (a *attempt) keepRecord(rec *occupancy) {
 }
 
 // recordExpired cancels the task if its record's validity has passed
-// with no renewal confirmed (the timer may fire just as one moved it).
+// with no renewal confirmed (the timer may fire just as one moved it),
+// unless the lease's end cancelled it first (a lost lease: its cause
+// stands).
 func (a *attempt) recordExpired(rec *occupancy) {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
-	if rec.over || time.Now().Before(rec.validUntil()) {
+	if rec.over || time.Now().Before(rec.validUntil()) || a.lease.Context().Err() != nil {
 		return
 	}
 	a.loseRecord(rec, ErrRecordLost)
