@@ -385,22 +385,34 @@ func testReleaseWakes(t *testing.T, h Harness) {
 }
 
 // A store that reports every slot's releases to one function
-// (lock.ReleaseWatcher) names the released slot, and says nothing of a
-// completion or of a stopped watcher.
+// (lock.ReleaseWatcher) names the released slot (a release, one with a
+// retry backoff, an operator's rerun), and says nothing of a completion
+// or of a stopped watcher.
 func testReleaseWatcher(t *testing.T, h Harness) {
 	rw, ok := h.Store.(lock.ReleaseWatcher)
 	if !ok {
 		t.Skip("the store has no lock.ReleaseWatcher")
 	}
 	ctx := context.Background()
-	slot, done := UniqueSlot(t, h), UniqueSlot(t, h)
+	slot, done, backoff := UniqueSlot(t, h), UniqueSlot(t, h), UniqueSlot(t, h)
 	heard := make(chan lock.Slot, 16)
 	stop := rw.WatchReleases(func(task, id string) {
-		if task == slot.Task || task == done.Task { // other tests release too
+		if task == slot.Task || task == done.Task || task == backoff.Task { // other tests release too
 			heard <- lock.Slot{Task: task, ID: id}
 		}
 	})
 	defer stop()
+	hear := func(want lock.Slot, what string) {
+		t.Helper()
+		select {
+		case got := <-heard:
+			if got.Task != want.Task || got.ID != want.ID {
+				t.Fatalf("heard a release of %s, want %s's (%s; the completed %s is no release)", got, want, what, done)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no release heard within 5s: %s of %s", what, want)
+		}
+	}
 	c := mustClaim(t, h, done, "a", lock.Won)
 	if err := h.Store.Complete(ctx, done, lock.Owner{ID: "a", Attempt: c.Attempt}, time.Hour); err != nil {
 		t.Fatal(err)
@@ -409,14 +421,16 @@ func testReleaseWatcher(t *testing.T, h Harness) {
 	if err := h.Store.Release(ctx, slot, lock.Owner{ID: "a", Attempt: c.Attempt}); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case got := <-heard:
-		if got.Task != slot.Task || got.ID != slot.ID {
-			t.Fatalf("heard a release of %s, want %s (the completed %s is no release)", got, slot, done)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("no release heard within 5s")
+	hear(slot, "a release")
+	c = mustClaim(t, h, backoff, "a", lock.Won)
+	if err := h.Store.ReleaseAfter(ctx, backoff, lock.Owner{ID: "a", Attempt: c.Attempt}, time.Minute); err != nil {
+		t.Fatal(err)
 	}
+	hear(backoff, "a release with a retry backoff")
+	if r, err := h.Store.Rerun(ctx, done, false); err != nil || !r.Cleared {
+		t.Fatalf("rerun of %s: %+v, %v", done, r, err)
+	}
+	hear(done, "an operator's rerun")
 	stop()
 	stop()
 	c = mustClaim(t, h, slot, "b", lock.Won)
