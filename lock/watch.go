@@ -78,7 +78,9 @@ func (w *Watch) Notify(c Change) {
 // thousands of slots it left to their preferred claimants without a Watch
 // per slot (package scheduler keeps only a list of them, and reads their
 // states in one batch). A store whose notices cannot name the slot (a
-// Redlock quorum's, ZooKeeper's per-node watches) does not implement it.
+// Redlock quorum's: one master's message says nothing of the quorum) does
+// not implement it; etcd and ZooKeeper write a notice beside each release
+// for it.
 type ReleaseWatcher interface {
 	// WatchReleases calls f with the task and slot id of every later
 	// release of any slot (a failed attempt's, with or without a retry

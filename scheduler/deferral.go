@@ -30,7 +30,8 @@ import (
 // claims are not listened to: the read says as much, for thousands of
 // slots in one round trip, where a notice per slot cost every replica a
 // mailbox event, a watch and a run. On a store without the capability
-// (Redlock, ZooKeeper, etcd) a deferring slot is a run as before.
+// (Redlock, which has no preferred claimant anyway) a deferring slot is a
+// run as before.
 
 // slotName names a slot in a release notice: its task and id.
 type slotName struct{ task, id string }

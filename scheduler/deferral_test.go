@@ -283,8 +283,8 @@ func TestDeferredReadFailureClaimsEverySlot(t *testing.T) {
 	}
 }
 
-// A store without lock.ReleaseWatcher (Redlock, ZooKeeper, etcd) defers
-// with a run per slot, as before.
+// A store without lock.ReleaseWatcher (Redlock) defers with a run per
+// slot, as before.
 func TestDeferringWithoutReleaseWatcherIsARun(t *testing.T) {
 	l := testLoop(t, struct{ lock.Store }{memlock.New(time.Now)})
 	l.watchReleases()
