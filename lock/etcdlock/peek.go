@@ -3,6 +3,7 @@ package etcdlock
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -14,8 +15,11 @@ import (
 // operations (--max-txn-ops): one read per slot.
 const peekPerTxn = 128
 
+// peekInFlight bounds the transactions of one Peek in flight at once.
+const peekInFlight = 8
+
 // Peek implements lock.Peeker: the slots' state keys, up to peekPerTxn
-// per transaction, and one TimeToLive per distinct lease of the running
+// per transaction (peekInFlight at once), and one TimeToLive per distinct lease of the running
 // ones (a replica's slots share its lease: a burst's reads need a few).
 // States reads the attempts key too, and a TTL for every slot.
 //
@@ -38,29 +42,50 @@ const peekPerTxn = 128
 func (s *Store) Peek(ctx context.Context, slots []lock.Slot) ([]lock.State, error) {
 	out := make([]lock.State, len(slots))
 	leaseOf := make([]clientv3.LeaseID, len(slots))
-	ttls := map[clientv3.LeaseID]time.Duration{}
+	// The transactions go out together, peekInFlight at a time: a burst's
+	// read costs a round trip or two, not one per 128 slots.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var failed error
+	sem := make(chan struct{}, peekInFlight)
 	for from := 0; from < len(slots); from += peekPerTxn {
 		chunk := slots[from:min(from+peekPerTxn, len(slots))]
-		ops := make([]clientv3.Op, len(chunk))
-		for i, slot := range chunk {
-			state, _, _ := s.keys(slot)
-			ops[i] = clientv3.OpGet(state)
-		}
-		resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
-		if err != nil {
-			return nil, etcdErr(fmt.Errorf("etcdlock: peek at %d slots: %w", len(slots), err))
-		}
-		for i := range chunk {
-			st := lock.State{Status: "free"}
-			if kv := one(resp.Responses[i]); kv != nil {
-				st, _ = parseState(string(kv.Value)) // a foreign value reads "foreign": its claim says so
-				if st.Status == "running" {
-					id := clientv3.LeaseID(kv.Lease)
-					leaseOf[from+i] = id
-					ttls[id] = 0
-				}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			ops := make([]clientv3.Op, len(chunk))
+			for i, slot := range chunk {
+				state, _, _ := s.keys(slot)
+				ops[i] = clientv3.OpGet(state)
 			}
-			out[from+i] = lock.State{Status: st.Status}
+			resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
+			if err != nil {
+				mu.Lock()
+				failed = err
+				mu.Unlock()
+				return
+			}
+			for i := range chunk {
+				st := lock.State{Status: "free"}
+				if kv := one(resp.Responses[i]); kv != nil {
+					st, _ = parseState(string(kv.Value)) // a foreign value reads "foreign": its claim says so
+					if st.Status == "running" {
+						leaseOf[from+i] = clientv3.LeaseID(kv.Lease)
+					}
+				}
+				out[from+i] = lock.State{Status: st.Status}
+			}
+		}()
+	}
+	wg.Wait()
+	if failed != nil {
+		return nil, etcdErr(fmt.Errorf("etcdlock: peek at %d slots: %w", len(slots), failed))
+	}
+	ttls := map[clientv3.LeaseID]time.Duration{}
+	for i, id := range leaseOf {
+		if out[i].Status == "running" {
+			ttls[id] = 0
 		}
 	}
 	for id := range ttls {
