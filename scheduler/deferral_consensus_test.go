@@ -154,10 +154,10 @@ func deferredTakeover(t *testing.T, stores []lock.Store, lease, bound time.Durat
 	}
 }
 
-// etcdStalled and zkStalled are consensus stores whose writes of held
-// slots a test can stop, as a frozen process's stop (SIGSTOP): the store
-// sees no renewal or release from it, while its session lives on. They
-// keep every capability of the store they embed.
+// etcdStalled and zkStalled are consensus stores whose claims and writes
+// of held slots a test can stop, as a frozen process's stop (SIGSTOP):
+// the store sees no claim, renewal or release from it, while its session
+// lives on. They keep every capability of the store they embed.
 
 // stall blocks until ctx ends if frozen is set.
 func stall(ctx context.Context, frozen *atomic.Bool) error {
@@ -180,6 +180,23 @@ func (s etcdStalled) Renew(ctx context.Context, slot lock.Slot, o lock.Owner, d 
 	return s.Store.Renew(ctx, slot, o, d)
 }
 
+func (s etcdStalled) Claim(ctx context.Context, slot lock.Slot, replica string, p lock.Policy) (lock.Claim, error) {
+	if err := stall(ctx, s.frozen); err != nil {
+		return lock.Claim{}, err
+	}
+	return s.Store.Claim(ctx, slot, replica, p)
+}
+
+func (s etcdStalled) ClaimMany(ctx context.Context, reqs []lock.ClaimRequest, f func(int, lock.ClaimReply)) {
+	if err := stall(ctx, s.frozen); err != nil {
+		for i := range reqs {
+			f(i, lock.ClaimReply{Err: err})
+		}
+		return
+	}
+	s.Store.ClaimMany(ctx, reqs, f)
+}
+
 func (s etcdStalled) Release(ctx context.Context, slot lock.Slot, o lock.Owner) error {
 	if err := stall(ctx, s.frozen); err != nil {
 		return err
@@ -197,6 +214,23 @@ func (s zkStalled) Renew(ctx context.Context, slot lock.Slot, o lock.Owner, d ti
 		return err
 	}
 	return s.Store.Renew(ctx, slot, o, d)
+}
+
+func (s zkStalled) Claim(ctx context.Context, slot lock.Slot, replica string, p lock.Policy) (lock.Claim, error) {
+	if err := stall(ctx, s.frozen); err != nil {
+		return lock.Claim{}, err
+	}
+	return s.Store.Claim(ctx, slot, replica, p)
+}
+
+func (s zkStalled) ClaimMany(ctx context.Context, reqs []lock.ClaimRequest, f func(int, lock.ClaimReply)) {
+	if err := stall(ctx, s.frozen); err != nil {
+		for i := range reqs {
+			f(i, lock.ClaimReply{Err: err})
+		}
+		return
+	}
+	s.Store.ClaimMany(ctx, reqs, f)
 }
 
 func (s zkStalled) Release(ctx context.Context, slot lock.Slot, o lock.Owner) error {
