@@ -12,8 +12,9 @@ import (
 )
 
 // Lease is a won claim kept alive by exactly one watchdog (package
-// keepalive, which a mutex.Mutex's hold shares), which waits on a timer between renewals (no
-// goroutine of its own until it renews).
+// keepalive, which a mutex.Mutex's hold shares), which waits between renewals as an
+// entry in the process's one heap of watchdog wakes (no timer or goroutine of
+// its own until it renews).
 //
 // The watchdog renews every lease/3. The lease is taken to be valid until
 // lease (minus a safety margin) after the last renewal that Redis confirmed
