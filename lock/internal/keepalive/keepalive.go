@@ -16,7 +16,7 @@ import (
 
 // Lease is a lease kept alive by exactly one watchdog: it renews every
 // ttl/3 and, when the lease is lost, cancels its context with the cause
-// its owner's onLost returns.
+// its holder's OnLost returns.
 //
 // The lease is taken to be valid until ttl (minus a margin) after the last
 // acquisition or renewal that the store confirmed was SENT, measured on the
@@ -32,12 +32,9 @@ type Lease struct {
 	interval, grid time.Duration
 	retry          retry.Backoff // after a renewal of unknown outcome: soon, and steadily (Min only)
 	ctx            context.Context
-	cancel         context.CancelCauseFunc     // cancels ctx, with onLost's cause when lost
-	renew          func(context.Context) error // see Keep
-	gone           func(error) bool
-	renewed        func()
-	onLost         func(why error) error // called once the lease is marked lost; returns ctx's cause
-	done           chan struct{}         // closed when the watchdog has ended
+	cancel         context.CancelCauseFunc // cancels ctx, with the holder's cause when lost
+	holder         Holder
+	done           chan struct{} // closed when the watchdog has ended
 
 	mu       sync.Mutex
 	lastSent time.Time // send time of the last confirmed acquisition or renewal
@@ -51,28 +48,38 @@ type Lease struct {
 	pos int // 1 + index in the heap; 0: not in it (renewing, or ended)
 }
 
-// Keep starts k's watchdog for a lease of ttl whose acquisition was sent at
-// sent, held until margin before it could run out; k's context derives
-// from parent.
-//
-// renew answers nil when the renewal is confirmed, an error for which gone
-// is true when the lock is known to be someone else's (the watchdog ends
-// at once), and any other error when the outcome is unknown (it tries again
-// soon, while the lock may still be ours). renewed, if not nil, hears of
-// each confirmed renewal, on the watchdog, which waits for it. onLost is
-// called once if the lease is lost, with why, and returns the cause of k's
-// context. If the acquisition's reply came too late to leave any validity,
-// the lease is lost, and the context done, before Keep returns: the caller
-// starts its work under the context next, and must find it done.
+// Holder is the owner of a kept lease: what the watchdog asks of it. A
+// holder is an interface rather than four funcs so that the owner, which
+// outlives its lease's watchdog anyway, is the watchdog's only reference
+// to it, at no allocation.
+type Holder interface {
+	// Renew answers nil when the renewal is confirmed, an error for which
+	// Gone is true when the lock is known to be someone else's (the
+	// watchdog ends at once), and any other error when the outcome is
+	// unknown (it tries again soon, while the lock may still be ours).
+	Renew(ctx context.Context) error
+	Gone(err error) bool
+	// Renewed hears of each confirmed renewal, on the watchdog, which
+	// waits for it.
+	Renewed()
+	// OnLost is called once if the lease is lost, with why, and returns
+	// the cause of the lease's context.
+	OnLost(why error) error
+}
+
+// Keep starts k's watchdog for h's lease of ttl whose acquisition was sent
+// at sent, held until margin before it could run out; k's context derives
+// from parent. If the acquisition's reply came too late to leave any
+// validity, the lease is lost, and the context done, before Keep returns:
+// the caller starts its work under the context next, and must find it
+// done.
 //
 // Renewals fall on a grid shared by every lease with the same interval (see
 // renewGrid), never later than interval after the last one: the leases
 // taken in one burst then wake on the same instant, and their renewals
 // leave together in a few pipelines instead of one round trip each.
-func (k *Lease) Keep(parent context.Context, ttl, margin time.Duration, sent time.Time,
-	renew func(context.Context) error, gone func(error) bool, renewed func(), onLost func(why error) error) {
-	k.ttl, k.margin, k.lastSent = ttl, margin, sent
-	k.renew, k.gone, k.renewed, k.onLost = renew, gone, renewed, onLost
+func (k *Lease) Keep(parent context.Context, ttl, margin time.Duration, sent time.Time, h Holder) {
+	k.ttl, k.margin, k.lastSent, k.holder = ttl, margin, sent, h
 	k.ctx, k.cancel = context.WithCancelCause(parent)
 	k.done = make(chan struct{})
 	if !time.Now().Before(k.ValidUntil()) {
@@ -93,7 +100,7 @@ func (k *Lease) ValidUntil() time.Time {
 	return k.lastSent.Add(k.ttl - k.margin)
 }
 
-// Context is cancelled with onLost's cause when the lease is lost, and
+// Context is cancelled with OnLost's cause when the lease is lost, and
 // when the parent given to Keep is done.
 func (k *Lease) Context() context.Context { return k.ctx }
 
@@ -125,7 +132,7 @@ func (k *Lease) Lose(why error) {
 	k.lost = true
 	k.mu.Unlock()
 	if !already {
-		k.cancel(k.onLost(why))
+		k.cancel(k.holder.OnLost(why))
 	}
 }
 
@@ -204,7 +211,7 @@ func (k *Lease) tick() {
 	k.renewing = cancel
 	k.mu.Unlock()
 	sent := time.Now()
-	err := k.renew(rctx)
+	err := k.holder.Renew(rctx)
 	cancel()
 	k.mu.Lock()
 	k.renewing = nil
@@ -215,11 +222,9 @@ func (k *Lease) tick() {
 		k.mu.Lock()
 		k.lastSent = sent
 		k.mu.Unlock()
-		if k.renewed != nil {
-			k.renewed()
-		}
+		k.holder.Renewed()
 		k.schedule(onGrid(k.interval, k.grid))
-	case k.gone(err):
+	case k.holder.Gone(err):
 		k.end(err)
 	case stopped:
 		k.end(nil)

@@ -111,7 +111,7 @@ func (w *wheel) cut(i int) {
 		w.down(i)
 		w.up(i)
 	}
-	if len(w.heap) == 0 {
+	if len(w.heap) == 0 && cap(w.heap) > 1024 {
 		w.heap = nil // let the array of a burst's leases go
 	}
 }

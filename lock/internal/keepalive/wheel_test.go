@@ -71,8 +71,7 @@ func TestLeasesShareOneHeap(t *testing.T) {
 	before := size()
 	leases := make([]Lease, 1000)
 	for i := range leases {
-		leases[i].Keep(context.Background(), time.Hour, 6*time.Minute, time.Now(), func(context.Context) error { return nil }, gone,
-			nil, func(why error) error { t.Errorf("lost: %v", why); return why })
+		leases[i].Keep(context.Background(), time.Hour, 6*time.Minute, time.Now(), holder{func(context.Context) error { return nil }, nil, func(why error) error { t.Errorf("lost: %v", why); return why }})
 	}
 	if n := size(); n != before+len(leases) {
 		t.Fatalf("%d entries on the heap with %d leases kept, want %d", n, len(leases), before+len(leases))
@@ -112,7 +111,7 @@ func TestDueRenewalsLeaveTogether(t *testing.T) {
 	leases := make([]Lease, n)
 	now := time.Now()
 	for i := range leases {
-		leases[i].Keep(context.Background(), 3*time.Second, 300*time.Millisecond, now, func(ctx context.Context) error {
+		leases[i].Keep(context.Background(), 3*time.Second, 300*time.Millisecond, now, holder{func(ctx context.Context) error {
 			mu.Lock()
 			first := begun < n
 			mu.Unlock()
@@ -120,7 +119,7 @@ func TestDueRenewalsLeaveTogether(t *testing.T) {
 				return nil // a later round
 			}
 			return renew(ctx)
-		}, gone, func() { renewed <- struct{}{} }, func(why error) error { t.Errorf("lost: %v", why); return why })
+		}, func() { renewed <- struct{}{} }, func(why error) error { t.Errorf("lost: %v", why); return why }})
 	}
 	defer func() {
 		for i := range leases {
@@ -141,18 +140,17 @@ func TestDueRenewalsLeaveTogether(t *testing.T) {
 // leases on the heap keep renewing meanwhile.
 func TestUnansweredLeaseLostAmongOthers(t *testing.T) {
 	var quiet, busy Lease
-	quiet.Keep(context.Background(), 300*time.Millisecond, 30*time.Millisecond, time.Now(), func(ctx context.Context) error {
+	quiet.Keep(context.Background(), 300*time.Millisecond, 30*time.Millisecond, time.Now(), holder{func(ctx context.Context) error {
 		<-ctx.Done() // no answer
 		return ctx.Err()
-	}, gone, nil, func(why error) error { return errors.Join(ErrLeaseLost, why) })
+	}, nil, func(why error) error { return errors.Join(ErrLeaseLost, why) }})
 	renewed := make(chan struct{}, 100)
-	busy.Keep(context.Background(), 300*time.Millisecond, 30*time.Millisecond, time.Now(), func(context.Context) error { return nil }, gone,
-		func() {
-			select {
-			case renewed <- struct{}{}:
-			default:
-			}
-		}, func(why error) error { t.Errorf("busy lease lost: %v", why); return why })
+	busy.Keep(context.Background(), 300*time.Millisecond, 30*time.Millisecond, time.Now(), holder{func(context.Context) error { return nil }, func() {
+		select {
+		case renewed <- struct{}{}:
+		default:
+		}
+	}, func(why error) error { t.Errorf("busy lease lost: %v", why); return why }})
 	defer busy.Stop()
 	select {
 	case <-quiet.Context().Done():
