@@ -57,12 +57,16 @@ catchup = "none"`,
 		for _, id := range settled(evs, task) {
 			es := slots[id]
 			starts := find(es, "start", 0)
-			if len(starts) != 3 {
-				t.Errorf("%s slot %s: %d attempts, want 3:\n%s", task, id, len(starts), dump(es))
+			// The daemons' own "attempt started" lines count the attempts:
+			// a slowpoke shell killed at its 1 s timeout before its first
+			// line ran (a loaded machine can take that long to start one)
+			// leaves no start in the ledger.
+			if n := c.attemptsStarted(task, id); n != 3 || len(starts) > 3 || (task == "broken" && len(starts) != 3) {
+				t.Errorf("%s slot %s: %d attempts started by the daemons, %d in the ledger, want 3:\n%s", task, id, n, len(starts), dump(es))
 			}
 			for i, s := range starts {
-				if s.Attempt != i+1 {
-					t.Errorf("%s slot %s: attempt %d in place %d:\n%s", task, id, s.Attempt, i+1, dump(es))
+				if i > 0 && s.Attempt <= starts[i-1].Attempt {
+					t.Errorf("%s slot %s: attempt %d after attempt %d:\n%s", task, id, s.Attempt, starts[i-1].Attempt, dump(es))
 				}
 				if task == "slowpoke" && i > 0 {
 					// Each attempt ran until its 1s timeout, not its 5s sleep,
@@ -72,11 +76,11 @@ catchup = "none"`,
 					// which under load can take a few hundred ms.)
 					gap := s.At.Sub(starts[i-1].At)
 					if gap > 4*time.Second {
-						t.Errorf("slowpoke slot %s: attempt %d started %v after attempt %d, want about the 1s timeout", id, s.Attempt, gap, i)
+						t.Errorf("slowpoke slot %s: attempt %d started %v after attempt %d, want about the 1s timeout", id, s.Attempt, gap, starts[i-1].Attempt)
 					}
-					terms := find(es, "term", i)
+					terms := find(es, "term", starts[i-1].Attempt)
 					if len(terms) != 1 || s.At.Before(terms[0].At) {
-						t.Errorf("slowpoke slot %s: attempt %d started before attempt %d was stopped (SIGTERM at its timeout):\n%s", id, s.Attempt, i, dump(es))
+						t.Errorf("slowpoke slot %s: attempt %d started before attempt %d was stopped (SIGTERM at its timeout):\n%s", id, s.Attempt, starts[i-1].Attempt, dump(es))
 					}
 				}
 			}
@@ -124,4 +128,18 @@ func byTask(evs []event, task string) []event {
 		}
 	}
 	return out
+}
+
+// attemptsStarted counts the distinct attempts of a task's slot that the
+// replicas logged as started.
+func (c *cluster) attemptsStarted(task, id string) int {
+	seen := map[float64]bool{}
+	for _, r := range c.reps {
+		for _, rec := range r.records() {
+			if rec.msg() == "attempt started" && rec.str("task") == task && rec.str("slot") == id {
+				seen[rec.num("attempt")] = true
+			}
+		}
+	}
+	return len(seen)
 }
