@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/slotd/slotd/internal/stats"
+	"github.com/slotd/slotd/internal/testlane"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/etcdlock"
 	"github.com/slotd/slotd/scheduler"
@@ -81,6 +82,7 @@ func preferredClaimsAlone(t *testing.T, stores []lock.Store, claims *atomic.Int6
 // On etcd (3 members), three replicas claim each slot about once: the
 // live set and the watch's Taken notices make the preferred claimant work.
 func TestEtcdPreferredClaimantClaimsAlone(t *testing.T) {
+	testlane.Parallel(t, heavyLane)
 	var claims atomic.Int64
 	var stores []lock.Store
 	for _, s := range etcdStores(t, 3) {
@@ -94,6 +96,7 @@ func TestEtcdPreferredClaimantClaimsAlone(t *testing.T) {
 // behind the store's once marker (before, etcd had none and the hook was
 // refused at load).
 func TestEtcdExhaustedSlotNotifiesOnce(t *testing.T) {
+	testlane.Parallel(t, heavyLane)
 	stores := etcdStores(t, 3)
 	out := filepath.Join(t.TempDir(), "hook.out")
 	h := hook(t, "exec", map[string]any{"command": []any{"/bin/sh", "-c", `printf '%s|%s\n' "$SLOTD_SLOT" "$SLOTD_FAILURE" >> "$OUT"`},
