@@ -42,30 +42,14 @@ func (c etcdCounter) ClaimMany(ctx context.Context, reqs []lock.ClaimRequest, f 
 func preferredClaimsAlone(t *testing.T, stores []lock.Store, claims *atomic.Int64) {
 	led := newLedger()
 	const n = 60
-	var reps []*replica
-	for i, s := range stores {
+	for _, s := range stores {
 		if _, ok := s.(lock.Fleet); !ok {
 			t.Fatalf("%T is no lock.Fleet", s)
 		}
-		reps = append(reps, startReplica(t, fmt.Sprintf("r%d", i+1), s, time.Second, nil, scheduler.WithClockCheck(200*time.Millisecond)))
 	}
-	// The tasks come once every replica sees all three, due 2 to 3 s
-	// later, however long a loaded -race run took to get there (tasks due
-	// at a fixed 5 s found a replica still alone: 125 claims).
-	await(t, "every replica to see all three live", 60*time.Second, func() bool {
-		for _, r := range reps {
-			if len(r.sched.LiveView()) != len(reps) {
-				return false
-			}
-		}
-		return true
-	})
-	ts := manyTasks(t, n, soon(), led.job(ok), nil)
-	for _, r := range reps {
-		if _, err := r.sched.Reload(context.Background(), ts); err != nil {
-			t.Fatal(err)
-		}
-	}
+	// Tasks due at a fixed 5 s found a replica still alone under a loaded
+	// run: 125 claims.
+	reloadAll(t, seeingReplicas(t, stores), manyTasks(t, n, soon(), led.job(ok), nil))
 	led.await(t, "every slot done", 60*time.Second, func(rs []record) bool {
 		done := 0
 		for _, r := range rs {

@@ -155,6 +155,38 @@ func startReplica(t *testing.T, name string, store lock.Store, grace time.Durati
 	return r
 }
 
+// seeingReplicas starts a replica without tasks on each store, with a
+// clock check (a read of the live set) every 200 ms, and returns them once
+// every one sees them all: tasks then given (reloadAll) due a few seconds
+// later find the preferred claimant at work, however long a loaded -race
+// run took to get there.
+func seeingReplicas[S lock.Store](t *testing.T, stores []S) []*replica {
+	t.Helper()
+	var reps []*replica
+	for i, s := range stores {
+		reps = append(reps, startReplica(t, fmt.Sprintf("r%d", i+1), s, time.Second, nil, scheduler.WithClockCheck(200*time.Millisecond)))
+	}
+	await(t, "every replica to see them all live", 60*time.Second, func() bool {
+		for _, r := range reps {
+			if len(r.sched.LiveView()) != len(reps) {
+				return false
+			}
+		}
+		return true
+	})
+	return reps
+}
+
+// reloadAll gives every replica ts.
+func reloadAll(t *testing.T, reps []*replica, ts []scheduler.Task) {
+	t.Helper()
+	for _, r := range reps {
+		if _, err := r.sched.Reload(context.Background(), ts); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func (r *replica) stop() {
 	r.cancel()
 	<-r.done
