@@ -53,24 +53,7 @@ func deferredHandoff(t *testing.T, stores []lock.Store) {
 		}
 		return nil
 	}), func(t *scheduler.Task) { t.Lease = 10 * time.Second })
-	var reps []*replica
-	for i, s := range stores {
-		reps = append(reps, startReplica(t, fmt.Sprintf("r%d", i+1), s, time.Second, nil,
-			scheduler.WithClockCheck(200*time.Millisecond), scheduler.WithHandoff(time.Minute)))
-	}
-	await(t, "every replica to see all three live", 60*time.Second, func() bool {
-		for _, r := range reps {
-			if len(r.sched.LiveView()) != len(reps) {
-				return false
-			}
-		}
-		return true
-	})
-	for _, r := range reps {
-		if _, err := r.sched.Reload(context.Background(), []scheduler.Task{task}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	reloadAll(t, seeingReplicas(t, stores, scheduler.WithHandoff(time.Minute)), []scheduler.Task{task})
 	rs := led.await(t, "n slots' second attempts to succeed", 60*time.Second, func(rs []record) bool {
 		ok := 0
 		for _, r := range rs {

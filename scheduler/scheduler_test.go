@@ -155,16 +155,17 @@ func startReplica(t *testing.T, name string, store lock.Store, grace time.Durati
 	return r
 }
 
-// seeingReplicas starts a replica without tasks on each store, with a
+// seeingReplicas starts a replica without tasks on each store (with opts), with a
 // clock check (a read of the live set) every 200 ms, and returns them once
 // every one sees them all: tasks then given (reloadAll) due a few seconds
 // later find the preferred claimant at work, however long a loaded -race
 // run took to get there.
-func seeingReplicas[S lock.Store](t *testing.T, stores []S) []*replica {
+func seeingReplicas[S lock.Store](t *testing.T, stores []S, opts ...scheduler.Option) []*replica {
 	t.Helper()
 	var reps []*replica
 	for i, s := range stores {
-		reps = append(reps, startReplica(t, fmt.Sprintf("r%d", i+1), s, time.Second, nil, scheduler.WithClockCheck(200*time.Millisecond)))
+		reps = append(reps, startReplica(t, fmt.Sprintf("r%d", i+1), s, time.Second, nil,
+			append([]scheduler.Option{scheduler.WithClockCheck(200 * time.Millisecond)}, opts...)...))
 	}
 	await(t, "every replica to see them all live", 60*time.Second, func() bool {
 		for _, r := range reps {
