@@ -26,7 +26,7 @@ func batchLoop(t *testing.T, store lock.Store, n int, edit func(*Task)) (*loop, 
 	l := testLoop(t, store)
 	t.Cleanup(l.watchReleases())
 	if l.byName == nil {
-		t.Fatal("deferrals not batched on a store with lock.ReleaseWatcher")
+		t.Fatal("deferrals not batched on a store with lock.Peeker")
 	}
 	l.s.setLive([]string{"peer"})
 	var ts []*Task
@@ -267,17 +267,17 @@ func TestDeferredReadWaitsForPendingClaims(t *testing.T) {
 	}
 }
 
-// failingStates is a memory store whose States reads fail.
-type failingStates struct{ *memlock.Store }
+// failingPeeks is a memory store whose Peek reads fail.
+type failingPeeks struct{ *memlock.Store }
 
-func (failingStates) States(context.Context, []lock.Slot) ([]lock.State, error) {
+func (failingPeeks) Peek(context.Context, []lock.Slot) ([]lock.State, error) {
 	return nil, errors.New("store unreachable")
 }
 
 // A read that fails claims every slot it listed: each claim then retries
 // as a run's does.
 func TestDeferredReadFailureClaimsEverySlot(t *testing.T) {
-	l, ts := batchLoop(t, failingStates{memlock.New(time.Now)}, 2, nil)
+	l, ts := batchLoop(t, failingPeeks{memlock.New(time.Now)}, 2, nil)
 	at := time.Now().Truncate(time.Hour)
 	for _, task := range ts {
 		l.onFire(task, at)
@@ -290,9 +290,9 @@ func TestDeferredReadFailureClaimsEverySlot(t *testing.T) {
 	}
 }
 
-// A store without lock.ReleaseWatcher (Redlock) defers with a run per
+// A store without lock.Peeker (Redlock) defers with a run per
 // slot, as before.
-func TestDeferringWithoutReleaseWatcherIsARun(t *testing.T) {
+func TestDeferringWithoutPeekerIsARun(t *testing.T) {
 	l := testLoop(t, struct{ lock.Store }{memlock.New(time.Now)})
 	l.watchReleases()
 	if l.byName != nil {
@@ -316,7 +316,7 @@ func TestShutdownForgetsDeferrals(t *testing.T) {
 // already done by its claimant: batched (a list entry, and its share of one
 // batched read: lock.Peeker) against a run per slot (a run, a store watch,
 // a wake, its completion notice handled, its end), the path of a store
-// without lock.ReleaseWatcher and of every store before. On the memory
+// without lock.Peeker and of every store before. On the memory
 // store the figure is the engine's own; on etcd (3 members) it adds the
 // client's share of the read (batch) or of registering the slot's watch
 // (run) — not the watch's events, which every replica decodes either way.

@@ -87,8 +87,8 @@ import (
 )
 
 // Store is the slot protocol on an etcd cluster. It implements lock.Store,
-// lock.Prober, lock.Fleet and lock.Oncer (fleet.go), lock.ReleaseWatcher
-// (releases.go) and lock.Peeker (peek.go).
+// lock.Prober, lock.Fleet and lock.Oncer (fleet.go) and lock.Peeker
+// (releases.go, peek.go).
 type Store struct {
 	cli    *clientv3.Client
 	prefix string

@@ -71,7 +71,7 @@ func newReleases(s *Store) *releases {
 	return &releases{s: s, fs: map[int]func(task, id string){}, ready: make(chan struct{})}
 }
 
-// WatchReleases implements lock.ReleaseWatcher over the store's watch of
+// WatchReleases implements lock.Peeker over the store's watch of
 // the release notices (started here if Subscribe has not started it: a
 // release before etcd has established it goes unheard). A notice lost
 // while the watch is reopened past a compaction is not repeated.

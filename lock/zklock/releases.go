@@ -118,7 +118,7 @@ func (r *releases) init(s *Store) {
 	r.stop = make(chan struct{})
 }
 
-// WatchReleases implements lock.ReleaseWatcher over the store's child
+// WatchReleases implements lock.Peeker over the store's child
 // watch of the release notices (started here if Subscribe has not
 // started it: a release before its first listing goes unheard).
 func (s *Store) WatchReleases(f func(task, id string)) (stop func()) {
