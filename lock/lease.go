@@ -12,8 +12,9 @@ import (
 )
 
 // Lease is a won claim kept alive by exactly one watchdog (package
-// keepalive, which a mutex.Mutex's hold shares), which waits on a timer between renewals (no
-// goroutine of its own until it renews).
+// keepalive, which a mutex.Mutex's hold shares), which waits between renewals as an
+// entry in the process's one heap of watchdog wakes (no timer or goroutine of
+// its own until it renews).
 //
 // The watchdog renews every lease/3. The lease is taken to be valid until
 // lease (minus a safety margin) after the last renewal that Redis confirmed
@@ -30,6 +31,7 @@ type Lease struct {
 	slot  Slot
 	owner Owner
 	token int64
+	hooks LeaseHooks
 
 	// op makes a renewal and a completion never overlap: a renewal sent
 	// after the completion landed would find the done marker and report the
@@ -51,7 +53,11 @@ type LeaseHooks struct {
 	// running record), with one watchdog for both.
 	Renewed func()
 	Failed  func(err error) // a renewal got an error (the watchdog may try again)
-	Lost    func(err error) // the lease was lost; err says why
+	// Lost: the lease was lost; err, the cause Context is about to be
+	// cancelled with (ErrLeaseLost, the slot and why). It runs before
+	// Context ends, on the goroutine that found the loss (the watchdog,
+	// Hold itself when the claim's reply came too late, a completion).
+	Lost func(err error)
 }
 
 // Hold starts the watchdog of claim c, which must be Won, on slot with the
@@ -64,32 +70,46 @@ func Hold(parent context.Context, s Store, slot Slot, owner string, c Claim, lea
 		slot:  slot,
 		owner: Owner{ID: owner, Attempt: c.Attempt},
 		token: Token(slot.Time, c.Attempt),
+		ttl:   lease,
+		hooks: hooks,
 	}
-	renew := func(ctx context.Context) error {
-		l.op.Lock()
-		defer l.op.Unlock()
-		if l.completed {
-			return errCompleted
-		}
-		err := l.store.Renew(ctx, l.slot, l.owner, l.ttl)
-		if err != nil && hooks.Failed != nil {
-			hooks.Failed(err)
-		}
-		return err
-	}
-	l.ttl = lease
-	l.kept.Keep(parent, lease, leaseMargin(s, lease), c.Sent, renew, gone, hooks.Renewed, func(why error) error {
-		if hooks.Lost != nil {
-			hooks.Lost(why)
-		}
-		return fmt.Errorf("%w: %s: %w", ErrLeaseLost, l.slot, why)
-	})
+	l.kept.Keep(parent, lease, leaseMargin(s, lease), c.Sent, (*holder)(l))
 	l.done = l.kept.Done()
 	return l
 }
 
-// gone: a renewal found the slot someone else's.
-func gone(err error) bool { return errors.Is(err, ErrNotHeld) }
+// holder is a Lease as its watchdog sees it (keepalive.Holder).
+type holder Lease
+
+func (h *holder) Renew(ctx context.Context) error {
+	h.op.Lock()
+	defer h.op.Unlock()
+	if h.completed {
+		return errCompleted
+	}
+	err := h.store.Renew(ctx, h.slot, h.owner, h.ttl)
+	if err != nil && h.hooks.Failed != nil {
+		h.hooks.Failed(err)
+	}
+	return err
+}
+
+// Gone: a renewal found the slot someone else's.
+func (h *holder) Gone(err error) bool { return errors.Is(err, ErrNotHeld) }
+
+func (h *holder) Renewed() {
+	if h.hooks.Renewed != nil {
+		h.hooks.Renewed()
+	}
+}
+
+func (h *holder) OnLost(why error) error {
+	cause := fmt.Errorf("%w: %s: %w", ErrLeaseLost, h.slot, why)
+	if h.hooks.Lost != nil {
+		h.hooks.Lost(cause)
+	}
+	return cause
+}
 
 // leaseMargin is how long before a lease could run out its holder gives it
 // up: a tenth of the lease, for the work to stop and for clock drift

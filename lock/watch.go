@@ -73,13 +73,14 @@ func (w *Watch) Notify(c Change) {
 	}
 }
 
-// ReleaseWatcher is a store that reports the releases of every slot to
-// one function: how a replica hears of the release of any of the
-// thousands of slots it left to their preferred claimants without a Watch
-// per slot (package scheduler keeps only a list of them, and reads their
-// states in one batch). A store whose notices cannot name the slot (a
-// Redlock quorum's, ZooKeeper's per-node watches) does not implement it.
-type ReleaseWatcher interface {
+// Peeker is a store on which a replica leaves thousands of slots to their
+// preferred claimants without a Watch per slot (package scheduler keeps
+// only a list of them): it hears every release on one function, and reads
+// their states in one batch. A store whose notices cannot name the slot
+// (a Redlock quorum's: one master's message says nothing of the quorum)
+// does not implement it; etcd and ZooKeeper write a notice beside each
+// release for it.
+type Peeker interface {
 	// WatchReleases calls f with the task and slot id of every later
 	// release of any slot (a failed attempt's, with or without a retry
 	// backoff, and an operator's rerun) until stop is called; stop is
@@ -89,15 +90,12 @@ type ReleaseWatcher interface {
 	// store reconnects is not repeated: a watcher also reads the slot's
 	// state when the holder's lease runs out.
 	WatchReleases(f func(task, id string)) (stop func())
-}
 
-// Peeker is a store that reads what has become of many slots more cheaply
-// than States: each one's Status, and its TTL while running, nothing else
-// (no attempts, no holder). It is what a replica that left the slots to
-// their preferred claimants needs to know: which are done, held (until
-// when) or anything else. A slot a store cannot read may read as any
-// status but "done" or "running": its reader then claims it, and the
-// claim reports what is wrong.
-type Peeker interface {
+	// Peek reads what has become of many slots more cheaply than States:
+	// each one's Status, and its TTL while running, nothing else (no
+	// attempts, no holder): which are done, held (until when) or anything
+	// else. A slot a store cannot read may read as any status but "done"
+	// or "running": its reader then claims it, and the claim reports what
+	// is wrong.
 	Peek(ctx context.Context, slots []Slot) ([]State, error)
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -45,11 +44,15 @@ type attempt struct {
 	slot  lock.Slot
 	claim lock.Claim
 	st    *stats.Task
-	// log is scoped to the attempt, made on first use: a JSON handler
-	// formats the four attributes at once, a burst makes ten thousand of
-	// these, and at level warn most attempts log nothing.
-	log   func() *slog.Logger
-	lease *lock.Lease
+	// logger is scoped to the attempt, made on first use (log): a JSON
+	// handler formats the four attributes at once, a burst makes ten
+	// thousand of these, and at level warn most attempts log nothing.
+	logger atomic.Pointer[slog.Logger]
+	lease  *lock.Lease
+	// cancelTask cancels the task's context; following: the lease's loss
+	// still cancels it (see run).
+	cancelTask context.CancelCauseFunc
+	following  atomic.Bool
 	// rec is the task's running record once occupy took it (forbid,
 	// replace); the lease's watchdog reads it to renew it.
 	rec atomic.Pointer[occupancy]
@@ -67,12 +70,20 @@ type attempt struct {
 func (a *attempt) shown() int { return a.slot.ShownAttempt(a.claim.Attempt) }
 
 func (s *Scheduler) newAttempt(t *Task, slot lock.Slot, c lock.Claim) *attempt {
-	return &attempt{
-		s: s, t: t, slot: slot, claim: c, st: s.stats.Task(t.Name),
-		log: sync.OnceValue(func() *slog.Logger {
-			return s.log.With("task", t.Name, "slot", slot.ID, "attempt", slot.ShownAttempt(c.Attempt), "token", lock.Token(slot.Time, c.Attempt))
-		}),
+	return &attempt{s: s, t: t, slot: slot, claim: c, st: s.stats.Task(t.Name)}
+}
+
+// log is the attempt's logger. The lease's watchdog logs too: two first
+// uses at once may both make one, and one is kept.
+func (a *attempt) log() *slog.Logger {
+	if l := a.logger.Load(); l != nil {
+		return l
 	}
+	l := a.s.log.With("task", a.t.Name, "slot", a.slot.ID, "attempt", a.shown(), "token", lock.Token(a.slot.Time, a.claim.Attempt))
+	if !a.logger.CompareAndSwap(nil, l) {
+		return a.logger.Load()
+	}
+	return l
 }
 
 // run runs the attempt through its phases. It reports whether this
@@ -81,26 +92,23 @@ func (s *Scheduler) newAttempt(t *Task, slot lock.Slot, c lock.Claim) *attempt {
 // add a duplicate (a peer may still, after the lease) — and, if the
 // attempt failed, its history entry.
 func (a *attempt) run(ctx, hard context.Context) (bool, *HistoryEntry) {
-	a.hold(hard)
-	// The task's context ends with the lease's, and on a lost lease its
-	// cause also carries tasks.ErrNoGrace: the slot may be a peer's once the
+	// The task's context ends with the lease's: with hard, its parent, and
+	// on a lost lease through the lease's Lost hook (lostLease), whose cause
+	// also carries tasks.ErrNoGrace: the slot may be a peer's once the
 	// lease's margin runs out, so plugins must stop at once, not after a
-	// grace period of their own.
+	// grace period of their own. (The hook, not a context.AfterFunc on the
+	// lease's context: the loss is heard where it is decided, and an
+	// attempt costs no watcher of its own.)
 	base, cancelBase := context.WithCancelCause(hard)
 	defer cancelBase(nil)
-	follow := func() {
-		cause := context.Cause(a.lease.Context())
-		if errors.Is(cause, lock.ErrLeaseLost) {
-			cause = fmt.Errorf("%w (%w)", cause, tasks.ErrNoGrace)
-		}
-		cancelBase(cause)
-	}
-	stopFollowing := context.AfterFunc(a.lease.Context(), follow)
+	a.cancelTask = cancelBase
+	a.following.Store(true)
+	a.hold(hard) // a lease lost on arrival cancels base here
 	tctx, cancel := context.WithTimeoutCause(base, a.t.Timeout, ErrTimeout)
 	defer cancel()
 	busy, oerr := a.occupy(cancelBase)
 	if busy != nil {
-		stopFollowing()
+		a.following.Store(false)
 		if a.skip == tasks.ReasonQueue {
 			return false, a.missQueued(ctx, busy)
 		}
@@ -109,9 +117,9 @@ func (a *attempt) run(ctx, hard context.Context) (bool, *HistoryEntry) {
 	entry, err := a.execute(ctx, tctx, oerr)
 	// Completing or releasing the lease ends its context too: stop
 	// following it, but let a loss that came first show in tctx now.
-	stopFollowing()
-	if a.lease.Context().Err() != nil {
-		follow()
+	a.following.Store(false)
+	if lctx := a.lease.Context(); lctx.Err() != nil {
+		a.follow(context.Cause(lctx))
 	}
 	a.st.Running.Add(-1)
 	entry.Duration = a.s.now().Sub(entry.Started)
@@ -134,8 +142,20 @@ func (a *attempt) hold(hard context.Context) {
 		Lost: func(err error) {
 			st.LeaseLosses.Inc()
 			a.log().Error("lease lost: cancelling the task", "err", err)
+			if a.following.Load() {
+				a.follow(err)
+			}
 		},
 	})
+}
+
+// follow cancels the task's context with the cause the lease's ended
+// with, adding tasks.ErrNoGrace to a loss.
+func (a *attempt) follow(cause error) {
+	if errors.Is(cause, lock.ErrLeaseLost) {
+		cause = fmt.Errorf("%w (%w)", cause, tasks.ErrNoGrace)
+	}
+	a.cancelTask(cause)
 }
 
 // execute runs the task under tctx, unless taking the task's running
@@ -235,7 +255,7 @@ func (a *attempt) succeeded(ctx, hard context.Context, entry HistoryEntry) {
 	}
 	ferr := a.lease.CompleteWith(cctx, a.t.DoneTTL, complete)
 	s.noteWrite("complete", ferr)
-	if se := (*lock.StoreError)(nil); errors.As(ferr, &se) && se.Applied {
+	if ferr != nil && appliedDone(ferr) {
 		// Done, but not confirmed (on Redis: on the master; a failover
 		// before the replicas catch up could lose the marker and let a
 		// peer run the slot again).
@@ -261,6 +281,14 @@ func (a *attempt) succeeded(ctx, hard context.Context, entry HistoryEntry) {
 	if !recorded {
 		s.record(ctx, a.t.Name, entry, a.log)
 	}
+}
+
+// appliedDone: the store marked the slot done but could not confirm it
+// (a lock.StoreError that is Applied). Apart, so that a completion without
+// an error pays nothing for the pointer errors.As needs.
+func appliedDone(err error) bool {
+	se := (*lock.StoreError)(nil)
+	return errors.As(err, &se) && se.Applied
 }
 
 // failed releases the slot for a peer's retry and returns the entry.

@@ -444,28 +444,9 @@ func TestPreferredClaimantClaimsAlone(t *testing.T) {
 			}
 		}
 	}()
-	var reps []*replica
-	for i, s := range stores {
-		// A clock check every 200 ms: each replica reads the live set.
-		reps = append(reps, startReplica(t, fmt.Sprintf("r%d", i+1), s, time.Second, nil, scheduler.WithClockCheck(200*time.Millisecond)))
-	}
-	// The tasks come once every replica sees all three, due 2 to 3 s
-	// later, however long a loaded -race run took to get there.
-	await(t, "every replica to see all three live", 60*time.Second, func() bool {
-		for _, r := range reps {
-			if len(r.sched.LiveView()) != len(reps) {
-				return false
-			}
-		}
-		return true
-	})
+	reps := seeingReplicas(t, stores)
 	l.start()
-	ts := manyTasks(t, n, soon(), led.job(ok), nil)
-	for _, r := range reps {
-		if _, err := r.sched.Reload(context.Background(), ts); err != nil {
-			t.Fatal(err)
-		}
-	}
+	reloadAll(t, reps, manyTasks(t, n, soon(), led.job(ok), nil))
 	led.await(t, "every slot done", 60*time.Second, func(rs []record) bool {
 		done := 0
 		for _, r := range rs {

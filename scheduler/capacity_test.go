@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slotd/slotd/internal/testlane"
 	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler"
 	"github.com/slotd/slotd/tasks"
@@ -39,7 +40,7 @@ func (g *gate) job(ctx context.Context, _ tasks.Run) error {
 // preferred claimant of included; the slots of a task only it has are
 // missed, for capacity; once its attempt ends it claims again.
 func TestMaxRunningHandsSlotsToPeers(t *testing.T) {
-	t.Parallel()
+	testlane.Parallel(t, lightLane)
 	stores := redisStores(t, 3)
 	l := newLedger()
 	g := newGate()
@@ -130,7 +131,7 @@ func TestMaxRunningHandsSlotsToPeers(t *testing.T) {
 // On the embedded store, one replica at max_running misses the slots it
 // cannot start, for capacity, and runs them again once its attempt ends.
 func TestMaxRunningOnTheEmbeddedStore(t *testing.T) {
-	t.Parallel()
+	testlane.Parallel(t, lightLane)
 	l := newLedger()
 	g := newGate()
 	hold := testTask(t, "hold", "@every 1s", l.job(g.job), nil)

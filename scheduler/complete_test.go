@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/slotd/slotd/internal/redistest"
+	"github.com/slotd/slotd/internal/testlane"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/redislock"
 	"github.com/slotd/slotd/scheduler"
@@ -20,7 +21,7 @@ import (
 // the completion until Redis takes writes again; the slot ends done by
 // attempt 1, recorded as a success, and the peer never starts attempt 2.
 func TestCompleteRetriedThroughOOM(t *testing.T) {
-	t.Parallel()
+	testlane.Parallel(t, lightLane)
 	srv := redistest.Start(t)
 	rdb := srv.Client()
 	defer rdb.Close()

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/slotd/slotd/internal/etcdtest"
+	"github.com/slotd/slotd/internal/testlane"
 	"github.com/slotd/slotd/internal/zktest"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/etcdlock"
@@ -121,6 +122,7 @@ func triggerRetrying(t *testing.T, c lock.Controls, task, key string, window tim
 // replicas; its key repeated by every replica starts nothing; a trigger
 // sent while the cluster's leader is killed runs once too.
 func TestConsensusTriggerRunsOnceFleetWide(t *testing.T) {
+	testlane.Parallel(t, heavyLane)
 	for _, kind := range consensusKinds {
 		t.Run(kind, func(t *testing.T) {
 			if kind == "zookeeper" {
@@ -187,6 +189,7 @@ func TestConsensusTriggerRunsOnceFleetWide(t *testing.T) {
 // lease runs out, while the others skip their slots; then a slot runs
 // again, never beside the first.
 func TestConsensusForbidAfterHolderKilled(t *testing.T) {
+	testlane.Parallel(t, heavyLane)
 	for _, kind := range consensusKinds {
 		t.Run(kind, func(t *testing.T) {
 			c := consensusStores(t, kind, 3)
@@ -260,6 +263,7 @@ func TestConsensusForbidAfterHolderKilled(t *testing.T) {
 // leader during the running slot (three replicas): no slot runs beside
 // it, and slots run again after it ends.
 func TestConsensusForbidThroughLeaderKill(t *testing.T) {
+	testlane.Parallel(t, heavyLane)
 	for _, kind := range consensusKinds {
 		t.Run(kind, func(t *testing.T) {
 			if kind == "zookeeper" {
@@ -324,6 +328,7 @@ func TestConsensusForbidThroughLeaderKill(t *testing.T) {
 // On etcd, ZooKeeper and Redlock (3 masters), a pause stops claims on every replica (three),
 // holds across a restart of them all, and a resume runs the next slot.
 func TestConsensusPauseHoldsAcrossRestart(t *testing.T) {
+	testlane.Parallel(t, heavyLane)
 	for _, kind := range consensusKinds {
 		t.Run(kind, func(t *testing.T) { pauseHoldsAcrossRestart(t, consensusStores(t, kind, 3).stores) })
 	}
@@ -333,5 +338,6 @@ func TestConsensusPauseHoldsAcrossRestart(t *testing.T) {
 // built without the race detector when the package is built with it
 // (zktest.WithoutRace says why); without it they run where they stand.
 func TestZooKeeperKillsWithoutRace(t *testing.T) {
+	testlane.Parallel(t, heavyLane)
 	zktest.RunWithoutRace(t, `^(TestConsensusTriggerRunsOnceFleetWide|TestConsensusForbidThroughLeaderKill|TestZooKeeperReadinessFollowsQuorumLoss)$/^zookeeper$`)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/internal/stats"
+	"github.com/slotd/slotd/internal/testlane"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/lock/redislock"
@@ -128,7 +129,7 @@ func skipped(r *replica, task string) uint64 {
 // A pause stops claims on every replica, holds across a restart of them
 // all, and a resume makes the next fire time run again.
 func TestPauseHoldsAcrossRestart(t *testing.T) {
-	t.Parallel()
+	testlane.Parallel(t, lightLane)
 	pauseHoldsAcrossRestart(t, redisStores(t, 3))
 }
 
@@ -195,7 +196,7 @@ func pauseHoldsAcrossRestart(t *testing.T, stores []lock.Store) {
 // paused = true in the config starts the task paused, on the embedded
 // store too; an operator's resume starts it.
 func TestConfigPausedStartsPaused(t *testing.T) {
-	t.Parallel()
+	testlane.Parallel(t, lightLane)
 	store := memlock.New(nil)
 	l := newLedger()
 	task := testTask(t, "tick", "@every 1s", l.job(ok), func(t *scheduler.Task) { t.Paused = true })
@@ -213,7 +214,7 @@ func TestConfigPausedStartsPaused(t *testing.T) {
 // forbid: while one slot runs, the next ones are won, skipped and
 // recorded (done, skipped_forbid), once each; after it ends, slots run.
 func TestForbidSkipsWhileRunning(t *testing.T) {
-	t.Parallel()
+	testlane.Parallel(t, lightLane)
 	stores := redisStores(t, 2)
 	l := newLedger()
 	hist := history.NewMemory(0)
@@ -275,7 +276,7 @@ func TestForbidSkipsWhileRunning(t *testing.T) {
 // forbid, with the running slot's holder crashed: its record ends with
 // its lease, then slots run again.
 func TestForbidAfterHolderCrash(t *testing.T) {
-	t.Parallel()
+	testlane.Parallel(t, lightLane)
 	stores := redisStores(t, 1)
 	l := newLedger()
 	task := testTask(t, "tick", "@every 1s", l.job(ok), func(t *scheduler.Task) { t.Concurrency = scheduler.ConcurrencyForbid })
@@ -301,7 +302,7 @@ func TestForbidAfterHolderCrash(t *testing.T) {
 // ErrSuperseded), whose slot is marked done (superseded), and runs once
 // it has stopped.
 func TestReplaceCancelsRunning(t *testing.T) {
-	t.Parallel()
+	testlane.Parallel(t, lightLane)
 	stores := redisStores(t, 2)
 	l := newLedger()
 	hist := history.NewMemory(0)
@@ -361,7 +362,7 @@ func TestReplaceCancelsRunning(t *testing.T) {
 // record over and starts once the crashed holder's lease has run out, not
 // before (nobody is left to stop the old attempt).
 func TestReplaceAfterHolderCrash(t *testing.T) {
-	t.Parallel()
+	testlane.Parallel(t, lightLane)
 	stores := redisStores(t, 1)
 	l := newLedger()
 	task := testTask(t, "tick", "@every 1s", l.job(ok), func(t *scheduler.Task) { t.Concurrency = scheduler.ConcurrencyReplace })
@@ -445,7 +446,7 @@ func TestForbidRecordLivesAsLongAsTheLease(t *testing.T) {
 // once, and so find its record replaced and cancel its task, without
 // waiting for its next turn.
 func TestReplaceNoticeCancelsAtOnce(t *testing.T) {
-	t.Parallel()
+	testlane.Parallel(t, lightLane)
 	stores := redisStores(t, 2)
 	l := newLedger()
 	cancelled := make(chan time.Time, 1)

@@ -11,7 +11,7 @@ import (
 )
 
 // Deferrals. On a store that reports every slot's releases to one function
-// (lock.ReleaseWatcher), a replica keeps no run, watch or timer for a slot
+// (lock.Peeker), a replica keeps no run, watch or timer for a slot
 // it leaves to its preferred claimant (prefer.go): the slots it fired in
 // one turn and did not claim are one deferral, a list in a heap of check
 // times. When the deferral's wait is over (preferWait, longer while this
@@ -30,7 +30,8 @@ import (
 // claims are not listened to: the read says as much, for thousands of
 // slots in one round trip, where a notice per slot cost every replica a
 // mailbox event, a watch and a run. On a store without the capability
-// (Redlock, ZooKeeper, etcd) a deferring slot is a run as before.
+// (Redlock, which has no preferred claimant anyway) a deferring slot is a
+// run as before.
 
 // slotName names a slot in a release notice: its task and id.
 type slotName struct{ task, id string }
@@ -78,16 +79,16 @@ const recheckAfter = 5 * time.Millisecond
 const recheckSpan = 50 * time.Millisecond
 
 // watchReleases starts hearing the store's releases, if it can report
-// them all (lock.ReleaseWatcher): deferrals are batched from then on. The
+// them all (lock.Peeker): deferrals are batched from then on. The
 // returned stop is for the loop's end.
 func (l *loop) watchReleases() (stop func()) {
-	rw, ok := l.s.store.(lock.ReleaseWatcher)
+	pk, ok := l.s.store.(lock.Peeker)
 	if !ok {
 		return func() {}
 	}
-	l.byName = map[slotName]deferRef{}
+	l.byName, l.peeker = map[slotName]deferRef{}, pk
 	inbox := &l.inbox
-	return rw.WatchReleases(func(task, id string) {
+	return pk.WatchReleases(func(task, id string) {
 		inbox.post(event{kind: releaseNoticed, name: slotName{task, id}})
 	})
 }
@@ -162,8 +163,8 @@ func (l *loop) releaseChecks() {
 	l.heldChecks = l.heldChecks[:0]
 }
 
-// read sends one read of d's slots (lock.Peeker's, or States) (those a release started a run
-// of included: they are few, and the answer's order stays d's); its answer
+// read sends one Peek of d's slots (those a release started a run of
+// included: they are few, and the answer's order stays d's); its answer
 // comes as a checked event.
 func (l *loop) read(d *deferral) {
 	if allGone(d) {
@@ -175,19 +176,13 @@ func (l *loop) read(d *deferral) {
 		slots[i] = x.slot
 		lease = min(lease, x.t.Lease)
 	}
-	store, inbox := l.s.store, &l.inbox
+	pk, inbox := l.peeker, &l.inbox
 	l.workers.Add(1)
 	go func() {
 		defer l.workers.Done()
 		cctx, cancel := context.WithTimeout(l.ctx, lease/3)
 		defer cancel()
-		var states []lock.State
-		var err error
-		if pk, ok := store.(lock.Peeker); ok {
-			states, err = pk.Peek(cctx, slots)
-		} else {
-			states, err = store.States(cctx, slots)
-		}
+		states, err := pk.Peek(cctx, slots)
 		inbox.post(event{kind: checked, deferral: d, states: states, reply: lock.ClaimReply{Err: err}})
 	}()
 }

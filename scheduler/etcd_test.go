@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/slotd/slotd/internal/etcdtest"
+	"github.com/slotd/slotd/internal/testlane"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/etcdlock"
 	"github.com/slotd/slotd/scheduler"
@@ -42,6 +43,7 @@ func etcdStores(t *testing.T, n int) []lock.Store {
 // monotonic clock, replicas with clocks three minutes ahead and behind
 // never start a slot before its time, and never run one twice.
 func TestEtcdSkewedClocksRunNothingEarly(t *testing.T) {
+	testlane.Parallel(t, heavyLane)
 	stores := etcdStores(t, 3)
 	l := newLedger()
 	task := testTask(t, "skew", "@every 1s", l.job(ok), nil)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/slotd/slotd/internal/stats"
+	"github.com/slotd/slotd/internal/testlane"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/etcdlock"
 	"github.com/slotd/slotd/scheduler"
@@ -41,15 +42,14 @@ func (c etcdCounter) ClaimMany(ctx context.Context, reqs []lock.ClaimRequest, f 
 func preferredClaimsAlone(t *testing.T, stores []lock.Store, claims *atomic.Int64) {
 	led := newLedger()
 	const n = 60
-	// Due in 5 to 6 s: the replicas have started and seen one another by
-	// then, even in a slow -race run.
-	ts := manyTasks(t, n, later(5*time.Second), led.job(ok), nil)
-	for i, s := range stores {
+	for _, s := range stores {
 		if _, ok := s.(lock.Fleet); !ok {
 			t.Fatalf("%T is no lock.Fleet", s)
 		}
-		startReplica(t, fmt.Sprintf("r%d", i+1), s, time.Second, ts, scheduler.WithClockCheck(200*time.Millisecond))
 	}
+	// Tasks due at a fixed 5 s found a replica still alone under a loaded
+	// run: 125 claims.
+	reloadAll(t, seeingReplicas(t, stores), manyTasks(t, n, soon(), led.job(ok), nil))
 	led.await(t, "every slot done", 60*time.Second, func(rs []record) bool {
 		done := 0
 		for _, r := range rs {
@@ -81,6 +81,7 @@ func preferredClaimsAlone(t *testing.T, stores []lock.Store, claims *atomic.Int6
 // On etcd (3 members), three replicas claim each slot about once: the
 // live set and the watch's Taken notices make the preferred claimant work.
 func TestEtcdPreferredClaimantClaimsAlone(t *testing.T) {
+	testlane.Parallel(t, heavyLane)
 	var claims atomic.Int64
 	var stores []lock.Store
 	for _, s := range etcdStores(t, 3) {
@@ -94,6 +95,7 @@ func TestEtcdPreferredClaimantClaimsAlone(t *testing.T) {
 // behind the store's once marker (before, etcd had none and the hook was
 // refused at load).
 func TestEtcdExhaustedSlotNotifiesOnce(t *testing.T) {
+	testlane.Parallel(t, heavyLane)
 	stores := etcdStores(t, 3)
 	out := filepath.Join(t.TempDir(), "hook.out")
 	h := hook(t, "exec", map[string]any{"command": []any{"/bin/sh", "-c", `printf '%s|%s\n' "$SLOTD_SLOT" "$SLOTD_FAILURE" >> "$OUT"`},

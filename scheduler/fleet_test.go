@@ -19,11 +19,12 @@ import (
 	// 2024 slot and an @every 9223372036s task's 1970 slot, both windows still
 	// open. catchup_limit (config default 24h) bounds catch-up; without it
 	// (the old behaviour) both run, which shows the test sees the catch-up.
+	"github.com/slotd/slotd/internal/testlane"
 	"github.com/slotd/slotd/lock/redislock"
 )
 
 func TestCatchupLimit(t *testing.T) {
-	t.Parallel()
+	testlane.Parallel(t, lightLane)
 	for _, tc := range []struct {
 		name, spec string
 	}{

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slotd/slotd/internal/testlane"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler"
@@ -105,7 +106,7 @@ func (h *stuckHistory) Recent(context.Context, string, int) ([]scheduler.History
 // A history that hangs and fails neither holds up nor fails the slot: the
 // next slot runs while the first append still hangs.
 func TestHistoryFailureDoesNotHoldSlot(t *testing.T) {
-	t.Parallel()
+	testlane.Parallel(t, lightLane)
 	store := memlock.New(nil)
 	hist := &stuckHistory{called: make(chan struct{}, 1), release: make(chan struct{})}
 	l := newLedger()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/slotd/slotd/internal/stats"
+	"github.com/slotd/slotd/internal/testlane"
 	"github.com/slotd/slotd/scheduler"
 	"github.com/slotd/slotd/tasks"
 )
@@ -41,7 +42,7 @@ func (g *gauge) read() (top, ran int) {
 // (not run, their once marker left for a peer). Before the cap, the hooks
 // piled up without bound (120 after 12 s).
 func TestHooksCappedPerReplica(t *testing.T) {
-	t.Parallel()
+	testlane.Parallel(t, lightLane)
 	_, stores := notifyStores(t, 1)
 	var g gauge
 	release := make(chan struct{})

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slotd/slotd/internal/testlane"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler"
@@ -20,13 +21,13 @@ const jitterTolerance = 50 * time.Millisecond
 // the same hashed delay after its slot time whichever replica wins it, and
 // the slot keeps its scheduled time: id, token and slot time.
 func TestJitterDelaysEverySlotAlikeAcrossReplicas(t *testing.T) {
-	t.Parallel()
+	testlane.Parallel(t, lightLane)
 	stores := redisStores(t, 3)
 	testJitter(t, stores)
 }
 
 func TestJitterOnTheEmbeddedStore(t *testing.T) {
-	t.Parallel()
+	testlane.Parallel(t, lightLane)
 	testJitter(t, []lock.Store{memlock.New(nil)})
 }
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slotd/slotd/internal/testlane"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler"
@@ -44,7 +45,7 @@ func (s *lateReplyStore) Claim(ctx context.Context, slot lock.Slot, replica stri
 // then completed, is not counted missed: the reply is read before the slot
 // is judged (issue 26 item 12; SlotdSlotsMissed fired falsely).
 func TestLateHeldReplyIsNotMissed(t *testing.T) {
-	t.Parallel()
+	testlane.Parallel(t, lightLane)
 	store := &lateReplyStore{Store: memlock.New(nil)}
 	l := newLedger()
 	task := testTask(t, "tick", "@every 2s", l.job(ok), nil)

@@ -44,11 +44,13 @@ type loop struct {
 	// On a store that reports every release (deferral.go): checks, the
 	// deferrals by check time; firing, this turn's; heldChecks, those
 	// waiting for this replica's pending claims; byName, every slot they
-	// list. nil byName: deferring slots are runs.
+	// list; peeker, the store that reads them. nil byName: deferring
+	// slots are runs.
 	checks     checkHeap
 	firing     *deferral
 	heldChecks []*deferral
 	byName     map[slotName]deferRef
+	peeker     lock.Peeker
 	// running: attempts running; capped: runs waiting for room under
 	// max_running, longest first (entries no longer capped are skipped).
 	// See capacity.go.

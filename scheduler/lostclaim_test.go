@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/slotd/slotd/internal/redistest"
+	"github.com/slotd/slotd/internal/testlane"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/redislock"
 	"github.com/slotd/slotd/scheduler"
@@ -65,7 +66,7 @@ func (s *lostReplyStore) Claim(ctx context.Context, slot lock.Slot, replica stri
 // waited out the lease, and found its one attempt spent: exhausted, never
 // run.
 func TestLostClaimReplyStillRunsTheSlotOnce(t *testing.T) {
-	t.Parallel()
+	testlane.Parallel(t, lightLane)
 	srv := redistest.Start(t)
 	inner := redislock.New(srv.Client(), "slotd")
 	if err := inner.Subscribe(context.Background()); err != nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/internal/stats"
+	"github.com/slotd/slotd/internal/testlane"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/redislock"
 	"github.com/slotd/slotd/scheduler"
@@ -71,7 +72,7 @@ func notified(reps []*replica) map[stats.Notify]uint64 {
 // attempt, nor once per replica — with the task, slot, attempts and last
 // error in its environment.
 func TestExhaustedSlotNotifiesOnce(t *testing.T) {
-	t.Parallel()
+	testlane.Parallel(t, lightLane)
 	_, stores := notifyStores(t, 3)
 	out := filepath.Join(t.TempDir(), "hook.out")
 	h := hook(t, "exec", map[string]any{"command": []any{"/bin/sh", "-c",
@@ -133,7 +134,7 @@ func TestExhaustedSlotNotifiesOnce(t *testing.T) {
 // once in the fleet, with the failure as JSON; the task's other slots run
 // and notify nothing.
 func TestMissedSlotNotifiesOnce(t *testing.T) {
-	t.Parallel()
+	testlane.Parallel(t, lightLane)
 	srv, stores := notifyStores(t, 3)
 	type call struct {
 		header http.Header
@@ -203,7 +204,7 @@ func TestMissedSlotNotifiesOnce(t *testing.T) {
 
 // A hook that fails is logged and counted once per slot, never retried.
 func TestFailingHookNotRetried(t *testing.T) {
-	t.Parallel()
+	testlane.Parallel(t, lightLane)
 	_, stores := notifyStores(t, 3)
 	var mu sync.Mutex
 	perSlot := map[string]int{}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/slotd/slotd/internal/redistest"
+	"github.com/slotd/slotd/internal/testlane"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/lock/redislock"
@@ -38,7 +39,7 @@ func pausedBoth(t *testing.T, r *replica, s lock.Store, task string, want bool) 
 // by restart, as an operator's pause or resume (Kubernetes' suspend); an
 // unchanged value leaves an operator's later pause standing.
 func TestConfigPausedChangeActs(t *testing.T) {
-	t.Parallel()
+	testlane.Parallel(t, lightLane)
 	stores := redisStores(t, 2)
 	l := newLedger()
 	paused := func(p bool, v int64) scheduler.Task {
@@ -85,7 +86,7 @@ type pausedOnly struct{ lock.Store }
 
 // Without controls in the store, a reload that changes paused applies it.
 func TestConfigPausedChangeActsWithoutControls(t *testing.T) {
-	t.Parallel()
+	testlane.Parallel(t, lightLane)
 	l := newLedger()
 	task := func(p bool) scheduler.Task {
 		return testTask(t, "tick", "@every 1s", l.job(ok), func(d *scheduler.Task) { d.Paused = p })
@@ -108,7 +109,7 @@ func TestConfigPausedChangeActsWithoutControls(t *testing.T) {
 // replicas that know the task paused write it back, and the task does not
 // run.
 func TestPauseWrittenBackAfterStoreLoss(t *testing.T) {
-	t.Parallel()
+	testlane.Parallel(t, lightLane)
 	srv := redistest.Start(t)
 	store := redislock.New(srv.Client(), "slotd")
 	t.Cleanup(func() { store.Close() })

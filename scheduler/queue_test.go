@@ -13,6 +13,7 @@ import (
 
 	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/internal/stats"
+	"github.com/slotd/slotd/internal/testlane"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler"
@@ -84,7 +85,7 @@ func waiting(reps []*replica, task string) int64 {
 // are skipped with reason queue_full; the waiter starts as soon as the
 // running slot ends, never beside it.
 func TestQueueWaiterStartsAfterHolder(t *testing.T) {
-	t.Parallel()
+	testlane.Parallel(t, lightLane)
 	for _, tc := range []struct {
 		name   string
 		stores func(t *testing.T) []lock.Store
@@ -167,6 +168,7 @@ func queueWaiterStartsAfterHolder(t *testing.T, stores []lock.Store) {
 // slot waits fleet-wide while the task's slot runs, the others are
 // skipped queue_full, and the waiter starts after the run ends.
 func TestConsensusQueueWaiterStartsAfterHolder(t *testing.T) {
+	testlane.Parallel(t, heavyLane)
 	for _, kind := range consensusKinds {
 		t.Run(kind, func(t *testing.T) { queueWaiterStartsAfterHolder(t, consensusStores(t, kind, 3).stores) })
 	}
@@ -178,6 +180,7 @@ func TestConsensusQueueWaiterStartsAfterHolder(t *testing.T) {
 // lease, never beside the holder's run. (If the waiter was on the cut-off
 // replica too, a later slot waits once its waiting record has ended.)
 func TestConsensusQueueAfterHolderKilled(t *testing.T) {
+	testlane.Parallel(t, heavyLane)
 	for _, kind := range consensusKinds {
 		t.Run(kind, func(t *testing.T) {
 			c := consensusStores(t, kind, 3)
@@ -232,7 +235,7 @@ func TestConsensusQueueAfterHolderKilled(t *testing.T) {
 // fleet (slotd_slots_missed_total, _missed_queue_total), recorded as
 // missed_queue, shown missed, and the on_failure hook runs once for it.
 func TestQueueWindowClosesWhileWaitingIsMissed(t *testing.T) {
-	t.Parallel()
+	testlane.Parallel(t, lightLane)
 	stores := redisStores(t, 3)
 	l := newLedger()
 	hist := history.NewMemory(0)
@@ -309,7 +312,7 @@ func TestQueueWindowClosesWhileWaitingIsMissed(t *testing.T) {
 // replica of the test stands for a waiter that has not yet seen the
 // running record free.
 func TestQueueSlotDoesNotPassTheWaiter(t *testing.T) {
-	t.Parallel()
+	testlane.Parallel(t, lightLane)
 	for _, tc := range []struct {
 		name   string
 		stores func(t *testing.T) []lock.Store

@@ -15,6 +15,7 @@ import (
 
 	"github.com/slotd/slotd/internal/etcdtest"
 	"github.com/slotd/slotd/internal/observe"
+	"github.com/slotd/slotd/internal/testlane"
 	"github.com/slotd/slotd/internal/zktest"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/etcdlock"
@@ -54,6 +55,7 @@ func awaitReadyz(t *testing.T, r *replica, store lock.Store, status int, within 
 // ready, and /readyz names the store, the NOSPACE alarm and its fix; once
 // the operator frees the space and disarms the alarm it is ready again.
 func TestEtcdNoSpaceMakesUnready(t *testing.T) {
+	testlane.Parallel(t, heavyLane)
 	c := etcdtest.StartWith(t, 1, "--quota-backend-bytes", fmt.Sprint(4<<20))
 	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), Logger: zap.NewNop()})
 	if err != nil {
@@ -104,6 +106,7 @@ func TestEtcdNoSpaceMakesUnready(t *testing.T) {
 // not ready, and /readyz names the store, NOAUTH and its fix; once the
 // owner opens the root's ACL it is ready again.
 func TestZooKeeperNoAuthMakesUnready(t *testing.T) {
+	testlane.Parallel(t, heavyLane)
 	e := zktest.Start(t, 1)
 	dial := func(digest string) *zklock.Store {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -155,6 +158,7 @@ func TestZooKeeperNoAuthMakesUnready(t *testing.T) {
 // already, before the probe); once the role is granted the prefix it is
 // ready again.
 func TestEtcdPermissionDeniedMakesUnready(t *testing.T) {
+	testlane.Parallel(t, heavyLane)
 	c := etcdtest.Start(t, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

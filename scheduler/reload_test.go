@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slotd/slotd/internal/testlane"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler"
@@ -66,7 +67,7 @@ func checkEverySlotOnce(t *testing.T, task string, rs []record) {
 // which takes its new definition from its next slot; and removes one,
 // which claims nothing more. The unchanged task loses and doubles no slot.
 func TestReloadAddsChangesAndRemovesTasks(t *testing.T) {
-	t.Parallel()
+	testlane.Parallel(t, lightLane)
 	kept, oldJob, newJob := newLedger(), newLedger(), newLedger()
 	every := func(d *scheduler.Task) { d.Deadline = 10 * time.Second }
 	tick := func() scheduler.Task { return testTask(t, "tick", "@every 1s", kept.job(ok), every) }
@@ -129,7 +130,7 @@ func TestReloadAddsChangesAndRemovesTasks(t *testing.T) {
 // the task that comes and goes with the reloads runs each of its slots at
 // most once.
 func TestReloadChurnKeepsEverySlotOnce(t *testing.T) {
-	t.Parallel()
+	testlane.Parallel(t, lightLane)
 	stores := redisStores(t, 3)
 	kept, churn := newLedger(), newLedger()
 	every := func(d *scheduler.Task) { d.Deadline = 10 * time.Second }
@@ -184,7 +185,7 @@ func TestReloadChurnKeepsEverySlotOnce(t *testing.T) {
 // (changed or not), an added task configured paused = true starts paused,
 // and the added task hears its triggers and its resume.
 func TestReloadKeepsControls(t *testing.T) {
-	t.Parallel()
+	testlane.Parallel(t, lightLane)
 	store := memlock.New(nil)
 	ctx := context.Background()
 	a, b := newLedger(), newLedger()

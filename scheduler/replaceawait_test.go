@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/slotd/slotd/internal/redistest"
+	"github.com/slotd/slotd/internal/testlane"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/redislock"
 	"github.com/slotd/slotd/scheduler"
@@ -65,7 +66,7 @@ func (s *lostOccupyStore) Occupy(ctx context.Context, slot lock.Slot, owner lock
 // started at once, while the replaced attempt was still stopping (found by
 // model/controls.pml, R2). The retry awaits the replaced slot too.
 func TestReplaceRetryAwaitsTheReplacedAttempt(t *testing.T) {
-	t.Parallel()
+	testlane.Parallel(t, lightLane)
 	srv := redistest.Start(t)
 	inner := redislock.New(srv.Client(), "slotd")
 	if err := inner.Subscribe(context.Background()); err != nil {
@@ -143,7 +144,7 @@ func TestReplaceRetryAwaitsTheReplacedAttempt(t *testing.T) {
 // fault at all two slots' retries replacing each other await each other
 // out the same way).
 func TestReplaceAwaitKeepsItsRecord(t *testing.T) {
-	t.Parallel()
+	testlane.Parallel(t, lightLane)
 	stores := redisStores(t, 1)
 	l := newLedger()
 	causes := make(chan error, 1)

@@ -23,6 +23,7 @@ import (
 	"github.com/slotd/slotd/tasks"
 
 	// ledger records every attempt the replicas start and finish.
+	"github.com/slotd/slotd/internal/testlane"
 	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler/history"
 )
@@ -154,6 +155,39 @@ func startReplica(t *testing.T, name string, store lock.Store, grace time.Durati
 	return r
 }
 
+// seeingReplicas starts a replica without tasks on each store (with opts), with a
+// clock check (a read of the live set) every 200 ms, and returns them once
+// every one sees them all: tasks then given (reloadAll) due a few seconds
+// later find the preferred claimant at work, however long a loaded -race
+// run took to get there.
+func seeingReplicas[S lock.Store](t *testing.T, stores []S, opts ...scheduler.Option) []*replica {
+	t.Helper()
+	var reps []*replica
+	for i, s := range stores {
+		reps = append(reps, startReplica(t, fmt.Sprintf("r%d", i+1), s, time.Second, nil,
+			append([]scheduler.Option{scheduler.WithClockCheck(200 * time.Millisecond)}, opts...)...))
+	}
+	await(t, "every replica to see them all live", 60*time.Second, func() bool {
+		for _, r := range reps {
+			if len(r.sched.LiveView()) != len(reps) {
+				return false
+			}
+		}
+		return true
+	})
+	return reps
+}
+
+// reloadAll gives every replica ts.
+func reloadAll(t *testing.T, reps []*replica, ts []scheduler.Task) {
+	t.Helper()
+	for _, r := range reps {
+		if _, err := r.sched.Reload(context.Background(), ts); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func (r *replica) stop() {
 	r.cancel()
 	<-r.done
@@ -194,7 +228,7 @@ func bySlot(rs []record) map[string][]record {
 // once, as attempt 1, at or after its slot time, with a token above the
 // previous slot's.
 func TestEverySlotRunsOnceAcrossReplicas(t *testing.T) {
-	t.Parallel()
+	testlane.Parallel(t, lightLane)
 	stores := redisStores(t, 3)
 	l := newLedger()
 	task := testTask(t, "tick", "@every 1s", l.job(ok), nil)
@@ -237,7 +271,7 @@ func TestEverySlotRunsOnceAcrossReplicas(t *testing.T) {
 // A failed first attempt is released and retried at once, by any replica,
 // inside the window.
 func TestFailedAttemptIsRetried(t *testing.T) {
-	t.Parallel()
+	testlane.Parallel(t, lightLane)
 	stores := redisStores(t, 3)
 	l := newLedger()
 	task := testTask(t, "flaky", "@every 2s", l.job(func(_ context.Context, r tasks.Run) error {
@@ -284,7 +318,7 @@ func TestFailedAttemptIsRetried(t *testing.T) {
 
 // A task that always fails stops at exactly max_attempts per slot.
 func TestAlwaysFailingTaskStopsAtCap(t *testing.T) {
-	t.Parallel()
+	testlane.Parallel(t, lightLane)
 	stores := redisStores(t, 3)
 	l := newLedger()
 	task := testTask(t, "broken", "@every 2s", l.job(func(context.Context, tasks.Run) error {
@@ -374,7 +408,7 @@ func TestTimeoutCancelsTask(t *testing.T) {
 // and its slot released, and a peer takes it over at once — long before the
 // lease would have run out.
 func TestShutdownHandsSlotToPeer(t *testing.T) {
-	t.Parallel()
+	testlane.Parallel(t, lightLane)
 	stores := redisStores(t, 2)
 	l := newLedger()
 	const lease = 10 * time.Second
@@ -441,7 +475,7 @@ func (t stdTimer) Stop() bool          { return t.t.Stop() }
 // Replicas with clocks two minutes ahead and behind never start a slot
 // before its time by the store's clock, and never run one twice.
 func TestSkewedClocksRunNothingEarly(t *testing.T) {
-	t.Parallel()
+	testlane.Parallel(t, lightLane)
 	stores := redisStores(t, 3)
 	l := newLedger()
 	task := testTask(t, "skew", "@every 1s", l.job(ok), nil)
@@ -648,7 +682,7 @@ func TestWallClockStepMidTask(t *testing.T) {
 // it had to wait. The fire loop wakes (each second) before the skew check
 // (every 2s) corrects the clock, so it does see the hour-long wait.
 func TestLoneReplicaFiresAfterClockStepsBack(t *testing.T) {
-	t.Parallel()
+	testlane.Parallel(t, lightLane)
 	l := newLedger()
 	clock := &steppingClock{}
 	task := testTask(t, "lone", "@every 1s", l.job(ok), nil)
@@ -698,7 +732,7 @@ func (f *failingComplete) Renew(ctx context.Context, s lock.Slot, o lock.Owner, 
 // again), and is not run again by the same replica: that would only add a
 // duplicate.
 func TestSuccessNotRerunWhenCompleteFails(t *testing.T) {
-	t.Parallel()
+	testlane.Parallel(t, lightLane)
 	l := newLedger()
 	task := testTask(t, "once", "0 * * * *", l.job(ok), func(t *scheduler.Task) {
 		t.Catchup = scheduler.CatchupLatest

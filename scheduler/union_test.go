@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slotd/slotd/internal/testlane"
 	"github.com/slotd/slotd/scheduler"
 	"github.com/slotd/slotd/scheduler/schedule"
 )
@@ -13,7 +14,7 @@ import (
 // every 6 s) runs each fire of the union once, the meeting ones once, each
 // under its own slot id; active_until ends its fires.
 func TestUnionOfSchedulesRunsEachFireOnce(t *testing.T) {
-	t.Parallel()
+	testlane.Parallel(t, lightLane)
 	stores := redisStores(t, 3)
 	l := newLedger()
 	var parts []*schedule.Schedule

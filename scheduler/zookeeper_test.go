@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slotd/slotd/internal/testlane"
 	"github.com/slotd/slotd/internal/zktest"
 	"github.com/slotd/slotd/lock"
 	zklock "github.com/slotd/slotd/lock/zklock"
@@ -34,6 +35,7 @@ func zkStores(t *testing.T, n int, timeout time.Duration) []lock.Store {
 // start a slot before its time by the leader's clock (the mtime it stamps
 // on the claim), and never run one twice.
 func TestZooKeeperSkewedClocksRunNothingEarly(t *testing.T) {
+	testlane.Parallel(t, heavyLane)
 	stores := zkStores(t, 3, 3*time.Second)
 	l := newLedger()
 	task := testTask(t, "skew", "@every 1s", l.job(ok), nil)
@@ -94,6 +96,7 @@ func (s *earlyCounter) Claim(ctx context.Context, slot lock.Slot, replica string
 // the leader's clock, so none of them starts early, and the other
 // replicas still run every slot once.
 func TestZooKeeperSteppedClockStartsNothingEarly(t *testing.T) {
+	testlane.Parallel(t, heavyLane)
 	stores := zkStores(t, 2, 3*time.Second)
 	l := newLedger()
 	task := testTask(t, "step", "@every 1s", l.job(ok), nil)
@@ -139,6 +142,7 @@ func (c zkCounter) ClaimMany(ctx context.Context, reqs []lock.ClaimRequest, f fu
 // node watches, though the claimant's own watch is armed only by its
 // claims (WatchClaims).
 func TestZooKeeperPreferredClaimantClaimsAlone(t *testing.T) {
+	testlane.Parallel(t, heavyLane)
 	var claims atomic.Int64
 	var stores []lock.Store
 	for _, s := range zkStores(t, 3, 10*time.Second) {

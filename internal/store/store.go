@@ -139,7 +139,7 @@ func Open(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Opt
 		log = slog.New(slog.DiscardHandler)
 	}
 	if cfg.UsesZooKeeper() {
-		return openZooKeeper(ctx, cfg, log)
+		return openZooKeeper(ctx, cfg, log, o.subscribe)
 	}
 	if cfg.UsesEtcd() {
 		return openEtcd(ctx, cfg, log, o.subscribe)

@@ -15,8 +15,8 @@ import (
 // ReleaseAfter implements lock.Store: one transaction replaces the
 // state key, if owner holds it, by a backoff value whose not-before time
 // is the members' clock (its upper bound) plus delay, on a bucket lease
-// that outlives it; the put wakes every replica's watch as a deletion
-// does. A claim compares the not-before time with the clock's lower bound,
+// that outlives it, and puts the slot's release notice (releases.go); the
+// put wakes every replica's watch as a deletion does. A claim compares the not-before time with the clock's lower bound,
 // so no attempt starts before delay has passed by the members' clock.
 func (s *Store) ReleaseAfter(ctx context.Context, slot lock.Slot, owner lock.Owner, delay time.Duration) error {
 	if delay <= 0 {
@@ -29,13 +29,15 @@ func (s *Store) ReleaseAfter(ctx context.Context, slot lock.Slot, owner lock.Own
 	}
 	backoff := lock.Value{NotBefore: hi.Add(delay)}.String()
 	var resp *clientv3.TxnResponse
-	err = s.withBucket(ctx, delay, func(id clientv3.LeaseID) error {
-		var err error
-		resp, err = s.txn(ctx, txnReq{key: state,
-			cmps: []clientv3.Cmp{clientv3.Compare(clientv3.Value(state), "=", lock.Value{Owner: owner}.String())},
-			then: []clientv3.Op{clientv3.OpPut(state, backoff, clientv3.WithLease(id))},
+	err = s.withBucket(ctx, noticeTTL, func(notice clientv3.LeaseID) error {
+		return s.withBucket(ctx, delay, func(id clientv3.LeaseID) error {
+			var err error
+			resp, err = s.txn(ctx, txnReq{key: state,
+				cmps: []clientv3.Cmp{clientv3.Compare(clientv3.Value(state), "=", lock.Value{Owner: owner}.String())},
+				then: []clientv3.Op{clientv3.OpPut(state, backoff, clientv3.WithLease(id)), s.noticeOp(state, notice)},
+			})
+			return err
 		})
-		return err
 	})
 	if err != nil {
 		return etcdErr(fmt.Errorf("etcdlock: release %s attempt %d: %w", slot, owner.Attempt, err))

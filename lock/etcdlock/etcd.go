@@ -87,13 +87,15 @@ import (
 )
 
 // Store is the slot protocol on an etcd cluster. It implements lock.Store,
-// lock.Prober, lock.Fleet and lock.Oncer (fleet.go).
+// lock.Prober, lock.Fleet and lock.Oncer (fleet.go) and lock.Peeker
+// (releases.go, peek.go).
 type Store struct {
 	cli    *clientv3.Client
 	prefix string
 	clock  *serverClock
 	leases *leases
 	hub    *hub
+	rels   *releases
 	holds  *holds
 	txns   *coalesce.Coalescer[txnReq, *clientv3.TxnResponse] // renewals, completions, releases
 	writes *coalesce.Coalescer[txnReq, *clientv3.TxnResponse] // the run history's entries
@@ -136,6 +138,7 @@ func New(cli *clientv3.Client, prefix string, opts ...Option) *Store {
 	s.clock = newServerClock(cli.Endpoints, o.http)
 	s.leases = newLeases(ctx, cli, s.goOwned)
 	s.hub = newHub(s)
+	s.rels = newReleases(s)
 	s.holds = newHolds(s)
 	s.txns = newTxns(s)
 	s.writes = newWrites(s)

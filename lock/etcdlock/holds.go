@@ -100,9 +100,14 @@ func (h *holds) janitor() {
 		}
 		h.mu.Unlock()
 		for i, k := range overdue {
+			// The deletion puts the slot's release notice, as a release
+			// does: the peers that left it to this replica claim it at once.
 			ctx, cancel := context.WithTimeout(h.s.ctx, time.Second)
-			_, err := h.s.cli.Txn(ctx).If(clientv3.Compare(clientv3.Value(k), "=", values[i])).
-				Then(clientv3.OpDelete(k)).Commit()
+			err := h.s.withBucket(ctx, noticeTTL, func(notice clientv3.LeaseID) error {
+				_, err := h.s.cli.Txn(ctx).If(clientv3.Compare(clientv3.Value(k), "=", values[i])).
+					Then(clientv3.OpDelete(k), h.s.noticeOp(k, notice)).Commit()
+				return err
+			})
 			cancel()
 			if err == nil { // else: the next look tries again
 				h.mu.Lock()

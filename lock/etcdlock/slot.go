@@ -120,12 +120,18 @@ func doneOf(owner lock.Owner) string {
 }
 
 // Release implements lock.Store: one transaction deletes the state key if
-// owner holds it; the deletion wakes the watchers of every replica.
+// owner holds it, and puts its release notice (releases.go); the deletion
+// wakes the watchers of every replica.
 func (s *Store) Release(ctx context.Context, slot lock.Slot, owner lock.Owner) error {
 	state, _, _ := s.keys(slot)
-	resp, err := s.txn(ctx, txnReq{key: state,
-		cmps: []clientv3.Cmp{clientv3.Compare(clientv3.Value(state), "=", lock.Value{Owner: owner}.String())},
-		then: []clientv3.Op{clientv3.OpDelete(state)},
+	var resp *clientv3.TxnResponse
+	err := s.withBucket(ctx, noticeTTL, func(notice clientv3.LeaseID) error {
+		var err error
+		resp, err = s.txn(ctx, txnReq{key: state,
+			cmps: []clientv3.Cmp{clientv3.Compare(clientv3.Value(state), "=", lock.Value{Owner: owner}.String())},
+			then: []clientv3.Op{clientv3.OpDelete(state), s.noticeOp(state, notice)},
+		})
+		return err
 	})
 	if err != nil {
 		return etcdErr(fmt.Errorf("etcdlock: release %s attempt %d: %w", slot, owner.Attempt, err))
@@ -138,8 +144,9 @@ func (s *Store) Release(ctx context.Context, slot lock.Slot, owner lock.Owner) e
 }
 
 // Rerun implements lock.Store: it reads the slot's keys and, in one
-// transaction compared on their mod revisions, deletes the state and keeps
-// the attempts made as the new base (on the counter's lease). Rerun.Woken
+// transaction compared on their mod revisions, deletes the state, keeps
+// the attempts made as the new base (on the counter's lease) and puts the
+// slot's release notice (releases.go). Rerun.Woken
 // counts this process's watchers of the slot; every replica's watch sees
 // the deletion.
 func (s *Store) Rerun(ctx context.Context, slot lock.Slot, force bool) (lock.Rerun, error) {
@@ -174,12 +181,18 @@ func (s *Store) Rerun(ctx context.Context, slot lock.Slot, force bool) (lock.Rer
 		default:
 			ops = append(ops, clientv3.OpDelete(base))
 		}
+		notice, err := s.ttlLease(ctx, noticeTTL)
+		if err != nil {
+			return lock.Rerun{}, etcdErr(fmt.Errorf("etcdlock: rerun %s: %w", slot, err))
+		}
+		ops = append(ops, s.noticeOp(state, notice))
 		resp, err := s.cli.Txn(ctx).If(
 			clientv3.Compare(clientv3.ModRevision(state), "=", modRev(sk)),
 			clientv3.Compare(clientv3.ModRevision(attempts), "=", modRev(ak)),
 			clientv3.Compare(clientv3.ModRevision(base), "=", modRev(bk)),
 		).Then(ops...).Commit()
-		if isLeaseNotFound(err) { // the counter's lease ran out meanwhile
+		if isLeaseNotFound(err) { // the counter's lease ran out meanwhile, or the notice's was revoked
+			s.forgetLease(notice)
 			continue
 		}
 		if err != nil {

@@ -61,19 +61,25 @@ func (s *Store) Watch(slot lock.Slot) *lock.Watch {
 	return w
 }
 
-// Subscribe starts the store's watch, if it has not started, and waits
-// until etcd has established it (or ctx ends), so that no release after it
-// returns goes unseen.
+// Subscribe starts the store's watches (of the slots, and of the release
+// notices: releases.go), if they have not started, and waits until etcd
+// has established them (or ctx ends), so that no release after it returns
+// goes unseen.
 func (s *Store) Subscribe(ctx context.Context) error {
 	s.hub.mu.Lock()
 	s.hub.startLocked()
 	s.hub.mu.Unlock()
-	select {
-	case <-s.hub.ready:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+	s.rels.mu.Lock()
+	s.rels.startLocked()
+	s.rels.mu.Unlock()
+	for _, ready := range []chan struct{}{s.hub.ready, s.rels.ready} {
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
+	return nil
 }
 
 func (h *hub) startLocked() {

@@ -264,7 +264,13 @@ func (m *Store) Watch(slot lock.Slot) *lock.Watch {
 	return m.watchKey(key)
 }
 
-// WatchReleases implements lock.ReleaseWatcher.
+// Peek implements lock.Peeker: in memory a States read is as cheap as
+// any.
+func (m *Store) Peek(ctx context.Context, slots []lock.Slot) ([]lock.State, error) {
+	return m.States(ctx, slots)
+}
+
+// WatchReleases implements lock.Peeker.
 func (m *Store) WatchReleases(f func(task, id string)) (stop func()) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -333,14 +333,25 @@ type hold struct {
 
 func (l *Locker) newHold(name, owner string, ttl time.Duration, token int64, sent time.Time) *hold {
 	h := &hold{l: l, name: name, owner: owner, token: token}
-	renew := func(ctx context.Context) error { return h.l.renew(ctx, h.name, h.owner, h.TTL()) }
-	h.Keep(context.Background(), ttl, leaseMargin(ttl), sent, renew, gone, nil, func(why error) error {
-		h.l.mu.Lock()
-		if h.l.holds[holdKey{h.name, h.owner}] == h {
-			delete(h.l.holds, holdKey{h.name, h.owner})
-		}
-		h.l.mu.Unlock()
-		return fmt.Errorf("%w: lock %q: %w", lock.ErrLeaseLost, h.name, why)
-	})
+	h.Keep(context.Background(), ttl, leaseMargin(ttl), sent, (*holdKeeper)(h))
 	return h
+}
+
+// holdKeeper is a hold as its watchdog sees it (keepalive.Holder).
+type holdKeeper hold
+
+func (k *holdKeeper) Renew(ctx context.Context) error {
+	return k.l.renew(ctx, k.name, k.owner, k.TTL())
+}
+func (k *holdKeeper) Gone(err error) bool { return gone(err) }
+func (k *holdKeeper) Renewed()            {}
+
+func (k *holdKeeper) OnLost(why error) error {
+	h := (*hold)(k)
+	h.l.mu.Lock()
+	if h.l.holds[holdKey{h.name, h.owner}] == h {
+		delete(h.l.holds, holdKey{h.name, h.owner})
+	}
+	h.l.mu.Unlock()
+	return fmt.Errorf("%w: lock %q: %w", lock.ErrLeaseLost, h.name, why)
 }

@@ -364,7 +364,7 @@ func (r *Store) watchKey(key string, relay *lock.Watch) *lock.Watch {
 	return w
 }
 
-// WatchReleases implements lock.ReleaseWatcher over the subscription
+// WatchReleases implements lock.Peeker over the subscription
 // Watch shares, which it starts.
 func (r *Store) WatchReleases(f func(task, id string)) (stop func()) {
 	prefix := r.prefix

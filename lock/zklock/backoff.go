@@ -24,7 +24,7 @@ func (s *Store) ReleaseAfter(ctx context.Context, slot lock.Slot, owner lock.Own
 		if _, hi, err := s.now(ctx); err == nil {
 			notBefore := time.UnixMilli(hi.Add(delay).UnixMilli()).UTC()
 			if done, err := s.releaseHeld(ctx, slot, h, notBefore); done {
-				return s.released(slot, owner, err)
+				return s.released(ctx, slot, owner, err)
 			}
 		}
 	}
@@ -52,6 +52,7 @@ func (s *Store) ReleaseAfter(ctx context.Context, slot lock.Slot, owner lock.Own
 		switch {
 		case err == nil:
 			s.watch.afterRelease(slot)
+			s.announce(ctx, slot)
 			return nil
 		case errors.Is(err, zk.ErrSessionExpired):
 			return fmt.Errorf("zklock: release %s attempt %d: %w (%w)", slot, owner.Attempt, lock.ErrNotHeld, err)

@@ -86,6 +86,11 @@ func walk(t *testing.T, c *zk.Conn, root string, visit func(p string, st *zk.Sta
 // stops its pings), a TTL node when d reaches what is left of its TTL.
 func harness(t *testing.T, s *zklock.Store) locktest.Harness {
 	ctx := context.Background()
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := s.Subscribe(sctx); err != nil { // the release notices' first listing
+		t.Fatal(err)
+	}
 	c := s.Conn()
 	now := func() time.Time {
 		tm, err := s.Time(ctx)
@@ -106,6 +111,10 @@ func harness(t *testing.T, s *zklock.Store) locktest.Harness {
 				t.Fatalf("get %s: %v", p, err)
 			case st.EphemeralOwner != 0:
 				out[p] = s.SessionTimeout()
+			case path.Dir(p) == s.Root()+"/.released":
+				// a release notice: a TTL node, reaped once its TTL is
+				// over (within the servers' check interval)
+				out[p] = max(zklock.NoticeTTL-at.Sub(time.UnixMilli(st.Mtime)), time.Millisecond)
 			case p == s.Root()+"/.clock":
 				out[p] = zklock.ClockTTL - at.Sub(time.UnixMilli(st.Mtime))
 			case kvTTL(s, p, data, st, at) != 0:

@@ -112,7 +112,8 @@ func (s *Store) Complete(ctx context.Context, slot lock.Slot, owner lock.Owner, 
 }
 
 // Release implements lock.Store: deletes the run node, under version
-// checks of it and of the slot node; the deletion wakes the watchers.
+// checks of it and of the slot node; the deletion wakes the watchers, and
+// a release notice (releases.go) the replicas that watch every release.
 //
 // A release that fails otherwise than by finding the slot not held (no
 // connection, a timeout) may leave the run node in place, and with it the
@@ -122,7 +123,7 @@ func (s *Store) Complete(ctx context.Context, slot lock.Slot, owner lock.Owner, 
 func (s *Store) Release(ctx context.Context, slot lock.Slot, owner lock.Owner) error {
 	if h, ok := s.take(slot, owner); ok {
 		if done, err := s.releaseHeld(ctx, slot, h, time.Time{}); done {
-			return s.released(slot, owner, err)
+			return s.released(ctx, slot, owner, err)
 		}
 	}
 	for range maxRaces {
@@ -139,6 +140,7 @@ func (s *Store) Release(ctx context.Context, slot lock.Slot, owner lock.Owner) e
 		switch {
 		case err == nil:
 			s.watch.afterRelease(slot)
+			s.announce(ctx, slot)
 			return nil
 		case errors.Is(err, zk.ErrSessionExpired):
 			return fmt.Errorf("zklock: release %s attempt %d: %w (%w)", slot, owner.Attempt, lock.ErrNotHeld, err)
@@ -153,9 +155,10 @@ func (s *Store) Release(ctx context.Context, slot lock.Slot, owner lock.Owner) e
 // released is the answer to a release (or release with a backoff)
 // written from a hold, whose multi-op answered err: a failure that may
 // have left the run node in place is noted, as Release notes it.
-func (s *Store) released(slot lock.Slot, owner lock.Owner, err error) error {
+func (s *Store) released(ctx context.Context, slot lock.Slot, owner lock.Owner, err error) error {
 	if err == nil {
 		s.watch.afterRelease(slot)
+		s.announce(ctx, slot)
 		return nil
 	}
 	if !errors.Is(err, zk.ErrSessionExpired) {
@@ -252,6 +255,7 @@ func (s *Store) Rerun(ctx context.Context, slot lock.Slot, force bool) (lock.Rer
 			}
 		}
 		out.Cleared, out.Woken = true, int64(s.watch.count(s.SlotPath(slot)))
+		s.announce(ctx, slot)
 		return out, nil
 	}
 	return lock.Rerun{}, fmt.Errorf("zklock: rerun %s: lost %d races in a row", slot, maxRaces)

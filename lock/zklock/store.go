@@ -61,6 +61,7 @@ type Store struct {
 	reading sync.Mutex // held while a claim takes a new reading: one at a time
 
 	watch watcher
+	rels  releases // the release notices' watch (releases.go)
 
 	// doubt holds, by run node path, each claim whose outcome was unknown
 	// (an error after its multi-op was sent), until a later claim of the
@@ -107,6 +108,7 @@ func Dial(ctx context.Context, o Options) (*Store, error) {
 	}
 	s.timeout.Store(int64(o.SessionTimeout))
 	s.watch.init(s)
+	s.rels.init(s)
 	s.kvFleet = kv.NewFleet(zkKV{s}, true)
 	s.kvControls = kv.NewControls(zkKV{s}, s.Time, s.arm)
 	opts := []func(*zk.Conn){
@@ -145,8 +147,10 @@ func Dial(ctx context.Context, o Options) (*Store, error) {
 // Close stops the watches and closes the session, which frees every slot
 // this store holds at once.
 func (s *Store) Close() error {
+	s.rels.close()
 	s.watch.close()
 	s.conn.Close()
+	s.rels.wait()
 	return nil
 }
 

@@ -1,7 +1,8 @@
 // Package keepalive is the watchdog of a lease, the part that a slot's
 // lock.Lease and a mutex.Mutex's hold share (as etcd's concurrency.Session
 // is apart from what rides on it): it renews every ttl/3 and, when the
-// lease is lost, cancels its context.
+// lease is lost, cancels its context. Every lease of the process waits for
+// its next renewal in one heap served by one timer (wheel.go).
 package keepalive
 
 import (
@@ -15,63 +16,81 @@ import (
 
 // Lease is a lease kept alive by exactly one watchdog: it renews every
 // ttl/3 and, when the lease is lost, cancels its context with the cause
-// its owner's onLost returns.
+// its holder's OnLost returns.
 //
 // The lease is taken to be valid until ttl (minus a margin) after the last
 // acquisition or renewal that the store confirmed was SENT, measured on the
 // monotonic clock, so a wall-clock step changes nothing.
 //
-// One watchdog per lease, but not a goroutine parked for the lease's life:
-// between renewals it is a timer, and a goroutine runs only while it renews
-// (see startKeepAlive), so the ten thousand leases of a burst cost ten
-// thousand timers.
+// One watchdog per lease, but neither a goroutine nor a timer of its own
+// between renewals: each lease is an entry in the process's one heap of
+// watchdog wakes (wheel.go), served by one timer, and a goroutine runs only
+// while it renews. The ten thousand leases of a burst cost ten thousand
+// heap entries, and the renewals due on one instant leave together.
 type Lease struct {
-	ttl          time.Duration
-	margin       time.Duration
-	ctx          context.Context         // cancelled with onLost's cause when lost
-	cancel       context.CancelCauseFunc //
-	onLost       func(why error) error   // called once the lease is marked lost; returns ctx's cause
-	stopWatchdog func()
-	renewSoon    func()          // brings the watchdog's next renewal forward
-	done         <-chan struct{} // closed when the watchdog has ended
+	ttl, margin    time.Duration
+	interval, grid time.Duration
+	retry          retry.Backoff // after a renewal of unknown outcome: soon, and steadily (Min only)
+	ctx            context.Context
+	cancel         context.CancelCauseFunc // cancels ctx, with the holder's cause when lost
+	holder         Holder
+	done           chan struct{} // closed when the watchdog has ended
 
 	mu       sync.Mutex
 	lastSent time.Time // send time of the last confirmed acquisition or renewal
 	lost     bool
+	stopped  bool               // Stop was called: no renewal after the one under way
+	renewing context.CancelFunc // ends the renewal under way; nil between renewals
+	again    bool               // RenewSoon was called while a renewal ran
+
+	// The next wake and the place in the heap, under the wheel's lock.
+	at  time.Time
+	pos int // 1 + index in the heap; 0: not in it (renewing, or ended)
 }
 
-// Keep starts k's watchdog for a lease of ttl whose acquisition was sent at
-// sent, held until margin before it could run out; k's context derives
-// from parent. renew and gone are as for startKeepAlive;
-// renewed, if not nil, hears of each confirmed renewal. onLost is called once
-// if the lease is lost, with why, and returns the cause of k's context. If
-// the acquisition's reply came too late to leave any validity, the lease is
-// lost, and the context done, before keep returns: the caller starts its
-// work under the context next, and must find it done.
-func (k *Lease) Keep(parent context.Context, ttl, margin time.Duration, sent time.Time,
-	renew func(context.Context) error, gone func(error) bool, renewed func(), onLost func(why error) error) {
-	k.ttl, k.margin, k.lastSent, k.onLost = ttl, margin, sent, onLost
+// Holder is the owner of a kept lease: what the watchdog asks of it. A
+// holder is an interface rather than four funcs so that the owner, which
+// outlives its lease's watchdog anyway, is the watchdog's only reference
+// to it, at no allocation.
+type Holder interface {
+	// Renew answers nil when the renewal is confirmed, an error for which
+	// Gone is true when the lock is known to be someone else's (the
+	// watchdog ends at once), and any other error when the outcome is
+	// unknown (it tries again soon, while the lock may still be ours).
+	Renew(ctx context.Context) error
+	Gone(err error) bool
+	// Renewed hears of each confirmed renewal, on the watchdog, which
+	// waits for it.
+	Renewed()
+	// OnLost is called once if the lease is lost, with why, and returns
+	// the cause of the lease's context.
+	OnLost(why error) error
+}
+
+// Keep starts k's watchdog for h's lease of ttl whose acquisition was sent
+// at sent, held until margin before it could run out; k's context derives
+// from parent. If the acquisition's reply came too late to leave any
+// validity, the lease is lost, and the context done, before Keep returns:
+// the caller starts its work under the context next, and must find it
+// done.
+//
+// Renewals fall on a grid shared by every lease with the same interval (see
+// renewGrid), never later than interval after the last one: the leases
+// taken in one burst then wake on the same instant, and their renewals
+// leave together in a few pipelines instead of one round trip each.
+func (k *Lease) Keep(parent context.Context, ttl, margin time.Duration, sent time.Time, h Holder) {
+	k.ttl, k.margin, k.lastSent, k.holder = ttl, margin, sent, h
 	k.ctx, k.cancel = context.WithCancelCause(parent)
+	k.done = make(chan struct{})
 	if !time.Now().Before(k.ValidUntil()) {
-		k.stopWatchdog, k.renewSoon = func() {}, func() {}
-		done := make(chan struct{})
-		close(done)
-		k.done = done
+		close(k.done)
 		k.Lose(errors.New("the reply came after the lease's validity"))
 		return
 	}
-	k.done, k.stopWatchdog, k.renewSoon = startKeepAlive(ttl, k.ValidUntil, renew, gone, func(sent time.Time) {
-		k.mu.Lock()
-		k.lastSent = sent
-		k.mu.Unlock()
-		if renewed != nil {
-			renewed()
-		}
-	}, func(why error) {
-		if why != nil {
-			k.Lose(why)
-		}
-	})
+	k.interval = ttl / 3
+	k.grid = renewGrid(k.interval)
+	k.retry = retry.Backoff{Min: max(k.interval/8, time.Millisecond)}
+	k.schedule(onGrid(k.interval, k.grid))
 }
 
 // ValidUntil is the end of the lease as far as this process can prove it.
@@ -81,7 +100,7 @@ func (k *Lease) ValidUntil() time.Time {
 	return k.lastSent.Add(k.ttl - k.margin)
 }
 
-// Context is cancelled with onLost's cause when the lease is lost, and
+// Context is cancelled with OnLost's cause when the lease is lost, and
 // when the parent given to Keep is done.
 func (k *Lease) Context() context.Context { return k.ctx }
 
@@ -96,7 +115,13 @@ func (k *Lease) TTL() time.Duration { return k.ttl }
 
 // RenewSoon brings the watchdog's next renewal forward: now, or right after
 // the one under way. It never blocks.
-func (k *Lease) RenewSoon() { k.renewSoon() }
+func (k *Lease) RenewSoon() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !watchdogs.wake(k, time.Now()) {
+		k.again = true
+	}
+}
 
 // Lose marks the lease lost and cancels its context, once: a second call
 // (the watchdog and a completion may find the lease run out together)
@@ -107,7 +132,7 @@ func (k *Lease) Lose(why error) {
 	k.lost = true
 	k.mu.Unlock()
 	if !already {
-		k.cancel(k.onLost(why))
+		k.cancel(k.holder.OnLost(why))
 	}
 }
 
@@ -118,84 +143,44 @@ func (k *Lease) Lost() bool {
 	return k.lost
 }
 
-// Stop ends the watchdog and waits for it. It reports whether the lease is
-// still valid, and until when.
+// Stop ends the watchdog and waits for it: at once if it waits for its
+// next wake, after the renewal under way (which it cancels) otherwise. It
+// reports whether the lease is still valid, and until when. A second call
+// only reports.
 func (k *Lease) Stop() (until time.Time, valid bool) {
-	k.stopWatchdog()
+	k.mu.Lock()
+	k.stopped = true
+	cancel := k.renewing
+	waiting := watchdogs.remove(k)
+	k.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	if waiting { // taken off the heap here: no one else will end it
+		k.end(nil)
+	}
 	<-k.done
 	until = k.ValidUntil()
 	return until, !k.Lost() && time.Now().Before(until)
 }
 
-// startKeepAlive starts the watchdog of a Lease: renew every ttl/3, and
-// give up when no renewal is confirmed before validUntil. validUntil is counted by the caller from the send time
-// of the last confirmed acquisition or renewal, on the monotonic clock;
-// renewed records the send time of each confirmed renewal, which moves it.
-//
-// renew answers nil when the renewal is confirmed, an error for which gone
-// is true when the lock is known to be someone else's (the watchdog ends
-// at once), and any other error when the outcome is unknown (it tries again
-// soon, while the lock may still be ours).
-//
-// Renewals fall on a grid shared by every lease with the same interval (see
-// renewGrid), never later than interval after the last one: the watchdogs of
-// the leases taken in one burst then wake on the same instant, and their
-// renewals leave together in a few pipelines instead of one round trip each.
-//
-// It returns at once. Between renewals the watchdog is a timer, not a
-// goroutine, and stop ends it on the caller's goroutine (a renewal under
-// way is cancelled), so that holding and finishing the ten thousand leases
-// of a burst starts no goroutine but the timers'. It calls ended exactly
-// once, with why the lock was lost or nil when stop ended it, and then
-// closes the channel it returned. soon makes the next renewal now, or,
-// if one is under way, right after it; it never blocks.
-func startKeepAlive(ttl time.Duration, validUntil func() time.Time, renew func(context.Context) error, gone func(error) bool,
-	renewed func(sent time.Time), ended func(why error)) (done <-chan struct{}, stop, soon func()) {
-	interval := ttl / 3
-	k := &keeper{interval: interval, retry: retry.Backoff{Min: max(interval/8, time.Millisecond)}, grid: renewGrid(interval),
-		validUntil: validUntil, renew: renew, gone: gone, renewed: renewed, ended: ended, done: make(chan struct{})}
-	k.ctx, k.stop = context.WithCancel(context.Background())
-	k.schedule(onGrid(interval, k.grid))
-	return k.done, func() {
-		k.stop() // a renewal under way ends
-		k.cancel()
-	}, k.soon
-}
-
 // ErrNoRenewal is why a lease is lost when no renewal was confirmed in time.
 var ErrNoRenewal = errors.New("no renewal confirmed within the lease")
 
-// keeper is one watchdog: parked on a timer between renewals; the timer's
-// goroutine makes the renewal.
-type keeper struct {
-	ctx            context.Context    // ends when the watchdog is stopped or ends
-	stop           context.CancelFunc // ends ctx
-	interval, grid time.Duration
-	retry          retry.Backoff // after a renewal of unknown outcome: soon, and steadily (Min only)
-	validUntil     func() time.Time
-	renew          func(context.Context) error
-	gone           func(error) bool
-	renewed        func(sent time.Time)
-	ended          func(why error)
-	done           chan struct{}
+// The watchdog has one owner at a time, which alone may end it: the heap
+// while it waits (Stop, by taking it off), else the goroutine that the
+// wheel started for its wake (tick, then schedule).
 
-	mu    sync.Mutex
-	timer *time.Timer // pending, unless a renewal is running
-	again bool        // soon was called while a renewal was running
-}
-
-// schedule sets the timer for the next renewal, next from now at the
-// latest, and never later than the lease's validity.
-func (k *keeper) schedule(next time.Duration) {
-	until := time.Until(k.validUntil())
+// schedule puts the watchdog back on the heap for its next wake: next from
+// now at the latest, and never later than the lease's validity.
+func (k *Lease) schedule(next time.Duration) {
+	until := time.Until(k.ValidUntil())
 	if until <= 0 {
 		k.end(ErrNoRenewal)
 		return
 	}
 	k.mu.Lock()
-	// ctx.Err is read under mu: if it is nil here, cancel (called after
-	// ctx ends) will find the timer and stop it.
-	if k.ctx.Err() != nil {
+	if k.stopped {
 		k.mu.Unlock()
 		k.end(nil)
 		return
@@ -203,64 +188,56 @@ func (k *keeper) schedule(next time.Duration) {
 	if k.again {
 		k.again, next = false, 0
 	}
-	k.timer = time.AfterFunc(min(next, until), k.tick)
+	watchdogs.add(k, time.Now().Add(min(next, until)))
 	k.mu.Unlock()
 }
 
-// soon moves the pending renewal to now; if a renewal is running, the
-// next one follows it at once.
-func (k *keeper) soon() {
+// tick is the watchdog's wake, on a goroutine of its own, started by the
+// wheel: renew, or find the lease run out.
+func (k *Lease) tick() {
+	until := time.Until(k.ValidUntil())
 	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.timer != nil && k.timer.Stop() {
-		k.timer.Reset(0)
-		return
-	}
-	k.again = true
-}
-
-// cancel ends the watchdog, once ctx has ended, if it is waiting on its
-// timer; a renewal under way ends by itself, as its context ends too. A
-// second call does nothing.
-func (k *keeper) cancel() {
-	k.mu.Lock()
-	stopped := k.timer != nil && k.timer.Stop()
-	k.mu.Unlock()
-	if stopped {
-		k.end(nil)
-	}
-}
-
-func (k *keeper) tick() {
-	if k.ctx.Err() != nil {
+	if k.stopped {
+		k.mu.Unlock()
 		k.end(nil)
 		return
 	}
-	until := time.Until(k.validUntil())
 	if until <= 0 {
+		k.mu.Unlock()
 		k.end(ErrNoRenewal)
 		return
 	}
+	rctx, cancel := context.WithTimeout(context.Background(), until)
+	k.renewing = cancel
+	k.mu.Unlock()
 	sent := time.Now()
-	rctx, cancel := context.WithTimeout(k.ctx, until)
-	err := k.renew(rctx)
+	err := k.holder.Renew(rctx)
 	cancel()
+	k.mu.Lock()
+	k.renewing = nil
+	stopped := k.stopped
+	k.mu.Unlock()
 	switch {
 	case err == nil:
-		k.renewed(sent)
+		k.mu.Lock()
+		k.lastSent = sent
+		k.mu.Unlock()
+		k.holder.Renewed()
 		k.schedule(onGrid(k.interval, k.grid))
-	case k.gone(err):
+	case k.holder.Gone(err):
 		k.end(err)
-	case k.ctx.Err() != nil:
+	case stopped:
 		k.end(nil)
 	default:
 		k.schedule(k.retry.Delay(0))
 	}
 }
 
-func (k *keeper) end(why error) {
-	k.stop()
-	k.ended(why)
+// end ends the watchdog, losing the lease if why is not nil.
+func (k *Lease) end(why error) {
+	if why != nil {
+		k.Lose(why)
+	}
 	close(k.done)
 }
 

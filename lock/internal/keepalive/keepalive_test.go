@@ -23,10 +23,10 @@ func TestKeptLeaseLostOnArrival(t *testing.T) {
 	var k Lease
 	lost, renewals := 0, 0
 	renew := func(context.Context) error { renewals++; return nil }
-	k.Keep(context.Background(), time.Second, 100*time.Millisecond, time.Now().Add(-time.Second), renew, gone, nil, func(why error) error {
+	k.Keep(context.Background(), time.Second, 100*time.Millisecond, time.Now().Add(-time.Second), holder{renew, nil, func(why error) error {
 		lost++
 		return errors.Join(ErrLeaseLost, why)
-	})
+	}})
 	if k.ctx.Err() == nil || !errors.Is(context.Cause(k.ctx), ErrLeaseLost) {
 		t.Fatalf("context after keep: %v, cause %v; want done with ErrLeaseLost", k.ctx.Err(), context.Cause(k.ctx))
 	}
@@ -40,8 +40,7 @@ func TestKeptLeaseLostOnArrival(t *testing.T) {
 func TestKeptLeaseRenewsUntilStopped(t *testing.T) {
 	var k Lease
 	renewed := make(chan struct{}, 100)
-	k.Keep(context.Background(), 300*time.Millisecond, 30*time.Millisecond, time.Now(), func(context.Context) error { return nil }, gone,
-		func() { renewed <- struct{}{} }, func(why error) error { t.Errorf("lost: %v", why); return why })
+	k.Keep(context.Background(), 300*time.Millisecond, 30*time.Millisecond, time.Now(), holder{func(context.Context) error { return nil }, func() { renewed <- struct{}{} }, func(why error) error { t.Errorf("lost: %v", why); return why }})
 	first := k.ValidUntil()
 	for range 3 {
 		select {
@@ -62,8 +61,7 @@ func TestKeptLeaseRenewsUntilStopped(t *testing.T) {
 // cancelled with onLost's cause.
 func TestKeptLeaseLostWhenTaken(t *testing.T) {
 	var k Lease
-	k.Keep(context.Background(), 60*time.Millisecond, 6*time.Millisecond, time.Now(), func(context.Context) error { return ErrNotHeld }, gone,
-		nil, func(why error) error { return errors.Join(ErrLeaseLost, why) })
+	k.Keep(context.Background(), 60*time.Millisecond, 6*time.Millisecond, time.Now(), holder{func(context.Context) error { return ErrNotHeld }, nil, func(why error) error { return errors.Join(ErrLeaseLost, why) }})
 	select {
 	case <-k.ctx.Done():
 	case <-time.After(5 * time.Second):
@@ -85,14 +83,14 @@ func TestKeptLeaseRenewSoon(t *testing.T) {
 	release := make(chan struct{})
 	renewed := make(chan struct{}, 10)
 	first := true
-	k.Keep(context.Background(), time.Hour, 6*time.Minute, time.Now(), func(context.Context) error {
+	k.Keep(context.Background(), time.Hour, 6*time.Minute, time.Now(), holder{func(context.Context) error {
 		if first { // the first renewal waits, to be asked again meanwhile
 			first = false
 			close(renewing)
 			<-release
 		}
 		return nil
-	}, gone, func() { renewed <- struct{}{} }, func(why error) error { t.Errorf("lost: %v", why); return why })
+	}, func() { renewed <- struct{}{} }, func(why error) error { t.Errorf("lost: %v", why); return why }})
 	defer k.Stop()
 	await := func(what string) {
 		t.Helper()
@@ -114,5 +112,22 @@ func TestKeptLeaseRenewSoon(t *testing.T) {
 	case <-renewed:
 		t.Fatal("a renewal nobody asked for")
 	case <-time.After(50 * time.Millisecond):
+	}
+}
+
+// holder is a Holder of funcs, for the tests; renewed may be nil.
+type holder struct {
+	renew   func(context.Context) error
+	renewed func()
+	onLost  func(why error) error
+}
+
+func (h holder) Renew(ctx context.Context) error { return h.renew(ctx) }
+func (h holder) Gone(err error) bool             { return gone(err) }
+func (h holder) OnLost(why error) error          { return h.onLost(why) }
+
+func (h holder) Renewed() {
+	if h.renewed != nil {
+		h.renewed()
 	}
 }

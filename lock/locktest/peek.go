@@ -1,0 +1,129 @@
+package locktest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/slotd/slotd/lock"
+)
+
+// The cases of lock.Peeker, the store on which a replica defers without a
+// watch per slot; a store without it skips them.
+
+// A store that reports every slot's releases to one function
+// (lock.Peeker) names the released slot (a release, one with a
+// retry backoff, an operator's rerun), and says nothing of a completion
+// or of a stopped watcher.
+func testReleaseNotice(t *testing.T, h Harness) {
+	rw, ok := h.Store.(lock.Peeker)
+	if !ok {
+		t.Skip("the store has no lock.Peeker")
+	}
+	ctx := context.Background()
+	slot, done, backoff := UniqueSlot(t, h), UniqueSlot(t, h), UniqueSlot(t, h)
+	heard := make(chan lock.Slot, 16)
+	stop := rw.WatchReleases(func(task, id string) {
+		if task == slot.Task || task == done.Task || task == backoff.Task { // other tests release too
+			heard <- lock.Slot{Task: task, ID: id}
+		}
+	})
+	defer stop()
+	hear := func(want lock.Slot, what string) {
+		t.Helper()
+		select {
+		case got := <-heard:
+			if got.Task != want.Task || got.ID != want.ID {
+				t.Fatalf("heard a release of %s, want %s's (%s; the completed %s is no release)", got, want, what, done)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no release heard within 5s: %s of %s", what, want)
+		}
+	}
+	c := mustClaim(t, h, done, "a", lock.Won)
+	if err := h.Store.Complete(ctx, done, lock.Owner{ID: "a", Attempt: c.Attempt}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	c = mustClaim(t, h, slot, "a", lock.Won)
+	if err := h.Store.Release(ctx, slot, lock.Owner{ID: "a", Attempt: c.Attempt}); err != nil {
+		t.Fatal(err)
+	}
+	hear(slot, "a release")
+	c = mustClaim(t, h, backoff, "a", lock.Won)
+	if err := h.Store.ReleaseAfter(ctx, backoff, lock.Owner{ID: "a", Attempt: c.Attempt}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	hear(backoff, "a release with a retry backoff")
+	if r, err := h.Store.Rerun(ctx, done, false); err != nil || !r.Cleared {
+		t.Fatalf("rerun of %s: %+v, %v", done, r, err)
+	}
+	hear(done, "an operator's rerun")
+	stop()
+	stop()
+	c = mustClaim(t, h, slot, "b", lock.Won)
+	if err := h.Store.Release(ctx, slot, lock.Owner{ID: "b", Attempt: c.Attempt}); err != nil {
+		t.Fatal(err)
+	}
+	// A second watcher, started after the first stopped, hears this
+	// release only: by then the first has had as long to (wrongly) hear it.
+	again := make(chan struct{}, 1)
+	stop2 := rw.WatchReleases(func(task, _ string) {
+		if task == slot.Task {
+			select {
+			case again <- struct{}{}:
+			default:
+			}
+		}
+	})
+	defer stop2()
+	c = mustClaim(t, h, slot, "c", lock.Won)
+	if err := h.Store.Release(ctx, slot, lock.Owner{ID: "c", Attempt: c.Attempt}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-again:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a second watcher heard no release within 5s")
+	}
+	select {
+	case got := <-heard:
+		t.Errorf("a stopped watcher heard a release of %s", got)
+	default:
+	}
+}
+
+// A store that peeks (lock.Peeker) also reads each slot's status as States
+// does, and a running slot's remaining lease.
+func testPeek(t *testing.T, h Harness) {
+	pk, ok := h.Store.(lock.Peeker)
+	if !ok {
+		t.Skip("the store has no lock.Peeker")
+	}
+	ctx := context.Background()
+	free, running, done, backoff := UniqueSlot(t, h), UniqueSlot(t, h), UniqueSlot(t, h), UniqueSlot(t, h)
+	mustClaim(t, h, running, "a", lock.Won)
+	c := mustClaim(t, h, done, "a", lock.Won)
+	if err := h.Store.Complete(ctx, done, lock.Owner{ID: "a", Attempt: c.Attempt}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	c = mustClaim(t, h, backoff, "a", lock.Won)
+	if err := h.Store.ReleaseAfter(ctx, backoff, lock.Owner{ID: "a", Attempt: c.Attempt}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	sts, err := pk.Peek(ctx, []lock.Slot{free, running, done, backoff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"free", "running", "done", "backoff"}
+	if len(sts) != len(want) {
+		t.Fatalf("peek at %d slots: %d answers", len(want), len(sts))
+	}
+	for i, st := range sts {
+		if st.Status != want[i] {
+			t.Errorf("slot %d: status %q, want %q", i, st.Status, want[i])
+		}
+	}
+	if ttl := sts[1].TTL; ttl <= 0 || ttl > h.Policy.Lease {
+		t.Errorf("running slot: lease left %v, want within (0, %v]", ttl, h.Policy.Lease)
+	}
+}
