@@ -140,6 +140,12 @@ func (l *Lease) renewSoon()                          { l.kept.RenewSoon() }
 // when the parent given to Hold is done.
 func (l *Lease) Context() context.Context { return l.kept.Context() }
 
+// Margin is how long before its lease could run out l's holder takes it
+// as lost: for a record of the holder's own beside the lease under the
+// same rule (the engine's running record of a task), valid until the
+// lease less Margin after its last renewal confirmed sent.
+func (l *Lease) Margin() time.Duration { return leaseMargin(l.store, l.ttl) }
+
 // Token is the attempt's fencing token.
 func (l *Lease) Token() int64 { return l.token }
 

@@ -111,7 +111,7 @@ func (a *attempt) occupy(cancel context.CancelCauseFunc) (busy *lock.Occupancy, 
 	// slot reads running until then, so the slot that replaced it awaits
 	// that one too.
 	a.keepRecord(&occupancy{replace: replace, cancel: cancel, w: w, sent: sent,
-		valid: t.Lease - lock.LeaseMargin(s.store, t.Lease)})
+		valid: t.Lease - a.lease.Margin()})
 	w.OnChange(func(c lock.Change) {
 		if c == lock.Released {
 			a.lease.RenewSoon()
