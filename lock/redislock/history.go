@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
 	"github.com/slotd/slotd/internal/coalesce"
 	"github.com/slotd/slotd/scheduler/history"
 )
