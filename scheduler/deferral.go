@@ -123,7 +123,8 @@ func (l *loop) deferSlot(t *Task, slot lock.Slot) {
 	d := l.firing
 	if d == nil {
 		now := l.s.clock.Now()
-		d = &deferral{index: -1, start: now, checkAt: now.Add(min(preferWait, limit)), until: now.Add(limit)}
+		d = &deferral{index: -1, start: now, checkAt: now.Add(min(preferWait, limit)), until: now.Add(limit),
+			slots: make([]deferredSlot, 0, l.lastFiring)}
 		l.firing = d
 	} else if until := d.start.Add(limit); until.Before(d.until) {
 		d.until = until
@@ -138,7 +139,7 @@ func (l *loop) deferSlot(t *Task, slot lock.Slot) {
 // closeFiring puts this turn's deferral into the check heap.
 func (l *loop) closeFiring() {
 	if d := l.firing; d != nil {
-		l.firing = nil
+		l.firing, l.lastFiring = nil, len(d.slots)
 		heap.Push(&l.checks, d)
 	}
 }
