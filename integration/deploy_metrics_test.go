@@ -8,6 +8,8 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/slotd/slotd/internal/stats"
 )
 
 // exported is what a scrape shows: each sample name (a histogram's
@@ -165,8 +167,12 @@ catchup = "latest"`,
 	// Labels: each matcher's label exists on its metric, each grouping
 	// label on some referenced metric; outcome and result values are ones
 	// the daemon uses (README, Metrics).
+	var outcomes []string
+	for _, o := range stats.Outcomes {
+		outcomes = append(outcomes, string(o))
+	}
 	known := map[string][]string{
-		"outcome": {"success", "failure", "timeout", "lease_lost", "canceled", "success_unmarked"},
+		"outcome": outcomes,
 		"result":  {"won", "held", "done", "exhausted", "early", "late", "error"},
 	}
 	for _, q := range qs {

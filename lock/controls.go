@@ -152,15 +152,16 @@ func TriggerSlot(task string, at time.Time, window time.Duration) Slot {
 	return Slot{Task: task, ID: at.Format("20060102150405") + "t", Time: at, Deadline: at.Add(window)}
 }
 
-// IsTrigger reports whether id is a triggered slot's id.
-func IsTrigger(id string) bool { return strings.HasSuffix(id, "t") }
+// Triggered reports whether s is an operator's trigger (TriggerSlot), by
+// its id.
+func (s Slot) Triggered() bool { return strings.HasSuffix(s.ID, "t") }
 
 // ShownAttempt is attempt, a count of the slot's attempts as the store
 // keeps it, as a task, a hook, the history and the pages show it: 1 to
 // max_attempts. A triggered slot counts from TriggerBase, for its tokens
 // only: its attempt TriggerBase+1 is shown as 1.
 func (s Slot) ShownAttempt(attempt int) int {
-	if IsTrigger(s.ID) && attempt > TriggerBase {
+	if s.Triggered() && attempt > TriggerBase {
 		return attempt - TriggerBase
 	}
 	return attempt

@@ -284,7 +284,7 @@ inline release_lua(i, a) {
   fi
 }
 
-/* complete.lua lines 59-91: SET done if the value is the caller's, and its
+/* complete.lua lines 86-118: SET done if the value is the caller's, and its
  * slot named in the call's one done message (lines 72-77, 88-90); 1 also
  * when already done by the caller. The history entry it may append in the
  * same step (lines 41-57, 79-81) writes no slot key: not modelled. */

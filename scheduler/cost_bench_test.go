@@ -13,24 +13,23 @@ import (
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/memlock"
+	"github.com/slotd/slotd/lock/redislock"
 	"github.com/slotd/slotd/scheduler"
 	"github.com/slotd/slotd/scheduler/schedule"
 	"github.com/slotd/slotd/tasks"
-
-	// BenchmarkReplicaSlot measures what a slot costs one replica's engine,
-	// the part of issue 18's third target that a single process can show
-	// (the load tool measures three replicas and Redis together): the CPU of
-	// this process (user + system, getrusage) and its heap allocations per slot
-	// run, with a no-op task, n tasks due every second, after two seconds of
-	// warm-up. Each iteration is one second of slots, so -benchtime Nx runs N
-	// seconds. On the embedded store the figure is the engine alone; on Redis
-	// it adds the client (go-redis, the scripts' arguments and replies, the
-	// notices) but not the server, a process of its own.
-	//
-	//	go test -run '^$' -bench ReplicaSlot -benchtime 5x ./scheduler/
-	"github.com/slotd/slotd/lock/redislock"
 )
 
+// BenchmarkReplicaSlot measures what a slot costs one replica's engine,
+// the part of issue 18's third target that a single process can show
+// (the load tool measures three replicas and Redis together): the CPU of
+// this process (user + system, getrusage) and its heap allocations per slot
+// run, with a no-op task, n tasks due every second, after two seconds of
+// warm-up. Each iteration is one second of slots, so -benchtime Nx runs N
+// seconds. On the embedded store the figure is the engine alone; on Redis
+// it adds the client (go-redis, the scripts' arguments and replies, the
+// notices) but not the server, a process of its own.
+//
+//	go test -run '^$' -bench ReplicaSlot -benchtime 5x ./scheduler/
 func BenchmarkReplicaSlot(b *testing.B) {
 	const n = 2000
 	for _, backend := range []string{"memory", "redis"} {

@@ -10,19 +10,18 @@ import (
 	"time"
 
 	"github.com/slotd/slotd/internal/redistest"
+	"github.com/slotd/slotd/internal/testlane"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/memlock"
+	"github.com/slotd/slotd/lock/redislock"
 	"github.com/slotd/slotd/scheduler"
 	"github.com/slotd/slotd/tasks"
-
-	// Issue 16 item 8: catchup = "latest" at first start ran a leap-day task's
-	// 2024 slot and an @every 9223372036s task's 1970 slot, both windows still
-	// open. catchup_limit (config default 24h) bounds catch-up; without it
-	// (the old behaviour) both run, which shows the test sees the catch-up.
-	"github.com/slotd/slotd/internal/testlane"
-	"github.com/slotd/slotd/lock/redislock"
 )
 
+// Issue 16 item 8: catchup = "latest" at first start ran a leap-day task's
+// 2024 slot and an @every 9223372036s task's 1970 slot, both windows still
+// open. catchup_limit (config default 24h) bounds catch-up; without it
+// (the old behaviour) both run, which shows the test sees the catch-up.
 func TestCatchupLimit(t *testing.T) {
 	testlane.Parallel(t, lightLane)
 	for _, tc := range []struct {

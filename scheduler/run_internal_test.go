@@ -9,14 +9,13 @@ import (
 
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/memlock"
+	"github.com/slotd/slotd/lock/redislock"
 	"github.com/slotd/slotd/scheduler/schedule"
 	"github.com/slotd/slotd/tasks"
-
-	// testLoop is a loop with no goroutine of its own: the test is the owner
-	// and calls the transitions itself, one event at a time.
-	"github.com/slotd/slotd/lock/redislock"
 )
 
+// testLoop is a loop with no goroutine of its own: the test is the owner
+// and calls the transitions itself, one event at a time.
 func testLoop(t *testing.T, store lock.Store) *loop {
 	t.Helper()
 	sched, err := schedule.Parse("0 * * * *", "")

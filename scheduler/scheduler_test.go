@@ -16,18 +16,17 @@ import (
 
 	"github.com/slotd/slotd/internal/observe"
 	"github.com/slotd/slotd/internal/redistest"
+	"github.com/slotd/slotd/internal/testlane"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/lock/redislock"
 	"github.com/slotd/slotd/scheduler"
+	"github.com/slotd/slotd/scheduler/history"
 	"github.com/slotd/slotd/scheduler/schedule"
 	"github.com/slotd/slotd/tasks"
-
-	// ledger records every attempt the replicas start and finish.
-	"github.com/slotd/slotd/internal/testlane"
-	"github.com/slotd/slotd/lock/memlock"
-	"github.com/slotd/slotd/scheduler/history"
 )
 
+// ledger records every attempt the replicas start and finish.
 type ledger struct {
 	mu      sync.Mutex
 	entries []record

@@ -106,7 +106,7 @@ func TestTriggerPauseReloadAnswers(t *testing.T) {
 	auth := "Bearer " + testToken
 	code, body := post(t, h, "/api/v1/tasks/report/trigger", auth, observe.IdempotencyHeader, "deploy-42")
 	var first observe.TriggerReply
-	if err := json.Unmarshal([]byte(body), &first); code != http.StatusAccepted || err != nil || first.Result != "started" || !lock.IsTrigger(first.Slot) {
+	if err := json.Unmarshal([]byte(body), &first); code != http.StatusAccepted || err != nil || first.Result != "started" || !(lock.Slot{ID: first.Slot}).Triggered() {
 		t.Fatalf("trigger = %d %s", code, body)
 	}
 	code, body = post(t, h, "/api/v1/tasks/report/trigger", auth, observe.IdempotencyHeader, "deploy-42")

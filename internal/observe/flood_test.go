@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/slotd/slotd/internal/observe"
-
 	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler"
 	"github.com/slotd/slotd/scheduler/history"

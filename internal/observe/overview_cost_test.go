@@ -17,15 +17,14 @@ import (
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/memlock"
-	"github.com/slotd/slotd/scheduler"
-
-	// bigFleet is the number of tasks of the overview's cost test: 10,000,
-	// and a quarter of that under the race detector, which checks the
-	// concurrency, not the scale, and is slow.
 	"github.com/slotd/slotd/lock/redislock"
+	"github.com/slotd/slotd/scheduler"
 	"github.com/slotd/slotd/scheduler/history"
 )
 
+// bigFleet is the number of tasks of the overview's cost test: 10,000,
+// and a quarter of that under the race detector, which checks the
+// concurrency, not the scale, and is slow.
 var bigFleet = map[bool]int{false: 10_000, true: 2_500}[raceDetector]
 
 // seedBigFleet makes bigFleet hourly tasks on st and hist as a fleet in

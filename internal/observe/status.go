@@ -175,7 +175,7 @@ func readSlots(ctx context.Context, tasks []scheduler.Task, store lock.Store, no
 	for j := range sts {
 		// A triggered slot's counter starts at lock.TriggerBase (for its
 		// tokens); its attempts are shown from 1, as the history has them.
-		if id := r.slots[j].ID; lock.IsTrigger(id) {
+		if r.slots[j].Triggered() {
 			sts[j].Attempt = r.slots[j].ShownAttempt(sts[j].Attempt)
 			if sts[j].Attempts >= lock.TriggerBase {
 				sts[j].Attempts -= lock.TriggerBase

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"fmt"
-	"github.com/slotd/slotd/scheduler/history"
 	"reflect"
 	"strings"
 	"testing"
@@ -16,6 +15,7 @@ import (
 	"github.com/slotd/slotd/internal/etcdtest"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/etcdlock"
+	"github.com/slotd/slotd/scheduler/history"
 )
 
 func parseEtcd(t *testing.T, section string) *config.Config {

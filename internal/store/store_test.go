@@ -3,8 +3,6 @@ package store
 import (
 	"context"
 	"fmt"
-	"github.com/slotd/slotd/internal/config"
-	"github.com/slotd/slotd/scheduler/history"
 	"reflect"
 	"sync/atomic"
 	"testing"
@@ -12,14 +10,14 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slotd/slotd/internal/config"
 	"github.com/slotd/slotd/internal/redistest"
-
 	"github.com/slotd/slotd/lock/memlock"
-
-	// countHook counts the commands a client sends.
 	"github.com/slotd/slotd/lock/redislock"
+	"github.com/slotd/slotd/scheduler/history"
 )
 
+// countHook counts the commands a client sends.
 type countHook struct{ n atomic.Int32 }
 
 func (h *countHook) DialHook(next redis.DialHook) redis.DialHook { return next }

@@ -36,6 +36,10 @@ import (
 // names the jars it needs.
 const Jar = "/usr/share/java/zookeeper.jar"
 
+// logBinding is slf4j's simple logger in Debian's libslf4j-java; a
+// missing jar on the class path is ignored.
+const logBinding = "/usr/share/java/slf4j-simple.jar"
+
 // Tick is the members' tickTime: sessions may time out between 2 and 600
 // ticks (200ms to 60s).
 const Tick = 100 * time.Millisecond
@@ -78,10 +82,36 @@ func Java(t testing.TB) string {
 }
 
 // Start runs an ensemble of n members (1 for a standalone server) and
-// waits until every member serves.
+// waits until every member serves. An ensemble whose members do not all
+// serve within startWait (a port taken between FreePort and the JVM's
+// bind, an election that loops on a starved machine) is stopped, its
+// members' log tails logged, and started once more on new ports.
 func Start(t testing.TB, n int) *Ensemble {
 	t.Helper()
 	java := Java(t)
+	for try := 1; ; try++ {
+		e := start(t, java, n)
+		late := e.waitServing(startWait)
+		if late == nil {
+			t.Cleanup(e.Stop)
+			return e
+		}
+		e.Stop()
+		if try == 2 {
+			t.Fatalf("zktest: member %d on %s not serving within %v, twice; its log ends:\n%s", late.ID, late.Addr, startWait, late.logTail())
+		}
+		t.Logf("zktest: member %d on %s not serving within %v; starting the ensemble again on new ports. Its log ends:\n%s",
+			late.ID, late.Addr, startWait, late.logTail())
+	}
+}
+
+// startWait bounds a fresh ensemble's start: JVMs, an election, the
+// followers' sync; seconds alone, longer on a loaded machine.
+const startWait = 45 * time.Second
+
+// start writes the configs of a fresh n-member ensemble and starts it.
+func start(t testing.TB, java string, n int) *Ensemble {
+	t.Helper()
 	root := t.TempDir()
 	ports := make([]int, 3*n)
 	for i := range ports {
@@ -101,7 +131,12 @@ func Start(t testing.TB, n int) *Ensemble {
 		if err := os.MkdirAll(filepath.Join(m.dir, "data"), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		cfg := fmt.Sprintf("tickTime=%d\ninitLimit=20\nsyncLimit=5\ndataDir=%s\nclientPort=%d\nclientPortAddress=127.0.0.1\n"+
+		// initLimit (ticks) bounds a follower's first sync with a new
+		// leader: generous, since a JVM on a starved machine is slow to
+		// start and the limit costs nothing when met; syncLimit, how far a
+		// follower may lag before the leader drops it, stays short, as
+		// the tests of a frozen member need.
+		cfg := fmt.Sprintf("tickTime=%d\ninitLimit=100\nsyncLimit=5\ndataDir=%s\nclientPort=%d\nclientPortAddress=127.0.0.1\n"+
 			"maxClientCnxns=0\nminSessionTimeout=%d\nmaxSessionTimeout=%d\nadmin.enableServer=false\n"+
 			"4lw.commands.whitelist=*\nautopurge.purgeInterval=0\nforceSync=no\n%s",
 			Tick.Milliseconds(), filepath.Join(m.dir, "data"), ports[3*i],
@@ -117,11 +152,22 @@ func Start(t testing.TB, n int) *Ensemble {
 	for _, m := range e.Members {
 		m.Start()
 	}
-	t.Cleanup(e.Stop)
-	for _, m := range e.Members {
-		m.WaitServing(60 * time.Second)
-	}
 	return e
+}
+
+// waitServing waits up to d for every member to serve; it returns the
+// first that did not, or nil.
+func (e *Ensemble) waitServing(d time.Duration) *Member {
+	deadline := time.Now().Add(d)
+	for _, m := range e.Members {
+		for m.Mode() == "" {
+			if time.Now().After(deadline) {
+				return m
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return nil
 }
 
 // Servers lists the members' client addresses.
@@ -178,7 +224,13 @@ func (m *Member) Start() {
 		"-Dznode.container.checkIntervalMs=100",
 		"-Dzookeeper.admin.enableServer=false",
 		"-Dzookeeper.jmx.log4j.disable=true",
-		"-cp", Jar, "org.apache.zookeeper.server.quorum.QuorumPeerMain", filepath.Join(m.dir, "zoo.cfg"))
+		// slf4j-simple (beside slf4j-api in Debian's libslf4j-java, which
+		// the server needs) writes the server's log to stderr, into
+		// server.log: without a binding slf4j drops it, and a member that
+		// does not serve would say nothing of why.
+		"-Dorg.slf4j.simpleLogger.showDateTime=true",
+		"-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
+		"-cp", Jar+":"+logBinding, "org.apache.zookeeper.server.quorum.QuorumPeerMain", filepath.Join(m.dir, "zoo.cfg"))
 	logf, err := os.OpenFile(m.logf, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		m.t.Fatalf("zktest: %v", err)
@@ -269,20 +321,13 @@ func (m *Member) Mode() string {
 	return ""
 }
 
-// WaitServing waits up to d until the member serves clients.
-func (m *Member) WaitServing(d time.Duration) {
-	m.t.Helper()
-	deadline := time.Now().Add(d)
-	for m.Mode() == "" {
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(m.logf)
-			if len(log) > 4000 {
-				log = log[len(log)-4000:]
-			}
-			m.t.Fatalf("zktest: member %d on %s not serving within %v; its log ends:\n%s", m.ID, m.Addr, d, log)
-		}
-		time.Sleep(50 * time.Millisecond)
+// logTail is the last 4000 bytes of the member's log.
+func (m *Member) logTail() []byte {
+	log, _ := os.ReadFile(m.logf)
+	if len(log) > 4000 {
+		log = log[len(log)-4000:]
 	}
+	return log
 }
 
 // FreePort returns a TCP port free on 127.0.0.1 at the time of the call.

@@ -105,7 +105,7 @@ func testTriggerTokens(t *testing.T, h Harness, c lock.Controls) {
 	sched := UniqueSlot(t, h)
 	sched.Time = sched.Time.Truncate(time.Second)
 	trig := lock.TriggerSlot(sched.Task, sched.Time.Add(300*time.Millisecond), time.Hour)
-	if trig.ID == sched.ID || !trig.Time.Equal(sched.Time) || !lock.IsTrigger(trig.ID) || lock.IsTrigger(sched.ID) {
+	if trig.ID == sched.ID || !trig.Time.Equal(sched.Time) || !trig.Triggered() || sched.Triggered() {
 		t.Fatalf("trigger slot %+v beside scheduled %+v", trig, sched)
 	}
 	if err := c.ArmTrigger(ctx, trig, time.Hour); err != nil {

@@ -4,21 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/slotd/slotd/lock"
-	"github.com/slotd/slotd/lock/internal/kv"
-	"github.com/slotd/slotd/lock/internal/notify"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	// Memory is the slot protocol in this process's memory: the embedded store
-	// for a single replica trying slotd out, and a fast store for unit tests. It
-	// follows the Lua scripts step for step and passes the same conformance
-	// suite as Redis; it shares nothing between processes.
+	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/internal/kv"
+	"github.com/slotd/slotd/lock/internal/notify"
 	"github.com/slotd/slotd/lock/internal/schema"
 )
 
+// Store is the slot protocol in this process's memory: the embedded store
+// for a single replica trying slotd out, and a fast store for unit tests. It
+// follows the Lua scripts step for step and passes the same conformance
+// suite as Redis; it shares nothing between processes.
 type Store struct {
 	now func() time.Time
 
@@ -34,7 +34,7 @@ type entry struct {
 	expires time.Time
 }
 
-// NewMemory returns an empty store whose clock is now (time.Now if nil).
+// New returns an empty store whose clock is now (time.Now if nil).
 func New(now func() time.Time) *Store {
 	if now == nil {
 		now = time.Now

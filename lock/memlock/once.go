@@ -3,13 +3,13 @@ package memlock
 import (
 	"context"
 	"fmt"
-	"github.com/slotd/slotd/lock"
 	"time"
 
-	// Once implements Oncer.
+	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/internal/schema"
 )
 
+// Once implements Oncer.
 func (m *Store) Once(ctx context.Context, slot lock.Slot, event, value string, ttl time.Duration) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, fmt.Errorf("lock: once %s %s: %w", slot, event, err)

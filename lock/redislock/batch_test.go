@@ -16,17 +16,16 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slotd/slotd/internal/redistest"
-	"github.com/slotd/slotd/lock/memlock"
-
-	// gate is a go-redis hook that counts round trips (a pipeline, or one
-	// command alone), the commands in them by name, the connections dialled,
-	// and the round trips sent without a deadline; it holds the first `hold`
-	// round trips until it is opened, so a test can fill the batcher's flights
-	// and watch what queues behind them. A connection's handshake (HELLO,
-	// CLIENT ...) is passed through and not counted.
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/memlock"
 )
 
+// gate is a go-redis hook that counts round trips (a pipeline, or one
+// command alone), the commands in them by name, the connections dialled,
+// and the round trips sent without a deadline; it holds the first `hold`
+// round trips until it is opened, so a test can fill the batcher's flights
+// and watch what queues behind them. A connection's handshake (HELLO,
+// CLIENT ...) is passed through and not counted.
 type gate struct {
 	hold       int64
 	entered    chan struct{}

@@ -3,7 +3,7 @@
 -- arguments are N single-slot completions laid end to end.
 --
 -- For slot i (0-based), k = 2i and a = wi, where w, the arguments of one
--- slot, is 4 when no slot of the call brings an entry, else 29 (the
+-- slot, is 4 when no slot of the call brings an entry, else 18 (the
 -- batcher fuses only calls of one shape):
 -- KEYS[k+1]  state key
 -- KEYS[k+2]  the task's history stream, or the state key again for no
@@ -19,13 +19,15 @@
 --            without claiming it again. One message per channel per call,
 --            naming the state keys it marked done, one a line: a PUBLISH
 --            per slot cost Redis more than the rest of the completion.
--- and, where w is 29:
+-- and, where w is 18:
 -- ARGV[a+5]  the stream's MAXLEN, approximate
 -- ARGV[a+6]  the stream's TTL, ms
 -- ARGV[a+7]  "1": renew the stream's TTL with this entry; else only if the
 --            entry creates the stream (it never exists without its TTL)
--- ARGV[a+8..a+29]  the entry: 11 field, value pairs; a pair whose field is
---            "" is left out (it pads an entry of fewer fields)
+-- ARGV[a+8..a+18]  the entry's values, in the order of NAMES (the history's
+--            entryNames); "output" and "backfilled" are left out when "".
+--            The names are the script's, not arguments: every argument
+--            costs Redis a string, and a fused call brings one per slot.
 --
 -- Returns an array of N replies, one per slot in order: 1 when the slot is
 -- done by this owner — also when it already was, so that a call retried
@@ -38,21 +40,46 @@
 local now
 local done = {} -- channel -> state keys marked done
 
-local function record(k, a)
-  local fields = {}
-  for j = a + 8, a + 28, 2 do
-    if ARGV[j] ~= '' then
-      fields[#fields + 1] = ARGV[j]
-      fields[#fields + 1] = ARGV[j + 1]
+local NAMES = {'slot', 'slot_time', 'attempt', 'token', 'replica', 'outcome',
+  'started', 'duration_ms', 'error', 'output', 'backfilled'}
+
+-- xadd appends slot a's entry to stream; with mk it creates the stream if
+-- need be, else (NOMKSTREAM) it returns false if there is none. Most
+-- entries have neither output nor backfilled: they are one call with the
+-- names in place, no table built for them.
+local function xadd(stream, a, mk)
+  local v = a + 7
+  if ARGV[v + 10] == '' and ARGV[v + 11] == '' then
+    if mk then
+      return redis.call('XADD', stream, 'MAXLEN', '~', ARGV[a + 5], '*',
+        'slot', ARGV[v + 1], 'slot_time', ARGV[v + 2], 'attempt', ARGV[v + 3], 'token', ARGV[v + 4], 'replica', ARGV[v + 5],
+        'outcome', ARGV[v + 6], 'started', ARGV[v + 7], 'duration_ms', ARGV[v + 8], 'error', ARGV[v + 9])
+    end
+    return redis.call('XADD', stream, 'NOMKSTREAM', 'MAXLEN', '~', ARGV[a + 5], '*',
+      'slot', ARGV[v + 1], 'slot_time', ARGV[v + 2], 'attempt', ARGV[v + 3], 'token', ARGV[v + 4], 'replica', ARGV[v + 5],
+      'outcome', ARGV[v + 6], 'started', ARGV[v + 7], 'duration_ms', ARGV[v + 8], 'error', ARGV[v + 9])
+  end
+  local args = {'MAXLEN', '~', ARGV[a + 5], '*'}
+  if not mk then
+    table.insert(args, 1, 'NOMKSTREAM')
+  end
+  for j = 1, #NAMES do
+    if j < 10 or ARGV[v + j] ~= '' then
+      args[#args + 1] = NAMES[j]
+      args[#args + 1] = ARGV[v + j]
     end
   end
+  return redis.call('XADD', stream, unpack(args))
+end
+
+local function record(k, a)
   local stream = KEYS[k + 2]
-  if ARGV[a + 7] ~= '1' and redis.call('XADD', stream, 'NOMKSTREAM', 'MAXLEN', '~', ARGV[a + 5], '*', unpack(fields)) then
+  if ARGV[a + 7] ~= '1' and xadd(stream, a, false) then
     return
   end
   -- The TTL is due, or the stream had gone (NOMKSTREAM added nothing):
   -- append, creating it if need be, and give it its TTL.
-  redis.call('XADD', stream, 'MAXLEN', '~', ARGV[a + 5], '*', unpack(fields))
+  xadd(stream, a, true)
   redis.call('PEXPIRE', stream, ARGV[a + 6])
 end
 

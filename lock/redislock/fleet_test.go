@@ -10,14 +10,13 @@ import (
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/locktest"
-	"github.com/slotd/slotd/lock/redislock"
-
-	// Issue 16 item 7: two processes with one replica id carry distinct owner
-	// ids (<replica>#<instance>), so neither can renew, complete or release the
-	// other's claim; status still names the replica.
 	"github.com/slotd/slotd/lock/memlock"
+	"github.com/slotd/slotd/lock/redislock"
 )
 
+// Issue 16 item 7: two processes with one replica id carry distinct owner
+// ids (<replica>#<instance>), so neither can renew, complete or release the
+// other's claim; status still names the replica.
 func TestOwnerInstanceIsPartOfTheLease(t *testing.T) {
 	srv := redistest.Start(t)
 	r := redislock.New(srv.Client(), "slotd")

@@ -31,7 +31,7 @@ var fusable = map[*redis.Script]arity{
 	claimScript:          {keys: 3, args: 8},
 	renewScript:          {keys: 1, args: 2},
 	completeScript:       {keys: 2, args: 4},
-	completeRecordScript: {keys: 2, args: 7 + 2*recordPairs},
+	completeRecordScript: {keys: 2, args: 7 + len(entryNames)},
 	releaseScript:        {keys: 1, args: 3},
 }
 

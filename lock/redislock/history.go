@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
 	"github.com/slotd/slotd/internal/coalesce"
 	"github.com/slotd/slotd/scheduler/history"
 )
@@ -273,28 +274,43 @@ func (h *History) write(ctx context.Context, batch []*coalesce.Call[histAppend, 
 	return errs
 }
 
-// entryFields is e as its stream entry's field, value pairs: at most
-// recordPairs of them.
-func entryFields(e history.Entry) []any {
-	values := make([]any, 0, 2*recordPairs)
-	values = append(values,
-		"slot", e.Slot,
-		"slot_time", e.SlotTime.UTC().Format(time.RFC3339),
-		"attempt", strconv.Itoa(e.Attempt),
-		"token", strconv.FormatInt(e.Token, 10),
-		"replica", e.Replica,
-		"outcome", string(e.Outcome), // go-redis writes no named string type
-		"started", e.Started.UTC().Format(time.RFC3339Nano),
-		"duration_ms", strconv.FormatInt(e.Duration.Milliseconds(), 10),
-		"error", history.TruncateError(e.Error),
-	)
-	if e.Output != "" { // most attempts print nothing: no field
-		values = append(values, "output", history.TruncateOutput(e.Output))
-	}
+// entryNames are the fields of a stream entry, in order; complete.lua
+// has them too (NAMES). The last two are left out of an entry whose value
+// is "": most attempts print nothing, and few are backfilled.
+var entryNames = [...]string{"slot", "slot_time", "attempt", "token", "replica", "outcome",
+	"started", "duration_ms", "error", "output", "backfilled"}
+
+// entryValues is e's value of each of entryNames.
+func entryValues(e history.Entry) [len(entryNames)]any {
+	backfilled := ""
 	if e.Backfilled {
-		values = append(values, "backfilled", "1")
+		backfilled = "1"
 	}
-	return values
+	return [...]any{
+		e.Slot,
+		e.SlotTime.UTC().Format(time.RFC3339),
+		strconv.Itoa(e.Attempt),
+		strconv.FormatInt(e.Token, 10),
+		e.Replica,
+		string(e.Outcome), // go-redis writes no named string type
+		e.Started.UTC().Format(time.RFC3339Nano),
+		strconv.FormatInt(e.Duration.Milliseconds(), 10),
+		history.TruncateError(e.Error),
+		history.TruncateOutput(e.Output),
+		backfilled,
+	}
+}
+
+// entryFields is e as its stream entry's field, value pairs.
+func entryFields(e history.Entry) []any {
+	values := entryValues(e)
+	fields := make([]any, 0, 2*len(values))
+	for i, v := range values {
+		if i < len(values)-2 || v != "" {
+			fields = append(fields, entryNames[i], v)
+		}
+	}
+	return fields
 }
 
 // isNoScript reports whether err is Redis's refusal of an EVALSHA whose

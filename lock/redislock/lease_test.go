@@ -10,13 +10,12 @@ import (
 
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/lock"
-	"github.com/slotd/slotd/lock/redislock"
-
-	// faulty wraps a real store and fails renewals, or the next completions,
-	// on demand: the thin fault injector the lease tests need.
 	"github.com/slotd/slotd/lock/memlock"
+	"github.com/slotd/slotd/lock/redislock"
 )
 
+// faulty wraps a real store and fails renewals, or the next completions,
+// on demand: the thin fault injector the lease tests need.
 type faulty struct {
 	lock.Store
 	failRenew     atomic.Bool

@@ -9,10 +9,6 @@ import (
 	"github.com/slotd/slotd/scheduler/history"
 )
 
-// recordPairs is the most field, value pairs of an entry (entryFields);
-// complete.lua takes that many for every slot, padded.
-const recordPairs = 11
-
 // record is a history entry that a completion appends in its own step
 // (complete.lua).
 type record struct {
@@ -20,7 +16,7 @@ type record struct {
 	maxLen int64
 	ttl    time.Duration
 	renew  bool // renew the stream's TTL with this entry
-	fields []any
+	values [len(entryNames)]any
 }
 
 // CompleteRecorded marks slot done for owner, as store.Complete does, and
@@ -41,7 +37,7 @@ func (h *History) CompleteRecorded(ctx context.Context, store lock.Store, slot l
 		return false, store.Complete(ctx, slot, owner, doneTTL)
 	}
 	key := HistoryKey(h.prefix, slot.Task)
-	rec := &record{stream: key, maxLen: history.MaxLen, ttl: h.ttl, renew: h.due(key, time.Now()), fields: entryFields(e)}
+	rec := &record{stream: key, maxLen: history.MaxLen, ttl: h.ttl, renew: h.due(key, time.Now()), values: entryValues(e)}
 	keys, args := s.completeArgs(slot, owner, doneTTL, rec)
 	n, err := s.batch.run(ctx, completeRecordScript, keys, args...).Int()
 	if rec.renew && (err != nil || n != 1) {

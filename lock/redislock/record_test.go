@@ -213,3 +213,42 @@ func TestCompleteRecordedBesidePlainCompletions(t *testing.T) {
 		}
 	}
 }
+
+// An entry a completion appends (complete.lua, its field names its own)
+// has the fields, in the order, of one the history appends apart: the
+// same entry, whichever way it was written. (Each case's entries are the
+// newest of their streams.)
+func TestCompleteRecordedWritesTheFieldsAnAppendDoes(t *testing.T) {
+	s, h, srv := opened(t)
+	ctx := context.Background()
+	p := lock.Policy{Lease: 5 * time.Second, DoneTTL: time.Minute, MaxAttempts: 3}
+	raw := func(task string) []any {
+		t.Helper()
+		v, err := srv.Client().Do(ctx, "XREVRANGE", redislock.HistoryKey("slotd", task), "+", "-", "COUNT", 1).Slice()
+		if err != nil || len(v) != 1 {
+			t.Fatalf("XREVRANGE %s = %v, %v; want its newest entry", task, v, err)
+		}
+		return v[0].([]any)[1].([]any)
+	}
+	for _, c := range []struct {
+		name       string
+		output     string
+		backfilled bool
+	}{{"plain", "", false}, {"output", "printed\n", false}, {"backfilled", "", true}, {"both", "x", true}} {
+		slot := openSlot(t, s)
+		slot.ID = c.name
+		won := claimWon(t, s, slot, "a", p)
+		e := entry(slot.ID, won.Attempt, "success", "")
+		e.Output, e.Backfilled = c.output, c.backfilled
+		if recorded, err := h.CompleteRecorded(ctx, s, slot, lock.Owner{ID: "a", Attempt: won.Attempt}, p.DoneTTL, e); err != nil || !recorded {
+			t.Fatalf("%s: recorded %v, %v; want true, nil", c.name, recorded, err)
+		}
+		apart := slot.Task + "-apart"
+		if err := h.Append(ctx, apart, e); err != nil {
+			t.Fatalf("%s: append: %v", c.name, err)
+		}
+		if got, want := fmt.Sprint(raw(slot.Task)), fmt.Sprint(raw(apart)); got != want {
+			t.Errorf("%s: the completion wrote %s, the history apart %s", c.name, got, want)
+		}
+	}
+}

@@ -201,13 +201,9 @@ func (r *Store) completeArgs(slot lock.Slot, owner lock.Owner, doneTTL time.Dura
 	if rec.renew {
 		renew = "1"
 	}
-	args := make([]any, 0, 7+2*recordPairs)
+	args := make([]any, 0, 7+len(entryNames))
 	args = append(args, schema.Run(owner), schema.DonePrefix(owner), doneTTL.Milliseconds(), r.doneCh, rec.maxLen, rec.ttl.Milliseconds(), renew)
-	args = append(args, rec.fields...)
-	for len(args) < 7+2*recordPairs {
-		args = append(args, "")
-	}
-	return keys, args
+	return keys, append(args, rec.values[:]...)
 }
 
 // Release implements Store.

@@ -196,3 +196,133 @@ func serverCPU(b *testing.B, rdb *redis.Client) float64 {
 	}
 	return sum
 }
+
+// BenchmarkRedisCPUFloor prices, on Redis's own CPU, the least any slot
+// protocol that keeps slotd's guarantees must ask of Redis 7.0 (which has
+// no compare-and-set command: a conditional write is a script): a claim
+// that takes the attempts counter (SET NX PX, the first attempt's case)
+// and the state (SET NX PX, naming the attempt), and a completion that
+// checks the state is the caller's (GET), marks it done (SET PX) and
+// appends the entry (XADD NOMKSTREAM) — in 256-slot fused calls, with no
+// clock, window, cap or backoff check, no notice to peers and a one-number
+// reply. slotd's own claim and recorded completion (BenchmarkRedisCPU) do
+// all of that and more; this is what no design can go below:
+//
+//	go test -run '^$' -bench 'RedisCPU(Floor)?$' -benchtime 20000x ./lock/redislock/
+func BenchmarkRedisCPUFloor(b *testing.B) {
+	rdb, _, p := benchEnv(b)
+	ctx := context.Background()
+	claim, complete := redis.NewScript(floorClaim), redis.NewScript(floorComplete)
+	const batch = 256
+	lease, ttl := p.Lease.Milliseconds(), p.DoneTTL.Milliseconds()
+	stream := redislock.HistoryKey("slotd", "bench")
+	if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{"slot", "0"}}).Err(); err != nil {
+		b.Fatal(err)
+	}
+	batches := func(b *testing.B) [][]lock.Slot {
+		now := time.Now()
+		var all [][]lock.Slot
+		for done := 0; done < b.N; done += batch {
+			all = append(all, freshSlots(now, min(batch, b.N-done)))
+		}
+		return all
+	}
+	measure := func(b *testing.B, all [][]lock.Slot, op func(slots []lock.Slot)) float64 {
+		b.Helper()
+		before := serverCPU(b, rdb)
+		b.ResetTimer()
+		for _, slots := range all {
+			op(slots)
+		}
+		b.StopTimer()
+		return (serverCPU(b, rdb) - before) / float64(b.N) * 1e6
+	}
+	var raw float64
+	b.Run("raw-setnx", func(b *testing.B) {
+		raw = measure(b, batches(b), func(slots []lock.Slot) {
+			pipe := rdb.Pipeline()
+			for _, s := range slots {
+				state, _ := redislock.Keys("slotd", s)
+				pipe.SetNX(ctx, state, "owner", p.Lease)
+			}
+			if _, err := pipe.Exec(ctx); err != nil {
+				b.Fatal(err)
+			}
+		})
+		b.ReportMetric(raw, "redis-µs/slot")
+	})
+	claimAll := func(b *testing.B, slots []lock.Slot) {
+		keys, args := make([]string, 0, 2*len(slots)), make([]any, 0, 3*len(slots))
+		for _, s := range slots {
+			state, attempts := redislock.Keys("slotd", s)
+			keys = append(keys, state, attempts)
+			args = append(args, "run:r:", lease, ttl)
+		}
+		won, err := claim.Run(ctx, rdb, keys, args...).Int()
+		if err != nil || won != len(slots) {
+			b.Fatalf("floor claim: %d won of %d, %v", won, len(slots), err)
+		}
+	}
+	b.Run("claim", func(b *testing.B) {
+		us := measure(b, batches(b), func(slots []lock.Slot) { claimAll(b, slots) })
+		b.ReportMetric(us, "redis-µs/slot")
+		b.ReportMetric(us/raw, "ratio-to-raw")
+	})
+	b.Run("complete-recorded", func(b *testing.B) {
+		all := batches(b)
+		for _, slots := range all {
+			claimAll(b, slots)
+		}
+		us := measure(b, all, func(slots []lock.Slot) {
+			keys, args := make([]string, 0, 2*len(slots)), make([]any, 0, 12*len(slots))
+			for _, s := range slots {
+				state, _ := redislock.Keys("slotd", s)
+				keys = append(keys, state, stream)
+				e := plainEntry(history.Entry{Slot: s.ID, SlotTime: s.Time, Attempt: 1, Token: lock.Token(s.Time, 1), Replica: "r",
+					Outcome: "success", Started: s.Time, Duration: time.Millisecond})
+				args = append(args, "run:r:1", "done:r:1:1767225600012", ttl)
+				for i := 1; i < len(e); i += 2 {
+					args = append(args, e[i])
+				}
+			}
+			n, err := complete.Run(ctx, rdb, keys, args...).Int()
+			if err != nil || n != len(slots) {
+				b.Fatalf("floor completion: %d of %d, %v", n, len(slots), err)
+			}
+		})
+		b.ReportMetric(us, "redis-µs/slot")
+		b.ReportMetric(us/raw, "ratio-to-raw")
+	})
+}
+
+// floorClaim: per slot, KEYS state, attempts; ARGV owner prefix, lease ms,
+// counter TTL ms. Returns how many slots it took.
+const floorClaim = `
+local won = 0
+for i = 1, #KEYS, 2 do
+  local a = 3 * (i - 1) / 2
+  local n = 1
+  if not redis.call('SET', KEYS[i + 1], '1', 'NX', 'PX', ARGV[a + 3]) then
+    n = redis.call('INCR', KEYS[i + 1])
+  end
+  if redis.call('SET', KEYS[i], ARGV[a + 1] .. n, 'NX', 'PX', ARGV[a + 2]) then
+    won = won + 1
+  end
+end
+return won`
+
+// floorComplete: per slot, KEYS state, stream; ARGV owner, done value,
+// done TTL ms, the entry's 9 values. Returns how many slots it marked.
+const floorComplete = `
+local done = 0
+for i = 1, #KEYS, 2 do
+  local a = 12 * (i - 1) / 2
+  if redis.call('GET', KEYS[i]) == ARGV[a + 1] then
+    redis.call('SET', KEYS[i], ARGV[a + 2], 'PX', ARGV[a + 3])
+    redis.call('XADD', KEYS[i + 1], 'NOMKSTREAM', 'MAXLEN', '~', 1000, '*',
+      'slot', ARGV[a + 4], 'slot_time', ARGV[a + 5], 'attempt', ARGV[a + 6], 'token', ARGV[a + 7], 'replica', ARGV[a + 8],
+      'outcome', ARGV[a + 9], 'started', ARGV[a + 10], 'duration_ms', ARGV[a + 11], 'error', ARGV[a + 12])
+    done = done + 1
+  end
+end
+return done`

@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
 	"github.com/slotd/slotd/lock"
-	// ErrNotReplicated: fewer replicas than WithMinReplicasAck asks for
-	// acknowledged a write within the wait. A claim that was won is released
-	// again (the caller does not run the task); a complete has written its
-	// done marker, which a failover before the replicas catch up could lose.
 )
 
+// ErrNotReplicated: fewer replicas than WithMinReplicasAck asks for
+// acknowledged a write within the wait. A claim that was won is released
+// again (the caller does not run the task); a complete has written its
+// done marker, which a failover before the replicas catch up could lose.
 var ErrNotReplicated = errors.New("lock: write not acknowledged by enough replicas")
 
 // Option configures a Redis store.

@@ -2,6 +2,8 @@ package zklock_test
 
 import (
 	"context"
+	"path"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -45,8 +47,19 @@ func TestPutOverSweptNodeCreates(t *testing.T) {
 			if err := s.Conn().Delete(p, -1); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := s.Conn().CreateTTL(p, data, zk.FlagTTL, s.ACL(), time.Hour); err != nil {
-				t.Fatal(err)
+			// Its parent is a container: left empty, the server's reaper
+			// may delete it before the create (a flake under load). Made
+			// again, as the store makes it.
+			for _, err := s.Conn().CreateTTL(p, data, zk.FlagTTL, s.ACL(), time.Hour); err != nil; _, err = s.Conn().CreateTTL(p, data, zk.FlagTTL, s.ACL(), time.Hour) {
+				if err != zk.ErrNoNode {
+					t.Fatal(err)
+				}
+				for d := s.Root(); d != path.Dir(p); { // every container above it, from the root
+					d += "/" + strings.SplitN(strings.TrimPrefix(p, d+"/"), "/", 2)[0]
+					if _, err := s.Conn().CreateContainer(d, nil, zk.FlagContainer, s.ACL()); err != nil && err != zk.ErrNodeExists {
+						t.Fatalf("the marker's parent %s: %v", d, err)
+					}
+				}
 			}
 			start, err := s.Time(ctx)
 			if err != nil {

@@ -78,7 +78,7 @@ catchup = "none"
 	}
 	// The token's variable (set in the daemon's environment) is not in the
 	// task's: n = 0.
-	if f := strings.Fields(runs); len(f) != 5 || f[1] != "yearly" || !lock.IsTrigger(f[2]) || f[3] != "1" || f[4] != "0" {
+	if f := strings.Fields(runs); len(f) != 5 || f[1] != "yearly" || !(lock.Slot{ID: f[2]}).Triggered() || f[3] != "1" || f[4] != "0" {
 		t.Fatalf("runs = %q; want one run of a triggered slot at attempt 1, without the token's variable", runs)
 	}
 	if strings.Contains(stderr.String(), cliToken) {
