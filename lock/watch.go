@@ -92,10 +92,13 @@ type Peeker interface {
 	WatchReleases(f func(task, id string)) (stop func())
 
 	// Peek reads what has become of many slots more cheaply than States:
-	// each one's Status, and its TTL while running, nothing else (no
+	// each one's Status, and the TTL of a running slot i for which ttl[i]
+	// is true (of every running slot if ttl is nil), nothing else (no
 	// attempts, no holder): which are done, held (until when) or anything
-	// else. A slot a store cannot read may read as any status but "done"
-	// or "running": its reader then claims it, and the claim reports what
-	// is wrong.
-	Peek(ctx context.Context, slots []Slot) ([]State, error)
+	// else. A running slot whose TTL was not asked for may read TTL 0: its
+	// reader knows the lease outlasts what it waits for (on Redis, that
+	// spares a PTTL per slot). A slot a store cannot read may read as any
+	// status but "done" or "running": its reader then claims it, and the
+	// claim reports what is wrong.
+	Peek(ctx context.Context, slots []Slot, ttl []bool) ([]State, error)
 }

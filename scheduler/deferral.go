@@ -21,6 +21,7 @@ import (
 //	done                        listed until its deadline, unread: only an operator's rerun wakes it
 //	held, lease ends in time    read again when the lease read runs out (a takeover of a dead holder's slot)
 //	held past the deadline      listed unread until the deadline: the holder reports for itself, or releases
+//	held, lease outlasts window as held past the deadline, its lease not even read (leaseOutlasts)
 //	free, before the limit      read again at the limit (its claimant's claim may be late)
 //	anything else               a run claims it (free at the limit, a retry backoff, exhausted, foreign, unreadable)
 //
@@ -70,6 +71,25 @@ type deferRef struct {
 	i int
 }
 
+// leaseOutlasts reports whether any lease of slot, one of t's, surely
+// lasts until its deadline, so that a read of the slot held needs no TTL
+// (on Redis, a PTTL per slot and deferring replica, the bulk of a
+// fleet's per-slot commands as it grows). A claim wins no sooner than
+// slot.Time − Tolerance by the store's clock and holds for the Lease from
+// then; renewals only extend it. A tenth of the lease is kept spare: a
+// store may count the lease from a little before its claim's clock check
+// (etcd's keepalive beside the claim; milliseconds rounded down).
+//
+// The lease is this replica's reading of t: a holder on another config (a
+// reload in flight, a fleet mid-rollout) may hold a shorter one. Then a
+// dead holder's slot is not taken over by this replica before its
+// deadline (its peers of the holder's config still read the TTL; a release
+// is heard either way): a cost in liveness only. Claims are the store's,
+// so no reading of a lease here can make two attempts run at once.
+func leaseOutlasts(t *Task, slot lock.Slot) bool {
+	return !slot.Time.Add(-t.Tolerance).Add(t.Lease - t.Lease/10).Before(slot.Deadline)
+}
+
 // recheckAfter is how long after a holder's lease would run out, as the
 // read said, the slot is read again: its store has let it go by then.
 const recheckAfter = 5 * time.Millisecond
@@ -103,7 +123,8 @@ func (l *loop) deferSlot(t *Task, slot lock.Slot) {
 	d := l.firing
 	if d == nil {
 		now := l.s.clock.Now()
-		d = &deferral{index: -1, start: now, checkAt: now.Add(min(preferWait, limit)), until: now.Add(limit)}
+		d = &deferral{index: -1, start: now, checkAt: now.Add(min(preferWait, limit)), until: now.Add(limit),
+			slots: make([]deferredSlot, 0, l.lastFiring)}
 		l.firing = d
 	} else if until := d.start.Add(limit); until.Before(d.until) {
 		d.until = until
@@ -118,7 +139,7 @@ func (l *loop) deferSlot(t *Task, slot lock.Slot) {
 // closeFiring puts this turn's deferral into the check heap.
 func (l *loop) closeFiring() {
 	if d := l.firing; d != nil {
-		l.firing = nil
+		l.firing, l.lastFiring = nil, len(d.slots)
 		heap.Push(&l.checks, d)
 	}
 }
@@ -171,9 +192,11 @@ func (l *loop) read(d *deferral) {
 		return
 	}
 	slots := make([]lock.Slot, len(d.slots))
+	ttl := make([]bool, len(d.slots))
 	lease := d.slots[0].t.Lease
 	for i, x := range d.slots {
 		slots[i] = x.slot
+		ttl[i] = !leaseOutlasts(x.t, x.slot)
 		lease = min(lease, x.t.Lease)
 	}
 	pk, inbox := l.peeker, &l.inbox
@@ -182,7 +205,7 @@ func (l *loop) read(d *deferral) {
 		defer l.workers.Done()
 		cctx, cancel := context.WithTimeout(l.ctx, lease/3)
 		defer cancel()
-		states, err := pk.Peek(cctx, slots)
+		states, err := pk.Peek(cctx, slots, ttl)
 		inbox.post(event{kind: checked, deferral: d, states: states, reply: lock.ClaimReply{Err: err}})
 	}()
 }
@@ -242,6 +265,8 @@ func (l *loop) onChecked(d *deferral, states []lock.State, err error) {
 		switch {
 		case states != nil && st.Status == "done":
 			keep()
+		case states != nil && st.Status == "running" && leaseOutlasts(x.t, x.slot):
+			keep() // its TTL was not read: it ends past the deadline
 		case states != nil && st.Status == "running" && st.TTL > 0:
 			if !storeNow.Add(st.TTL).Before(x.slot.Deadline) {
 				// The lease outlasts the window: if the holder lives it

@@ -270,7 +270,7 @@ func TestDeferredReadWaitsForPendingClaims(t *testing.T) {
 // failingPeeks is a memory store whose Peek reads fail.
 type failingPeeks struct{ *memlock.Store }
 
-func (failingPeeks) Peek(context.Context, []lock.Slot) ([]lock.State, error) {
+func (failingPeeks) Peek(context.Context, []lock.Slot, []bool) ([]lock.State, error) {
 	return nil, errors.New("store unreachable")
 }
 

@@ -1,7 +1,6 @@
 package scheduler
 
 import (
-	"slices"
 	"time"
 
 	"github.com/slotd/slotd/retry"
@@ -19,7 +18,11 @@ func WithHandoff(d time.Duration) Option {
 // (sorted), nil if it has none.
 func (s *Scheduler) LiveView() []string {
 	if p := s.live.Load(); p != nil {
-		return slices.Clone(*p)
+		ids := make([]string, len(*p))
+		for i, x := range *p {
+			ids[i] = x.id
+		}
+		return ids
 	}
 	return nil
 }

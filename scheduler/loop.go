@@ -44,10 +44,12 @@ type loop struct {
 	// On a store that reports every release (deferral.go): checks, the
 	// deferrals by check time; firing, this turn's; heldChecks, those
 	// waiting for this replica's pending claims; byName, every slot they
-	// list; peeker, the store that reads them. nil byName: deferring
-	// slots are runs.
+	// list; peeker, the store that reads them; lastFiring, how many slots
+	// the last turn's deferral listed (the next one's room). nil byName:
+	// deferring slots are runs.
 	checks     checkHeap
 	firing     *deferral
+	lastFiring int
 	heldChecks []*deferral
 	byName     map[slotName]deferRef
 	peeker     lock.Peeker
@@ -228,15 +230,18 @@ func (l *loop) fireDue() {
 	now := l.s.now()
 	for len(l.fires) > 0 && !l.fires[0].due.After(now) {
 		f := l.fires[0]
-		switch {
-		case l.skipPaused(f.task, f.next):
-		case now.Before(f.task.SlotDeadline(f.next)):
-			l.onFire(f.task, f.next)
-		default:
-			l.s.stats.Task(f.task.Name).Missed.Inc()
-			l.s.log.Warn("slot missed: its window closed before this replica could fire it",
-				"task", f.task.Name, "slot", f.task.Schedule.SlotID(f.next))
-			l.failed(slotEnd{t: f.task, slot: f.task.Slot(f.next), kind: tasks.FailureMissed})
+		if !l.skipPaused(f.task, f.next) {
+			// The slot once (its id, its deadline: a cron search for the
+			// next fire time when the task sets no deadline) for both uses.
+			slot := f.task.Slot(f.next)
+			if now.Before(slot.Deadline) {
+				l.fireSlot(f.task, slot)
+			} else {
+				l.s.stats.Task(f.task.Name).Missed.Inc()
+				l.s.log.Warn("slot missed: its window closed before this replica could fire it",
+					"task", f.task.Name, "slot", slot.ID)
+				l.failed(slotEnd{t: f.task, slot: slot, kind: tasks.FailureMissed})
+			}
 		}
 		if f.next = f.task.Schedule.Next(f.next); f.next.IsZero() {
 			heap.Pop(&l.fires)

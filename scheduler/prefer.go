@@ -28,7 +28,7 @@ import (
 //
 // The preferred claimant is chosen by rendezvous hashing over the live
 // replica ids the fleet announces (lock.Presence.Live): the id with the
-// highest weight(id, slot). Every replica computes the same choice from
+// highest weight (see preferred). Every replica computes the same choice from
 // the same set, a replica joining or leaving moves only its own share of
 // slots, and the shares are even.
 //
@@ -149,40 +149,62 @@ func (s *Scheduler) setLive(live []string) {
 	}
 	live = slices.Clone(live)
 	slices.Sort(live)
-	s.live.Store(&live)
+	ids := make([]liveID, len(live))
+	for i, id := range live {
+		ids[i] = liveID{id: id, prefix: fnv1a(fnvOffset, id, "\x00")}
+	}
+	s.live.Store(&ids)
+}
+
+// liveID is a live replica's id and the part of its rendezvous hash that
+// every slot shares: FNV-1a's state after the id and its separator.
+type liveID struct {
+	id     string
+	prefix uint64
 }
 
 // preferred reports whether this replica should claim slot at once: it is
 // the slot's preferred claimant among the live replicas, or there is no
 // live set to choose from. A replica missing from its own view of the set
 // (its announce failed) is nobody's choice, so it defers every slot.
+//
+// A replica id's rendezvous weight for a slot is FNV-1a over the id, a
+// zero byte, the task, ":" and the slot id, with splitmix64's finaliser so
+// that ids differing in one character are far apart. The hash of the id
+// and its zero byte is each id's own (setLive), so a slot costs the rest
+// per id: the same function as ever, so that replicas of this version and
+// of earlier ones, in a fleet mid-upgrade, agree on every slot's claimant
+// (TestPreferredWeightIsTheFleetsFunction).
 func (s *Scheduler) preferred(slot lock.Slot) bool {
 	p := s.live.Load()
 	if p == nil || len(*p) == 0 {
 		return true
 	}
 	best, bestW := "", uint64(0)
-	for _, id := range *p {
-		if w := weight(id, slot); best == "" || w > bestW {
-			best, bestW = id, w
+	for _, x := range *p {
+		if w := mix(fnv1a(x.prefix, slot.Task, ":", slot.ID)); best == "" || w > bestW {
+			best, bestW = x.id, w
 		}
 	}
 	return best == s.replica
 }
 
-// weight is replica id's rendezvous weight for slot: FNV-1a over the id,
-// the task and the slot id, with a final mix so that ids differing in one
-// character are far apart.
-func weight(id string, slot lock.Slot) uint64 {
+const fnvOffset = 14695981039346656037
+
+// fnv1a continues FNV-1a's state h over parts.
+func fnv1a(h uint64, parts ...string) uint64 {
 	const prime = 1099511628211
-	h := uint64(14695981039346656037)
-	for _, part := range [...]string{id, "\x00", slot.Task, ":", slot.ID} {
+	for _, part := range parts {
 		for i := 0; i < len(part); i++ {
 			h ^= uint64(part[i])
 			h *= prime
 		}
 	}
-	// splitmix64's finaliser
+	return h
+}
+
+// mix is splitmix64's finaliser.
+func mix(h uint64) uint64 {
 	h ^= h >> 30
 	h *= 0xbf58476d1ce4e5b9
 	h ^= h >> 27

@@ -111,8 +111,10 @@ type run struct {
 // slot, so that a release that follows the first claim is seen, and
 // queues the claim, or defers it if this replica is not the slot's
 // preferred claimant.
-func (l *loop) onFire(t *Task, at time.Time) {
-	slot := t.Slot(at)
+func (l *loop) onFire(t *Task, at time.Time) { l.fireSlot(t, t.Slot(at)) }
+
+// fireSlot is onFire of slot, one of t's.
+func (l *loop) fireSlot(t *Task, slot lock.Slot) {
 	if l.s.preferred(slot) {
 		l.advance(l.newClaimRun(t, slot), false)
 		return

@@ -97,7 +97,7 @@ type Scheduler struct {
 	ran  bool // Run has returned: nothing more is reloaded
 	// live: the fleet's live replica ids, sorted, as the last announce read
 	// them; nil: claim every slot at once (see prefer.go).
-	live atomic.Pointer[[]string]
+	live atomic.Pointer[[]liveID]
 
 	maxRunning int // 0: no cap; see capacity.go
 

@@ -19,8 +19,9 @@ const peekPerTxn = 128
 const peekInFlight = 8
 
 // Peek implements lock.Peeker: the slots' state keys, up to peekPerTxn
-// per transaction (peekInFlight at once), and one TimeToLive per distinct lease of the running
-// ones (a replica's slots share its lease: a burst's reads need a few).
+// per transaction (peekInFlight at once), and one TimeToLive per distinct
+// lease of the running ones whose TTL is asked for (a replica's slots
+// share its lease: a burst's reads need a few).
 // States reads the attempts key too, and a TTL for every slot.
 //
 // The reads are linearizable (a Get asks for it, and makes the Txn ask),
@@ -39,7 +40,10 @@ const peekInFlight = 8
 // reader looks again no later than the lease can end. A lease that has
 // run out but is not yet revoked (the leader revokes every half second)
 // reads TTL 0: its reader claims, finds it held, and hears its deletion.
-func (s *Store) Peek(ctx context.Context, slots []lock.Slot) ([]lock.State, error) {
+func (s *Store) Peek(ctx context.Context, slots []lock.Slot, ttl []bool) ([]lock.State, error) {
+	if ttl != nil && len(ttl) != len(slots) {
+		return nil, fmt.Errorf("etcdlock: peek at %d slots: %d TTL flags", len(slots), len(ttl))
+	}
 	out := make([]lock.State, len(slots))
 	leaseOf := make([]clientv3.LeaseID, len(slots))
 	// The transactions go out together, peekInFlight at a time: a burst's
@@ -84,7 +88,7 @@ func (s *Store) Peek(ctx context.Context, slots []lock.Slot) ([]lock.State, erro
 	}
 	ttls := map[clientv3.LeaseID]time.Duration{}
 	for i, id := range leaseOf {
-		if out[i].Status == "running" {
+		if out[i].Status == "running" && (ttl == nil || ttl[i]) {
 			ttls[id] = 0
 		}
 	}
@@ -95,7 +99,7 @@ func (s *Store) Peek(ctx context.Context, slots []lock.Slot) ([]lock.State, erro
 		return nil, etcdErr(fmt.Errorf("etcdlock: lease left of %d slots: %w", len(ttls), err))
 	}
 	for i, id := range leaseOf {
-		if out[i].Status == "running" {
+		if out[i].Status == "running" && (ttl == nil || ttl[i]) {
 			out[i].TTL = ttls[id]
 		}
 	}

@@ -31,7 +31,7 @@ func TestPeekAcrossTransactions(t *testing.T) {
 	if c, err := s.Claim(ctx, slots[running], "a", policy); err != nil || c.Result != lock.Won {
 		t.Fatalf("claim: %+v, %v", c, err)
 	}
-	sts, err := s.Peek(ctx, slots)
+	sts, err := s.Peek(ctx, slots, nil)
 	if err != nil || len(sts) != len(slots) {
 		t.Fatalf("peek at %d slots: %d answers, %v", len(slots), len(sts), err)
 	}

@@ -93,15 +93,17 @@ func testReleaseNotice(t *testing.T, h Harness) {
 }
 
 // A store that peeks (lock.Peeker) also reads each slot's status as States
-// does, and a running slot's remaining lease.
+// does, and a running slot's remaining lease: every one's, or those asked
+// for (a slot whose lease surely outlasts its window needs none read).
 func testPeek(t *testing.T, h Harness) {
 	pk, ok := h.Store.(lock.Peeker)
 	if !ok {
 		t.Skip("the store has no lock.Peeker")
 	}
 	ctx := context.Background()
-	free, running, done, backoff := UniqueSlot(t, h), UniqueSlot(t, h), UniqueSlot(t, h), UniqueSlot(t, h)
+	free, running, done, backoff, unasked := UniqueSlot(t, h), UniqueSlot(t, h), UniqueSlot(t, h), UniqueSlot(t, h), UniqueSlot(t, h)
 	mustClaim(t, h, running, "a", lock.Won)
+	mustClaim(t, h, unasked, "a", lock.Won)
 	c := mustClaim(t, h, done, "a", lock.Won)
 	if err := h.Store.Complete(ctx, done, lock.Owner{ID: "a", Attempt: c.Attempt}, time.Hour); err != nil {
 		t.Fatal(err)
@@ -110,20 +112,35 @@ func testPeek(t *testing.T, h Harness) {
 	if err := h.Store.ReleaseAfter(ctx, backoff, lock.Owner{ID: "a", Attempt: c.Attempt}, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	sts, err := pk.Peek(ctx, []lock.Slot{free, running, done, backoff})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []string{"free", "running", "done", "backoff"}
-	if len(sts) != len(want) {
-		t.Fatalf("peek at %d slots: %d answers", len(want), len(sts))
-	}
-	for i, st := range sts {
-		if st.Status != want[i] {
-			t.Errorf("slot %d: status %q, want %q", i, st.Status, want[i])
+	slots := []lock.Slot{free, running, done, backoff, unasked}
+	want := []string{"free", "running", "done", "backoff", "running"}
+	for _, ttl := range [][]bool{nil, {true, true, true, true, false}} {
+		sts, err := pk.Peek(ctx, slots, ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(sts) != len(want) {
+			t.Fatalf("peek at %d slots (TTLs asked %v): %d answers", len(want), ttl, len(sts))
+		}
+		for i, st := range sts {
+			if st.Status != want[i] {
+				t.Errorf("slot %d (TTLs asked %v): status %q, want %q", i, ttl, st.Status, want[i])
+			}
+		}
+		asked := []int{1, 4}
+		if ttl != nil {
+			asked = asked[:1] // the last slot's TTL may read 0: it was not asked
+		}
+		for _, i := range asked {
+			if got := sts[i].TTL; got <= 0 || got > h.Policy.Lease {
+				t.Errorf("running slot %d (TTLs asked %v): lease left %v, want within (0, %v]", i, ttl, got, h.Policy.Lease)
+			}
+		}
+		if got := sts[4].TTL; got < 0 || got > h.Policy.Lease {
+			t.Errorf("running slot, its TTL not asked: lease left %v, want 0 or within (0, %v]", got, h.Policy.Lease)
 		}
 	}
-	if ttl := sts[1].TTL; ttl <= 0 || ttl > h.Policy.Lease {
-		t.Errorf("running slot: lease left %v, want within (0, %v]", ttl, h.Policy.Lease)
+	if _, err := pk.Peek(ctx, slots, []bool{true}); err == nil {
+		t.Error("a peek at 5 slots with 1 TTL flag: no error")
 	}
 }

@@ -265,8 +265,11 @@ func (m *Store) Watch(slot lock.Slot) *lock.Watch {
 }
 
 // Peek implements lock.Peeker: in memory a States read is as cheap as
-// any.
-func (m *Store) Peek(ctx context.Context, slots []lock.Slot) ([]lock.State, error) {
+// any, every running slot's TTL included.
+func (m *Store) Peek(ctx context.Context, slots []lock.Slot, ttl []bool) ([]lock.State, error) {
+	if ttl != nil && len(ttl) != len(slots) {
+		return nil, fmt.Errorf("lock: peek at %d slots: %d TTL flags", len(slots), len(ttl))
+	}
 	return m.States(ctx, slots)
 }
 

@@ -17,8 +17,13 @@ const peekPerMGET = 512
 // Peek implements lock.Peeker: the slots' state values in one round trip
 // (MGETs of up to peekPerMGET keys; on a Cluster, whose slots' keys hash
 // to different shards, one GET per slot in a pipeline), and the remaining
-// lease of those running in a second. States reads three keys per slot.
-func (r *Store) Peek(ctx context.Context, slots []lock.Slot) ([]lock.State, error) {
+// lease of those running whose TTL is asked for (ttl) in a second: none
+// goes out when every running slot's lease is known to outlast its
+// window. States reads three keys per slot.
+func (r *Store) Peek(ctx context.Context, slots []lock.Slot, ttl []bool) ([]lock.State, error) {
+	if ttl != nil && len(ttl) != len(slots) {
+		return nil, fmt.Errorf("lock: peek at %d slots: %d TTL flags", len(slots), len(ttl))
+	}
 	keys := make([]string, len(slots))
 	for i, slot := range slots {
 		keys[i], _ = Keys(r.prefix, slot)
@@ -62,7 +67,7 @@ func (r *Store) Peek(ctx context.Context, slots []lock.Slot) ([]lock.State, erro
 		}
 		val, _ := lock.ParseValue(s) // a foreign value reads "foreign"
 		out[i].Status = val.State().Status
-		if out[i].Status == "running" {
+		if out[i].Status == "running" && (ttl == nil || ttl[i]) {
 			running = append(running, i)
 		}
 	}

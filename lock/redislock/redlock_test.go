@@ -336,13 +336,16 @@ func TestRedlockSplitVoteUndone(t *testing.T) {
 
 // publishes is how many PUBLISH commands the server behind c has run
 // (scripts' included).
-func publishes(t *testing.T, c *redis.Client) int {
+func publishes(t *testing.T, c *redis.Client) int { return calls(t, c, "publish") }
+
+// calls is how many commands name (lower case) the server behind c has run.
+func calls(t *testing.T, c *redis.Client, name string) int {
 	t.Helper()
 	info, err := c.Info(context.Background(), "commandstats").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, rest, ok := strings.Cut(info, "cmdstat_publish:calls=")
+	_, rest, ok := strings.Cut(info, "cmdstat_"+name+":calls=")
 	if !ok {
 		return 0
 	}

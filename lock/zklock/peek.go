@@ -24,12 +24,16 @@ const peekInFlight = 64
 //
 // A running slot's TTL is what is left of its holder's lease judged by the
 // lower bound of the leader's clock, as States judges it: at most the
-// lease. Reads are the member's, which may lag the leader: a stale "free"
+// lease. It costs no read of its own (the run node says when its lease
+// was last renewed), so it is given whether asked for (ttl) or not. Reads are the member's, which may lag the leader: a stale "free"
 // makes the reader claim (the claim reports the truth); a stale "running",
 // "done" or backoff of a slot since released or rerun is corrected by the
 // release notice (releases.go), which the reader acts on even after its
 // read; a stale lease is read again when it would end.
-func (s *Store) Peek(ctx context.Context, slots []lock.Slot) ([]lock.State, error) {
+func (s *Store) Peek(ctx context.Context, slots []lock.Slot, ttl []bool) ([]lock.State, error) {
+	if ttl != nil && len(ttl) != len(slots) {
+		return nil, fmt.Errorf("zklock: peek at %d slots: %d TTL flags", len(slots), len(ttl))
+	}
 	lo, _, err := s.now(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("zklock: peek at %d slots: %w", len(slots), err)
