@@ -43,7 +43,7 @@ func etcdStores(t *testing.T, n int) []lock.Store {
 // monotonic clock, replicas with clocks three minutes ahead and behind
 // never start a slot before its time, and never run one twice.
 func TestEtcdSkewedClocksRunNothingEarly(t *testing.T) {
-	testlane.Parallel(t, heavyLane)
+	testlane.Parallel(t, etcdLane)
 	stores := etcdStores(t, 3)
 	l := newLedger()
 	task := testTask(t, "skew", "@every 1s", l.job(ok), nil)

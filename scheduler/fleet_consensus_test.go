@@ -81,7 +81,7 @@ func preferredClaimsAlone(t *testing.T, stores []lock.Store, claims *atomic.Int6
 // On etcd (3 members), three replicas claim each slot about once: the
 // live set and the watch's Taken notices make the preferred claimant work.
 func TestEtcdPreferredClaimantClaimsAlone(t *testing.T) {
-	testlane.Parallel(t, heavyLane)
+	testlane.Parallel(t, etcdLane)
 	var claims atomic.Int64
 	var stores []lock.Store
 	for _, s := range etcdStores(t, 3) {
@@ -95,7 +95,7 @@ func TestEtcdPreferredClaimantClaimsAlone(t *testing.T) {
 // behind the store's once marker (before, etcd had none and the hook was
 // refused at load).
 func TestEtcdExhaustedSlotNotifiesOnce(t *testing.T) {
-	testlane.Parallel(t, heavyLane)
+	testlane.Parallel(t, etcdLane)
 	stores := etcdStores(t, 3)
 	out := filepath.Join(t.TempDir(), "hook.out")
 	h := hook(t, "exec", map[string]any{"command": []any{"/bin/sh", "-c", `printf '%s|%s\n' "$SLOTD_SLOT" "$SLOTD_FAILURE" >> "$OUT"`},

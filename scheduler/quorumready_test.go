@@ -52,7 +52,7 @@ func readyLag(t *testing.T, store lock.Store, lose func()) time.Duration {
 // clock check's period, then its timeout). A ping through the quorum
 // every 500 ms ping makes it at most 2 s.
 func TestEtcdReadinessFollowsQuorumLoss(t *testing.T) {
-	testlane.Parallel(t, heavyLane)
+	testlane.Parallel(t, etcdLane)
 	c := etcdtest.Start(t, 3)
 	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), Logger: zap.NewNop()})
 	if err != nil {

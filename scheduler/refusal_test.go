@@ -55,7 +55,7 @@ func awaitReadyz(t *testing.T, r *replica, store lock.Store, status int, within 
 // ready, and /readyz names the store, the NOSPACE alarm and its fix; once
 // the operator frees the space and disarms the alarm it is ready again.
 func TestEtcdNoSpaceMakesUnready(t *testing.T) {
-	testlane.Parallel(t, heavyLane)
+	testlane.Parallel(t, etcdLane)
 	c := etcdtest.StartWith(t, 1, "--quota-backend-bytes", fmt.Sprint(4<<20))
 	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), Logger: zap.NewNop()})
 	if err != nil {
@@ -158,7 +158,7 @@ func TestZooKeeperNoAuthMakesUnready(t *testing.T) {
 // already, before the probe); once the role is granted the prefix it is
 // ready again.
 func TestEtcdPermissionDeniedMakesUnready(t *testing.T) {
-	testlane.Parallel(t, heavyLane)
+	testlane.Parallel(t, etcdLane)
 	c := etcdtest.Start(t, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -1,8 +1,8 @@
 // Package testlane shares a test binary's cores between its parallel
 // tests by kind, where -parallel counts them all alike. A heavy test (an
 // etcd or ZooKeeper cluster of three members, its leader killed or its
-// clocks skewed: timings a second such test beside it would stretch)
-// runs in a lane of one; light tests in a wider lane beside it. Before
+// clocks skewed: timings more such tests beside it would stretch) runs
+// in a narrow lane; light tests in a lane of their own beside it. Before
 // lanes, the heavy tests were left serial, so they ran one by one before
 // any other: in package scheduler 234 of 392 s.
 //

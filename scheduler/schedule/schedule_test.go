@@ -234,6 +234,7 @@ func TestNext(t *testing.T) {
 // with fixed-offset periods, for specs with "*" in the hour field (the
 // others, see TestNextMatchesClassicReference).
 func TestNextMatchesRobfig(t *testing.T) {
+	t.Parallel()
 	parser := cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 	for _, tz := range propertyZones {
 		if tz == "Australia/Lord_Howe" {
