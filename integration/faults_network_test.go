@@ -321,8 +321,12 @@ func (np *netProxy) resetOn(script, mode string) *resetTrigger {
 		np.t.Fatal(err)
 	}
 	sum := sha1.Sum(src)
-	// EVALSHA names the script by its SHA1; EVAL (after NOSCRIPT) sends it.
-	tr := &resetTrigger{mode: mode, match: [][]byte{[]byte(hex.EncodeToString(sum[:])), []byte("-- " + script + ":")}, reply: []byte("*1\r\n:")}
+	// EVALSHA names the script by its SHA1; EVAL (after NOSCRIPT) sends it
+	// as its first argument. A SCRIPT LOAD (a store's Subscribe loads the
+	// hot scripts) sends it too, and is not the call.
+	src1 := fmt.Sprintf("\r\n$%d\r\n-- %s:", len(src), script)
+	tr := &resetTrigger{mode: mode, reply: []byte("*1\r\n:"), match: [][]byte{
+		[]byte(hex.EncodeToString(sum[:])), []byte("eval" + src1), []byte("EVAL" + src1)}}
 	if script == "claim.lua" { // {"won", attempt, lease, now, value, base}
 		tr.reply = []byte("*1\r\n*6\r\n$3\r\nwon\r\n")
 	}
