@@ -740,33 +740,3 @@ func TestWatchOnChange(t *testing.T) {
 		}
 	}
 }
-
-// Subscribe loads the hot path's scripts, so that a replica's first
-// claims after its start are sent by hash and not answered NOSCRIPT.
-func TestSubscribeLoadsTheHotScripts(t *testing.T) {
-	srv := redistest.Start(t)
-	ctx := context.Background()
-	var hashes []string
-	for s := range fusable {
-		hashes = append(hashes, s.Hash())
-	}
-	exist := func() []bool {
-		t.Helper()
-		ok, err := srv.Client().ScriptExists(ctx, hashes...).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ok
-	}
-	if slices.Contains(exist(), true) {
-		t.Fatalf("a fresh server has scripts: %v", exist())
-	}
-	r := New(srv.Client(), "slotd")
-	defer r.Close()
-	if err := r.Subscribe(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if got := exist(); slices.Contains(got, false) {
-		t.Fatalf("after Subscribe, loaded %v of %d scripts", got, len(hashes))
-	}
-}

@@ -377,16 +377,7 @@ func (r *Store) WatchReleases(f func(task, id string)) (stop func()) {
 // confirmed it, so that a release published after it returns is not missed.
 // Watch starts the subscription by itself; calling Subscribe first only
 // closes the window in which the very first notification could be missed.
-// It also loads the scripts of the hot path (on every master of a
-// Cluster), so that a replica's first claims after its start are sent by
-// hash, not answered NOSCRIPT and sent again: a failure to load costs
-// only that.
-func (r *Store) Subscribe(ctx context.Context) error {
-	for s := range fusable {
-		_ = s.Load(ctx, r.rdb).Err()
-	}
-	return r.sub.Confirm(ctx)
-}
+func (r *Store) Subscribe(ctx context.Context) error { return r.sub.Confirm(ctx) }
 
 // Close stops the release subscription and waits for its goroutine and for
 // the pipelines in flight. It does not close the go-redis client, which the
