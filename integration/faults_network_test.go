@@ -322,8 +322,8 @@ func (np *netProxy) resetOn(script, mode string) *resetTrigger {
 	}
 	sum := sha1.Sum(src)
 	// EVALSHA names the script by its SHA1; EVAL (after NOSCRIPT) sends it
-	// as its first argument. A SCRIPT LOAD (a store's Subscribe loads the
-	// hot scripts) sends it too, and is not the call.
+	// as its first argument. A SCRIPT LOAD of it (the batcher's, after
+	// NOSCRIPT) sends it too, and is not the call.
 	src1 := fmt.Sprintf("\r\n$%d\r\n-- %s:", len(src), script)
 	tr := &resetTrigger{mode: mode, reply: []byte("*1\r\n:"), match: [][]byte{
 		[]byte(hex.EncodeToString(sum[:])), []byte("eval" + src1), []byte("EVAL" + src1)}}
