@@ -11,6 +11,7 @@ import (
 	"github.com/slotd/slotd/internal/etcdtest"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/etcdlock"
+	"github.com/slotd/slotd/lock/internal/kv"
 	"github.com/slotd/slotd/lock/locktest"
 )
 
@@ -135,6 +136,15 @@ func harness(t *testing.T, c *etcdtest.Cluster) locktest.Harness {
 		},
 		PlantState:    func(s lock.Slot, v string) { st, _ := etcdlock.Keys("slotd", s); plant(st, v) },
 		PlantAttempts: func(s lock.Slot, v string) { _, at := etcdlock.Keys("slotd", s); plant(at, v) },
+		PlantTriggerKeys: func(task string, keys []string) {
+			now, err := s.Time(ctx)
+			if err == nil {
+				err = kv.PlantTriggerKeys(ctx, etcdlock.KV(s), task, now.Unix(), keys)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		},
 	}
 }
 

@@ -4,7 +4,11 @@ import (
 	"context"
 
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/internal/kv"
 )
+
+// KV is the key-value store under s's fleet and controls.
+func KV(s *Store) kv.Store { return etcdKV{s} }
 
 // LoseReply leaves slot as a won claim whose reply never came back leaves
 // it: the keys written on the replica's lease, which this Store keeps

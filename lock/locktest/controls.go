@@ -82,16 +82,36 @@ func testTriggerIdempotent(t *testing.T, h Harness, c lock.Controls) {
 
 // testTriggerKeysCapped: a task keeps its lock.MaxTriggerKeys latest
 // idempotency keys; a client sending a new key with every request cannot
-// grow the store without bound.
+// grow the store without bound. All but the last key of the cap are
+// planted where the harness can (Harness.PlantTriggerKeys); the key that
+// fills the cap and the one past it are triggers, as are the checks.
 func testTriggerKeysCapped(t *testing.T, h Harness, c lock.Controls) {
 	ctx := context.Background()
 	task := UniqueSlot(t, h).Task
 	key := func(i int) string { return "k" + strconv.Itoa(i) }
-	for i := range lock.MaxTriggerKeys + 1 {
+	trigger := func(i int) {
+		t.Helper()
 		if tr, err := c.Trigger(ctx, task, key(i), time.Hour); err != nil || tr.Result == lock.Repeated {
 			t.Fatalf("trigger with new key %s = %+v, %v", key(i), tr, err)
 		}
 	}
+	last := lock.MaxTriggerKeys - 1 // the key that fills the cap
+	if h.PlantTriggerKeys != nil {
+		keys := make([]string, last)
+		for i := range keys {
+			keys[i] = key(i)
+		}
+		h.PlantTriggerKeys(task, keys)
+	} else {
+		for i := range last {
+			trigger(i)
+		}
+	}
+	trigger(last)
+	if tr, err := c.Trigger(ctx, task, key(0), time.Hour); err != nil || tr.Result != lock.Repeated {
+		t.Fatalf("key %s, the oldest of %d: %+v, %v; want repeated", key(0), lock.MaxTriggerKeys, tr, err)
+	}
+	trigger(last + 1)
 	if tr, err := c.Trigger(ctx, task, key(1), time.Hour); err != nil || tr.Result != lock.Repeated {
 		t.Fatalf("key %s, among the latest %d: %+v, %v; want repeated", key(1), lock.MaxTriggerKeys, tr, err)
 	}

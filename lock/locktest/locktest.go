@@ -71,6 +71,12 @@ type Harness struct {
 	// Split, if not nil, reports an error that contenders racing for one
 	// slot may all get and retry (a Redlock's split vote: no quorum).
 	Split func(error) bool
+	// PlantTriggerKeys, if not nil, writes keys as task's idempotency keys
+	// (lock.Controls), oldest first, in one write where the store keeps
+	// them, as the triggers that took them would have left them; task has
+	// none yet. TriggerKeysCappedPerTask fills a task with it up to one
+	// key short of lock.MaxTriggerKeys; nil: it triggers once per key.
+	PlantTriggerKeys func(task string, keys []string)
 }
 
 // DefaultPolicy is the policy Run claims with unless the Harness names one.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/internal/kv"
 	"github.com/slotd/slotd/lock/locktest"
 	"github.com/slotd/slotd/lock/redislock"
 )
@@ -99,6 +100,15 @@ func redlockHarnessOf(t *testing.T, n int) locktest.Harness {
 		},
 		PlantState:    func(s lock.Slot, v string) { st, _ := redislock.Keys("slotd", s); plant(st, v) },
 		PlantAttempts: func(s lock.Slot, v string) { _, at := redislock.Keys("slotd", s); plant(at, v) },
+		PlantTriggerKeys: func(task string, keys []string) {
+			now, err := r.Time(ctx)
+			if err == nil {
+				err = kv.PlantTriggerKeys(ctx, redislock.RedlockKV(r), task, now.Unix(), keys)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		},
 	}
 }
 

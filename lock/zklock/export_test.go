@@ -1,6 +1,13 @@
 package zklock
 
-import "github.com/go-zookeeper/zk"
+import (
+	"github.com/go-zookeeper/zk"
+
+	"github.com/slotd/slotd/lock/internal/kv"
+)
+
+// KV is the key-value store under s's fleet and controls.
+func KV(s *Store) kv.Store { return zkKV{s} }
 
 // Conn is the store's client, for tests that look under it.
 func (s *Store) Conn() *zk.Conn { return s.conn }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/slotd/slotd/internal/zktest"
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/internal/kv"
 	"github.com/slotd/slotd/lock/locktest"
 	zklock "github.com/slotd/slotd/lock/zklock"
 )
@@ -171,6 +172,11 @@ func harness(t *testing.T, s *zklock.Store) locktest.Harness {
 		PlantAttempts: func(slot lock.Slot, v string) {
 			parents(slot)
 			plant(s.SlotPath(slot), v)
+		},
+		PlantTriggerKeys: func(task string, keys []string) {
+			if err := kv.PlantTriggerKeys(context.Background(), zklock.KV(s), task, now().Unix(), keys); err != nil {
+				t.Fatal(err)
+			}
 		},
 		Policy: lock.Policy{Lease: s.SessionTimeout(), DoneTTL: time.Hour, MaxAttempts: 3},
 	}
