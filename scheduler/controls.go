@@ -53,9 +53,11 @@ func newController(s *Scheduler, inbox *mailbox) *controller {
 // name.
 func (c *controller) first(ctx context.Context) map[string]bool {
 	c.follow(ctx)
-	out := make(map[string]bool, len(c.paused))
+	out := map[string]bool{} // the paused ones only (loop.paused)
 	for name, p := range c.paused {
-		out[name] = p
+		if p {
+			out[name] = true
+		}
 		c.s.stats.Task(name).Paused.Store(p)
 	}
 	return out

@@ -49,6 +49,10 @@ type deferral struct {
 	index int // in the loop's check heap; -1 while being read or done
 	// final: a slot read free is claimed, not looked at again at until.
 	final bool
+	// gone counts its slots a release started a run of (deferredSlot.gone):
+	// a burst of failures releases thousands of one deferral's slots, and
+	// asking at each whether all are gone must not walk them.
+	gone int
 	// settled: its slots were read done, or held by a lease that outlasts
 	// their window. It is never read: it keeps them listed until checkAt,
 	// the latest of their deadlines, so that a release of one (an
@@ -289,7 +293,7 @@ func (l *loop) onChecked(d *deferral, states []lock.State, err error) {
 			l.advance(l.newSlotRun(x.t, x.slot), false)
 		}
 	}
-	d.slots = nil
+	d.slots, d.gone = nil, 0
 	if again != nil {
 		heap.Push(&l.checks, again)
 	}
@@ -325,6 +329,7 @@ func (l *loop) onReleaseNotice(name slotName) {
 	delete(l.byName, name)
 	x := &ref.d.slots[ref.i]
 	x.gone = true
+	ref.d.gone++
 	if ref.d.index >= 0 && allGone(ref.d) {
 		heap.Remove(&l.checks, ref.d.index)
 	}
@@ -334,14 +339,7 @@ func (l *loop) onReleaseNotice(name slotName) {
 	l.advance(l.newSlotRun(x.t, x.slot), false)
 }
 
-func allGone(d *deferral) bool {
-	for _, x := range d.slots {
-		if !x.gone {
-			return false
-		}
-	}
-	return true
-}
+func allGone(d *deferral) bool { return d.gone == len(d.slots) }
 
 // unlist forgets d's slots.
 func (l *loop) unlist(d *deferral) {
@@ -350,7 +348,7 @@ func (l *loop) unlist(d *deferral) {
 			delete(l.byName, slotName{x.slot.Task, x.slot.ID})
 		}
 	}
-	d.slots = nil
+	d.slots, d.gone = nil, 0
 }
 
 // dropChecks forgets every deferral: shutting down, nothing more is

@@ -62,7 +62,9 @@ type loop struct {
 	// every run has ended.
 	stopping bool
 	// paused: the tasks paused as this replica last heard (controller),
-	// by name; their slots are skipped when they fire.
+	// by name; their slots are skipped when they fire. It holds the
+	// paused ones only (setPaused), so that while none is, a fire looks
+	// up no name.
 	paused map[string]bool
 	ctl    *controller // nil: the store has no operator controls
 	// backfills: operators' backfills under way here (backfill.go).

@@ -191,7 +191,7 @@ func (l *loop) onReload(req *reload) {
 	}
 	for _, name := range req.change.Added {
 		t := l.current[name]
-		l.paused[name] = t.Paused
+		l.setPaused(name, t.Paused)
 		l.s.stats.Task(name).Paused.Store(t.Paused)
 	}
 	if l.ctl == nil {

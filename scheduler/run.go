@@ -150,13 +150,22 @@ func (l *loop) onControlled(t *Task, paused bool) {
 	if l.current[t.Name] == nil || l.paused[t.Name] == paused {
 		return
 	}
-	l.paused[t.Name] = paused
+	l.setPaused(t.Name, paused)
 	l.s.stats.Task(t.Name).Paused.Store(paused)
 	msg := "task resumed: its slots fire again from the next fire time"
 	if paused {
 		msg = "task paused: its slots are skipped until it is resumed"
 	}
 	l.s.log.Info(msg, "task", t.Name)
+}
+
+// setPaused records whether the task named name is paused.
+func (l *loop) setPaused(name string, paused bool) {
+	if paused {
+		l.paused[name] = true
+	} else {
+		delete(l.paused, name)
+	}
 }
 
 // skipPaused reports whether t's slot at at is skipped because t is

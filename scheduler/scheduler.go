@@ -244,7 +244,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	for _, t := range s.Tasks() {
 		// Without controls in the store, paused = true holds on each
 		// replica from its own config.
-		l.paused[t.Name] = t.Paused
+		l.setPaused(t.Name, t.Paused)
 		s.stats.Task(t.Name).Paused.Store(t.Paused)
 	}
 	if s.controls != nil {

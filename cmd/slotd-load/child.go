@@ -8,11 +8,14 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
+	"runtime"
 	"runtime/metrics"
 	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -275,7 +278,22 @@ func startProfiles(base string) (func(), error) {
 		cpu.Close()
 		return nil, err
 	}
+	// SIGUSR1 writes base.live.heap.pprof after a collection: the heap
+	// at exit is the shutdown's, and what a replica keeps alive under
+	// load is what its RSS follows (the heap goal is twice it).
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	go func() {
+		for range usr1 {
+			runtime.GC()
+			if heap, err := os.Create(base + ".live.heap.pprof"); err == nil {
+				_ = pprof.WriteHeapProfile(heap)
+				heap.Close()
+			}
+		}
+	}()
 	return func() {
+		signal.Stop(usr1)
 		pprof.StopCPUProfile()
 		cpu.Close()
 		if heap, err := os.Create(base + ".heap.pprof"); err == nil {

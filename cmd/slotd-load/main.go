@@ -77,7 +77,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	config := fs.String("config", "", "internal: the replica's config")
 	recordsPath := fs.String("records", "", "internal: the replica's records file")
 	noteClaims := fs.Bool("note-claims", true, "internal: record when each claim was answered")
-	fs.BoolVar(&o.profile, "profile", false, "each replica writes <id>.cpu.pprof (its whole life) and <id>.heap.pprof (at exit) into -dir")
+	fs.BoolVar(&o.profile, "profile", false, "each replica writes <id>.cpu.pprof (its whole life) and <id>.heap.pprof (at exit) into -dir; SIGUSR1 to a replica writes <id>.live.heap.pprof (its live heap, then)")
 	fs.IntVar(&o.replicas, "replicas", 3, "replicas (child processes)")
 	fs.IntVar(&o.tasks, "tasks", 100, "tasks due in the same second at every burst")
 	fs.IntVar(&o.fail, "fail", 10, "tasks whose first attempt fails (failure handoff)")

@@ -44,11 +44,17 @@ import (
 // as before (that lost reply costs an attempt).
 //
 // A record lives until the slot's deadline, after which no claim of it
-// can win; the map is swept of those past it when it grows, so it holds
-// about one record per slot whose window is open.
+// can win; the map is swept of those past it when it has doubled since the
+// last sweep, so it holds about one record per slot whose window is open
+// and a sweep's cost is shared by the records added since the last one. (A
+// sweep at every new record past a fixed size, as before, cost each claim
+// the whole map once more slots than that were open: at 10,000 slots a
+// second, a replica spent every core sweeping and sent no claim.)
 type doubts struct {
-	mu sync.Mutex
-	m  map[doubtKey]*doubt
+	mu      sync.Mutex
+	m       map[doubtKey]*doubt
+	sweepAt int // the size at which a new record sweeps; maxDoubts at least
+	visited int // records looked at by sweeps, for the test of their cost
 }
 
 type doubtKey struct{ state, owner string }
@@ -61,7 +67,8 @@ type doubt struct {
 	ran      int       // the highest attempt answered won
 }
 
-// maxDoubts is when a new record sweeps those past their deadline.
+// maxDoubts is the least size at which a new record sweeps those past
+// their deadline.
 const maxDoubts = 4096
 
 // record returns the record of owner's claims of state, made if absent.
@@ -72,13 +79,15 @@ func (d *doubts) record(k doubtKey, deadline time.Time) *doubt {
 	if d.m == nil {
 		d.m = map[doubtKey]*doubt{}
 	}
-	if len(d.m) >= maxDoubts {
+	if len(d.m) >= max(d.sweepAt, maxDoubts) {
 		now := time.Now()
+		d.visited += len(d.m)
 		for k, r := range d.m {
 			if now.After(r.deadline) && r.inFlight == 0 {
 				delete(d.m, k)
 			}
 		}
+		d.sweepAt = 2 * len(d.m)
 	}
 	r := &doubt{deadline: deadline}
 	d.m[k] = r
