@@ -1,5 +1,7 @@
 package scheduler
 
+import "slices"
+
 // A replica's capacity ([daemon] max_running). A burst of due slots would
 // otherwise have the winners start every one of them at once. With a
 // capacity, a run about to claim while the replica's attempts, plus its
@@ -50,6 +52,11 @@ func (l *loop) capRun(r *run) {
 			}
 		}
 		clear(l.capped[len(kept):])
+		if len(kept) > cap(l.capped)/2 {
+			// Mostly still capped: room for as many again, so that the
+			// next sweep comes after as many runs capped as it walks.
+			kept = slices.Grow(kept, len(kept))
+		}
 		l.capped = kept
 	}
 	l.capped = append(l.capped, r)
@@ -79,11 +86,7 @@ func (l *loop) admit() {
 		l.unschedule(r)
 		l.advance(r, false)
 	}
-	if i > 0 {
-		n := copy(l.capped, l.capped[i:])
-		clear(l.capped[n:])
-		l.capped = l.capped[:n]
-	}
+	l.capped = l.capped[i:] // not copied down: the next sweep or growth drops the front
 }
 
 // attemptStarted and attemptEnded keep the count of running attempts.
