@@ -110,6 +110,12 @@ func (l *loop) holdBack(r *run) {
 			}
 		}
 		clear(l.deferred[len(kept):])
+		if len(kept) > cap(l.deferred)/2 {
+			// Mostly still deferring: room for as many again, so that
+			// the next compaction comes after as many runs held back as
+			// it walks.
+			kept = slices.Grow(kept, len(kept))
+		}
 		l.deferred = kept
 	}
 	l.deferred = append(l.deferred, r)
