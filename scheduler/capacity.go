@@ -1,7 +1,5 @@
 package scheduler
 
-import "slices"
-
 // A replica's capacity ([daemon] max_running). A burst of due slots would
 // otherwise have the winners start every one of them at once. With a
 // capacity, a run about to claim while the replica's attempts, plus its
@@ -40,26 +38,12 @@ func (l *loop) capRun(r *run) {
 	if r.listed { // capped before, and still in the list: keeps its place
 		return
 	}
-	if len(l.capped) == cap(l.capped) && len(l.capped) > 0 {
-		// A replica full for long must not keep the runs that left the
-		// list meanwhile (taken by a peer, settled, ended) alive in it.
-		kept := l.capped[:0]
-		for _, x := range l.capped {
-			if x.state == capped {
-				kept = append(kept, x)
-			} else {
-				x.listed = false
-			}
-		}
-		clear(l.capped[len(kept):])
-		if len(kept) > cap(l.capped)/2 {
-			// Mostly still capped: room for as many again, so that the
-			// next sweep comes after as many runs capped as it walks.
-			kept = slices.Grow(kept, len(kept))
-		}
-		l.capped = kept
-	}
-	l.capped = append(l.capped, r)
+	// A replica full for long must not keep the runs that left the list
+	// meanwhile (taken by a peer, settled, ended) alive in it.
+	l.capped = appendCompacted(l.capped, r, func(x *run) bool {
+		x.listed = x.state == capped
+		return x.listed
+	})
 	r.listed = true
 }
 

@@ -102,23 +102,7 @@ func (l *loop) keepDeferring(r *run) bool {
 // load claims may be pending at every turn, so the list is compacted as it
 // grows: the runs that have claimed or been told meanwhile leave it.
 func (l *loop) holdBack(r *run) {
-	if len(l.deferred) == cap(l.deferred) && len(l.deferred) > 0 {
-		kept := l.deferred[:0]
-		for _, x := range l.deferred {
-			if x.state == deferring && x.index >= 0 {
-				kept = append(kept, x)
-			}
-		}
-		clear(l.deferred[len(kept):])
-		if len(kept) > cap(l.deferred)/2 {
-			// Mostly still deferring: room for as many again, so that
-			// the next compaction comes after as many runs held back as
-			// it walks.
-			kept = slices.Grow(kept, len(kept))
-		}
-		l.deferred = kept
-	}
-	l.deferred = append(l.deferred, r)
+	l.deferred = appendCompacted(l.deferred, r, func(x *run) bool { return x.state == deferring && x.index >= 0 })
 }
 
 // releaseDeferred has the deferred runs look again preferWait from now
