@@ -456,7 +456,7 @@ init {
  *              compare-and-set of triggers/<task>: pending and keys)
  *   ArmTrigger arm.lua 13-18; etcd controls.go 35-55 (a Txn on the keys'
  *              versions), zklock controls.go 32-38 (create the slot node)
- *   controller.read (scheduler/controls.go 254-304): each pending
+ *   controller.read (scheduler/controls.go 277-330): each pending
  *              trigger not yet passed on is armed, then claimed; an arm
  *              that fails is tried at the next read, never claimed unarmed
  * A trigger second is a tick (0..2); BASE is lock.TriggerBase scaled to
@@ -597,12 +597,12 @@ init {
  *              the task's notice sent (pub/sub: lost per replica), the
  *              epoch changed (Redis: bump, redis_controls.go 195-201, a
  *              call of its own; kv: notify 96-107; either may be lost)
- *   controller (scheduler/controls.go): first (54-64) reads the state
+ *   controller (scheduler/controls.go): first (57-67) reads the state
  *              before the loop fires anything (a read that fails leaves
- *              the config's value, here not paused); run (147-183) reads
+ *              the config's value, here not paused); run (150-186) reads
  *              on a notice, and at each clock check (CHECK ticks) if the
  *              epoch changed or a sweep (SWEEP ticks) is due; read
- *              (254-278) tells the loop
+ *              (277-297) tells the loop
  *   loop       skipPaused (run.go 173-180: the loop keeps the paused tasks
  *              only, setPaused) at each fire (loop.go 212, 235)
  * Faults: a notice lost, the epoch change lost, a read lost, a replica

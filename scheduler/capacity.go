@@ -38,21 +38,12 @@ func (l *loop) capRun(r *run) {
 	if r.listed { // capped before, and still in the list: keeps its place
 		return
 	}
-	if len(l.capped) == cap(l.capped) && len(l.capped) > 0 {
-		// A replica full for long must not keep the runs that left the
-		// list meanwhile (taken by a peer, settled, ended) alive in it.
-		kept := l.capped[:0]
-		for _, x := range l.capped {
-			if x.state == capped {
-				kept = append(kept, x)
-			} else {
-				x.listed = false
-			}
-		}
-		clear(l.capped[len(kept):])
-		l.capped = kept
-	}
-	l.capped = append(l.capped, r)
+	// A replica full for long must not keep the runs that left the list
+	// meanwhile (taken by a peer, settled, ended) alive in it.
+	l.capped = appendCompacted(l.capped, r, func(x *run) bool {
+		x.listed = x.state == capped
+		return x.listed
+	})
 	r.listed = true
 }
 
@@ -79,11 +70,7 @@ func (l *loop) admit() {
 		l.unschedule(r)
 		l.advance(r, false)
 	}
-	if i > 0 {
-		n := copy(l.capped, l.capped[i:])
-		clear(l.capped[n:])
-		l.capped = l.capped[:n]
-	}
+	l.capped = l.capped[i:] // not copied down: the next sweep or growth drops the front
 }
 
 // attemptStarted and attemptEnded keep the count of running attempts.

@@ -38,6 +38,9 @@ type controller struct {
 	unapplied  bool            // a Configure failed: follow again at the next clock check
 	watches    map[string]*lock.Watch
 	seen       map[string]time.Time // triggered slots passed to the loop, by task and slot id: their deadline
+	swept      int                  // len(seen) after its last sweep
+	list       *[]Task              // the task list byName was made from
+	byName     map[string]*Task     // list's tasks by name (tasks)
 }
 
 func newController(s *Scheduler, inbox *mailbox) *controller {
@@ -185,9 +188,16 @@ func (c *controller) run(ctx context.Context) {
 // post tells the loop the pause states of the named tasks, as the
 // controller now knows them.
 func (c *controller) post(names []string) {
+	if len(names) == 0 {
+		return
+	}
+	named := make(map[string]bool, len(names))
+	for _, n := range names {
+		named[n] = true
+	}
 	list := c.s.Tasks()
 	for i := range list {
-		if t := &list[i]; slices.Contains(names, t.Name) {
+		if t := &list[i]; named[t.Name] {
 			c.inbox.post(event{kind: controlled, task: t, done: c.paused[t.Name]})
 		}
 	}
@@ -247,16 +257,25 @@ func (c *controller) takeDirty() []string {
 	return out
 }
 
+// tasks returns the scheduler's tasks by name, made again only when the
+// list has changed (a reload), so that a notice's read does not index
+// every task.
+func (c *controller) tasks() map[string]*Task {
+	if p := c.s.tasks.Load(); p != c.list {
+		c.list, c.byName = p, make(map[string]*Task, len(*p))
+		for i := range *p {
+			c.byName[(*p)[i].Name] = &(*p)[i]
+		}
+	}
+	return c.byName
+}
+
 // read reads the pause states and pending triggers of the named tasks
 // and tells the loop what changed: a pause or resume, and each trigger it
 // has not yet passed on, armed (lock.Controls.ArmTrigger) first. A name
 // no longer configured is skipped.
 func (c *controller) read(ctx context.Context, names []string) {
-	tasks := map[string]*Task{}
-	list := c.s.Tasks()
-	for i := range list {
-		tasks[list[i].Name] = &list[i]
-	}
+	tasks := c.tasks()
 	names = slices.DeleteFunc(slices.Clone(names), func(n string) bool { return tasks[n] == nil })
 	if len(names) == 0 {
 		return
@@ -278,10 +297,17 @@ func (c *controller) read(ctx context.Context, names []string) {
 	}
 	triggers, _ := readEach(names, func(ns []string) ([][]time.Time, error) { return c.c.Triggers(cctx, ns) }, c.s.log, "triggers")
 	now := c.s.now()
-	for k, d := range c.seen {
-		if !now.Before(d) {
-			delete(c.seen, k)
+	if len(c.seen) >= 2*max(c.swept, 64) {
+		// Swept when it has doubled since the last sweep, not at each
+		// read: a notice's read must not walk the triggered slots of
+		// thousands of tasks. A slot kept past its deadline is skipped
+		// as one not yet seen would be.
+		for k, d := range c.seen {
+			if !now.Before(d) {
+				delete(c.seen, k)
+			}
 		}
+		c.swept = len(c.seen)
 	}
 	for j, name := range names {
 		t := tasks[name]

@@ -163,7 +163,9 @@ func (l *loop) checkDue() {
 		if l.pending > 0 && now.Before(d.until) {
 			d.checkAt = d.until
 			heap.Fix(&l.checks, 0)
-			l.heldChecks = append(l.heldChecks, d)
+			// Under sustained load claims may be pending at every turn:
+			// the deferrals read meanwhile leave the list as it grows.
+			l.heldChecks = appendCompacted(l.heldChecks, d, func(x *deferral) bool { return x.index >= 0 })
 			continue
 		}
 		heap.Pop(&l.checks)

@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -445,4 +446,21 @@ func (h *wakeHeap) Pop() any {
 	r.index = -1
 	*h = old[:len(old)-1]
 	return r
+}
+
+// appendCompacted appends x to list, a list whose entries leave it (keep
+// reports false) while it waits to be walked: a full list first drops
+// them, and one that keeps more than half grows to twice what it kept, so
+// that the next compaction comes after as many appends as it walks (a
+// compaction at each append, while entries leave as fast as new ones
+// come, would walk the whole list each time).
+func appendCompacted[T any](list []T, x T, keep func(T) bool) []T {
+	if len(list) == cap(list) && len(list) > 0 {
+		kept := slices.DeleteFunc(list, func(e T) bool { return !keep(e) })
+		if len(kept) > cap(list)/2 {
+			kept = slices.Grow(kept, len(kept))
+		}
+		list = kept
+	}
+	return append(list, x)
 }

@@ -102,17 +102,7 @@ func (l *loop) keepDeferring(r *run) bool {
 // load claims may be pending at every turn, so the list is compacted as it
 // grows: the runs that have claimed or been told meanwhile leave it.
 func (l *loop) holdBack(r *run) {
-	if len(l.deferred) == cap(l.deferred) && len(l.deferred) > 0 {
-		kept := l.deferred[:0]
-		for _, x := range l.deferred {
-			if x.state == deferring && x.index >= 0 {
-				kept = append(kept, x)
-			}
-		}
-		clear(l.deferred[len(kept):])
-		l.deferred = kept
-	}
-	l.deferred = append(l.deferred, r)
+	l.deferred = appendCompacted(l.deferred, r, func(x *run) bool { return x.state == deferring && x.index >= 0 })
 }
 
 // releaseDeferred has the deferred runs look again preferWait from now

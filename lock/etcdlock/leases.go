@@ -24,6 +24,7 @@ type leases struct {
 	byID    map[clientv3.LeaseID]*runLease     // every running lease that may still hold slots
 	buckets map[time.Duration]*bucketLease     // by end of bucket, counted from base
 	ends    map[clientv3.LeaseID]time.Duration // each granted bucket lease's end, while its bucket may be chosen
+	swept   int                                // len(ends) after its last sweep
 }
 
 type runKey struct {
@@ -369,10 +370,18 @@ func (ls *leases) bucket(ctx context.Context, ttl time.Duration) (clientv3.Lease
 				delete(ls.buckets, e)
 			}
 		}
-		for id, e := range ls.ends {
-			if e < now {
-				delete(ls.ends, id)
+		if len(ls.ends) >= 2*max(ls.swept, 64) {
+			// Swept when it has doubled since the last sweep, not at each
+			// grant: it holds the leases of a whole done TTL (hours, at
+			// 78 grants a second for 10,000 claims a second). A lease
+			// kept past its end is never preferred: its end is not the
+			// bucket's.
+			for id, e := range ls.ends {
+				if e < now {
+					delete(ls.ends, id)
+				}
 			}
+			ls.swept = len(ls.ends)
 		}
 		b = &bucketLease{ready: make(chan struct{}), writes: 1}
 		ls.buckets[end] = b

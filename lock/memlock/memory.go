@@ -24,6 +24,7 @@ type Store struct {
 
 	mu    sync.Mutex
 	keys  map[string]entry
+	swept int // len(keys) after its last sweep
 	watch notify.Watchers
 
 	kvFleet *kv.Fleet // the fleet over package kv's primitive (fleet.go), built in New
@@ -55,8 +56,22 @@ func (m *Store) get(key string, now time.Time) (entry, bool) {
 	return e, ok
 }
 
+// set writes key, to expire ttl from now. Called with m.mu held.
 func (m *Store) set(key, value string, ttl time.Duration, now time.Time) {
 	m.keys[key] = entry{value: value, expires: now.Add(ttl)}
+	if len(m.keys) >= 2*max(m.swept, 1024) {
+		// A key is expired by get only when read again, and most are
+		// not (a slot's done marker, once its window has passed): the
+		// expired are swept when the keys have doubled since the last
+		// sweep, so that a long-running replica holds the live keys, not
+		// every key it wrote.
+		for k, e := range m.keys {
+			if !now.Before(e.expires) {
+				delete(m.keys, k)
+			}
+		}
+		m.swept = len(m.keys)
+	}
 }
 
 // Claim implements Store; it is claim.lua.

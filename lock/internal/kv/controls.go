@@ -204,9 +204,35 @@ func (c *Controls) Trigger(ctx context.Context, task, key string, window time.Du
 	return out, nil
 }
 
-// Triggers implements lock.Controls: one List of the triggers directory.
+// fewEntries bounds the tasks whose entries of a directory are read one
+// Get each (entries); for more, the directory is listed.
+const fewEntries = 8
+
+// entries reads the live entries of names in dir, by name: one Get each
+// when they are few (the read a notice brings names one task or a few),
+// so that it does not read the entry of every configured task, as a List
+// of the directory does; else one List.
+func (c *Controls) entries(ctx context.Context, dir string, names []string) (map[string]Entry, error) {
+	if len(names) > fewEntries {
+		return c.kv.List(ctx, dir)
+	}
+	out := make(map[string]Entry, len(names))
+	for _, name := range names {
+		e, err := c.kv.Get(ctx, dir, name)
+		if err != nil {
+			return nil, err
+		}
+		if e.Version != 0 {
+			out[name] = e
+		}
+	}
+	return out, nil
+}
+
+// Triggers implements lock.Controls: the tasks' entries of the triggers
+// directory (entries).
 func (c *Controls) Triggers(ctx context.Context, tasks []string) ([][]time.Time, error) {
-	all, err := c.kv.List(ctx, triggersDir)
+	all, err := c.entries(ctx, triggersDir, tasks)
 	if err != nil {
 		return nil, fmt.Errorf("lock: triggers of %d tasks: %w", len(tasks), err)
 	}
@@ -354,16 +380,17 @@ func pauseState(task, v string) (bool, error) {
 	return false, fmt.Errorf("lock: pause state of %s (%s/%s): %w: %q", task, pausedDir, task, lock.ErrForeign, v)
 }
 
-// Paused implements lock.Controls: one List of the states (and with renew
-// one of the applied config values, and a rewrite of each entry of tasks).
+// Paused implements lock.Controls: the tasks' entries of the states (and
+// with renew of the applied config values, and a rewrite of each entry of
+// tasks), as entries reads them.
 func (c *Controls) Paused(ctx context.Context, tasks []string, renew bool) ([]bool, error) {
-	states, err := c.kv.List(ctx, pausedDir)
+	states, err := c.entries(ctx, pausedDir, tasks)
 	if err != nil {
 		return nil, fmt.Errorf("lock: pause state of %d tasks: %w", len(tasks), err)
 	}
 	var applied map[string]Entry
 	if renew {
-		if applied, err = c.kv.List(ctx, configDir); err != nil {
+		if applied, err = c.entries(ctx, configDir, tasks); err != nil {
 			return nil, fmt.Errorf("lock: pause state of %d tasks: %w", len(tasks), err)
 		}
 	}
