@@ -188,17 +188,10 @@ func (c *controller) run(ctx context.Context) {
 // post tells the loop the pause states of the named tasks, as the
 // controller now knows them.
 func (c *controller) post(names []string) {
-	if len(names) == 0 {
-		return
-	}
-	named := make(map[string]bool, len(names))
-	for _, n := range names {
-		named[n] = true
-	}
-	list := c.s.Tasks()
-	for i := range list {
-		if t := &list[i]; named[t.Name] {
-			c.inbox.post(event{kind: controlled, task: t, done: c.paused[t.Name]})
+	tasks := c.tasks()
+	for _, name := range names {
+		if t := tasks[name]; t != nil {
+			c.inbox.post(event{kind: controlled, task: t, done: c.paused[name]})
 		}
 	}
 }
