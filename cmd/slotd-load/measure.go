@@ -361,6 +361,7 @@ type snapshot struct {
 	at         time.Time
 	commands   map[string]int64   // INFO commandstats; a consensus store's requests (consensus.requests)
 	redisCPU   float64            // INFO cpu, user + system seconds; a consensus store's members' CPU from /proc
+	keyLookups int64              // INFO stats keyspace_hits + keyspace_misses (Redis)
 	storeRSSMB float64            // a consensus store's members' RSS summed (0 on Redis)
 	replicaCPU map[string]float64 // /proc, by replica id
 	toolCPU    float64            // /proc of this process
@@ -394,6 +395,9 @@ func takeSnapshot(ctx context.Context, st storeProbe, reps []*replica) (snapshot
 	if s.commands, err = commandStats(ctx, st.rdb); err != nil {
 		return s, err
 	}
-	s.redisCPU, err = serverCPU(ctx, st.rdb)
+	if s.redisCPU, err = serverCPU(ctx, st.rdb); err != nil {
+		return s, err
+	}
+	s.keyLookups, err = keyLookups(ctx, st.rdb)
 	return s, err
 }

@@ -124,6 +124,30 @@ func serverCPU(ctx context.Context, c *redis.Client) (float64, error) {
 	return total, nil
 }
 
+// keyLookups reads INFO stats: keyspace_hits + keyspace_misses, the keys
+// read by any command (an MGET counts each of its keys, commandstats one
+// call).
+func keyLookups(ctx context.Context, c *redis.Client) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	info, err := c.Info(ctx, "stats").Result()
+	if err != nil {
+		return 0, fmt.Errorf("info stats: %w", err)
+	}
+	var total int64
+	for line := range strings.SplitSeq(info, "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if k == "keyspace_hits" || k == "keyspace_misses" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("info stats: %q: %w", line, err)
+			}
+			total += n
+		}
+	}
+	return total, nil
+}
+
 // compareAndDelete is the raw baseline's release: delete the key only if it
 // still holds our value.
 var compareAndDelete = redis.NewScript(`if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) end return 0`)

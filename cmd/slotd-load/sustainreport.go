@@ -72,6 +72,10 @@ type sustainedReport struct {
 	StoreRSSMB       float64            `json:"store_rss_mb,omitempty"`  // etcd's or ZooKeeper's members' RSS summed at the window's end
 	RedisCmdsPerSlot float64            `json:"redis_commands_per_slot"` // INFO commandstats delta, summed, INFO left out
 	RedisCmds        map[string]float64 `json:"redis_commands_per_slot_by_name"`
+	// RedisKeyLookups: keys read per slot (INFO stats keyspace_hits +
+	// keyspace_misses delta), by scripts and plain commands alike: each
+	// key of an MGET counts, where commandstats counts the call once.
+	RedisKeyLookups float64 `json:"redis_key_lookups_per_slot,omitempty"`
 	// LuaCounted: the server counts the commands a script calls in
 	// commandstats (checked at start), so the figures above include them.
 	LuaCounted         bool    `json:"lua_calls_counted_in_commandstats"`
@@ -156,6 +160,7 @@ func (rep *sustainedRun) analyze(recs *records, o options, w0, w1 time.Time, bef
 		}
 	}
 	s.RedisCmdsPerSlot = perSlot(float64(total))
+	s.RedisKeyLookups = perSlot(float64(after.keyLookups - before.keyLookups))
 	var trips, cmds int64
 	for _, t := range recs.tails {
 		c0, ok0 := recs.countersAt(t.replica, before.at, false)
@@ -304,6 +309,7 @@ func (rep *sustainedRun) writeTable(w io.Writer) {
 			lua = "this server does NOT count Lua's calls"
 		}
 		row("Redis commands per slot ("+lua+")", fmt.Sprintf("%.2f: %s", s.RedisCmdsPerSlot, topCommands(s.RedisCmds)))
+		row("Redis key lookups per slot (MGET keys one each)", fmt.Sprintf("%.2f", s.RedisKeyLookups))
 	} else {
 		row(c.Store+" CPU per slot (3 members)", fmt.Sprintf("%.1f µs (%.2f s over %.1f s); members' RSS %.0f MB", s.RedisCPUPerSlot, s.RedisCPU, s.CountersS, s.StoreRSSMB))
 		if len(s.RedisCmds) > 0 {
