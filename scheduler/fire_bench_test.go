@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler/schedule"
 )
@@ -21,7 +22,7 @@ import (
 func BenchmarkFireDeferred(b *testing.B) {
 	const n = 1000
 	l := testLoop(&testing.T{}, memlock.New(time.Now))
-	defer l.watchReleases()()
+	defer l.watchSlots()()
 	live := make([]string, 12)
 	for i := range live {
 		live[i] = fmt.Sprintf("replica-%02d-%d", i, 40000+i)
@@ -69,7 +70,7 @@ func BenchmarkReleaseNotices(b *testing.B) {
 	for _, n := range []int{1000, 10000} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
 			l := testLoop(&testing.T{}, memlock.New(time.Now))
-			defer l.watchReleases()()
+			defer l.watchSlots()()
 			l.s.setLive([]string{"peer"})
 			at := time.Now().Truncate(time.Hour)
 			ts := make([]*Task, n)
@@ -95,7 +96,7 @@ func BenchmarkReleaseNotices(b *testing.B) {
 				}
 				b.StartTimer()
 				for _, t := range ts {
-					l.onReleaseNotice(slotName{t.Name, t.Schedule.SlotID(at)})
+					l.onSlotNotice(slotName{t.Name, t.Schedule.SlotID(at)}, lock.Released)
 				}
 				if len(l.checks) != 0 {
 					b.Fatalf("%d deferrals left once every slot was released; want none", len(l.checks))

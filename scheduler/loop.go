@@ -46,10 +46,12 @@ type loop struct {
 	// deferrals by check time; firing, this turn's; heldChecks, those
 	// waiting for this replica's pending claims; byName, every slot they
 	// list; peeker, the store that reads them; lastFiring, how many slots
-	// the last turn's deferral listed (the next one's room). nil byName:
+	// the last turn's deferral listed (the next one's room); settling,
+	// this turn's deferral of the slots that notices settled. nil byName:
 	// deferring slots are runs.
 	checks     checkHeap
 	firing     *deferral
+	settling   *deferral
 	lastFiring int
 	heldChecks []*deferral
 	byName     map[slotName]deferRef
@@ -87,14 +89,15 @@ func newLoop(s *Scheduler, ctx, hard context.Context, cancelHard context.CancelC
 // (running attempts included, cancelled through hard after the grace); it
 // does not wait for the workers' goroutines to exit.
 func (l *loop) run() {
-	stopReleases := l.watchReleases()
-	defer stopReleases()
+	stopNotices := l.watchSlots()
+	defer stopNotices()
 	l.start()
 	var (
 		shutdown = l.ctx.Done()
 		grace    Timer
 		graceC   <-chan time.Time
 		events   []event
+		notices  []slotNotice
 	)
 	for {
 		l.closeFiring()
@@ -125,11 +128,7 @@ func (l *loop) run() {
 		if timer != nil {
 			timer.Stop()
 		}
-		events = l.inbox.take(events)
-		for i := range events {
-			l.handle(events[i])
-			events[i] = event{} // no run kept alive by a handled event
-		}
+		events, notices = l.drain(events, notices)
 		l.releaseDeferred()
 		l.releaseChecks()
 		l.admit()
@@ -169,6 +168,23 @@ func (l *loop) nextWait() (time.Duration, bool) {
 	return max(wait, 0), ok
 }
 
+// drain hands the mailbox's events, then its slot notices, to their
+// transitions, and returns the buffers (emptied) for the next turn.
+func (l *loop) drain(events []event, notices []slotNotice) ([]event, []slotNotice) {
+	events = l.inbox.take(events)
+	for i := range events {
+		l.handle(events[i])
+		events[i] = event{} // no run kept alive by a handled event
+	}
+	notices = l.inbox.takeNotices(notices)
+	for _, n := range notices {
+		l.onSlotNotice(n.name, n.c)
+	}
+	clear(notices)
+	l.settling = nil
+	return events[:0], notices[:0]
+}
+
 // handle passes an event from the mailbox to its transition.
 func (l *loop) handle(e event) {
 	switch e.kind {
@@ -189,8 +205,6 @@ func (l *loop) handle(e event) {
 		l.onBackfill(e.backfill)
 	case checked:
 		l.onChecked(e.deferral, e.states, e.reply.Err)
-	case releaseNoticed:
-		l.onReleaseNotice(e.name)
 	}
 }
 
@@ -335,15 +349,14 @@ func (l *loop) sendClaims() {
 type eventKind uint8
 
 const (
-	claimed        eventKind = iota + 1 // a claim's reply
-	noticed                             // the slot's watch: change says what
-	attempted                           // an attempt ended; with done, the replica is finished with the slot
-	controlled                          // the task was paused (with done) or resumed, by the controller
-	triggered                           // an operator's trigger of the task at at, armed, by the controller
-	reloaded                            // Reload's new tasks
-	backfilled                          // an operator's backfill request (backfill.go); run is nil
-	checked                             // a deferral's read (deferral.go): states, or reply.Err; run is nil
-	releaseNoticed                      // a release of the slot name names (deferral.go); run is nil
+	claimed    eventKind = iota + 1 // a claim's reply
+	noticed                         // the slot's watch: change says what
+	attempted                       // an attempt ended; with done, the replica is finished with the slot
+	controlled                      // the task was paused (with done) or resumed, by the controller
+	triggered                       // an operator's trigger of the task at at, armed, by the controller
+	reloaded                        // Reload's new tasks
+	backfilled                      // an operator's backfill request (backfill.go); run is nil
+	checked                         // a deferral's read (deferral.go): states, or reply.Err; run is nil
 )
 
 // event is a message to the loop about one run.
@@ -364,8 +377,6 @@ type event struct {
 	// deferral and states: checked's deferral and what the read said.
 	deferral *deferral
 	states   []lock.State
-	// name: releaseNoticed's slot.
-	name slotName
 }
 
 // mailbox is the loop's queue of events. It does not block a sender: a
@@ -374,7 +385,18 @@ type event struct {
 type mailbox struct {
 	mu     sync.Mutex
 	events []event
-	ready  chan struct{} // holds a token once an event is posted
+	// notices: the store's notices of slots (lock.Peeker.WatchSlots),
+	// queued apart: on Redis thousands a second on every replica of a
+	// fleet, each a seventh of an event's size.
+	notices []slotNotice
+	ready   chan struct{} // holds a token once an event or notice is posted
+}
+
+// slotNotice is the store's notice c of the slot name names
+// (deferral.go).
+type slotNotice struct {
+	name slotName
+	c    lock.Change
 }
 
 func newMailbox() mailbox { return mailbox{ready: make(chan struct{}, 1)} }
@@ -388,6 +410,27 @@ func (m *mailbox) post(e event) {
 	case m.ready <- struct{}{}:
 	default:
 	}
+}
+
+// notice queues n and wakes the loop.
+func (m *mailbox) notice(n slotNotice) {
+	m.mu.Lock()
+	m.notices = append(m.notices, n)
+	m.mu.Unlock()
+	select {
+	case m.ready <- struct{}{}:
+	default:
+	}
+}
+
+// takeNotices returns the queued notices, and keeps buf (emptied) for the
+// next.
+func (m *mailbox) takeNotices(buf []slotNotice) []slotNotice {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := m.notices
+	m.notices = buf[:0]
+	return out
 }
 
 // take returns the queued events, and keeps buf (emptied) for the next.

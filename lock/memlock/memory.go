@@ -288,18 +288,18 @@ func (m *Store) Peek(ctx context.Context, slots []lock.Slot, ttl []bool) ([]lock
 	return m.States(ctx, slots)
 }
 
-// WatchReleases implements lock.Peeker.
-func (m *Store) WatchReleases(f func(task, id string)) (stop func()) {
+// WatchSlots implements lock.Peeker: releases and completions.
+func (m *Store) WatchSlots(f func(task, id string, c lock.Change)) (stop func()) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	p := m.watch.OnRelease(func(key string) {
+	p := m.watch.OnEvery(func(key string, c lock.Change) {
 		if task, id, ok := schema.SlotOf("slotd", key); ok {
-			f(task, id)
+			f(task, id, c)
 		}
 	})
 	return sync.OnceFunc(func() {
 		m.mu.Lock()
-		m.watch.OffRelease(p)
+		m.watch.OffEvery(p)
 		m.mu.Unlock()
 	})
 }

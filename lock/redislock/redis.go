@@ -360,13 +360,15 @@ func (r *Store) watchKey(key string, relay *lock.Watch) *lock.Watch {
 	return w
 }
 
-// WatchReleases implements lock.Peeker over the subscription
-// Watch shares, which it starts.
-func (r *Store) WatchReleases(f func(task, id string)) (stop func()) {
+// WatchSlots implements lock.Peeker over the subscription Watch shares,
+// which it starts: releases, and the won claims (once the store has
+// announced a replica) and completions that the done channel carries to
+// every replica anyway.
+func (r *Store) WatchSlots(f func(task, id string, c lock.Change)) (stop func()) {
 	prefix := r.prefix
-	stop = r.sub.OnRelease(func(key string) {
+	stop = r.sub.OnEvery(func(key string, c lock.Change) {
 		if task, id, ok := schema.SlotOf(prefix, key); ok {
-			f(task, id)
+			f(task, id, c)
 		}
 	})
 	r.sub.Start()
