@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -99,5 +100,43 @@ func TestNoticesSettleDeferredSlotsBeforeTheirRead(t *testing.T) {
 	handleUntil(t, l, "the rerun's release", func() bool { return len(l.claims) == 1 })
 	if r := l.claims[0]; r.slot.Task != "d2" || r.state != claiming {
 		t.Errorf("after the rerun: %s's run %v, want d2's claiming", r.slot, r.state)
+	}
+}
+
+// A release notice wakes the loop (its slot is claimed at once); a won
+// claim's or a completion's waits for the loop's next turn, unless
+// noticeWake of them are queued: on Redis each message of a peer's claims
+// or completions reaches every replica.
+func TestOnlyReleaseNoticesWakeTheLoop(t *testing.T) {
+	m := newMailbox()
+	woken := func() bool {
+		select {
+		case <-m.ready:
+			return true
+		default:
+			return false
+		}
+	}
+	m.notice(slotNotice{slotName{"a", "1"}, lock.Taken})
+	m.notice(slotNotice{slotName{"a", "1"}, lock.Completed})
+	if woken() {
+		t.Fatal("a won claim's or a completion's notice woke the loop")
+	}
+	m.notice(slotNotice{slotName{"b", "1"}, lock.Released})
+	if !woken() {
+		t.Fatal("a release notice did not wake the loop")
+	}
+	if n := len(m.takeNotices(nil)); n != 3 {
+		t.Fatalf("%d notices taken, want all 3", n)
+	}
+	for i := range noticeWake - 1 {
+		m.notice(slotNotice{slotName{"c", fmt.Sprint(i)}, lock.Completed})
+	}
+	if woken() {
+		t.Fatalf("%d notices woke the loop, want %d to", noticeWake-1, noticeWake)
+	}
+	m.notice(slotNotice{slotName{"c", "last"}, lock.Completed})
+	if !woken() {
+		t.Fatalf("%d notices queued and the loop not woken", noticeWake)
 	}
 }

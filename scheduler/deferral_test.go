@@ -42,13 +42,19 @@ func batchLoop(t *testing.T, store lock.Store, n int, edit func(*Task)) (*loop, 
 	return l, ts
 }
 
-// handleUntil hands the loop's events to it until cond holds.
+// handleUntil hands the loop's events to it until cond holds: when it is
+// woken, or every 10 ms, as a loop turn for another reason would hand it
+// the notices that do not wake it.
 func handleUntil(t *testing.T, l *loop, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.After(10 * time.Second)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
 	for !cond() {
 		select {
 		case <-l.inbox.ready:
+			l.drain(nil, nil)
+		case <-tick.C:
 			l.drain(nil, nil)
 		case <-deadline:
 			t.Fatalf("not within 10s: %s", what)

@@ -412,16 +412,27 @@ func (m *mailbox) post(e event) {
 	}
 }
 
-// notice queues n and wakes the loop.
+// notice queues n. A release wakes the loop (a peer retries it at once);
+// a won claim or a completion only settles a slot before its read, which
+// the loop's next turn does first, so it waits for that turn (each
+// message of a peer's claims or completions would otherwise cost every
+// replica a turn of its loop) unless noticeWake are queued.
 func (m *mailbox) notice(n slotNotice) {
 	m.mu.Lock()
 	m.notices = append(m.notices, n)
+	wake := n.c == lock.Released || len(m.notices) >= noticeWake
 	m.mu.Unlock()
+	if !wake {
+		return
+	}
 	select {
 	case m.ready <- struct{}{}:
 	default:
 	}
 }
+
+// noticeWake bounds the notices that wait for the loop's next turn.
+const noticeWake = 4096
 
 // takeNotices returns the queued notices, and keeps buf (emptied) for the
 // next.
