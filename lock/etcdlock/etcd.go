@@ -25,10 +25,14 @@
 // owner — one lease per owner (replica id plus instance nonce) and lease
 // length at a time, a new one every keysPerLease claims (etcd 3.4 checks
 // each put on a lease against every key on it) — not to a lease of its own. The
-// leases of a Store are kept alive over ONE keepalive stream, and only on
-// demand: a Claim or a Renew of any slot held under a lease sends (or joins)
-// one keepalive of that lease, so the ten thousand renewals of a burst that
-// fall on the same grid cost a few keepalives. Consequences, precisely:
+// leases of a Store are kept alive over ONE keepalive stream at a time, and
+// only on demand: a Claim or a Renew of any slot held under a lease sends
+// (or joins) one keepalive of that lease, so the ten thousand renewals of a
+// burst that fall on the same grid cost a few keepalives. etcd answers a
+// stream's keepalives one at a time, so a keepalive unanswered for a third
+// of its lease goes again, with those waiting behind it, on a fresh stream
+// (the next member); its first answer on either counts (keepalive.go).
+// Consequences, precisely:
 //   - Renew succeeds only if the slot's key still holds the owner's value on
 //     that lease AND a keepalive sent after Renew was called confirmed the
 //     lease: the lease then lives at least Policy.Lease (rounded up to whole

@@ -59,9 +59,10 @@ type round struct {
 // grant) is under way.
 type ticket struct {
 	id        clientv3.LeaseID
-	r         *round    // nil: granted for this operation, at granted
-	granted   time.Time // the grant's send time
-	confirmed time.Time // when joined: send time of the lease's last confirmed keepalive
+	r         *round        // nil: granted for this operation, at granted
+	granted   time.Time     // the grant's send time
+	confirmed time.Time     // when joined: send time of the lease's last confirmed keepalive
+	patience  time.Duration // when joined: how long a claim waits for r (kaTimeout)
 }
 
 // errLeaseGone: a keepalive found the owner's lease expired or revoked;
@@ -209,13 +210,22 @@ func (ls *leases) joinLocked(rl *runLease, fresh bool) (t ticket, send *round) {
 		}
 		r = rl.next
 	}
-	return ticket{id: rl.id, r: r, confirmed: rl.confirmed}, send
+	return ticket{id: rl.id, r: r, confirmed: rl.confirmed, patience: kaTimeout(rl.key.ttl)}, send
 }
 
-// send puts r, which is rl's round in flight, on the keepalive stream.
+// kaTimeout is how long a keepalive of a lease of ttl seconds waits on
+// one stream before it goes again on a fresh one (kaStream), and how long
+// a claim waits for it before it counts from the lease's last confirmed
+// keepalive instead (ticket.proven).
+func kaTimeout(ttl int64) time.Duration {
+	return min(max(time.Duration(ttl)*time.Second/3, 500*time.Millisecond), 5*time.Second)
+}
+
+// send puts r, which is rl's round in flight, on the keepalive stream. An
+// answer a whole lease after r was sent proves nothing more: r fails then.
 func (ls *leases) send(rl *runLease, r *round) {
-	timeout := min(max(time.Duration(rl.key.ttl)*time.Second/3, 500*time.Millisecond), 5*time.Second)
-	ls.ka.send(int64(rl.id), timeout, func(left int64, err error) { ls.finish(rl, r, left, err) })
+	ls.ka.send(int64(rl.id), kaTimeout(rl.key.ttl), time.Duration(rl.key.ttl)*time.Second,
+		func(left int64, err error) { ls.finish(rl, r, left, err) })
 }
 
 // finish records the answer to rl's round r and sends the round waiting
@@ -267,10 +277,22 @@ func (t ticket) wait(ctx context.Context) (time.Time, error) {
 // proven is what a claim may count its lease from: the send time of its
 // keepalive; or, when that keepalive could not be confirmed (etcd was slow
 // or a member changed) but did not find the lease gone, the lease's last
-// confirmed keepalive before it, which forClaim made recent.
+// confirmed keepalive before it, which forClaim made recent. A claim waits
+// for its keepalive kaTimeout at most: past it, the keepalive goes on
+// (a renewal may still count its answer) but the claim does not wait.
 func (t ticket) proven(ctx context.Context) (time.Time, error) {
-	from, err := t.wait(ctx)
-	if err != nil && !errors.Is(err, errLeaseGone) && !t.confirmed.IsZero() {
+	if t.r == nil || t.confirmed.IsZero() {
+		return t.wait(ctx)
+	}
+	wctx, cancel := context.WithDeadline(ctx, t.r.sent.Add(t.patience))
+	defer cancel()
+	from, err := t.wait(wctx)
+	select {
+	case <-t.r.done: // answered after all (wait may have seen the deadline first): a lease gone is gone
+		from, err = t.r.sent, t.r.err
+	default:
+	}
+	if err != nil && !errors.Is(err, errLeaseGone) {
 		return t.confirmed, nil
 	}
 	return from, err
