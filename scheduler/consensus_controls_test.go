@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,44 +21,50 @@ import (
 	"github.com/slotd/slotd/tasks"
 )
 
-// consensus is n stores on one three-member etcd cluster or ZooKeeper
-// ensemble, with what the controls tests do to them.
+// consensus is n stores on a three-member etcd cluster or ZooKeeper
+// ensemble, or on three Redlock masters, with what the controls tests do
+// to them.
 type consensus struct {
 	stores []lock.Store
 	// crash cuts store i off the cluster at once, as a kill -9 of its
 	// process: nothing it held is released or renewed after.
 	crash []func()
 	// stopLeader kills the member that leads now; the returned func
-	// starts it again.
+	// starts it again. Nil on a shared cluster (consensusStores).
 	stopLeader func() (restart func())
 }
 
+// consensusStores is n stores of kind for a test that does nothing to
+// the cluster's members: on etcd and ZooKeeper they share the package's
+// cluster (etcdtest.Shared, zktest.Shared), under a prefix of the
+// test's own; on Redlock, three masters of its own. Each ZooKeeper
+// ensemble of its own cost about 2 CPU-seconds and 1.5 s of a serial or
+// heavy-lane test's time to start; fourteen tests started one.
 func consensusStores(t *testing.T, kind string, n int) consensus {
-	var c consensus
+	t.Helper()
+	switch kind {
+	case "etcd":
+		return etcdConsensus(t, etcdtest.Shared(t, 3), sharedPrefix(), n)
+	case "zookeeper":
+		return zkConsensus(t, zktest.Shared(t, 3), "/"+sharedPrefix(), n)
+	}
+	return redlockConsensus(t, n)
+}
+
+// killableStores is consensusStores on a cluster of the test's own, whose
+// leader the test may kill (stopLeader).
+func killableStores(t *testing.T, kind string, n int) consensus {
+	t.Helper()
 	switch kind {
 	case "etcd":
 		cl := etcdtest.Start(t, 3)
-		for range n {
-			cli, err := clientv3.New(clientv3.Config{Endpoints: cl.Endpoints(), DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			s := etcdlock.New(cli, "slotd")
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			err = s.Subscribe(ctx)
-			cancel()
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close(); cli.Close() })
-			c.stores = append(c.stores, s)
-			c.crash = append(c.crash, func() { cli.Close() })
-		}
+		c := etcdConsensus(t, cl.Endpoints(), "slotd", n)
 		c.stopLeader = func() func() {
 			m := cl.Leader()
 			m.Stop()
 			return m.Restart
 		}
+		return c
 	case "zookeeper":
 		e := zktest.Start(t, 3)
 		// The stores talk to the followers. The leader killed, they still
@@ -74,23 +81,62 @@ func consensusStores(t *testing.T, kind string, n int) consensus {
 				followers = append(followers, m.Addr)
 			}
 		}
-		for range n {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			s, err := zklock.Dial(ctx, zklock.Options{Servers: followers, SessionTimeout: 10 * time.Second})
-			cancel()
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
-			c.stores = append(c.stores, s)
-			c.crash = append(c.crash, func() { s.Close() })
-		}
+		c := zkConsensus(t, followers, "/slotd", n)
 		c.stopLeader = func() func() {
 			leader.Stop() // the leader at the start: no store talks to it
 			return leader.Start
 		}
-	case "redlock":
-		return redlockConsensus(t, n)
+		return c
+	}
+	return redlockConsensus(t, n)
+}
+
+// sharedPrefixes numbers the prefixes of the tests on shared clusters.
+var sharedPrefixes atomic.Int64
+
+// sharedPrefix is a key prefix (a ZooKeeper root without its slash) no
+// other test of the package uses.
+func sharedPrefix() string { return fmt.Sprintf("slotd%d", sharedPrefixes.Add(1)) }
+
+// etcdConsensus is n stores under prefix on the etcd members at endpoints,
+// each on a client of its own.
+func etcdConsensus(t *testing.T, endpoints []string, prefix string, n int) consensus {
+	t.Helper()
+	var c consensus
+	for range n {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := etcdlock.New(cli, prefix)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err = s.Subscribe(ctx)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close(); cli.Close() })
+		c.stores = append(c.stores, s)
+		c.crash = append(c.crash, func() { cli.Close() })
+	}
+	return c
+}
+
+// zkConsensus is n stores (sessions) under root on the ZooKeeper members
+// at servers.
+func zkConsensus(t *testing.T, servers []string, root string, n int) consensus {
+	t.Helper()
+	var c consensus
+	for range n {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		s, err := zklock.Dial(ctx, zklock.Options{Servers: servers, Root: root, SessionTimeout: 10 * time.Second})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		c.stores = append(c.stores, s)
+		c.crash = append(c.crash, func() { s.Close() })
 	}
 	return c
 }
@@ -128,7 +174,7 @@ func TestConsensusTriggerRunsOnceFleetWide(t *testing.T) {
 			if kind == "zookeeper" {
 				zktest.WithoutRace(t) // it kills the leader under watching sessions
 			}
-			c := consensusStores(t, kind, 3)
+			c := killableStores(t, kind, 3)
 			l := newLedger()
 			task := testTask(t, "report", "0 0 1 1 *", l.job(ok), func(t *scheduler.Task) { t.Deadline = 10 * time.Minute })
 			for i, s := range c.stores {
@@ -269,7 +315,7 @@ func TestConsensusForbidThroughLeaderKill(t *testing.T) {
 			if kind == "zookeeper" {
 				zktest.WithoutRace(t) // it kills the leader under watching sessions
 			}
-			c := consensusStores(t, kind, 3)
+			c := killableStores(t, kind, 3)
 			l := newLedger()
 			release := make(chan struct{})
 			var mu sync.Mutex

@@ -1,42 +1,21 @@
 package scheduler_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-
 	"github.com/slotd/slotd/internal/etcdtest"
 	"github.com/slotd/slotd/internal/testlane"
 	"github.com/slotd/slotd/lock"
-	"github.com/slotd/slotd/lock/etcdlock"
 	"github.com/slotd/slotd/scheduler"
 )
 
-// etcdStores are n stores, each on a client of its own, on one 3-member
-// etcd cluster.
+// etcdStores are n stores, each on a client of its own, on the package's
+// shared 3-member etcd cluster, under a prefix of the test's own.
 func etcdStores(t *testing.T, n int) []lock.Store {
-	c := etcdtest.Start(t, 3)
-	var out []lock.Store
-	for range n {
-		cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), Logger: zap.NewNop()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := etcdlock.New(cli, "slotd")
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err = s.Subscribe(ctx)
-		cancel()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close(); cli.Close() })
-		out = append(out, s)
-	}
-	return out
+	t.Helper()
+	return etcdConsensus(t, etcdtest.Shared(t, 3), sharedPrefix(), n).stores
 }
 
 // On etcd, whose store clock is a member's Date header carried on the

@@ -5,7 +5,9 @@ import (
 	"os"
 	"testing"
 
+	"github.com/slotd/slotd/internal/etcdtest"
 	"github.com/slotd/slotd/internal/testlane"
+	"github.com/slotd/slotd/internal/zktest"
 )
 
 // The lanes the parallel tests run in (package testlane): one heavy test
@@ -28,5 +30,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "scheduler:", err)
 		os.Exit(2)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	// The clusters the tests shared (consensusStores), after every test.
+	etcdtest.StopShared()
+	zktest.StopShared()
+	os.Exit(code)
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slotd/slotd/internal/zktest"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/scheduler"
 	"github.com/slotd/slotd/tasks"
@@ -47,7 +48,8 @@ func measureBurst(t *testing.T, backend string, n int) {
 	if backend == "redis" {
 		stores = redisStores(t, 3)
 	} else {
-		stores = zkStores(t, 3, lease)
+		// an ensemble of its own: nothing else's nodes in the measure
+		stores = zkStoresOn(t, zktest.Start(t, 3).Servers(), "/slotd", 3, lease)
 	}
 	var mu sync.Mutex
 	runs := map[time.Time][]burstRun{}

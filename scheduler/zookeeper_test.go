@@ -14,13 +14,20 @@ import (
 	"github.com/slotd/slotd/scheduler"
 )
 
-// zkStores are n stores (sessions) on one three-member ensemble.
+// zkStores are n stores (sessions) on the package's shared three-member
+// ensemble, under a root of the test's own.
 func zkStores(t *testing.T, n int, timeout time.Duration) []lock.Store {
-	e := zktest.Start(t, 3)
+	t.Helper()
+	return zkStoresOn(t, zktest.Shared(t, 3), "/"+sharedPrefix(), n, timeout)
+}
+
+// zkStoresOn are n stores (sessions) under root on the members at servers.
+func zkStoresOn(t *testing.T, servers []string, root string, n int, timeout time.Duration) []lock.Store {
+	t.Helper()
 	var out []lock.Store
 	for range n {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		s, err := zklock.Dial(ctx, zklock.Options{Servers: e.Servers(), SessionTimeout: timeout})
+		s, err := zklock.Dial(ctx, zklock.Options{Servers: servers, Root: root, SessionTimeout: timeout})
 		cancel()
 		if err != nil {
 			t.Fatal(err)

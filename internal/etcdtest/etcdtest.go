@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/slotd/slotd/internal/testport"
+	"github.com/slotd/slotd/internal/testshared"
 )
 
 // Timing of the test clusters: a heartbeat of 50 ms and an election
@@ -72,6 +73,42 @@ func Binary(t testing.TB) string {
 func Start(t testing.TB, n int) *Cluster {
 	t.Helper()
 	return StartWith(t, n)
+}
+
+// shared holds the clusters Shared started, by size, until StopShared.
+var shared struct {
+	mu       sync.Mutex
+	life     testshared.Life
+	clusters map[int]*Cluster
+}
+
+// Shared returns the client URLs of a cluster of n members shared by the
+// package's tests, started by the first test that asks (its start's
+// failure is that test's) and stopped by StopShared, which the package's
+// TestMain calls after its tests. It is for tests that only read and
+// write, each under a key prefix of its own: one that kills, stalls or
+// cuts off a member starts a cluster of its own.
+func Shared(t testing.TB, n int) []string {
+	t.Helper()
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if c := shared.clusters[n]; c != nil {
+		return c.Endpoints()
+	}
+	c := Start(shared.life.TB(t), n)
+	if shared.clusters == nil {
+		shared.clusters = map[int]*Cluster{}
+	}
+	shared.clusters[n] = c
+	return c.Endpoints()
+}
+
+// StopShared stops the clusters Shared started and removes their data.
+func StopShared() {
+	shared.mu.Lock()
+	shared.clusters = nil
+	shared.mu.Unlock()
+	shared.life.End()
 }
 
 // StartWith is Start with extra flags for every member (a backend quota:

@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/slotd/slotd/internal/testport"
+	"github.com/slotd/slotd/internal/testshared"
 )
 
 // Jar is the ZooKeeper server jar of the Debian package; its manifest
@@ -103,6 +104,43 @@ func Start(t testing.TB, n int) *Ensemble {
 		t.Logf("zktest: member %d on %s not serving within %v; starting the ensemble again on new ports. Its log ends:\n%s",
 			late.ID, late.Addr, startWait, late.logTail())
 	}
+}
+
+// shared holds the ensembles Shared started, by size, until StopShared.
+var shared struct {
+	mu   sync.Mutex
+	life testshared.Life
+	ens  map[int]*Ensemble
+}
+
+// Shared returns the client addresses of an ensemble of n members shared
+// by the package's tests, started by the first test that asks (its start's
+// failure is that test's) and stopped by StopShared, which the package's
+// TestMain calls after its tests. It is for tests that only read and
+// write, each under a root of its own (zklock.Options.Root): one that
+// stops, stalls or cuts off a member starts an ensemble of its own. A
+// three-member ensemble costs about 2 CPU-seconds and 1.5 s to start.
+func Shared(t testing.TB, n int) []string {
+	t.Helper()
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if e := shared.ens[n]; e != nil {
+		return e.Servers()
+	}
+	e := Start(shared.life.TB(t), n)
+	if shared.ens == nil {
+		shared.ens = map[int]*Ensemble{}
+	}
+	shared.ens[n] = e
+	return e.Servers()
+}
+
+// StopShared stops the ensembles Shared started and removes their data.
+func StopShared() {
+	shared.mu.Lock()
+	shared.ens = nil
+	shared.mu.Unlock()
+	shared.life.End()
 }
 
 // startWait bounds a fresh ensemble's start: JVMs, an election, the

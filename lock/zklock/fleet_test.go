@@ -35,8 +35,8 @@ func kvTTL(s *zklock.Store, p string, data []byte, st *zk.Stat, now time.Time) t
 // set and its notices (a child watch), a second instance of an id
 // refused, the first start.
 func TestFleetConformance(t *testing.T) {
-	e := zktest.Start(t, 3)
-	s := dial(t, e, 10*time.Second, "/slotd")
+	servers, root := shared(t)
+	s := dialOn(t, servers, 10*time.Second, root)
 	locktest.RunFleet(t, harness(t, s), 2*time.Second)
 }
 
@@ -81,7 +81,7 @@ func nodeThere(t *testing.T, s *zklock.Store) bool {
 
 // The operator controls' suite on a three-member ensemble.
 func TestControlsConformance(t *testing.T) {
-	e := zktest.Start(t, 3)
-	s := dial(t, e, 10*time.Second, "/slotd")
+	servers, root := shared(t)
+	s := dialOn(t, servers, 10*time.Second, root)
 	locktest.RunControls(t, harness(t, s))
 }

@@ -2,7 +2,9 @@ package zklock_test
 
 import (
 	"context"
+	"fmt"
 	"path"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,9 +20,28 @@ import (
 // dial opens a store on the ensemble, closed at cleanup.
 func dial(t *testing.T, e *zktest.Ensemble, timeout time.Duration, root string) *zklock.Store {
 	t.Helper()
+	return dialOn(t, e.Servers(), timeout, root)
+}
+
+// sharedRoots numbers the roots of the tests on the shared ensemble.
+var sharedRoots atomic.Int64
+
+// shared is the package's three-member ensemble (zktest.Shared) and a
+// root no other test uses, for a test that does nothing to the members:
+// the conformance suites and the watch tests each started an ensemble of
+// their own, about 2 CPU-seconds and 1.5 s each.
+func shared(t *testing.T) (servers []string, root string) {
+	t.Helper()
+	return zktest.Shared(t, 3), fmt.Sprintf("/slotd%d", sharedRoots.Add(1))
+}
+
+// dialOn opens a store under root on the members at servers, closed at
+// cleanup.
+func dialOn(t *testing.T, servers []string, timeout time.Duration, root string) *zklock.Store {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := zklock.Dial(ctx, zklock.Options{Servers: e.Servers(), SessionTimeout: timeout, Root: root})
+	s, err := zklock.Dial(ctx, zklock.Options{Servers: servers, SessionTimeout: timeout, Root: root})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +206,7 @@ func harness(t *testing.T, s *zklock.Store) locktest.Harness {
 // TestConformance runs the suite every store passes on a three-member
 // ensemble.
 func TestConformance(t *testing.T) {
-	e := zktest.Start(t, 3)
-	s := dial(t, e, 10*time.Second, "/slotd")
+	servers, root := shared(t)
+	s := dialOn(t, servers, 10*time.Second, root)
 	locktest.Run(t, harness(t, s))
 }

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/slotd/slotd/internal/zktest"
 	"github.com/slotd/slotd/lock"
 )
 
@@ -46,8 +45,8 @@ var longLease = lock.Policy{Lease: 10 * time.Second, DoneTTL: time.Hour, MaxAtte
 // is told at once, and arms the watch for an operator's rerun; a release
 // through the store is told at once, and arms it for a peer's claim.
 func TestWatchClaimsArmedByClaims(t *testing.T) {
-	e := zktest.Start(t, 3)
-	a, b := dial(t, e, 10*time.Second, "/slotd"), dial(t, e, 10*time.Second, "/slotd")
+	servers, root := shared(t)
+	a, b := dialOn(t, servers, 10*time.Second, root), dialOn(t, servers, 10*time.Second, root)
 	ctx := context.Background()
 
 	held := openSlot(ctx, t, a, "held")
@@ -101,8 +100,8 @@ func TestWatchClaimsArmedByClaims(t *testing.T) {
 // watch lost the race with the preferred claimant's claim) is told Taken
 // at once, and then the holder's completion.
 func TestWatchArmedAfterClaimTellsTaken(t *testing.T) {
-	e := zktest.Start(t, 3)
-	a, b := dial(t, e, 10*time.Second, "/slotd"), dial(t, e, 10*time.Second, "/slotd")
+	servers, root := shared(t)
+	a, b := dialOn(t, servers, 10*time.Second, root), dialOn(t, servers, 10*time.Second, root)
 	ctx := context.Background()
 	slot := openSlot(ctx, t, a, "late-watch")
 	cb, err := b.Claim(ctx, slot, "b", longLease)
