@@ -81,19 +81,15 @@ func (w *Watch) Notify(c Change) {
 // does not implement it; etcd and ZooKeeper write a notice beside each
 // release for it.
 type Peeker interface {
-	// WatchSlots calls f with the task and slot id of every later release
-	// of any slot (Released: a failed attempt's, with or without a retry
-	// backoff, and an operator's rerun) until stop is called; stop is safe
-	// to call more than once. A store whose every replica hears each won
-	// claim and completion anyway (Redis, on its done channel: see package
-	// redislock) also calls f with Taken and Completed, and the embedded
-	// store with Completed: hints that spare the reader a Peek of that
-	// slot. etcd and ZooKeeper send releases only. As with OnChange, f runs on the
-	// store's notification goroutine while it holds the store's lock: it
-	// must return quickly and must not call the store. A notice lost while
-	// the store reconnects is not repeated: a watcher also reads the
-	// slot's state when the holder's lease runs out.
-	WatchSlots(f func(task, id string, c Change)) (stop func())
+	// WatchReleases calls f with the task and slot id of every later
+	// release of any slot (a failed attempt's, with or without a retry
+	// backoff, and an operator's rerun) until stop is called; stop is
+	// safe to call more than once. As with OnChange, f runs on the store's
+	// notification goroutine while it holds the store's lock: it must
+	// return quickly and must not call the store. A notice lost while the
+	// store reconnects is not repeated: a watcher also reads the slot's
+	// state when the holder's lease runs out.
+	WatchReleases(f func(task, id string)) (stop func())
 
 	// Peek reads what has become of many slots more cheaply than States:
 	// each one's Status, and the TTL of a running slot i for which ttl[i]

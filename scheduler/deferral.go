@@ -27,14 +27,10 @@ import (
 //
 // A release of a listed slot (a failed attempt's, an operator's rerun)
 // starts its run at once, as a watch's notice started a deferring run's
-// claim: the failure handoff is as prompt as it was. Where the store
-// sends them anyway (Redis: every replica hears the done channel), a won
-// claim's or a completion's notice of a listed slot settles it before
-// its read, as the read would have: listed unread until its deadline (a
-// won claim only where its lease outlasts the window, as above). The
-// read then leaves it out: at 12 replicas the deferring replicas' read
-// keys were most of Redis's growth with the fleet. A notice lost costs
-// only that slot's key in the read. On a store without the capability
+// claim: the failure handoff is as prompt as it was. Completions and won
+// claims are not listened to: the read says as much, for thousands of
+// slots in one round trip, where a notice per slot cost every replica a
+// mailbox event, a watch and a run. On a store without the capability
 // (Redlock, which has no preferred claimant anyway) a deferring slot is a
 // run as before.
 
@@ -53,9 +49,8 @@ type deferral struct {
 	index int // in the loop's check heap; -1 while being read or done
 	// final: a slot read free is claimed, not looked at again at until.
 	final bool
-	// gone counts its slots that left it before its read
-	// (deferredSlot.gone): a burst of failures releases thousands of one
-	// deferral's slots, and a fleet's notices settle most of them, so
+	// gone counts its slots a release started a run of (deferredSlot.gone):
+	// a burst of failures releases thousands of one deferral's slots, and
 	// asking at each whether all are gone must not walk them.
 	gone int
 	// settled: its slots were read done, or held by a lease that outlasts
@@ -71,7 +66,7 @@ type deferral struct {
 type deferredSlot struct {
 	t    *Task
 	slot lock.Slot
-	gone bool // a release started its run meanwhile, or a notice settled it
+	gone bool // a release started its run meanwhile
 }
 
 // deferRef is where a listed slot is: its deferral and its index there.
@@ -107,19 +102,18 @@ const recheckAfter = 5 * time.Millisecond
 // it into one recheck, at the earliest of them.
 const recheckSpan = 50 * time.Millisecond
 
-// watchSlots starts hearing the store's releases (and its other notices
-// of every slot, where it sends them), if it can report them all
-// (lock.Peeker): deferrals are batched from then on. The returned stop is
-// for the loop's end.
-func (l *loop) watchSlots() (stop func()) {
+// watchReleases starts hearing the store's releases, if it can report
+// them all (lock.Peeker): deferrals are batched from then on. The
+// returned stop is for the loop's end.
+func (l *loop) watchReleases() (stop func()) {
 	pk, ok := l.s.store.(lock.Peeker)
 	if !ok {
 		return func() {}
 	}
 	l.byName, l.peeker = map[slotName]deferRef{}, pk
 	inbox := &l.inbox
-	return pk.WatchSlots(func(task, id string, c lock.Change) {
-		inbox.notice(slotNotice{slotName{task, id}, c})
+	return pk.WatchReleases(func(task, id string) {
+		inbox.post(event{kind: releaseNoticed, name: slotName{task, id}})
 	})
 }
 
@@ -196,26 +190,12 @@ func (l *loop) releaseChecks() {
 	l.heldChecks = l.heldChecks[:0]
 }
 
-// read sends one Peek of d's slots, those gone left out (the slots that
-// stay are moved up, and their refs with them); its answer comes as a
-// checked event, in the order of d.slots then.
+// read sends one Peek of d's slots (those a release started a run of
+// included: they are few, and the answer's order stays d's); its answer
+// comes as a checked event.
 func (l *loop) read(d *deferral) {
 	if allGone(d) {
 		return
-	}
-	if d.gone > 0 {
-		kept := d.slots[:0]
-		for i, x := range d.slots {
-			if x.gone {
-				continue
-			}
-			if j := len(kept); j != i {
-				l.byName[slotName{x.slot.Task, x.slot.ID}] = deferRef{d: d, i: j}
-			}
-			kept = append(kept, x)
-		}
-		clear(d.slots[len(kept):])
-		d.slots, d.gone = kept, 0
 	}
 	slots := make([]lock.Slot, len(d.slots))
 	ttl := make([]bool, len(d.slots))
@@ -341,55 +321,24 @@ func (l *loop) onChecked(d *deferral, states []lock.State, err error) {
 	heap.Push(&l.checks, next)
 }
 
-// onSlotNotice acts on the store's notice c of a listed slot: a release
-// (a failed attempt's, or an operator's rerun) starts its run, which
-// claims at once; a completion, or a won claim whose lease outlasts the
-// window, settles it unread (heard).
-func (l *loop) onSlotNotice(name slotName, c lock.Change) {
+// onReleaseNotice starts the run of a listed slot that was released (a
+// failed attempt's release, or an operator's rerun): it claims at once.
+func (l *loop) onReleaseNotice(name slotName) {
 	ref, ok := l.byName[name]
 	if !ok || l.stopping {
 		return
 	}
+	delete(l.byName, name)
 	x := &ref.d.slots[ref.i]
-	if c != lock.Released && (ref.d.settled || c == lock.Taken && !leaseOutlasts(x.t, x.slot)) {
-		return // settled already, or its holder's lease is read to take it over
-	}
 	x.gone = true
 	ref.d.gone++
 	if ref.d.index >= 0 && allGone(ref.d) {
 		heap.Remove(&l.checks, ref.d.index)
 	}
-	now := l.s.now()
-	if l.current[x.t.Name] == nil || !now.Before(x.slot.Deadline) {
-		delete(l.byName, name)
+	if l.current[x.t.Name] == nil || !l.s.now().Before(x.slot.Deadline) {
 		return // removed by a reload, or its window has closed
 	}
-	if c != lock.Released {
-		l.heard(name, *x, now)
-		return
-	}
-	delete(l.byName, name)
 	l.advance(l.newSlotRun(x.t, x.slot), false)
-}
-
-// heard lists x, whose won claim or completion was heard, unread until its
-// deadline in this turn's deferral of such slots (l.settling), as onChecked
-// lists a slot it read done or held past its window; storeNow is the
-// store's clock now.
-func (l *loop) heard(name slotName, x deferredSlot, storeNow time.Time) {
-	x.gone = false
-	at := l.s.clock.Now().Add(x.slot.Deadline.Sub(storeNow))
-	d := l.settling
-	if d == nil || d.index < 0 { // none yet this turn, or every slot of it released since
-		d = &deferral{index: -1, settled: true, checkAt: at, until: at}
-		l.settling = d
-		heap.Push(&l.checks, d)
-	} else if at.After(d.checkAt) {
-		d.checkAt, d.until = at, at
-		heap.Fix(&l.checks, d.index)
-	}
-	l.byName[name] = deferRef{d: d, i: len(d.slots)}
-	d.slots = append(d.slots, x)
 }
 
 func allGone(d *deferral) bool { return d.gone == len(d.slots) }

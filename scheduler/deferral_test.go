@@ -24,7 +24,7 @@ import (
 func batchLoop(t *testing.T, store lock.Store, n int, edit func(*Task)) (*loop, []*Task) {
 	t.Helper()
 	l := testLoop(t, store)
-	t.Cleanup(l.watchSlots())
+	t.Cleanup(l.watchReleases())
 	if l.byName == nil {
 		t.Fatal("deferrals not batched on a store with lock.Peeker")
 	}
@@ -42,20 +42,16 @@ func batchLoop(t *testing.T, store lock.Store, n int, edit func(*Task)) (*loop, 
 	return l, ts
 }
 
-// handleUntil hands the loop's events to it until cond holds: when it is
-// woken, or every 10 ms, as a loop turn for another reason would hand it
-// the notices that do not wake it.
+// handleUntil hands the loop's events to it until cond holds.
 func handleUntil(t *testing.T, l *loop, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.After(10 * time.Second)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
 	for !cond() {
 		select {
 		case <-l.inbox.ready:
-			l.drain(nil, nil)
-		case <-tick.C:
-			l.drain(nil, nil)
+			for _, e := range l.inbox.take(nil) {
+				l.handle(e)
+			}
 		case <-deadline:
 			t.Fatalf("not within 10s: %s", what)
 		}
@@ -298,7 +294,7 @@ func TestDeferredReadFailureClaimsEverySlot(t *testing.T) {
 // slot, as before.
 func TestDeferringWithoutPeekerIsARun(t *testing.T) {
 	l := testLoop(t, struct{ lock.Store }{memlock.New(time.Now)})
-	l.watchSlots()
+	l.watchReleases()
 	if l.byName != nil {
 		t.Fatal("deferrals batched on a store that cannot report every release")
 	}
@@ -320,8 +316,7 @@ func TestShutdownForgetsDeferrals(t *testing.T) {
 // already done by its claimant: batched (a list entry, and its share of one
 // batched read: lock.Peeker) against a run per slot (a run, a store watch,
 // a wake, its completion notice handled, its end), the path of a store
-// without lock.Peeker and of every store before; heard: each slot's
-// completion notice handled as WatchSlots posts it (Redis), no read. On the memory
+// without lock.Peeker and of every store before. On the memory
 // store the figure is the engine's own; on etcd (3 members) it adds the
 // client's share of the read (batch) or of registering the slot's watch
 // (run) — not the watch's events, which every replica decodes either way.
@@ -366,23 +361,21 @@ func benchDeferral(b *testing.B, store lock.Store) {
 			b.Fatal(err)
 		}
 	}
-	for _, mode := range []string{"batch", "heard", "run"} {
+	for _, mode := range []string{"batch", "run"} {
 		b.Run(mode, func(b *testing.B) {
 			t := &testing.T{}
 			var l *loop
-			if mode != "run" {
+			if mode == "batch" {
 				l = testLoop(t, store)
-				defer l.watchSlots()()
+				defer l.watchReleases()()
 			} else {
 				l = testLoop(t, struct{ lock.Store }{store})
 			}
 			l.s.setLive([]string{"peer"})
 			ts := make([]*Task, n)
-			names := make([]slotName, n)
 			for i := range ts {
 				ts[i] = &tasks[i]
 				l.current[ts[i].Name] = ts[i]
-				names[i] = slotName{ts[i].Name, ts[i].Slot(at).ID}
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -390,20 +383,6 @@ func benchDeferral(b *testing.B, store lock.Store) {
 			for range b.N {
 				for _, task := range ts {
 					l.onFire(task, at)
-				}
-				if mode == "heard" {
-					// each slot's completion heard, as WatchSlots posts it:
-					// no read
-					l.closeFiring()
-					for _, name := range names {
-						l.inbox.notice(slotNotice{name, lock.Completed})
-					}
-					l.drain(nil, nil)
-					if len(l.checks) != 1 || !l.checks[0].settled {
-						b.Fatalf("%d deferrals after the notices, want the settled one", len(l.checks))
-					}
-					l.unlist(heap.Pop(&l.checks).(*deferral))
-					continue
 				}
 				if mode == "batch" {
 					l.closeFiring()

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/memlock"
 	"github.com/slotd/slotd/scheduler/schedule"
 )
@@ -22,7 +21,7 @@ import (
 func BenchmarkFireDeferred(b *testing.B) {
 	const n = 1000
 	l := testLoop(&testing.T{}, memlock.New(time.Now))
-	defer l.watchSlots()()
+	defer l.watchReleases()()
 	live := make([]string, 12)
 	for i := range live {
 		live[i] = fmt.Sprintf("replica-%02d-%d", i, 40000+i)
@@ -70,7 +69,7 @@ func BenchmarkReleaseNotices(b *testing.B) {
 	for _, n := range []int{1000, 10000} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
 			l := testLoop(&testing.T{}, memlock.New(time.Now))
-			defer l.watchSlots()()
+			defer l.watchReleases()()
 			l.s.setLive([]string{"peer"})
 			at := time.Now().Truncate(time.Hour)
 			ts := make([]*Task, n)
@@ -96,7 +95,7 @@ func BenchmarkReleaseNotices(b *testing.B) {
 				}
 				b.StartTimer()
 				for _, t := range ts {
-					l.onSlotNotice(slotName{t.Name, t.Schedule.SlotID(at)}, lock.Released)
+					l.onReleaseNotice(slotName{t.Name, t.Schedule.SlotID(at)})
 				}
 				if len(l.checks) != 0 {
 					b.Fatalf("%d deferrals left once every slot was released; want none", len(l.checks))

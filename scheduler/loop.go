@@ -46,12 +46,10 @@ type loop struct {
 	// deferrals by check time; firing, this turn's; heldChecks, those
 	// waiting for this replica's pending claims; byName, every slot they
 	// list; peeker, the store that reads them; lastFiring, how many slots
-	// the last turn's deferral listed (the next one's room); settling,
-	// this turn's deferral of the slots that notices settled. nil byName:
+	// the last turn's deferral listed (the next one's room). nil byName:
 	// deferring slots are runs.
 	checks     checkHeap
 	firing     *deferral
-	settling   *deferral
 	lastFiring int
 	heldChecks []*deferral
 	byName     map[slotName]deferRef
@@ -89,15 +87,14 @@ func newLoop(s *Scheduler, ctx, hard context.Context, cancelHard context.CancelC
 // (running attempts included, cancelled through hard after the grace); it
 // does not wait for the workers' goroutines to exit.
 func (l *loop) run() {
-	stopNotices := l.watchSlots()
-	defer stopNotices()
+	stopReleases := l.watchReleases()
+	defer stopReleases()
 	l.start()
 	var (
 		shutdown = l.ctx.Done()
 		grace    Timer
 		graceC   <-chan time.Time
 		events   []event
-		notices  []slotNotice
 	)
 	for {
 		l.closeFiring()
@@ -128,7 +125,11 @@ func (l *loop) run() {
 		if timer != nil {
 			timer.Stop()
 		}
-		events, notices = l.drain(events, notices)
+		events = l.inbox.take(events)
+		for i := range events {
+			l.handle(events[i])
+			events[i] = event{} // no run kept alive by a handled event
+		}
 		l.releaseDeferred()
 		l.releaseChecks()
 		l.admit()
@@ -168,23 +169,6 @@ func (l *loop) nextWait() (time.Duration, bool) {
 	return max(wait, 0), ok
 }
 
-// drain hands the mailbox's events, then its slot notices, to their
-// transitions, and returns the buffers (emptied) for the next turn.
-func (l *loop) drain(events []event, notices []slotNotice) ([]event, []slotNotice) {
-	events = l.inbox.take(events)
-	for i := range events {
-		l.handle(events[i])
-		events[i] = event{} // no run kept alive by a handled event
-	}
-	notices = l.inbox.takeNotices(notices)
-	for _, n := range notices {
-		l.onSlotNotice(n.name, n.c)
-	}
-	clear(notices)
-	l.settling = nil
-	return events[:0], notices[:0]
-}
-
 // handle passes an event from the mailbox to its transition.
 func (l *loop) handle(e event) {
 	switch e.kind {
@@ -205,6 +189,8 @@ func (l *loop) handle(e event) {
 		l.onBackfill(e.backfill)
 	case checked:
 		l.onChecked(e.deferral, e.states, e.reply.Err)
+	case releaseNoticed:
+		l.onReleaseNotice(e.name)
 	}
 }
 
@@ -349,14 +335,15 @@ func (l *loop) sendClaims() {
 type eventKind uint8
 
 const (
-	claimed    eventKind = iota + 1 // a claim's reply
-	noticed                         // the slot's watch: change says what
-	attempted                       // an attempt ended; with done, the replica is finished with the slot
-	controlled                      // the task was paused (with done) or resumed, by the controller
-	triggered                       // an operator's trigger of the task at at, armed, by the controller
-	reloaded                        // Reload's new tasks
-	backfilled                      // an operator's backfill request (backfill.go); run is nil
-	checked                         // a deferral's read (deferral.go): states, or reply.Err; run is nil
+	claimed        eventKind = iota + 1 // a claim's reply
+	noticed                             // the slot's watch: change says what
+	attempted                           // an attempt ended; with done, the replica is finished with the slot
+	controlled                          // the task was paused (with done) or resumed, by the controller
+	triggered                           // an operator's trigger of the task at at, armed, by the controller
+	reloaded                            // Reload's new tasks
+	backfilled                          // an operator's backfill request (backfill.go); run is nil
+	checked                             // a deferral's read (deferral.go): states, or reply.Err; run is nil
+	releaseNoticed                      // a release of the slot name names (deferral.go); run is nil
 )
 
 // event is a message to the loop about one run.
@@ -377,6 +364,8 @@ type event struct {
 	// deferral and states: checked's deferral and what the read said.
 	deferral *deferral
 	states   []lock.State
+	// name: releaseNoticed's slot.
+	name slotName
 }
 
 // mailbox is the loop's queue of events. It does not block a sender: a
@@ -385,18 +374,7 @@ type event struct {
 type mailbox struct {
 	mu     sync.Mutex
 	events []event
-	// notices: the store's notices of slots (lock.Peeker.WatchSlots),
-	// queued apart: on Redis thousands a second on every replica of a
-	// fleet, each a seventh of an event's size.
-	notices []slotNotice
-	ready   chan struct{} // holds a token once an event or notice is posted
-}
-
-// slotNotice is the store's notice c of the slot name names
-// (deferral.go).
-type slotNotice struct {
-	name slotName
-	c    lock.Change
+	ready  chan struct{} // holds a token once an event is posted
 }
 
 func newMailbox() mailbox { return mailbox{ready: make(chan struct{}, 1)} }
@@ -410,38 +388,6 @@ func (m *mailbox) post(e event) {
 	case m.ready <- struct{}{}:
 	default:
 	}
-}
-
-// notice queues n. A release wakes the loop (a peer retries it at once);
-// a won claim or a completion only settles a slot before its read, which
-// the loop's next turn does first, so it waits for that turn (each
-// message of a peer's claims or completions would otherwise cost every
-// replica a turn of its loop) unless noticeWake are queued.
-func (m *mailbox) notice(n slotNotice) {
-	m.mu.Lock()
-	m.notices = append(m.notices, n)
-	wake := n.c == lock.Released || len(m.notices) >= noticeWake
-	m.mu.Unlock()
-	if !wake {
-		return
-	}
-	select {
-	case m.ready <- struct{}{}:
-	default:
-	}
-}
-
-// noticeWake bounds the notices that wait for the loop's next turn.
-const noticeWake = 4096
-
-// takeNotices returns the queued notices, and keeps buf (emptied) for the
-// next.
-func (m *mailbox) takeNotices(buf []slotNotice) []slotNotice {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	out := m.notices
-	m.notices = buf[:0]
-	return out
 }
 
 // take returns the queued events, and keeps buf (emptied) for the next.

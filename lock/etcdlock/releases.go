@@ -8,7 +8,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/retry"
 )
 
@@ -18,7 +17,7 @@ import (
 // slot's notice key "<prefix>:released:{<task>:<slot id>}" on a lease of
 // noticeTTL. Each process watches the notice prefix once, puts only (the
 // notices' expiry is filtered out by the member), and names the slot to
-// its WatchSlots functions: a replica that left thousands of slots to
+// its WatchReleases functions: a replica that left thousands of slots to
 // their preferred claimants hears each release without a watch per slot,
 // and without the claims and completions of every slot that the slot
 // prefix's watch (hub) carries — a notice costs a write only when a slot
@@ -57,7 +56,7 @@ func (s *Store) noticeSlot(key string) (task, id string, ok bool) {
 }
 
 // releases is the Store's one watch of the release notices, fanned out to
-// its WatchSlots functions.
+// its WatchReleases functions.
 type releases struct {
 	s *Store
 
@@ -72,17 +71,17 @@ func newReleases(s *Store) *releases {
 	return &releases{s: s, fs: map[int]func(task, id string){}, ready: make(chan struct{})}
 }
 
-// WatchSlots implements lock.Peeker, releases only, over the store's watch of
+// WatchReleases implements lock.Peeker over the store's watch of
 // the release notices (started here if Subscribe has not started it: a
 // release before etcd has established it goes unheard). A notice lost
 // while the watch is reopened past a compaction is not repeated.
-func (s *Store) WatchSlots(f func(task, id string, c lock.Change)) (stop func()) {
+func (s *Store) WatchReleases(f func(task, id string)) (stop func()) {
 	r := s.rels
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n := r.next
 	r.next++
-	r.fs[n] = func(task, id string) { f(task, id, lock.Released) }
+	r.fs[n] = f
 	r.startLocked()
 	return sync.OnceFunc(func() {
 		r.mu.Lock()

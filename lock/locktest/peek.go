@@ -2,8 +2,6 @@ package locktest
 
 import (
 	"context"
-	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,8 +14,7 @@ import (
 // A store that reports every slot's releases to one function
 // (lock.Peeker) names the released slot (a release, one with a
 // retry backoff, an operator's rerun), and says nothing of a completion
-// or of a stopped watcher. The hints a store may send besides (Taken,
-// Completed) name the slot they are about.
+// or of a stopped watcher.
 func testReleaseNotice(t *testing.T, h Harness) {
 	rw, ok := h.Store.(lock.Peeker)
 	if !ok {
@@ -26,30 +23,12 @@ func testReleaseNotice(t *testing.T, h Harness) {
 	ctx := context.Background()
 	slot, done, backoff := UniqueSlot(t, h), UniqueSlot(t, h), UniqueSlot(t, h)
 	heard := make(chan lock.Slot, 16)
-	var hintMu sync.Mutex
-	var hints []string // wrong hints: a Completed or Taken of a slot that was not
-	stop := rw.WatchSlots(func(task, id string, c lock.Change) {
-		if task != slot.Task && task != done.Task && task != backoff.Task { // other tests release too
-			return
-		}
-		s := lock.Slot{Task: task, ID: id}
-		switch {
-		case c == lock.Released:
-			heard <- s
-		case c == lock.Completed && task != done.Task, c != lock.Completed && c != lock.Taken:
-			hintMu.Lock()
-			hints = append(hints, fmt.Sprintf("%v of %s", c, s))
-			hintMu.Unlock()
+	stop := rw.WatchReleases(func(task, id string) {
+		if task == slot.Task || task == done.Task || task == backoff.Task { // other tests release too
+			heard <- lock.Slot{Task: task, ID: id}
 		}
 	})
 	defer stop()
-	defer func() {
-		hintMu.Lock()
-		defer hintMu.Unlock()
-		if len(hints) > 0 {
-			t.Errorf("wrong hints (only %s completed): %v", done, hints)
-		}
-	}()
 	hear := func(want lock.Slot, what string) {
 		t.Helper()
 		select {
@@ -88,8 +67,8 @@ func testReleaseNotice(t *testing.T, h Harness) {
 	// A second watcher, started after the first stopped, hears this
 	// release only: by then the first has had as long to (wrongly) hear it.
 	again := make(chan struct{}, 1)
-	stop2 := rw.WatchSlots(func(task, _ string, c lock.Change) {
-		if task == slot.Task && c == lock.Released {
+	stop2 := rw.WatchReleases(func(task, _ string) {
+		if task == slot.Task {
 			select {
 			case again <- struct{}{}:
 			default:

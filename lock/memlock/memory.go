@@ -288,18 +288,18 @@ func (m *Store) Peek(ctx context.Context, slots []lock.Slot, ttl []bool) ([]lock
 	return m.States(ctx, slots)
 }
 
-// WatchSlots implements lock.Peeker: releases and completions.
-func (m *Store) WatchSlots(f func(task, id string, c lock.Change)) (stop func()) {
+// WatchReleases implements lock.Peeker.
+func (m *Store) WatchReleases(f func(task, id string)) (stop func()) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	p := m.watch.OnEvery(func(key string, c lock.Change) {
+	p := m.watch.OnRelease(func(key string) {
 		if task, id, ok := schema.SlotOf("slotd", key); ok {
-			f(task, id, c)
+			f(task, id)
 		}
 	})
 	return sync.OnceFunc(func() {
 		m.mu.Lock()
-		m.watch.OffEvery(p)
+		m.watch.OffRelease(p)
 		m.mu.Unlock()
 	})
 }

@@ -360,15 +360,13 @@ func (r *Store) watchKey(key string, relay *lock.Watch) *lock.Watch {
 	return w
 }
 
-// WatchSlots implements lock.Peeker over the subscription Watch shares,
-// which it starts: releases, and the won claims (once the store has
-// announced a replica) and completions that the done channel carries to
-// every replica anyway.
-func (r *Store) WatchSlots(f func(task, id string, c lock.Change)) (stop func()) {
+// WatchReleases implements lock.Peeker over the subscription
+// Watch shares, which it starts.
+func (r *Store) WatchReleases(f func(task, id string)) (stop func()) {
 	prefix := r.prefix
-	stop = r.sub.OnEvery(func(key string, c lock.Change) {
+	stop = r.sub.OnRelease(func(key string) {
 		if task, id, ok := schema.SlotOf(prefix, key); ok {
-			f(task, id, c)
+			f(task, id)
 		}
 	})
 	r.sub.Start()

@@ -22,7 +22,7 @@ import (
 // the slot ("<task>:<slot id>-<sequence>", each part escaped as in the
 // slot's path); the directory is a container, gone while no notice is. Each process keeps one child watch on the directory
 // (re-armed on each event, which costs it one listing) and names the slots
-// of the children it had not listed before to its WatchSlots
+// of the children it had not listed before to its WatchReleases
 // functions. A replica that left thousands of slots to their preferred
 // claimants so hears each release with one request per burst of
 // releases, and hears no claim or completion at all.
@@ -98,7 +98,7 @@ func noticeSlot(name string) (task, id string, ok bool) {
 }
 
 // releases is the Store's one child watch of the notices' directory,
-// fanned out to its WatchSlots functions.
+// fanned out to its WatchReleases functions.
 type releases struct {
 	s *Store
 
@@ -118,16 +118,16 @@ func (r *releases) init(s *Store) {
 	r.stop = make(chan struct{})
 }
 
-// WatchSlots implements lock.Peeker, releases only, over the store's child
+// WatchReleases implements lock.Peeker over the store's child
 // watch of the release notices (started here if Subscribe has not
 // started it: a release before its first listing goes unheard).
-func (s *Store) WatchSlots(f func(task, id string, c lock.Change)) (stop func()) {
+func (s *Store) WatchReleases(f func(task, id string)) (stop func()) {
 	r := &s.rels
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n := r.next
 	r.next++
-	r.fs[n] = func(task, id string) { f(task, id, lock.Released) }
+	r.fs[n] = f
 	r.startLocked()
 	return sync.OnceFunc(func() {
 		r.mu.Lock()

@@ -1,7 +1,7 @@
 // Package notify is the registry behind the watches of a store whose
 // notices name a key (the Redis subscription, the in-memory store): one
 // notice wakes every watcher of that key, and every release reaches the
-// functions that hear the notices of all keys.
+// functions that hear the releases of all keys.
 package notify
 
 import "github.com/slotd/slotd/lock"
@@ -11,8 +11,8 @@ import "github.com/slotd/slotd/lock"
 // thousand keys of a burst small. The zero value is ready; the caller
 // guards it.
 type Watchers struct {
-	m     map[string][]*lock.Watch
-	every []*func(key string, c lock.Change) // OnEvery: every notice, whatever its key
+	m        map[string][]*lock.Watch
+	releases []*func(key string) // OnRelease: every release, whatever its key
 }
 
 // Add registers w for key.
@@ -41,29 +41,32 @@ func (ws *Watchers) Remove(key string, w *lock.Watch) {
 	}
 }
 
-// OnEvery registers f for every notice of every key (of a slot or not: f
-// tells them apart); OffEvery with the returned value unregisters it.
-func (ws *Watchers) OnEvery(f func(key string, c lock.Change)) *func(key string, c lock.Change) {
+// OnRelease registers f for the release of every key (lock.Released, of
+// a slot or not: f tells them apart); OffRelease with the returned value
+// unregisters it.
+func (ws *Watchers) OnRelease(f func(key string)) *func(key string) {
 	p := &f
-	ws.every = append(ws.every, p)
+	ws.releases = append(ws.releases, p)
 	return p
 }
 
-// OffEvery unregisters what OnEvery returned.
-func (ws *Watchers) OffEvery(p *func(key string, c lock.Change)) {
-	for i, x := range ws.every {
+// OffRelease unregisters what OnRelease returned.
+func (ws *Watchers) OffRelease(p *func(key string)) {
+	for i, x := range ws.releases {
 		if x == p {
-			ws.every = append(ws.every[:i], ws.every[i+1:]...)
+			ws.releases = append(ws.releases[:i], ws.releases[i+1:]...)
 			return
 		}
 	}
 }
 
-// Notify delivers c to every watcher of key and to every OnEvery
-// function.
+// Notify delivers c to every watcher of key, and a release to every
+// OnRelease function.
 func (ws *Watchers) Notify(key string, c lock.Change) {
-	for _, f := range ws.every {
-		(*f)(key, c)
+	if c == lock.Released {
+		for _, f := range ws.releases {
+			(*f)(key)
+		}
 	}
 	for _, w := range ws.m[key] {
 		w.Notify(c)

@@ -76,17 +76,16 @@ func (s *Subscription) Remove(key string, w *lock.Watch) {
 	s.mu.Unlock()
 }
 
-// OnEvery registers f for every key a message names: Released for a
-// message on a channel other than the done channel (a release or rerun of
-// the key it names), Completed or Taken for each key of a done channel
-// message; stop unregisters it.
-func (s *Subscription) OnEvery(f func(key string, c lock.Change)) (stop func()) {
+// OnRelease registers f for every message on a channel other than the
+// done channel (a release or rerun of the key it names); stop
+// unregisters it.
+func (s *Subscription) OnRelease(f func(key string)) (stop func()) {
 	s.mu.Lock()
-	p := s.watch.OnEvery(f)
+	p := s.watch.OnRelease(f)
 	s.mu.Unlock()
 	return sync.OnceFunc(func() {
 		s.mu.Lock()
-		s.watch.OffEvery(p)
+		s.watch.OffRelease(p)
 		s.mu.Unlock()
 	})
 }
