@@ -80,7 +80,9 @@ func (e etcdKV) Get(ctx context.Context, dir, name string) (kv.Entry, error) {
 		if err != nil {
 			return kv.Entry{}, etcdErr(fmt.Errorf("etcdlock: get %s: lease: %w", key, err))
 		}
-		if ttl.TTL <= 0 { // the lease ran out between the two reads
+		// etcd counts whole seconds, rounded down: 0 is a lease in its last
+		// second, -1 one gone (it ran out between the two reads).
+		if ttl.TTL < 0 {
 			return kv.Entry{}, nil
 		}
 		out.TTL = time.Duration(ttl.TTL) * time.Second
