@@ -456,7 +456,7 @@ init {
  *              compare-and-set of triggers/<task>: pending and keys)
  *   ArmTrigger arm.lua 13-18; etcd controls.go 35-55 (a Txn on the keys'
  *              versions), zklock controls.go 32-38 (create the slot node)
- *   controller.read (scheduler/controls.go 277-330): each pending
+ *   controller.read (scheduler/controls.go 280-334): each pending
  *              trigger not yet passed on is armed, then claimed; an arm
  *              that fails is tried at the next read, never claimed unarmed
  * A trigger second is a tick (0..2); BASE is lock.TriggerBase scaled to
@@ -599,10 +599,14 @@ init {
  *              call of its own; kv: notify 96-107; either may be lost)
  *   controller (scheduler/controls.go): first (57-67) reads the state
  *              before the loop fires anything (a read that fails leaves
- *              the config's value, here not paused); run (150-186) reads
+ *              the config's value, here not paused); run (150-194) reads
  *              on a notice, and at each clock check (CHECK ticks) if the
- *              epoch changed or a sweep (SWEEP ticks) is due; read
- *              (277-297) tells the loop
+ *              epoch changed since its last read that the store answered
+ *              (ep: a failed read records no epoch) or a sweep (SWEEP
+ *              ticks) is due; read (280-301) tells the loop. A notice's
+ *              read records no epoch in the code, nor does a check's read
+ *              that failed restart the sweep: more reads than modelled,
+ *              never fewer
  *   loop       skipPaused (run.go 173-180: the loop keeps the paused tasks
  *              only, setPaused) at each fire (loop.go 212, 235)
  * Faults: a notice lost, the epoch change lost, a read lost, a replica

@@ -153,9 +153,16 @@ func (c *controller) run(ctx context.Context) {
 			w.Stop()
 		}
 	}()
-	epoch, _ := c.epoch(ctx)
-	c.read(ctx, c.names) // triggers from before this replica started
-	swept := c.s.clock.Now()
+	// epoch is the controls' epoch as of the last full read the store
+	// answered (model/controls.pml's ep): one that failed, or an epoch
+	// that could not be read, records nothing, so the next clock check
+	// reads again. Recorded before its read succeeded, a store that
+	// was down at a check, and then back empty (epoch 0 again), would
+	// have kept a pause it lost unwritten until the sweep.
+	epoch, swept := int64(-1), c.s.clock.Now()
+	if e, err := c.epoch(ctx); c.read(ctx, c.names) && err == nil { // triggers from before this replica started
+		epoch = e
+	}
 	every := c.s.checkEvery
 	t := c.s.clock.NewTimer(every)
 	defer func() { t.Stop() }()
@@ -179,8 +186,9 @@ func (c *controller) run(ctx context.Context) {
 			if err == nil && e == epoch && c.s.clock.Now().Sub(swept) < lock.ControlsSweep {
 				continue
 			}
-			epoch, swept = e, c.s.clock.Now()
-			c.read(ctx, c.names)
+			if c.read(ctx, c.names) && err == nil {
+				epoch, swept = e, c.s.clock.Now()
+			}
 		}
 	}
 }
@@ -266,12 +274,14 @@ func (c *controller) tasks() map[string]*Task {
 // read reads the pause states and pending triggers of the named tasks
 // and tells the loop what changed: a pause or resume, and each trigger it
 // has not yet passed on, armed (lock.Controls.ArmTrigger) first. A name
-// no longer configured is skipped.
-func (c *controller) read(ctx context.Context, names []string) {
+// no longer configured is skipped. It reports whether the store answered
+// (a pause state was read): a task whose key alone cannot be read (a
+// foreign value) does not make every clock check read every task.
+func (c *controller) read(ctx context.Context, names []string) bool {
 	tasks := c.tasks()
 	names = slices.DeleteFunc(slices.Clone(names), func(n string) bool { return tasks[n] == nil })
 	if len(names) == 0 {
-		return
+		return true
 	}
 	cctx, cancel := context.WithTimeout(ctx, controlsTimeout)
 	defer cancel()
@@ -320,4 +330,5 @@ func (c *controller) read(ctx context.Context, names []string) {
 			c.inbox.post(event{kind: triggered, task: t, at: slot.Time})
 		}
 	}
+	return slices.Contains(read, true)
 }

@@ -163,3 +163,41 @@ func TestConfigPausedAppliedAfterStoreFailure(t *testing.T) {
 		return err == nil && p[0]
 	})
 }
+
+// epochFailures is a Redis store that counts the controls' epoch reads
+// that failed.
+type epochFailures struct {
+	*redislock.Store
+	failed atomic.Int64
+}
+
+func (s *epochFailures) Epoch(ctx context.Context) (int64, error) {
+	e, err := s.Store.Epoch(ctx)
+	if err != nil {
+		s.failed.Add(1)
+	}
+	return e, err
+}
+
+// A clock check that finds the store down records no epoch: when the
+// store comes back empty (its epoch 0 again, the pause gone), the next
+// check reads the tasks and writes the pause back. Taking the epoch it
+// could not read (0) for the one it found, it left the pause lost until
+// the hourly sweep: TestPauseWrittenBackAfterStoreLoss failed so when a
+// loaded machine made a check land while the server was restarting.
+func TestPauseWrittenBackAfterAChecksReadFailed(t *testing.T) {
+	testlane.Parallel(t, lightLane)
+	srv := redistest.Start(t)
+	store := &epochFailures{Store: redislock.New(srv.Client(), "slotd")}
+	t.Cleanup(func() { store.Close() })
+	task := testTask(t, "tick", "@every 1s", newLedger().job(ok), nil)
+	r := startReplica(t, "r1", store, time.Second, []scheduler.Task{task}, scheduler.WithClockCheck(50*time.Millisecond))
+	if _, err := store.SetPaused(context.Background(), "tick", lock.Pause); err != nil {
+		t.Fatal(err)
+	}
+	await(t, "the pause heard", 10*time.Second, pausedBoth(t, r, store, "tick", true))
+	srv.Stop()
+	await(t, "two clock checks while the store is down", 10*time.Second, func() bool { return store.failed.Load() >= 2 })
+	srv.Restart() // empty: no persistence
+	await(t, "the pause written back", 10*time.Second, func() bool { return storePaused(t, store, "tick") })
+}
