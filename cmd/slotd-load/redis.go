@@ -104,45 +104,34 @@ func commandStats(ctx context.Context, c *redis.Client) (map[string]int64, error
 
 // serverCPU reads INFO cpu: the server's user + system CPU seconds.
 func serverCPU(ctx context.Context, c *redis.Client) (float64, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	info, err := c.Info(ctx, "cpu").Result()
-	if err != nil {
-		return 0, fmt.Errorf("info cpu: %w", err)
-	}
-	var total float64
-	for line := range strings.SplitSeq(info, "\n") {
-		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
-		if k == "used_cpu_sys" || k == "used_cpu_user" {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				return 0, fmt.Errorf("info cpu: %q: %w", line, err)
-			}
-			total += f
-		}
-	}
-	return total, nil
+	return infoSum(ctx, c, "cpu", "used_cpu_sys", "used_cpu_user")
 }
 
 // keyLookups reads INFO stats: keyspace_hits + keyspace_misses, the keys
 // read by any command (an MGET counts each of its keys, commandstats one
 // call).
 func keyLookups(ctx context.Context, c *redis.Client) (int64, error) {
+	n, err := infoSum(ctx, c, "stats", "keyspace_hits", "keyspace_misses")
+	return int64(n), err
+}
+
+// infoSum reads INFO section and sums the named fields.
+func infoSum(ctx context.Context, c *redis.Client, section string, fields ...string) (float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	info, err := c.Info(ctx, "stats").Result()
+	info, err := c.Info(ctx, section).Result()
 	if err != nil {
-		return 0, fmt.Errorf("info stats: %w", err)
+		return 0, fmt.Errorf("info %s: %w", section, err)
 	}
-	var total int64
+	var total float64
 	for line := range strings.SplitSeq(info, "\n") {
 		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
-		if k == "keyspace_hits" || k == "keyspace_misses" {
-			n, err := strconv.ParseInt(v, 10, 64)
+		if slices.Contains(fields, k) {
+			f, err := strconv.ParseFloat(v, 64)
 			if err != nil {
-				return 0, fmt.Errorf("info stats: %q: %w", line, err)
+				return 0, fmt.Errorf("info %s: %q: %w", section, line, err)
 			}
-			total += n
+			total += f
 		}
 	}
 	return total, nil

@@ -76,11 +76,7 @@ func Start(t testing.TB, n int) *Cluster {
 }
 
 // shared holds the clusters Shared started, by size, until StopShared.
-var shared struct {
-	mu       sync.Mutex
-	life     testshared.Life
-	clusters map[int]*Cluster
-}
+var shared = testshared.Servers[*Cluster]{Start: Start}
 
 // Shared returns the client URLs of a cluster of n members shared by the
 // package's tests, started by the first test that asks (its start's
@@ -90,26 +86,11 @@ var shared struct {
 // cuts off a member starts a cluster of its own.
 func Shared(t testing.TB, n int) []string {
 	t.Helper()
-	shared.mu.Lock()
-	defer shared.mu.Unlock()
-	if c := shared.clusters[n]; c != nil {
-		return c.Endpoints()
-	}
-	c := Start(shared.life.TB(t), n)
-	if shared.clusters == nil {
-		shared.clusters = map[int]*Cluster{}
-	}
-	shared.clusters[n] = c
-	return c.Endpoints()
+	return shared.Get(t, n).Endpoints()
 }
 
 // StopShared stops the clusters Shared started and removes their data.
-func StopShared() {
-	shared.mu.Lock()
-	shared.clusters = nil
-	shared.mu.Unlock()
-	shared.life.End()
-}
+func StopShared() { shared.End() }
 
 // StartWith is Start with extra flags for every member (a backend quota:
 // "--quota-backend-bytes", "1048576").

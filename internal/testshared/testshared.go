@@ -68,3 +68,39 @@ func (x lifeTB) Cleanup(f func()) {
 	defer x.l.mu.Unlock()
 	x.l.cleanups = append(x.l.cleanups, f)
 }
+
+// Servers keeps one shared server (a cluster, an ensemble) per member
+// count, each started through a Life by the first test that asks for it.
+// Set Start before the first Get.
+type Servers[S any] struct {
+	Start func(t testing.TB, n int) S // starts a server of n members, failing t if it cannot
+
+	mu   sync.Mutex
+	life Life
+	by   map[int]S
+}
+
+// Get returns the shared server of n members, started now if no test has
+// asked for one yet (its start's failure is t's).
+func (p *Servers[S]) Get(t testing.TB, n int) S {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if s, ok := p.by[n]; ok {
+		return s
+	}
+	s := p.Start(p.life.TB(t), n)
+	if p.by == nil {
+		p.by = map[int]S{}
+	}
+	p.by[n] = s
+	return s
+}
+
+// End stops the servers Get started and removes their data.
+func (p *Servers[S]) End() {
+	p.mu.Lock()
+	p.by = nil
+	p.mu.Unlock()
+	p.life.End()
+}

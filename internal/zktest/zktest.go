@@ -107,11 +107,7 @@ func Start(t testing.TB, n int) *Ensemble {
 }
 
 // shared holds the ensembles Shared started, by size, until StopShared.
-var shared struct {
-	mu   sync.Mutex
-	life testshared.Life
-	ens  map[int]*Ensemble
-}
+var shared = testshared.Servers[*Ensemble]{Start: Start}
 
 // Shared returns the client addresses of an ensemble of n members shared
 // by the package's tests, started by the first test that asks (its start's
@@ -122,26 +118,11 @@ var shared struct {
 // three-member ensemble costs about 2 CPU-seconds and 1.5 s to start.
 func Shared(t testing.TB, n int) []string {
 	t.Helper()
-	shared.mu.Lock()
-	defer shared.mu.Unlock()
-	if e := shared.ens[n]; e != nil {
-		return e.Servers()
-	}
-	e := Start(shared.life.TB(t), n)
-	if shared.ens == nil {
-		shared.ens = map[int]*Ensemble{}
-	}
-	shared.ens[n] = e
-	return e.Servers()
+	return shared.Get(t, n).Servers()
 }
 
 // StopShared stops the ensembles Shared started and removes their data.
-func StopShared() {
-	shared.mu.Lock()
-	shared.ens = nil
-	shared.mu.Unlock()
-	shared.life.End()
-}
+func StopShared() { shared.End() }
 
 // startWait bounds a fresh ensemble's start: JVMs, an election, the
 // followers' sync; seconds alone, longer on a loaded machine.
