@@ -50,8 +50,10 @@ func testLostLease(t *testing.T, h Harness) {
 			}
 			break
 		}
-		if b.Result != lock.Held || b.Holder != "a" || b.Wait <= 0 || b.Wait > p.Lease {
-			t.Fatalf("claim by b = %+v; want held by a with a wait in (0, lease]", b)
+		// A wait of 0 is a lease in its last millisecond (Redis's PTTL
+		// rounds down): CI once claimed just then.
+		if b.Result != lock.Held || b.Holder != "a" || b.Wait < 0 || b.Wait > p.Lease {
+			t.Fatalf("claim by b = %+v; want held by a with a wait in [0, lease]", b)
 		}
 		if held := at.Sub(before); held > p.Lease+LostLeaseBound {
 			t.Fatalf("slot still held by a %v after its claim, which stopped renewing a %v lease: want free within %v of the lease",
