@@ -131,3 +131,32 @@ func (h holder) Renewed() {
 		h.renewed()
 	}
 }
+
+// A store whose renewals each take 0.4 of the lease keeps it: the next
+// renewal is sent an interval after the last was sent, not after it was
+// answered (then each would have been confirmed 0.4 + 0.33 + 0.4 of the
+// lease after the one before, past the lease less its margin).
+func TestSlowRenewalsKeepTheLease(t *testing.T) {
+	const ttl = 3 * time.Second
+	var k Lease
+	renewed := make(chan struct{}, 100)
+	slow := func(ctx context.Context) error {
+		select {
+		case <-time.After(ttl * 4 / 10): // the store's answer, slow
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	k.Keep(context.Background(), ttl, ttl/10, time.Now(), holder{slow, func() { renewed <- struct{}{} }, func(why error) error { t.Errorf("lost: %v", why); return why }})
+	for range 4 {
+		select {
+		case <-renewed:
+		case <-k.ctx.Done():
+			t.Fatalf("lease lost after slow renewals: %v", context.Cause(k.ctx))
+		}
+	}
+	if _, valid := k.Stop(); !valid {
+		t.Fatal("after four slow renewals the lease is not valid")
+	}
+}
