@@ -127,7 +127,7 @@ hidden byte h_w, h_n, h_ok;
 #define holder        (k_own - 1)
 /* the state key is i's attempt, on i's current lease */
 #define key_mine(i)   (key_run && k_own == (i) + 1 && k_att == att[i] && k_lg == lg[i])
-/* leases.go 181-186 live: a lease this Store keeps alive */
+/* leases.go 175-180 live: a lease this Store keeps alive */
 #define lease_live(i) (k_lg == lg[i] && k_lttl > 0)
 
 #define view_ok(i)    (!(wdon[i] && vt[i] > 0) || key_mine(i))

@@ -477,7 +477,7 @@ end:
 #define RENEW_WHILE(i) true          /* mutant: renews on after validUntil */
 #endif
 
-/* replica i's lease watchdog: keeper.tick/schedule (keepalive.go 263-318) */
+/* replica i's lease watchdog: keeper.tick/schedule (lock/internal/keepalive/keepalive.go 176-240) */
 proctype Watchdog(byte i) {
 end:
   do
