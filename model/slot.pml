@@ -152,7 +152,7 @@ byte reruns = RERUNS;
 #define key_run         (kttl > 0 && !kdone)
 #define key_mine(i)     (key_run && kown == (i) + 1 && katt == att[i])
 #define running(i)      (tk[i] == T_RUN)
-/* claim.lua 67-78: replica i's claim with in-doubt argument d takes the
+/* claim.lua 80-91: replica i's claim with in-doubt argument d takes the
  * key over: its own value, of an attempt it was never answered won for */
 #ifdef M_TAKEOVER_ANY_OWNER
 #define TAKEOVER(i, d)  ((d) > 0 && katt >= (d) && !closed)
@@ -216,7 +216,7 @@ inline publish(kind) {
   od
 }
 
-/* claim.lua lines 63-136 (one slot): state first, then the clock, the
+/* claim.lua lines 76-158 (one slot): state first, then the clock, the
  * deadline, the cap, then the counter (SET NX PX of the first attempt, or
  * GET and SET PX of the next) + SET PX. A replica's own "run:" value,
  * when its last claim got no reply (d > 0: doubt.go), is taken over if
@@ -227,24 +227,24 @@ inline publish(kind) {
  * Its PUBLISH of the won keys (the Taken hint) is not modelled: it writes no key. */
 inline claim_lua(i, res, w, d) {
   if
-  :: kdone -> res = R_DONE                                 /* 81-83 */
-  :: key_run && TAKEOVER(i, d) -> kttl = LEASE; res = R_WON  /* 67-78: its own claim in doubt */
-  :: key_run && !TAKEOVER(i, d) -> res = R_HELD; w = kttl  /* 79 */
+  :: kdone -> res = R_DONE                                 /* 94-96 */
+  :: key_run && TAKEOVER(i, d) -> kttl = LEASE; res = R_WON  /* 80-91: its own claim in doubt */
+  :: key_run && !TAKEOVER(i, d) -> res = R_HELD; w = kttl  /* 92 */
 #ifndef M_CLAIM_NO_BACKOFF
-  :: knb > 0 -> res = R_EARLY; w = knb                     /* 84-97: a retry backoff */
+  :: knb > 0 -> res = R_EARLY; w = knb                     /* 97-110: a retry backoff */
 #endif
   :: else ->
      if
 #ifndef M_CLAIM_NO_CLOCK
-     :: to_slot > 0 -> res = R_EARLY; w = to_slot          /* 100-103 */
+     :: to_slot > 0 -> res = R_EARLY; w = to_slot          /* 113-116 */
 #endif
-     :: closed -> res = R_LATE                              /* 104-106 */
+     :: closed -> res = R_LATE                              /* 117-119 */
 #ifndef M_NO_CAP
-     :: (cnt >= base && cnt - base >= CAP) || cnt >= MAXN -> res = R_EXH /* 125-127 */
+     :: (cnt >= base && cnt - base >= CAP) || cnt >= MAXN -> res = R_EXH /* 143-145 */
 #else
      :: cnt >= MAXN -> res = R_EXH
 #endif
-     :: else ->                                             /* 108-135 */
+     :: else ->                                             /* 121-157 */
         cnt++;
         assert(knb == 0);                                   /* (g) */
         kown = i + 1; katt = cnt; kdone = false; kttl = LEASE; knb = 0;

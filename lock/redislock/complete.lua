@@ -91,9 +91,9 @@ for i = 0, #KEYS / 2 - 1 do
   if not ok then
     out[#out + 1] = {err = tostring(v)}
   elseif v == ARGV[a + 1] then
-    if not now then
+    if not now then -- a string: formatting a number is printf's work, once
       local t = redis.call('TIME')
-      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+      now = tostring(tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
     end
     redis.call('SET', KEYS[k + 1], ARGV[a + 2] .. now, 'PX', ARGV[a + 3])
     local keys = done[ARGV[a + 4]]

@@ -98,7 +98,7 @@ func (r *Store) Claim(ctx context.Context, slot lock.Slot, replica string, p loc
 // held by its own lost claim, to send once more at once, asking for it.
 func (r *Store) claimReply(cmd *redis.Cmd, slot lock.Slot, owner string, sent time.Time) (c lock.Claim, err error, again bool) {
 	state, attempts := Keys(r.prefix, slot)
-	res, err := cmd.Slice()
+	res, err := cmd.Result()
 	if err == nil {
 		c, err = decodeClaim(res)
 		if err != nil {
@@ -134,8 +134,16 @@ func (r *Store) claimArgs(slot lock.Slot, replica string, p lock.Policy, taken s
 	}
 }
 
-// decodeClaim turns claim.lua's reply into a Claim.
-func decodeClaim(res []any) (lock.Claim, error) {
+// decodeClaim turns claim.lua's reply to one slot into a Claim.
+func decodeClaim(reply any) (lock.Claim, error) {
+	if v, ok := reply.(int64); ok { // won, base 0: now * 1000 + attempt
+		n, now := v%1000, v/1000
+		if v <= 0 || n == 0 {
+			return lock.Claim{}, fmt.Errorf("unexpected reply %v", reply)
+		}
+		return lock.Claim{Result: lock.Won, Attempt: int(n), Now: time.UnixMilli(now).UTC()}, nil
+	}
+	res, _ := reply.([]any)
 	if len(res) != 6 {
 		return lock.Claim{}, fmt.Errorf("unexpected reply %v", res)
 	}
@@ -168,7 +176,7 @@ func decodeClaim(res []any) (lock.Claim, error) {
 	case "foreign":
 		return lock.Claim{}, fmt.Errorf("%w: %q", lock.ErrForeign, value)
 	default:
-		return lock.Claim{}, fmt.Errorf("unexpected reply %v", res)
+		return lock.Claim{}, fmt.Errorf("unexpected reply %v", reply)
 	}
 	return c, nil
 }
