@@ -54,7 +54,7 @@ type options struct {
 	redisServer, dir                    string
 	store                               string   // redis, cluster, etcd or zookeeper
 	endpoints                           []string // -endpoints: a running etcd cluster's or ZooKeeper ensemble's, instead of starting one
-	json, profile                       bool
+	json, profile, floor                bool
 	// Sustained mode (rate > 0): rate tasks due every second, run by
 	// plugin ("noop" or "http"), measured over duration after warmup
 	// seconds.
@@ -101,6 +101,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.redisServer, "redis-server", "redis-server", "redis-server binary")
 	fs.StringVar(&o.dir, "dir", "", "keep configs, records and logs here (default: a temporary directory, removed)")
 	fs.BoolVar(&o.json, "json", false, "print the report as JSON")
+	fs.BoolVar(&o.floor, "floor", false, "sustained mode on Redis: before the replicas start, run as many slots as the window will (-rate × (-warmup + -duration)) through the floor protocol (internal/redisfloor) on -rate tasks, and report its Redis CPU per slot beside slotd's; then empty the server")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/slotd/slotd/internal/redisfloor"
 )
 
 // server is the redis-server this run starts: a free loopback port, no
@@ -158,6 +160,58 @@ type Baseline struct {
 	// It checks nothing, so it is the least a slot's Redis share can be.
 	PlainSlotCPU float64 `json:"plain_slot_redis_cpu_us"`
 	PlainSlots   int     `json:"plain_slots"`
+	// FloorSlotCPU (-floor) is Redis's CPU per slot, in µs, for as many
+	// slots as the run's window, on as many tasks, through the floor
+	// protocol (internal/redisfloor: the least a checked, recorded slot
+	// asks of Redis 7.0), fused batch slots a call: the same keyspace
+	// growth and history streams as the run, so that slotd's figure reads
+	// against it. The server is emptied after it.
+	FloorSlotCPU float64 `json:"floor_slot_redis_cpu_us,omitempty"`
+	FloorSlots   int     `json:"floor_slots,omitempty"`
+}
+
+// floorSlots measures Baseline.FloorSlotCPU: n fresh slots over tasks
+// tasks, claimed and completed through the floor's scripts, batch slots a
+// call, from one client; then it empties the server (FLUSHALL), so that
+// the run starts on the keyspace it would have had without it.
+func floorSlots(ctx context.Context, c *redis.Client, n, tasks, batch int) (float64, error) {
+	if err := redisfloor.Streams(ctx, c, "slotd", tasks); err != nil {
+		return 0, fmt.Errorf("floor: streams: %w", err)
+	}
+	lease, ttl := 15*time.Second, time.Minute
+	cpu0, err := serverCPU(ctx, c)
+	if err != nil {
+		return 0, err
+	}
+	// A slot is completed half a second of slots (tasks/2) after its claim,
+	// as a fleet's are some hundred milliseconds later: its keys have left
+	// the server's caches by then, as in the run.
+	at := time.Now()
+	lag := max(1, tasks/2/batch)
+	var claimed []redisfloor.Slots
+	for done := 0; done < n || len(claimed) > 0; done += batch {
+		if done < n {
+			s := redisfloor.Fresh("slotd", at, done, min(batch, n-done), tasks)
+			if err := s.Claim(ctx, c, lease, ttl); err != nil {
+				return 0, err
+			}
+			claimed = append(claimed, s)
+		}
+		if len(claimed) > lag || done >= n {
+			if err := claimed[0].Complete(ctx, c, ttl); err != nil {
+				return 0, err
+			}
+			claimed = claimed[1:]
+		}
+	}
+	cpu1, err := serverCPU(ctx, c)
+	if err != nil {
+		return 0, err
+	}
+	if err := c.FlushAll(ctx).Err(); err != nil {
+		return 0, fmt.Errorf("floor: flushall: %w", err)
+	}
+	return (cpu1 - cpu0) / float64(n) * 1e6, nil
 }
 
 // runBaseline measures the raw baseline on keys distinct keys: sequential

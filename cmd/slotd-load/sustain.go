@@ -175,6 +175,14 @@ func measureSustained(ctx context.Context, o options, stderr io.Writer) (*sustai
 		if rep.Baseline, err = runBaseline(ctx, srv.addr, o.rate, o.replicas, o.batch); err != nil {
 			return nil, err
 		}
+		if o.floor {
+			n := o.rate * (o.warmup + int(o.duration/time.Second))
+			progress("floor: %d slots on %d tasks", n, o.rate)
+			if rep.Baseline.FloorSlotCPU, err = floorSlots(ctx, st.rdb, n, o.rate, o.batch); err != nil {
+				return nil, err
+			}
+			rep.Baseline.FloorSlots = n
+		}
 		section = fmt.Sprintf("[redis]\nurl = \"redis://%s/0\"\n", srv.addr)
 	} else {
 		cons, err := startConsensus(o.store, o.endpoints, 3, dir)

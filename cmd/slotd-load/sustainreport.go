@@ -68,7 +68,10 @@ type sustainedReport struct {
 	RedisCPUPerSlot float64 `json:"redis_cpu_us_per_slot"` // µs
 	// RatioToPlain is RedisCPUPerSlot over the baseline's plain slot
 	// (Baseline.PlainSlotCPU: three pipelined commands), on Redis.
-	RatioToPlain     float64            `json:"redis_cpu_ratio_to_plain_slot,omitempty"`
+	RatioToPlain float64 `json:"redis_cpu_ratio_to_plain_slot,omitempty"`
+	// RatioToFloor is RedisCPUPerSlot over the floor's (-floor:
+	// Baseline.FloorSlotCPU, the same number of slots on the same server).
+	RatioToFloor     float64            `json:"redis_cpu_ratio_to_floor_slot,omitempty"`
 	StoreRSSMB       float64            `json:"store_rss_mb,omitempty"`  // etcd's or ZooKeeper's members' RSS summed at the window's end
 	RedisCmdsPerSlot float64            `json:"redis_commands_per_slot"` // INFO commandstats delta, summed, INFO left out
 	RedisCmds        map[string]float64 `json:"redis_commands_per_slot_by_name"`
@@ -146,6 +149,9 @@ func (rep *sustainedRun) analyze(recs *records, o options, w0, w1 time.Time, bef
 	s.RedisCPUPerSlot = perSlot(s.RedisCPU * 1e6)
 	if p := rep.Baseline.PlainSlotCPU; p > 0 {
 		s.RatioToPlain = s.RedisCPUPerSlot / p
+	}
+	if f := rep.Baseline.FloorSlotCPU; f > 0 {
+		s.RatioToFloor = s.RedisCPUPerSlot / f
 	}
 	s.StoreRSSMB = after.storeRSSMB
 	s.RedisCmds = map[string]float64{}
@@ -334,6 +340,10 @@ func (rep *sustainedRun) writeTable(w io.Writer) {
 			bl.PipelinedClaims, bl.Clients, bl.Batch, bl.SequentialCycles, bl.PipelinedReleases))
 		row("plain slot baseline (same server)", fmt.Sprintf("%.1f µs of Redis CPU per slot: SET NX PX, SET XX PX, XADD, pipelined %d slots a round trip (%d slots)",
 			bl.PlainSlotCPU, bl.Batch, bl.PlainSlots))
+		if bl.FloorSlots > 0 {
+			row("floor slot baseline (same server, -floor)", fmt.Sprintf("%.1f µs of Redis CPU per slot over %d slots on %d tasks (internal/redisfloor); slotd's is %.2f× it",
+				bl.FloorSlotCPU, bl.FloorSlots, rep.Config.Rate, s.RatioToFloor))
+		}
 	}
 	if sc := rep.Scrapes; sc.Every != "" {
 		row("/metrics scraped every "+sc.Every, fmt.Sprintf("%d scrapes of %.0f KiB, %d failed", sc.N, sc.MeanKiB, sc.Errors))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slotd/slotd/internal/redisfloor"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/redislock"
 	"github.com/slotd/slotd/scheduler/history"
@@ -159,7 +160,7 @@ func BenchmarkRedisCPU(b *testing.B) {
 				pipe.SetArgs(ctx, state, "run:r:1", redis.SetArgs{Mode: "NX", TTL: p.Lease})
 				pipe.SetArgs(ctx, state, "done:r:1:1767225600012", redis.SetArgs{Mode: "XX", TTL: p.DoneTTL})
 				pipe.XAdd(ctx, &redis.XAddArgs{Stream: redislock.HistoryKey("slotd", s.Task), MaxLen: history.MaxLen, Approx: true,
-					Values: plainEntry(successOf(s))})
+					Values: redisfloor.Entry(s)})
 			}
 			if _, err := pipe.Exec(ctx); err != nil {
 				b.Fatal(err)
@@ -167,13 +168,6 @@ func BenchmarkRedisCPU(b *testing.B) {
 		})
 		b.ReportMetric(us/raw, "ratio-to-raw")
 	})
-}
-
-// plainEntry is e's fields as the history writes them.
-func plainEntry(e history.Entry) []any {
-	return []any{"slot", e.Slot, "slot_time", e.SlotTime.UTC().Format(time.RFC3339), "attempt", strconv.Itoa(e.Attempt),
-		"token", strconv.FormatInt(e.Token, 10), "replica", e.Replica, "outcome", string(e.Outcome),
-		"started", e.Started.UTC().Format(time.RFC3339Nano), "duration_ms", strconv.FormatInt(e.Duration.Milliseconds(), 10), "error", e.Error}
 }
 
 // serverCPU is Redis's own CPU time so far, in seconds.
@@ -199,130 +193,169 @@ func serverCPU(b *testing.B, rdb *redis.Client) float64 {
 
 // BenchmarkRedisCPUFloor prices, on Redis's own CPU, the least any slot
 // protocol that keeps slotd's guarantees must ask of Redis 7.0 (which has
-// no compare-and-set command: a conditional write is a script): a claim
-// that takes the attempts counter (SET NX PX, the first attempt's case)
-// and the state (SET NX PX, naming the attempt), and a completion that
-// checks the state is the caller's (GET), marks it done (SET PX) and
-// appends the entry (XADD NOMKSTREAM) — in 256-slot fused calls, with no
-// clock, window, cap or backoff check, no notice to peers and a one-number
-// reply. slotd's own claim and recorded completion (BenchmarkRedisCPU) do
-// all of that and more; this is what no design can go below:
+// no compare-and-set command: a conditional write is a script): the floor
+// of internal/redisfloor, a claim of the counter and the state (SET NX PX
+// each) and a completion that checks the owner, marks the slot done and
+// appends the entry, in 256-slot fused calls. slotd's own claim and
+// recorded completion (BenchmarkRedisCPU) do all of that and more; this is
+// what no design can go below:
 //
 //	go test -run '^$' -bench 'RedisCPU(Floor)?$' -benchtime 20000x ./lock/redislock/
 func BenchmarkRedisCPUFloor(b *testing.B) {
 	rdb, _, p := benchEnv(b)
 	ctx := context.Background()
-	claim, complete := redis.NewScript(floorClaim), redis.NewScript(floorComplete)
 	const batch = 256
-	lease, ttl := p.Lease.Milliseconds(), p.DoneTTL.Milliseconds()
-	stream := redislock.HistoryKey("slotd", "bench")
-	if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{"slot", "0"}}).Err(); err != nil {
+	if err := redisfloor.Streams(ctx, rdb, "slotd", 1); err != nil {
 		b.Fatal(err)
 	}
-	batches := func(b *testing.B) [][]lock.Slot {
+	seq := 0
+	batches := func(b *testing.B) []redisfloor.Slots {
 		now := time.Now()
-		var all [][]lock.Slot
+		var all []redisfloor.Slots
 		for done := 0; done < b.N; done += batch {
-			all = append(all, freshSlots(now, min(batch, b.N-done)))
+			n := min(batch, b.N-done)
+			all = append(all, redisfloor.Fresh("slotd", now, seq, n, 1))
+			seq += n
 		}
 		return all
 	}
-	measure := func(b *testing.B, all [][]lock.Slot, op func(slots []lock.Slot)) float64 {
+	measure := func(b *testing.B, all []redisfloor.Slots, op func(slots redisfloor.Slots) error) float64 {
 		b.Helper()
 		before := serverCPU(b, rdb)
 		b.ResetTimer()
 		for _, slots := range all {
-			op(slots)
+			if err := op(slots); err != nil {
+				b.Fatal(err)
+			}
 		}
 		b.StopTimer()
 		return (serverCPU(b, rdb) - before) / float64(b.N) * 1e6
 	}
 	var raw float64
 	b.Run("raw-setnx", func(b *testing.B) {
-		raw = measure(b, batches(b), func(slots []lock.Slot) {
+		raw = measure(b, batches(b), func(slots redisfloor.Slots) error {
 			pipe := rdb.Pipeline()
-			for _, s := range slots {
-				state, _ := redislock.Keys("slotd", s)
-				pipe.SetNX(ctx, state, "owner", p.Lease)
+			for _, k := range slots.StateKeys() {
+				pipe.SetNX(ctx, k, "owner", p.Lease)
 			}
-			if _, err := pipe.Exec(ctx); err != nil {
-				b.Fatal(err)
-			}
+			_, err := pipe.Exec(ctx)
+			return err
 		})
 		b.ReportMetric(raw, "redis-µs/slot")
 	})
-	claimAll := func(b *testing.B, slots []lock.Slot) {
-		keys, args := make([]string, 0, 2*len(slots)), make([]any, 0, 3*len(slots))
-		for _, s := range slots {
-			state, attempts := redislock.Keys("slotd", s)
-			keys = append(keys, state, attempts)
-			args = append(args, "run:r:", lease, ttl)
-		}
-		won, err := claim.Run(ctx, rdb, keys, args...).Int()
-		if err != nil || won != len(slots) {
-			b.Fatalf("floor claim: %d won of %d, %v", won, len(slots), err)
-		}
-	}
 	b.Run("claim", func(b *testing.B) {
-		us := measure(b, batches(b), func(slots []lock.Slot) { claimAll(b, slots) })
+		us := measure(b, batches(b), func(s redisfloor.Slots) error { return s.Claim(ctx, rdb, p.Lease, p.DoneTTL) })
 		b.ReportMetric(us, "redis-µs/slot")
 		b.ReportMetric(us/raw, "ratio-to-raw")
 	})
 	b.Run("complete-recorded", func(b *testing.B) {
 		all := batches(b)
-		for _, slots := range all {
-			claimAll(b, slots)
+		for _, s := range all {
+			if err := s.Claim(ctx, rdb, p.Lease, p.DoneTTL); err != nil {
+				b.Fatal(err)
+			}
 		}
-		us := measure(b, all, func(slots []lock.Slot) {
-			keys, args := make([]string, 0, 2*len(slots)), make([]any, 0, 12*len(slots))
-			for _, s := range slots {
-				state, _ := redislock.Keys("slotd", s)
-				keys = append(keys, state, stream)
-				e := plainEntry(history.Entry{Slot: s.ID, SlotTime: s.Time, Attempt: 1, Token: lock.Token(s.Time, 1), Replica: "r",
-					Outcome: "success", Started: s.Time, Duration: time.Millisecond})
-				args = append(args, "run:r:1", "done:r:1:1767225600012", ttl)
-				for i := 1; i < len(e); i += 2 {
-					args = append(args, e[i])
-				}
-			}
-			n, err := complete.Run(ctx, rdb, keys, args...).Int()
-			if err != nil || n != len(slots) {
-				b.Fatalf("floor completion: %d of %d, %v", n, len(slots), err)
-			}
-		})
+		us := measure(b, all, func(s redisfloor.Slots) error { return s.Complete(ctx, rdb, p.DoneTTL) })
 		b.ReportMetric(us, "redis-µs/slot")
 		b.ReportMetric(us/raw, "ratio-to-raw")
 	})
 }
 
-// floorClaim: per slot, KEYS state, attempts; ARGV owner prefix, lease ms,
-// counter TTL ms. Returns how many slots it took.
-const floorClaim = `
-local won = 0
-for i = 1, #KEYS, 2 do
-  local a = 3 * (i - 1) / 2
-  local n = 1
-  if not redis.call('SET', KEYS[i + 1], '1', 'NX', 'PX', ARGV[a + 3]) then
-    n = redis.call('INCR', KEYS[i + 1])
-  end
-  if redis.call('SET', KEYS[i], ARGV[a + 1] .. n, 'NX', 'PX', ARGV[a + 2]) then
-    won = won + 1
-  end
-end
-return won`
-
-// floorComplete: per slot, KEYS state, stream; ARGV owner, done value,
-// done TTL ms, the entry's 9 values. Returns how many slots it marked.
-const floorComplete = `
-local done = 0
-for i = 1, #KEYS, 2 do
-  local a = 12 * (i - 1) / 2
-  if redis.call('GET', KEYS[i]) == ARGV[a + 1] then
-    redis.call('SET', KEYS[i], ARGV[a + 2], 'PX', ARGV[a + 3])
-    redis.call('XADD', KEYS[i + 1], 'NOMKSTREAM', 'MAXLEN', '~', 1000, '*',
-      'slot', ARGV[a + 4], 'slot_time', ARGV[a + 5], 'attempt', ARGV[a + 6], 'token', ARGV[a + 7], 'replica', ARGV[a + 8],
-      'outcome', ARGV[a + 9], 'started', ARGV[a + 10], 'duration_ms', ARGV[a + 11], 'error', ARGV[a + 12])
-    done = done + 1
-  end
-end
-return done`
+// BenchmarkRedisCPUAtScale prices slotd's claim and recorded completion
+// against the floor (internal/redisfloor) at a fleet's scale: slots spread
+// over 10,000 tasks' history streams, each completed half a second of
+// slots (5,000) after its claim, on a keyspace that grows by b.N slots, as
+// the load tool's runs at 10,000 slots/s do. The small benchmarks above
+// run on one stream and a small keyspace, where every key is in the
+// server's caches. Each sub-benchmark starts on an emptied server:
+//
+//	go test -run '^$' -bench RedisCPUAtScale -benchtime 250000x ./lock/redislock/
+//
+// ratio-to-floor is slotd's redis-µs/slot over the floor's in the same run.
+func BenchmarkRedisCPUAtScale(b *testing.B) {
+	rdb, _, p := benchEnv(b)
+	ctx := context.Background()
+	const tasks, batch = 10000, 256
+	lag := tasks / 2 / batch
+	// run claims b.N fresh slots batch at a time and completes each batch
+	// lag batches later; it returns Redis's CPU per slot.
+	run := func(b *testing.B, claim, complete func(redisfloor.Slots)) float64 {
+		b.Helper()
+		if err := rdb.FlushAll(ctx).Err(); err != nil {
+			b.Fatal(err)
+		}
+		if err := redisfloor.Streams(ctx, rdb, "slotd", tasks); err != nil {
+			b.Fatal(err)
+		}
+		at := time.Now()
+		before := serverCPU(b, rdb)
+		b.ResetTimer()
+		var claimed []redisfloor.Slots
+		for done := 0; done < b.N || len(claimed) > 0; done += batch {
+			if done < b.N {
+				s := redisfloor.Fresh("slotd", at, done, min(batch, b.N-done), tasks)
+				claim(s)
+				claimed = append(claimed, s)
+			}
+			if len(claimed) > lag || done >= b.N {
+				complete(claimed[0])
+				claimed = claimed[1:]
+			}
+		}
+		b.StopTimer()
+		us := (serverCPU(b, rdb) - before) / float64(b.N) * 1e6
+		b.ReportMetric(us, "redis-µs/slot")
+		return us
+	}
+	var floor float64
+	b.Run("floor", func(b *testing.B) {
+		floor = run(b, func(s redisfloor.Slots) {
+			if err := s.Claim(ctx, rdb, p.Lease, p.DoneTTL); err != nil {
+				b.Fatal(err)
+			}
+		}, func(s redisfloor.Slots) {
+			if err := s.Complete(ctx, rdb, p.DoneTTL); err != nil {
+				b.Fatal(err)
+			}
+		})
+	})
+	b.Run("slotd", func(b *testing.B) {
+		rs, rh := redislock.Open(rdb, redislock.Config{Prefix: "slotd", HistoryTTL: time.Hour})
+		defer rs.Close()
+		defer rh.Close()
+		us := run(b, func(s redisfloor.Slots) {
+			slots := s.List()
+			reqs := make([]lock.ClaimRequest, len(slots))
+			for i, slot := range slots {
+				reqs[i] = lock.ClaimRequest{Slot: slot, Owner: "r", Policy: p}
+			}
+			rs.ClaimMany(ctx, reqs, func(i int, rep lock.ClaimReply) {
+				if rep.Err != nil || rep.Claim.Result != lock.Won {
+					b.Errorf("claim %s: %+v", slots[i], rep)
+				}
+			})
+		}, func(s redisfloor.Slots) {
+			slots := s.List()
+			errs := make(chan error, len(slots))
+			for _, slot := range slots {
+				go func() {
+					e := history.Entry{Slot: slot.ID, SlotTime: slot.Time, Attempt: 1, Token: lock.Token(slot.Time, 1), Replica: "r",
+						Outcome: "success", Started: slot.Time.Add(3 * time.Millisecond), Duration: time.Millisecond}
+					recorded, err := rh.CompleteRecorded(ctx, rs, slot, lock.Owner{ID: "r", Attempt: 1}, p.DoneTTL, e)
+					if err == nil && !recorded {
+						err = fmt.Errorf("complete %s: not recorded", slot)
+					}
+					errs <- err
+				}()
+			}
+			for range slots {
+				if err := <-errs; err != nil {
+					b.Error(err)
+				}
+			}
+		})
+		if floor > 0 {
+			b.ReportMetric(us/floor, "ratio-to-floor")
+		}
+	})
+}
