@@ -171,8 +171,8 @@ func (o *options) validate() error {
 	if o.set["store"] || o.set["endpoints"] {
 		return fmt.Errorf("-store and -endpoints apply with -rate (sustained mode) only; the burst measurement runs on Redis")
 	}
-	if len(o.sweep) > 0 || o.set["rounds"] {
-		return fmt.Errorf("-sweep and -rounds apply with -rate (sustained mode) only")
+	if len(o.sweep) > 0 || o.set["rounds"] || o.floor {
+		return fmt.Errorf("-sweep, -rounds and -floor apply with -rate (sustained mode) only")
 	}
 	switch {
 	case o.replicas < 1 || o.replicas > 64:

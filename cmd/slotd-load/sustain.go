@@ -84,9 +84,18 @@ func (o *options) validateSustained() error {
 		return fmt.Errorf("-profile needs -dir to keep the profiles in")
 	case o.sample <= 0:
 		return fmt.Errorf("-sample %v: want > 0", o.sample)
+	case o.floor && o.store != storeRedis:
+		return fmt.Errorf("-floor with -store %s: the floor is Redis's (one server)", o.store)
+	case o.floor && o.rate*(o.warmup+int(o.duration/time.Second)) > maxFloorSlots:
+		return fmt.Errorf("-floor: %d slots (-rate × (-warmup + -duration)): want at most %d, the floor keeps them all in Redis until it ends",
+			o.rate*(o.warmup+int(o.duration/time.Second)), maxFloorSlots)
 	}
 	return nil
 }
+
+// maxFloorSlots bounds -floor's slots: each holds about 400 B of Redis
+// until the floor ends.
+const maxFloorSlots = 3_000_000
 
 // runSustained measures, prints the one-line summary on stderr and the
 // report on stdout, and returns the exit code.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,9 @@ func TestSustainedFlags(t *testing.T) {
 		{[]string{"-rate", "100", "-crash", "0"}, "-crash does not apply"},
 		{[]string{"-rate", "100", "-duration", "1500ms"}, "-duration 1.5s: want a whole number of -every (1s)"},
 		{[]string{"-rate", "100", "-warmup", "0"}, "-warmup 0"},
+		{[]string{"-floor"}, "-floor apply with -rate"},
+		{[]string{"-rate", "10", "-floor", "-store", "etcd"}, "-floor with -store etcd"},
+		{[]string{"-rate", "100000", "-floor", "-duration", "1m"}, "-floor: 6500000 slots"},
 	} {
 		// run validates the flags before it starts anything.
 		var stderr strings.Builder
@@ -56,5 +60,31 @@ func TestStoreFlags(t *testing.T) {
 		if err := o.validate(); err != nil {
 			t.Errorf("-store %s -endpoints: %v", store, err)
 		}
+	}
+}
+
+// Each due time's start delays are summarised on their own: the median,
+// least and worst of their p99s, and the list while it is short.
+func TestDueTimesSummarisedApart(t *testing.T) {
+	at := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	byDue := map[time.Time][]time.Duration{}
+	for i, worst := range []time.Duration{300, 100, 200} { // ms: the due times' slowest start
+		for j := range 100 {
+			d := time.Duration(j) * time.Millisecond
+			if j >= 98 { // two, so that the nearest-rank p99 is one
+				d = worst * time.Millisecond
+			}
+			byDue[at.Add(time.Duration(i)*time.Second)] = append(byDue[at.Add(time.Duration(i)*time.Second)], d)
+		}
+	}
+	got := summariseDues(byDue)
+	if got.N != 3 || got.P99Median != 200 || got.P99Min != 100 || got.P99Max != 300 || got.P50Median != 49 {
+		t.Errorf("summary = %+v; want 3 due times, p99 median 200, min 100, max 300, p50 median 49", got)
+	}
+	if want := []float64{300, 100, 200}; !slices.Equal(got.P99s, want) {
+		t.Errorf("p99s = %v, want %v (in due order)", got.P99s, want)
+	}
+	if none := summariseDues(nil); none.N != 0 || none.P99s != nil {
+		t.Errorf("no due times: %+v, want zero", summariseDues(nil))
 	}
 }

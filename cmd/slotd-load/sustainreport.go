@@ -56,6 +56,10 @@ type sustainedReport struct {
 	Duplicates   int       `json:"duplicates"`     // runs beyond one per slot, in the window
 	LaterAttempt int       `json:"slots_run_as_later_attempt"`
 	StartDelay   latencies `json:"start_delay"` // first run's start − slot time (http: the sink's receipt)
+	// Dues is the start delay of each due time of the window on its own
+	// (a burst of -rate slots, -every apart): one run holds many bursts,
+	// so a burst's p99 reads as a median over them, not as one burst's.
+	Dues dueLatencies `json:"per_due_time"`
 	// HistoryNotRecorded counts the replicas' "run history not recorded"
 	// warnings over the whole run: each is a history record dropped.
 	HistoryNotRecorded int            `json:"history_not_recorded"`
@@ -117,6 +121,7 @@ func (rep *sustainedRun) analyze(recs *records, o options, w0, w1 time.Time, bef
 	s.WindowS = w1.Sub(w0).Seconds()
 	s.CountersS = after.at.Sub(before.at).Seconds()
 	var starts []time.Duration
+	byDue := map[time.Time][]time.Duration{}
 	windowSlots(o.rate, o.every, w0, w1, func(task string, at time.Time) {
 		s.Expected++
 		runs := recs.get(task, at)
@@ -134,10 +139,13 @@ func (rep *sustainedRun) analyze(recs *records, o options, w0, w1 time.Time, bef
 		if first.n > 1 {
 			s.LaterAttempt++
 		}
-		starts = append(starts, time.Unix(0, first.start).Sub(at))
+		d := time.Unix(0, first.start).Sub(at)
+		starts = append(starts, d)
+		byDue[at] = append(byDue[at], d)
 	})
 	s.Missed = s.Expected - s.Executed
 	s.StartDelay = summarise(starts)
+	s.Dues = summariseDues(byDue)
 	s.SlotsPerS = float64(s.Executed) / s.WindowS
 	perSlot := func(x float64) float64 {
 		if s.Executed == 0 {
@@ -306,6 +314,10 @@ func (rep *sustainedRun) writeTable(w io.Writer) {
 	row("duplicates (runs beyond one per slot)", s.Duplicates)
 	row("slots run as attempt ≥ 2", s.LaterAttempt)
 	row("start delay (first run − slot time)", fmt.Sprintf("p50 %.1f ms, p99 %.1f ms, max %.1f ms (n=%d)", s.StartDelay.P50, s.StartDelay.P99, s.StartDelay.Max, s.StartDelay.N))
+	if d := s.Dues; d.N > 0 {
+		row("… each due time on its own", fmt.Sprintf("%d due times of %d slots: p99 median %.1f ms (%.1f–%.1f), p50 median %.1f ms",
+			d.N, rep.Config.Rate, d.P99Median, d.P99Min, d.P99Max, d.P50Median))
+	}
 	row("history not recorded (whole run)", s.HistoryNotRecorded)
 	redis := c.Store == storeRedis || c.Store == ""
 	if redis {
@@ -356,4 +368,41 @@ func (rep *sustainedRun) writeTable(w io.Writer) {
 		}
 	}
 	fmt.Fprintf(w, "\nchecked slots: %v; violations: %d\n", rep.Checks, len(rep.Violations))
+}
+
+// dueLatencies summarises the start delays of each due time on its own:
+// the median and the worst of their p99s (and p50s), and every due time's
+// p99 in order when there are at most maxDueList of them.
+type dueLatencies struct {
+	N         int       `json:"n"`
+	P50Median float64   `json:"p50_median_ms"`
+	P99Median float64   `json:"p99_median_ms"`
+	P99Min    float64   `json:"p99_min_ms"`
+	P99Max    float64   `json:"p99_max_ms"`
+	P99s      []float64 `json:"p99s_ms,omitempty"`
+}
+
+const maxDueList = 30
+
+func summariseDues(byDue map[time.Time][]time.Duration) dueLatencies {
+	dues := make([]time.Time, 0, len(byDue))
+	for at := range byDue {
+		dues = append(dues, at)
+	}
+	if len(dues) == 0 {
+		return dueLatencies{}
+	}
+	slices.SortFunc(dues, time.Time.Compare)
+	var p50s, p99s []float64
+	for _, at := range dues {
+		l := summarise(byDue[at])
+		p50s, p99s = append(p50s, l.P50), append(p99s, l.P99)
+	}
+	out := dueLatencies{N: len(dues)}
+	if len(dues) <= maxDueList {
+		out.P99s = slices.Clone(p99s)
+	}
+	out.P50Median, out.P99Median = median(p50s), median(p99s)
+	out.P99Min, out.P99Max = slices.Min(p99s), slices.Max(p99s)
+	return out
 }
