@@ -145,7 +145,7 @@ func TestLockImportsNoStoreClient(t *testing.T) {
 func TestOneOwnerPerDependency(t *testing.T) {
 	owners := map[string][]string{
 		"github.com/BurntSushi/toml": {mod + "/internal/config", mod + "/tasks"},
-		"github.com/redis/go-redis":  {mod + "/lock/redislock", mod + "/lock/mutex", mod + "/lock/internal/redisx", mod + "/internal/store", mod + "/internal/config", mod + "/cmd/slotd/cli", mod + "/internal/redistest", mod + "/cmd/slotd-load", mod + "/integration"},
+		"github.com/redis/go-redis":  {mod + "/lock/redislock", mod + "/lock/mutex", mod + "/lock/internal/redisx", mod + "/internal/store", mod + "/internal/config", mod + "/cmd/slotd/cli", mod + "/internal/redistest", mod + "/internal/redisfloor", mod + "/cmd/slotd-load", mod + "/integration"},
 	}
 	pkgs := list(t, "./...")
 	for path, p := range pkgs {
