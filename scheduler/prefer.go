@@ -165,32 +165,66 @@ type liveID struct {
 // per id: the same function as ever, so that replicas of this version and
 // of earlier ones, in a fleet mid-upgrade, agree on every slot's claimant
 // (TestPreferredWeightIsTheFleetsFunction).
+//
+// Every replica weighs every slot for every live id, so the fleet's cost
+// per slot grows with the square of its size. FNV-1a is one chain of
+// multiplications per id, each waiting for the last; the ids' chains are
+// independent, so they go through the slot's bytes together, a group at a
+// time, four in registers (fnv1a4), and the processor overlaps them
+// (BenchmarkPreferred: 12 ids, 310 → 110 ns a slot).
 func (s *Scheduler) preferred(slot lock.Slot) bool {
 	p := s.live.Load()
 	if p == nil || len(*p) == 0 {
 		return true
 	}
+	ids := *p
 	best, bestW := "", uint64(0)
-	for _, x := range *p {
-		if w := mix(fnv1a(x.prefix, slot.Task, ":", slot.ID)); best == "" || w > bestW {
-			best, bestW = x.id, w
+	for from := 0; from < len(ids); from += 4 {
+		group := ids[from:min(from+4, len(ids))]
+		var hs [4]uint64
+		for i, x := range group {
+			hs[i] = x.prefix
+		}
+		hs[0], hs[1], hs[2], hs[3] = fnv1a4(hs, slot.Task, ":", slot.ID)
+		for i, x := range group {
+			if w := mix(hs[i]); best == "" || w > bestW {
+				best, bestW = x.id, w
+			}
 		}
 	}
 	return best == s.replica
 }
 
-const fnvOffset = 14695981039346656037
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+)
 
 // fnv1a continues FNV-1a's state h over parts.
 func fnv1a(h uint64, parts ...string) uint64 {
-	const prime = 1099511628211
 	for _, part := range parts {
 		for i := 0; i < len(part); i++ {
 			h ^= uint64(part[i])
-			h *= prime
+			h *= fnvPrime
 		}
 	}
 	return h
+}
+
+// fnv1a4 continues each of four FNV-1a states over the same parts: what
+// fnv1a does to each, the four chains interleaved byte by byte.
+func fnv1a4(hs [4]uint64, parts ...string) (uint64, uint64, uint64, uint64) {
+	h0, h1, h2, h3 := hs[0], hs[1], hs[2], hs[3]
+	for _, part := range parts {
+		for i := 0; i < len(part); i++ {
+			b := uint64(part[i])
+			h0 = (h0 ^ b) * fnvPrime
+			h1 = (h1 ^ b) * fnvPrime
+			h2 = (h2 ^ b) * fnvPrime
+			h3 = (h3 ^ b) * fnvPrime
+		}
+	}
+	return h0, h1, h2, h3
 }
 
 // mix is splitmix64's finaliser.

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/memlock"
 )
 
@@ -49,6 +50,32 @@ func BenchmarkHoldBackWhileFull(b *testing.B) {
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/held")
+		})
+	}
+}
+
+// BenchmarkPreferred prices choosing a slot's preferred claimant, which
+// every replica does for every slot: one rendezvous weight per live
+// replica, so the fleet's cost per slot grows with the square of its size.
+//
+//	go test -run '^$' -bench Preferred -count 3 ./scheduler/
+func BenchmarkPreferred(b *testing.B) {
+	for _, n := range []int{3, 12, 30} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			ids := make([]string, n)
+			for i := range ids {
+				ids[i] = fmt.Sprintf("slotd-replica-%02d", i)
+			}
+			s := &Scheduler{replica: ids[0]}
+			s.setLive(ids)
+			slots := make([]lock.Slot, 1000)
+			for i := range slots {
+				slots[i] = lock.Slot{Task: fmt.Sprintf("tick-%05d", i), ID: "20261129185900"}
+			}
+			b.ResetTimer()
+			for i := range b.N {
+				s.preferred(slots[i%len(slots)])
+			}
 		})
 	}
 }
