@@ -113,12 +113,18 @@ func (s Slots) Claim(ctx context.Context, c redis.Scripter, lease, counterTTL ti
 		keys = append(keys, state, attempts)
 		args = append(args, "run:r:", lease.Milliseconds(), counterTTL.Milliseconds())
 	}
-	won, err := claimScript.Run(ctx, c, keys, args...).Int()
-	if err == nil && won != len(s.slots) {
-		err = fmt.Errorf("%d of %d won", won, len(s.slots))
+	return runAll(ctx, c, claimScript, keys, args, len(s.slots), "claim: won")
+}
+
+// runAll runs script over keys and args, which answers how many of its n
+// slots it did; what names the step and the count in the error.
+func runAll(ctx context.Context, c redis.Scripter, script *redis.Script, keys []string, args []any, n int, what string) error {
+	did, err := script.Run(ctx, c, keys, args...).Int()
+	if err == nil && did != n {
+		err = fmt.Errorf("%d of %d", did, n)
 	}
 	if err != nil {
-		return fmt.Errorf("floor claim: %w", err)
+		return fmt.Errorf("floor %s: %w", what, err)
 	}
 	return nil
 }
@@ -136,14 +142,7 @@ func (s Slots) Complete(ctx context.Context, c redis.Scripter, doneTTL time.Dura
 			args = append(args, e[j])
 		}
 	}
-	n, err := completeScript.Run(ctx, c, keys, args...).Int()
-	if err == nil && n != len(s.slots) {
-		err = fmt.Errorf("%d of %d marked done", n, len(s.slots))
-	}
-	if err != nil {
-		return fmt.Errorf("floor completion: %w", err)
-	}
-	return nil
+	return runAll(ctx, c, completeScript, keys, args, len(s.slots), "completion: marked done")
 }
 
 // Entry is the history entry of slot's first attempt succeeding, as the
