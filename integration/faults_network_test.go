@@ -325,11 +325,12 @@ func (np *netProxy) resetOn(script, mode string) *resetTrigger {
 	// as its first argument. A SCRIPT LOAD of it (the batcher's, after
 	// NOSCRIPT) sends it too, and is not the call.
 	src1 := fmt.Sprintf("\r\n$%d\r\n-- %s:", len(src), script)
+	// A one-slot call's reply: an array of one integer. The owner-checked
+	// scripts answer 1 when they acted; claim.lua answers a won first
+	// attempt as one integer (now*1000 + attempt) and every other result
+	// as an array, so the same prefix is a won claim's.
 	tr := &resetTrigger{mode: mode, reply: []byte("*1\r\n:"), match: [][]byte{
 		[]byte(hex.EncodeToString(sum[:])), []byte("eval" + src1), []byte("EVAL" + src1)}}
-	if script == "claim.lua" { // {"won", attempt, lease, now, value, base}
-		tr.reply = []byte("*1\r\n*6\r\n$3\r\nwon\r\n")
-	}
 	key := np.t.Name() + "/" + np.p.Name
 	triggers.Store(key, tr)
 	np.t.Cleanup(func() { triggers.Delete(key) })
