@@ -172,7 +172,7 @@ type Baseline struct {
 
 // floorSlots measures Baseline.FloorSlotCPU: n fresh slots over tasks
 // tasks, claimed and completed through the floor's scripts, batch slots a
-// call, from one client; then it empties the server (FLUSHALL), so that
+// call, from one client (redisfloor.Lagged); then it empties the server (FLUSHALL), so that
 // the run starts on the keyspace it would have had without it.
 func floorSlots(ctx context.Context, c *redis.Client, n, tasks, batch int) (float64, error) {
 	if err := redisfloor.Streams(ctx, c, "slotd", tasks); err != nil {
@@ -183,26 +183,11 @@ func floorSlots(ctx context.Context, c *redis.Client, n, tasks, batch int) (floa
 	if err != nil {
 		return 0, err
 	}
-	// A slot is completed half a second of slots (tasks/2) after its claim,
-	// as a fleet's are some hundred milliseconds later: its keys have left
-	// the server's caches by then, as in the run.
-	at := time.Now()
-	lag := max(1, tasks/2/batch)
-	var claimed []redisfloor.Slots
-	for done := 0; done < n || len(claimed) > 0; done += batch {
-		if done < n {
-			s := redisfloor.Fresh("slotd", at, done, min(batch, n-done), tasks)
-			if err := s.Claim(ctx, c, lease, ttl); err != nil {
-				return 0, err
-			}
-			claimed = append(claimed, s)
-		}
-		if len(claimed) > lag || done >= n {
-			if err := claimed[0].Complete(ctx, c, ttl); err != nil {
-				return 0, err
-			}
-			claimed = claimed[1:]
-		}
+	err = redisfloor.Lagged("slotd", n, tasks, batch,
+		func(s redisfloor.Slots) error { return s.Claim(ctx, c, lease, ttl) },
+		func(s redisfloor.Slots) error { return s.Complete(ctx, c, ttl) })
+	if err != nil {
+		return 0, err
 	}
 	cpu1, err := serverCPU(ctx, c)
 	if err != nil {

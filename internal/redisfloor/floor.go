@@ -67,19 +67,44 @@ var claimScript, completeScript = redis.NewScript(claimLua), redis.NewScript(com
 type Slots struct {
 	prefix string
 	slots  []lock.Slot
-	tasks  []string
 }
 
 // Fresh returns n slots at time at, spread round robin over tasks tasks
 // (task<i>), slot ids seq, seq+1, ...: a slot id is never reused.
 func Fresh(prefix string, at time.Time, seq, n, tasks int) Slots {
-	s := Slots{prefix: prefix, slots: make([]lock.Slot, n), tasks: make([]string, n)}
+	s := Slots{prefix: prefix, slots: make([]lock.Slot, n)}
 	for i := range n {
 		task := "task" + strconv.Itoa((seq+i)%max(tasks, 1))
 		s.slots[i] = lock.Slot{Task: task, ID: strconv.Itoa(seq + i), Time: at, Deadline: at.Add(time.Hour)}
-		s.tasks[i] = task
 	}
 	return s
+}
+
+// Lagged runs n fresh slots over tasks tasks, batch at a time: claim
+// takes each batch, and complete completes it half a second of slots
+// (tasks/2) later, as a fleet's completions come some hundred milliseconds
+// after their claims, the keys no longer in the server's caches. It stops
+// at the first error.
+func Lagged(prefix string, n, tasks, batch int, claim, complete func(Slots) error) error {
+	at := time.Now()
+	lag := max(1, tasks/2/batch)
+	var claimed []Slots
+	for done := 0; done < n || len(claimed) > 0; done += batch {
+		if done < n {
+			s := Fresh(prefix, at, done, min(batch, n-done), tasks)
+			if err := claim(s); err != nil {
+				return err
+			}
+			claimed = append(claimed, s)
+		}
+		if len(claimed) > lag || done >= n {
+			if err := complete(claimed[0]); err != nil {
+				return err
+			}
+			claimed = claimed[1:]
+		}
+	}
+	return nil
 }
 
 // Streams makes each task's history stream (the floor's XADD is
@@ -133,9 +158,9 @@ func runAll(ctx context.Context, c redis.Scripter, script *redis.Script, keys []
 // history entry, in one fused call.
 func (s Slots) Complete(ctx context.Context, c redis.Scripter, doneTTL time.Duration) error {
 	keys, args := make([]string, 0, 2*len(s.slots)), make([]any, 0, 12*len(s.slots))
-	for i, slot := range s.slots {
+	for _, slot := range s.slots {
 		state, _ := redislock.Keys(s.prefix, slot)
-		keys = append(keys, state, redislock.HistoryKey(s.prefix, s.tasks[i]))
+		keys = append(keys, state, redislock.HistoryKey(s.prefix, slot.Task))
 		e := Entry(slot)
 		args = append(args, "run:r:1", "done:r:1:1767225600012", doneTTL.Milliseconds())
 		for j := 1; j < len(e); j += 2 {

@@ -2,6 +2,7 @@ package redislock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -106,10 +107,6 @@ func BenchmarkRedisCPU(b *testing.B) {
 	rs, rh := redislock.Open(rdb, redislock.Config{Prefix: "slotd", HistoryTTL: time.Hour})
 	defer rs.Close()
 	defer rh.Close()
-	successOf := func(s lock.Slot) history.Entry {
-		return history.Entry{Slot: s.ID, SlotTime: s.Time, Attempt: 1, Token: lock.Token(s.Time, 1), Replica: "r",
-			Outcome: "success", Started: s.Time.Add(3 * time.Millisecond), Duration: time.Millisecond}
-	}
 	concurrently := func(b *testing.B, slots []lock.Slot, f func(lock.Slot) error) {
 		errs := make(chan error, len(slots))
 		for _, s := range slots {
@@ -166,6 +163,12 @@ func BenchmarkRedisCPU(b *testing.B) {
 		})
 		b.ReportMetric(us/raw, "ratio-to-raw")
 	})
+}
+
+// successOf is the history entry of s's first attempt succeeding, by "r".
+func successOf(s lock.Slot) history.Entry {
+	return history.Entry{Slot: s.ID, SlotTime: s.Time, Attempt: 1, Token: lock.Token(s.Time, 1), Replica: "r",
+		Outcome: "success", Started: s.Time.Add(3 * time.Millisecond), Duration: time.Millisecond}
 }
 
 // perSlotCPU is Redis's CPU since before (serverCPU), in µs per b.N
@@ -280,10 +283,10 @@ func BenchmarkRedisCPUAtScale(b *testing.B) {
 	rdb, _, p := benchEnv(b)
 	ctx := context.Background()
 	const tasks, batch = 10000, 256
-	lag := tasks / 2 / batch
 	// run claims b.N fresh slots batch at a time and completes each batch
-	// lag batches later; it returns Redis's CPU per slot.
-	run := func(b *testing.B, claim, complete func(redisfloor.Slots)) float64 {
+	// half a second of slots later (redisfloor.Lagged); it returns Redis's
+	// CPU per slot.
+	run := func(b *testing.B, claim, complete func(redisfloor.Slots) error) float64 {
 		b.Helper()
 		if err := rdb.FlushAll(ctx).Err(); err != nil {
 			b.Fatal(err)
@@ -291,70 +294,53 @@ func BenchmarkRedisCPUAtScale(b *testing.B) {
 		if err := redisfloor.Streams(ctx, rdb, "slotd", tasks); err != nil {
 			b.Fatal(err)
 		}
-		at := time.Now()
 		before := serverCPU(b, rdb)
 		b.ResetTimer()
-		var claimed []redisfloor.Slots
-		for done := 0; done < b.N || len(claimed) > 0; done += batch {
-			if done < b.N {
-				s := redisfloor.Fresh("slotd", at, done, min(batch, b.N-done), tasks)
-				claim(s)
-				claimed = append(claimed, s)
-			}
-			if len(claimed) > lag || done >= b.N {
-				complete(claimed[0])
-				claimed = claimed[1:]
-			}
+		if err := redisfloor.Lagged("slotd", b.N, tasks, batch, claim, complete); err != nil {
+			b.Fatal(err)
 		}
 		b.StopTimer()
 		return perSlotCPU(b, rdb, before)
 	}
 	var floor float64
 	b.Run("floor", func(b *testing.B) {
-		floor = run(b, func(s redisfloor.Slots) {
-			if err := s.Claim(ctx, rdb, p.Lease, p.DoneTTL); err != nil {
-				b.Fatal(err)
-			}
-		}, func(s redisfloor.Slots) {
-			if err := s.Complete(ctx, rdb, p.DoneTTL); err != nil {
-				b.Fatal(err)
-			}
-		})
+		floor = run(b, func(s redisfloor.Slots) error { return s.Claim(ctx, rdb, p.Lease, p.DoneTTL) },
+			func(s redisfloor.Slots) error { return s.Complete(ctx, rdb, p.DoneTTL) })
 	})
 	b.Run("slotd", func(b *testing.B) {
 		rs, rh := redislock.Open(rdb, redislock.Config{Prefix: "slotd", HistoryTTL: time.Hour})
 		defer rs.Close()
 		defer rh.Close()
-		us := run(b, func(s redisfloor.Slots) {
+		us := run(b, func(s redisfloor.Slots) error {
 			slots := s.List()
 			reqs := make([]lock.ClaimRequest, len(slots))
 			for i, slot := range slots {
 				reqs[i] = lock.ClaimRequest{Slot: slot, Owner: "r", Policy: p}
 			}
+			var errs []error
 			rs.ClaimMany(ctx, reqs, func(i int, rep lock.ClaimReply) {
 				if rep.Err != nil || rep.Claim.Result != lock.Won {
-					b.Errorf("claim %s: %+v", slots[i], rep)
+					errs = append(errs, fmt.Errorf("claim %s: %+v", slots[i], rep))
 				}
 			})
-		}, func(s redisfloor.Slots) {
+			return errors.Join(errs...)
+		}, func(s redisfloor.Slots) error {
 			slots := s.List()
 			errs := make(chan error, len(slots))
 			for _, slot := range slots {
 				go func() {
-					e := history.Entry{Slot: slot.ID, SlotTime: slot.Time, Attempt: 1, Token: lock.Token(slot.Time, 1), Replica: "r",
-						Outcome: "success", Started: slot.Time.Add(3 * time.Millisecond), Duration: time.Millisecond}
-					recorded, err := rh.CompleteRecorded(ctx, rs, slot, lock.Owner{ID: "r", Attempt: 1}, p.DoneTTL, e)
+					recorded, err := rh.CompleteRecorded(ctx, rs, slot, lock.Owner{ID: "r", Attempt: 1}, p.DoneTTL, successOf(slot))
 					if err == nil && !recorded {
 						err = fmt.Errorf("complete %s: not recorded", slot)
 					}
 					errs <- err
 				}()
 			}
+			var all []error
 			for range slots {
-				if err := <-errs; err != nil {
-					b.Error(err)
-				}
+				all = append(all, <-errs)
 			}
+			return errors.Join(all...)
 		})
 		if floor > 0 {
 			b.ReportMetric(us/floor, "ratio-to-floor")
