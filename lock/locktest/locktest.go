@@ -122,6 +122,7 @@ var conformance = []struct {
 	{"ReleaseWakesWatchers", testReleaseWakes},
 	{"ReleaseNoticeNamesTheSlot", testReleaseNotice},
 	{"PeekReadsStatusAndLease", testPeek},
+	{"TalliesReadBack", testTally},
 	{"RenewExtendsOnlyOwnLease", testRenew},
 	{"ForeignValueLeftAlone", testForeign},
 	{"StateReadsBack", testState},

@@ -2,6 +2,8 @@ package locktest
 
 import (
 	"context"
+	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -142,5 +144,40 @@ func testPeek(t *testing.T, h Harness) {
 	}
 	if _, err := pk.Peek(ctx, slots, []bool{true}); err == nil {
 		t.Error("a peek at 5 slots with 1 TTL flag: no error")
+	}
+}
+
+// A store that keeps tallies (lock.Tallier) reads back each replica's sum
+// for one fire time, 0 for a replica that wrote none or for another time,
+// the latest of two writes, and none once its TTL has passed.
+func testTally(t *testing.T, h Harness) {
+	tl, ok := h.Store.(lock.Tallier)
+	if !ok {
+		t.Skip("the store has no lock.Tallier")
+	}
+	ctx := context.Background()
+	at := UniqueSlot(t, h).Time
+	ttl := 200 * time.Millisecond
+	for _, w := range []struct {
+		id  string
+		sum uint64
+	}{{"a", 1}, {"a", 42}, {"b", math.MaxUint64}} {
+		if err := tl.Tally(ctx, at, w.id, w.sum, ttl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := tl.Tallies(ctx, at, []string{"b", "c", "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []uint64{math.MaxUint64, 0, 42}; !slices.Equal(got, want) {
+		t.Fatalf("tallies of b, c, a: %v, want %v", got, want)
+	}
+	if got, err := tl.Tallies(ctx, at.Add(time.Millisecond), []string{"a"}); err != nil || !slices.Equal(got, []uint64{0}) {
+		t.Fatalf("a's tally a millisecond later: %v, %v; want [0]", got, err)
+	}
+	h.Sleep(ttl + 50*time.Millisecond)
+	if got, err := tl.Tallies(ctx, at, []string{"a", "b"}); err != nil || !slices.Equal(got, []uint64{0, 0}) {
+		t.Fatalf("tallies after their TTL: %v, %v; want [0 0]", got, err)
 	}
 }

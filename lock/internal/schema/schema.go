@@ -89,6 +89,22 @@ func ControlKeys(prefix, task string) (triggers, paused, running, notice string)
 // replaced attempt's stop.
 func ReplacedKey(running string) string { return running + ":replaced" }
 
+// TallyKey is the key of replica's tally of its slots due at at (see
+// lock.Tallier). The hash tag is the fire time's, so that the tallies a
+// deferring replica reads for one fire time share a Cluster shard.
+func TallyKey(prefix string, at time.Time, replica string) string {
+	return prefix + ":tally:{" + strconv.FormatInt(at.UnixMilli(), 10) + "}:" + replica
+}
+
+// ParseTally is a tally's value: a sum no longer than a uint64's digits.
+func ParseTally(key, v string) (uint64, error) {
+	sum, err := strconv.ParseUint(v, 10, 64)
+	if err != nil || len(v) > 20 {
+		return 0, fmt.Errorf("lock: tally %s holds %.40q, not a sum", key, v)
+	}
+	return sum, nil
+}
+
 // EpochKey is the key of the controls' epoch under prefix.
 func EpochKey(prefix string) string { return prefix + ":controls" }
 
