@@ -30,7 +30,9 @@ import (
 // claim: the failure handoff is as prompt as it was. Completions and won
 // claims are not listened to: the read says as much, for thousands of
 // slots in one round trip, where a notice per slot cost every replica a
-// mailbox event, a watch and a run. On a store without the capability
+// mailbox event, a watch and a run. On a store that keeps tallies (tally.go)
+// the read skips the slots whose preferred claimant's tally covers them:
+// they read held. On a store without the capability
 // (Redlock, which has no preferred claimant anyway) a deferring slot is a
 // run as before.
 
@@ -66,7 +68,8 @@ type deferral struct {
 type deferredSlot struct {
 	t    *Task
 	slot lock.Slot
-	gone bool // a release started its run meanwhile
+	by   string // its preferred claimant, if this replica keeps tallies
+	gone bool   // a release started its run meanwhile
 }
 
 // deferRef is where a listed slot is: its deferral and its index there.
@@ -111,16 +114,24 @@ func (l *loop) watchReleases() (stop func()) {
 		return func() {}
 	}
 	l.byName, l.peeker = map[slotName]deferRef{}, pk
+	l.startTallies()
 	inbox := &l.inbox
 	return pk.WatchReleases(func(task, id string) {
 		inbox.post(event{kind: releaseNoticed, name: slotName{task, id}})
 	})
 }
 
-// deferSlot lists slot, one of t's, in this turn's deferral.
-func (l *loop) deferSlot(t *Task, slot lock.Slot) {
+// deferSlot lists slot, one of t's, in this turn's deferral; by is its
+// preferred claimant.
+func (l *loop) deferSlot(t *Task, slot lock.Slot, by string) {
 	name := slotName{slot.Task, slot.ID}
 	if _, dup := l.byName[name]; dup {
+		return
+	}
+	if l.tally.tallier == nil {
+		by = ""
+	} else if !l.tallyDeferred(slot, by) {
+		l.advance(l.newSlotRun(t, slot), false) // its release was heard already
 		return
 	}
 	limit := deferLimit(slot)
@@ -137,7 +148,7 @@ func (l *loop) deferSlot(t *Task, slot lock.Slot) {
 		}
 	}
 	l.byName[name] = deferRef{d: d, i: len(d.slots)}
-	d.slots = append(d.slots, deferredSlot{t: t, slot: slot})
+	d.slots = append(d.slots, deferredSlot{t: t, slot: slot, by: by})
 }
 
 // closeFiring puts this turn's deferral into the check heap.
@@ -145,6 +156,9 @@ func (l *loop) closeFiring() {
 	if d := l.firing; d != nil {
 		l.firing, l.lastFiring = nil, len(d.slots)
 		heap.Push(&l.checks, d)
+	}
+	if l.tally.tallier != nil {
+		l.pruneTallies(l.s.clock.Now(), false)
 	}
 }
 
@@ -191,8 +205,9 @@ func (l *loop) releaseChecks() {
 }
 
 // read sends one Peek of d's slots (those a release started a run of
-// included: they are few, and the answer's order stays d's); its answer
-// comes as a checked event.
+// included: they are few, and the answer's order stays d's), but for
+// those their claimants' tallies cover (tally.go), which read as held;
+// its answer comes as a checked event.
 func (l *loop) read(d *deferral) {
 	if allGone(d) {
 		return
@@ -205,23 +220,91 @@ func (l *loop) read(d *deferral) {
 		ttl[i] = !leaseOutlasts(x.t, x.slot)
 		lease = min(lease, x.t.Lease)
 	}
-	pk, inbox := l.peeker, &l.inbox
+	asks := l.tallyAsks(d)
+	// Before its limit, a slot whose claimant's tally is not in yet reads
+	// free, unread: it is looked at again at the limit, as a free one is.
+	later := !d.final && l.s.clock.Now().Add(tallyLater).Before(d.until)
+	var asked, gone []bool
+	if len(asks) > 0 {
+		asked, gone = make([]bool, len(d.slots)), make([]bool, len(d.slots))
+		for _, a := range asks {
+			for _, i := range a.slots {
+				asked[i] = true
+			}
+		}
+		for i, x := range d.slots {
+			gone[i] = x.gone
+		}
+	}
+	pk, tl, inbox := l.peeker, l.tally.tallier, &l.inbox
 	l.workers.Add(1)
 	go func() {
 		defer l.workers.Done()
 		cctx, cancel := context.WithTimeout(l.ctx, lease/3)
 		defer cancel()
-		states, err := pk.Peek(cctx, slots, ttl)
-		inbox.post(event{kind: checked, deferral: d, states: states, reply: lock.ClaimReply{Err: err}})
+		if len(asks) == 0 {
+			states, err := pk.Peek(cctx, slots, ttl)
+			inbox.post(event{kind: checked, deferral: d, states: states, reply: lock.ClaimReply{Err: err}})
+			return
+		}
+		covered := readTallies(cctx, tl, asks, len(slots))
+		states := make([]lock.State, len(slots))
+		var rest []int
+		waiting, left := 0, 0
+		for i := range slots {
+			if gone[i] {
+				continue // a release started its run: not read
+			}
+			left++
+			switch {
+			case covered[i]:
+				states[i].Status = "running"
+			case later && asked[i]:
+				states[i].Status = "free"
+				waiting++
+			default:
+				rest = append(rest, i)
+			}
+		}
+		if waiting == left {
+			// No tally in yet: the whole deferral waits for its limit.
+			inbox.post(event{kind: checked, deferral: d, done: true})
+			return
+		}
+		if len(rest) > 0 {
+			rs, rt := make([]lock.Slot, len(rest)), make([]bool, len(rest))
+			for j, i := range rest {
+				rs[j], rt[j] = slots[i], ttl[i]
+			}
+			sts, err := pk.Peek(cctx, rs, rt)
+			if err != nil || len(sts) != len(rest) {
+				inbox.post(event{kind: checked, deferral: d, states: sts, reply: lock.ClaimReply{Err: err}})
+				return
+			}
+			for j, i := range rest {
+				states[i] = sts[j]
+			}
+		}
+		inbox.post(event{kind: checked, deferral: d, states: states})
 	}()
 }
 
 // onChecked acts on the read of d's slots: states in their order, or nil
 // with err if the store could not answer, and then every slot is claimed
 // (each claim retries as a run's does).
-func (l *loop) onChecked(d *deferral, states []lock.State, err error) {
+func (l *loop) onChecked(d *deferral, states []lock.State, err error, later bool) {
 	if l.stopping {
 		l.unlist(d)
+		return
+	}
+	if later {
+		// None of its slots was read, and no tally covered any: all are
+		// looked at again at its limit, listed where they are.
+		if allGone(d) {
+			return
+		}
+		d.final, d.checkAt = true, d.until
+		heap.Push(&l.checks, d)
 		return
 	}
 	if len(states) != len(d.slots) {
@@ -233,6 +316,9 @@ func (l *loop) onChecked(d *deferral, states []lock.State, err error) {
 		states = nil
 	}
 	now, storeNow := l.s.clock.Now(), l.s.now()
+	if states != nil && l.settleWhole(d, states, now, storeNow) {
+		return
+	}
 	type held struct {
 		x   deferredSlot
 		ttl time.Duration
@@ -321,11 +407,50 @@ func (l *loop) onChecked(d *deferral, states []lock.State, err error) {
 	heap.Push(&l.checks, next)
 }
 
+// settleWhole settles d where it is, if every slot it still lists is one
+// that onChecked would keep listed until its deadline (read done, or held
+// past its window): the common case, a turn's slots all taken by their
+// claimants, costs no slot's entry moved to another deferral.
+func (l *loop) settleWhole(d *deferral, states []lock.State, now, storeNow time.Time) bool {
+	var last time.Time
+	for i, x := range d.slots {
+		if x.gone {
+			continue
+		}
+		st := states[i]
+		switch {
+		case l.current[x.t.Name] == nil || !storeNow.Before(x.slot.Deadline):
+			return false
+		case st.Status == "done":
+		case st.Status == "running" && leaseOutlasts(x.t, x.slot):
+		case st.Status == "running" && st.TTL > 0 && !storeNow.Add(st.TTL).Before(x.slot.Deadline):
+		default:
+			return false
+		}
+		if x.slot.Deadline.After(last) {
+			last = x.slot.Deadline
+		}
+	}
+	if allGone(d) {
+		return false
+	}
+	at := now.Add(last.Sub(storeNow))
+	d.settled, d.final, d.checkAt, d.until = true, true, at, at
+	heap.Push(&l.checks, d)
+	return true
+}
+
 // onReleaseNotice starts the run of a listed slot that was released (a
 // failed attempt's release, or an operator's rerun): it claims at once.
 func (l *loop) onReleaseNotice(name slotName) {
 	ref, ok := l.byName[name]
-	if !ok || l.stopping {
+	if l.stopping {
+		return
+	}
+	if !ok {
+		if l.tally.tallier != nil {
+			l.heardUnlisted(name)
+		}
 		return
 	}
 	delete(l.byName, name)

@@ -112,7 +112,7 @@ func TestDeferredSlotsAreReadInOneBatch(t *testing.T) {
 	}
 
 	d := checkNow(t, l)
-	handleUntil(t, l, "the read's answer", func() bool { return d.slots == nil })
+	handleUntil(t, l, "the read's answer", func() bool { return readDone(d) })
 	if len(l.claims) != 0 || len(l.checks) != 3 || len(l.byName) != 3 {
 		t.Fatalf("after the read: %d claims queued, %d deferrals, %d listed; want none, d0's, d1's and d2's", len(l.claims), len(l.checks), len(l.byName))
 	}
@@ -189,7 +189,7 @@ func TestSettledDeferralForgottenAtItsDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := checkNow(t, l)
-	handleUntil(t, l, "the read's answer", func() bool { return d.slots == nil })
+	handleUntil(t, l, "the read's answer", func() bool { return readDone(d) })
 	if len(l.checks) != 1 || !l.checks[0].settled {
 		t.Fatalf("after the read: %d deferrals; want one, settled", len(l.checks))
 	}
@@ -215,7 +215,7 @@ func TestDeferredHeldSlotTakenOverWhenLeaseEnds(t *testing.T) {
 	}
 	expiry := time.Now().Add(lease) // at the latest: the claim was before
 	d := checkNow(t, l)
-	handleUntil(t, l, "the read's answer", func() bool { return d.slots == nil })
+	handleUntil(t, l, "the read's answer", func() bool { return readDone(d) })
 	if len(l.checks) != 1 || len(l.claims) != 0 {
 		t.Fatalf("after the read: %d deferrals, %d claims; want the held slot to read again, no claim", len(l.checks), len(l.claims))
 	}
@@ -284,7 +284,7 @@ func TestDeferredReadFailureClaimsEverySlot(t *testing.T) {
 	}
 	l.closeFiring()
 	d := checkNow(t, l)
-	handleUntil(t, l, "the read's answer", func() bool { return d.slots == nil })
+	handleUntil(t, l, "the read's answer", func() bool { return readDone(d) })
 	if len(l.claims) != 2 || len(l.byName) != 0 {
 		t.Errorf("after a failed read: %d claims queued, %d listed; want 2, none", len(l.claims), len(l.byName))
 	}
@@ -361,13 +361,29 @@ func benchDeferral(b *testing.B, store lock.Store) {
 			b.Fatal(err)
 		}
 	}
-	for _, mode := range []string{"batch", "run"} {
+	// tallied: the claimant's tally covers the slots (tally.go); batch:
+	// they are read (no tally kept); run: a run per slot (no lock.Peeker).
+	if tl, ok := store.(lock.Tallier); ok {
+		var sum uint64
+		for i := range tasks {
+			sum += slotHash(tasks[i].Slot(at))
+		}
+		if err := tl.Tally(ctx, at, "peer", sum, time.Hour); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, mode := range []string{"tallied", "batch", "run"} {
 		b.Run(mode, func(b *testing.B) {
 			t := &testing.T{}
 			var l *loop
-			if mode == "batch" {
+			if mode != "run" {
 				l = testLoop(t, store)
 				defer l.watchReleases()()
+				if mode == "batch" {
+					l.tally = tallies{}
+				} else if l.tally.tallier == nil {
+					b.Skip("the store keeps no tallies")
+				}
 			} else {
 				l = testLoop(t, struct{ lock.Store }{store})
 			}
@@ -384,21 +400,25 @@ func benchDeferral(b *testing.B, store lock.Store) {
 				for _, task := range ts {
 					l.onFire(task, at)
 				}
-				if mode == "batch" {
+				if mode != "run" {
 					l.closeFiring()
 					d := l.checks[0]
 					d.checkAt = time.Now()
 					l.checkDue()
-					for d.slots != nil {
+					for !readDone(d) {
 						<-l.inbox.ready
 						for _, e := range l.inbox.take(nil) {
 							l.handle(e)
 						}
 					}
+					if mode == "tallied" && (len(l.checks) != 1 || !l.checks[0].settled) {
+						b.Fatal("the claimant's tally did not cover the slots")
+					}
 					// done slots stay listed until their deadline: forget them
 					for len(l.checks) > 0 {
 						l.unlist(heap.Pop(&l.checks).(*deferral))
 					}
+					clear(l.tally.expect) // the next turn fires the same slots again
 					continue
 				}
 				for len(l.wakes) > 0 {
@@ -413,6 +433,7 @@ func benchDeferral(b *testing.B, store lock.Store) {
 			if l.live != 0 || len(l.claims) != 0 {
 				b.Fatalf("%d runs, %d claims left: the slots were not all found done", l.live, len(l.claims))
 			}
+
 		})
 	}
 }
@@ -447,7 +468,7 @@ func TestDeferredSlotHeldPastItsWindowIsClaimedOnRelease(t *testing.T) {
 		t.Fatalf("peer's claim: %+v, %v", c, err)
 	}
 	d := checkNow(t, l)
-	handleUntil(t, l, "the read's answer", func() bool { return d.slots == nil })
+	handleUntil(t, l, "the read's answer", func() bool { return readDone(d) })
 	if len(l.checks) != 1 || !l.checks[0].settled || len(l.byName) != 1 || len(l.claims) != 0 {
 		t.Fatalf("after the read: %d deferrals, %d listed, %d claims; want it listed unread, no claim", len(l.checks), len(l.byName), len(l.claims))
 	}
@@ -459,3 +480,7 @@ func TestDeferredSlotHeldPastItsWindowIsClaimedOnRelease(t *testing.T) {
 		t.Errorf("after the release: %s's run %v, want %s's claiming", r.slot, r.state, slot)
 	}
 }
+
+// readDone reports whether d's read was answered: its slots moved on, or
+// it lists them all, settled, until their deadline (settleWhole).
+func readDone(d *deferral) bool { return d.slots == nil || d.settled }

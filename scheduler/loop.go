@@ -54,6 +54,7 @@ type loop struct {
 	heldChecks []*deferral
 	byName     map[slotName]deferRef
 	peeker     lock.Peeker
+	tally      tallies // what preferred claimants tell of their claims (tally.go)
 	// running: attempts running; capped: runs waiting for room under
 	// max_running, longest first (entries no longer capped are skipped).
 	// See capacity.go.
@@ -188,7 +189,7 @@ func (l *loop) handle(e event) {
 	case backfilled:
 		l.onBackfill(e.backfill)
 	case checked:
-		l.onChecked(e.deferral, e.states, e.reply.Err)
+		l.onChecked(e.deferral, e.states, e.reply.Err, e.done)
 	case releaseNoticed:
 		l.onReleaseNotice(e.name)
 	}
@@ -352,7 +353,7 @@ type event struct {
 	run    *run
 	reply  lock.ClaimReply // claimed: the reply; attempted: the claim the attempt ran under; checked: the read's error
 	change lock.Change     // noticed: what the watch reported
-	done   bool            // attempted: the replica is finished with the slot; controlled: paused
+	done   bool            // attempted: the replica is finished with the slot; controlled: paused; checked: no slot read, all wait for the deferral's limit
 	task   *Task           // controlled, triggered: the task as the controller read it (the loop looks its name up)
 	at     time.Time       // triggered: the trigger's time
 	// reload: reloaded's tasks and answer; run is nil.

@@ -173,9 +173,16 @@ type liveID struct {
 // time, four in registers (fnv1a4), and the processor overlaps them
 // (BenchmarkPreferred: 12 ids, 310 → 110 ns a slot).
 func (s *Scheduler) preferred(slot lock.Slot) bool {
+	_, mine := s.claimant(slot)
+	return mine
+}
+
+// claimant is slot's preferred claimant (see preferred), and whether it is
+// this replica; "" and true if there is no live set to choose from.
+func (s *Scheduler) claimant(slot lock.Slot) (by string, mine bool) {
 	p := s.live.Load()
 	if p == nil || len(*p) == 0 {
-		return true
+		return "", true
 	}
 	ids := *p
 	best, bestW := "", uint64(0)
@@ -192,7 +199,7 @@ func (s *Scheduler) preferred(slot lock.Slot) bool {
 			}
 		}
 	}
-	return best == s.replica
+	return best, best == s.replica
 }
 
 const (

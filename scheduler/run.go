@@ -103,6 +103,7 @@ type run struct {
 	wakeAt     time.Time // in the wake heap: when onWake is due
 	listed     bool      // in the loop's capped list (capacity.go)
 	lagged     bool      // its window closed unsettled: it waits missLag for news on its way
+	tallied    bool      // its claim's answer goes to this replica's tally (tally.go)
 	index      int       // in the wake heap; -1 if not in it
 	log        *slog.Logger
 }
@@ -115,12 +116,18 @@ func (l *loop) onFire(t *Task, at time.Time) { l.fireSlot(t, t.Slot(at)) }
 
 // fireSlot is onFire of slot, one of t's.
 func (l *loop) fireSlot(t *Task, slot lock.Slot) {
-	if l.s.preferred(slot) {
-		l.advance(l.newClaimRun(t, slot), false)
+	by, mine := l.s.claimant(slot)
+	if mine {
+		r := l.newClaimRun(t, slot)
+		if l.tally.tallier != nil && by != "" {
+			r.tallied = true
+			l.tallySent(slot)
+		}
+		l.advance(r, false)
 		return
 	}
 	if l.byName != nil {
-		l.deferSlot(t, slot)
+		l.deferSlot(t, slot, by)
 		return
 	}
 	r := l.newSlotRun(t, slot)
@@ -218,6 +225,11 @@ func (l *loop) watchRun(t *Task, slot lock.Slot, w *lock.Watch) *run {
 // onClaimReply acts on the reply to r's claim: runs the attempt if won,
 // else waits or settles as the reply says.
 func (l *loop) onClaimReply(r *run, reply lock.ClaimReply) {
+	if r.tallied {
+		r.tallied = false
+		c := reply.Claim.Result
+		l.tallyAnswered(r.slot, reply.Err == nil && (c == lock.Won || c == lock.Held || c == lock.Done))
+	}
 	// A reply that comes after the deadline is read before the slot is
 	// judged: a peer that holds the slot reports for itself, and one that
 	// finished or exhausted it settled it; only the others are missed.
