@@ -61,7 +61,7 @@ func (p *askedPeeks) Peek(ctx context.Context, slots []lock.Slot, ttl []bool) ([
 func TestDeferralReadsOnlyTheLeasesThatMayEndInTheWindow(t *testing.T) {
 	store := &askedPeeks{Store: memlock.New(time.Now)}
 	l, ts := batchLoop(t, store, 2, nil)
-	l.tally = tallies{} // the read itself, as on a store that keeps no tallies
+	l.tally = tallies{}         // the read itself, as on a store that keeps no tallies
 	ts[0].Lease = 2 * time.Hour // past the hourly slot's deadline
 	at := time.Now().Truncate(time.Hour)
 	for _, task := range ts {
