@@ -69,7 +69,11 @@ type deferredSlot struct {
 	t    *Task
 	slot lock.Slot
 	by   string // its preferred claimant, if this replica keeps tallies
-	gone bool   // a release started its run meanwhile
+	// outlasts: leaseOutlasts(t, slot), as it was when listed. The slot,
+	// the task and this do not change once listed (a read's goroutine
+	// reads them); gone is the loop's.
+	outlasts bool
+	gone     bool // a release started its run meanwhile
 }
 
 // deferRef is where a listed slot is: its deferral and its index there.
@@ -148,7 +152,7 @@ func (l *loop) deferSlot(t *Task, slot lock.Slot, by string) {
 		}
 	}
 	l.byName[name] = deferRef{d: d, i: len(d.slots)}
-	d.slots = append(d.slots, deferredSlot{t: t, slot: slot, by: by})
+	d.slots = append(d.slots, deferredSlot{t: t, slot: slot, by: by, outlasts: leaseOutlasts(t, slot)})
 }
 
 // closeFiring puts this turn's deferral into the check heap.
@@ -212,14 +216,11 @@ func (l *loop) read(d *deferral) {
 	if allGone(d) {
 		return
 	}
-	slots := make([]lock.Slot, len(d.slots))
-	ttl := make([]bool, len(d.slots))
 	lease := d.slots[0].t.Lease
-	for i, x := range d.slots {
-		slots[i] = x.slot
-		ttl[i] = !leaseOutlasts(x.t, x.slot)
+	for _, x := range d.slots {
 		lease = min(lease, x.t.Lease)
 	}
+	listed := d.slots
 	asks := l.tallyAsks(d)
 	// Before its limit, a slot whose claimant's tally is not in yet reads
 	// free, unread: it is looked at again at the limit, as a free one is.
@@ -242,16 +243,33 @@ func (l *loop) read(d *deferral) {
 		defer l.workers.Done()
 		cctx, cancel := context.WithTimeout(l.ctx, lease/3)
 		defer cancel()
+		// peek reads the listed slots at idx (all if nil), asking the
+		// TTLs of those whose lease may end within their window.
+		peek := func(idx []int) ([]lock.State, error) {
+			n := len(listed)
+			if idx != nil {
+				n = len(idx)
+			}
+			slots, ttl := make([]lock.Slot, n), make([]bool, n)
+			for j := range n {
+				i := j
+				if idx != nil {
+					i = idx[j]
+				}
+				slots[j], ttl[j] = listed[i].slot, !listed[i].outlasts
+			}
+			return pk.Peek(cctx, slots, ttl)
+		}
 		if len(asks) == 0 {
-			states, err := pk.Peek(cctx, slots, ttl)
+			states, err := peek(nil)
 			inbox.post(event{kind: checked, deferral: d, states: states, reply: lock.ClaimReply{Err: err}})
 			return
 		}
-		covered := readTallies(cctx, tl, asks, len(slots))
-		states := make([]lock.State, len(slots))
+		covered := readTallies(cctx, tl, asks, len(listed))
+		states := make([]lock.State, len(listed))
 		var rest []int
 		waiting, left := 0, 0
-		for i := range slots {
+		for i := range listed {
 			if gone[i] {
 				continue // a release started its run: not read
 			}
@@ -272,11 +290,7 @@ func (l *loop) read(d *deferral) {
 			return
 		}
 		if len(rest) > 0 {
-			rs, rt := make([]lock.Slot, len(rest)), make([]bool, len(rest))
-			for j, i := range rest {
-				rs[j], rt[j] = slots[i], ttl[i]
-			}
-			sts, err := pk.Peek(cctx, rs, rt)
+			sts, err := peek(rest)
 			if err != nil || len(sts) != len(rest) {
 				inbox.post(event{kind: checked, deferral: d, states: sts, reply: lock.ClaimReply{Err: err}})
 				return
@@ -357,7 +371,7 @@ func (l *loop) onChecked(d *deferral, states []lock.State, err error, later bool
 		switch {
 		case states != nil && st.Status == "done":
 			keep()
-		case states != nil && st.Status == "running" && leaseOutlasts(x.t, x.slot):
+		case states != nil && st.Status == "running" && x.outlasts:
 			keep() // its TTL was not read: it ends past the deadline
 		case states != nil && st.Status == "running" && st.TTL > 0:
 			if !storeNow.Add(st.TTL).Before(x.slot.Deadline) {
@@ -422,7 +436,7 @@ func (l *loop) settleWhole(d *deferral, states []lock.State, now, storeNow time.
 		case l.current[x.t.Name] == nil || !storeNow.Before(x.slot.Deadline):
 			return false
 		case st.Status == "done":
-		case st.Status == "running" && leaseOutlasts(x.t, x.slot):
+		case st.Status == "running" && x.outlasts:
 		case st.Status == "running" && st.TTL > 0 && !storeNow.Add(st.TTL).Before(x.slot.Deadline):
 		default:
 			return false

@@ -229,7 +229,7 @@ func (l *loop) tallyAsks(d *deferral) []tallyAsk {
 	var asks []tallyAsk
 	index := map[tallyKey]int{}
 	for i, x := range d.slots {
-		if x.by == "" || x.gone || !leaseOutlasts(x.t, x.slot) {
+		if x.by == "" || x.gone || !x.outlasts {
 			continue
 		}
 		k := tallyKey{x.slot.Time.UnixMilli(), x.by}
