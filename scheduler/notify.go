@@ -45,15 +45,36 @@ type slotEnd struct {
 	own *HistoryEntry
 }
 
+// hookWaitsPerHook and maxHookWaits bound the slot ends on their way to
+// a hook (waiting a lease, or reading the store, before max_hooks applies):
+// under a store outage every hooked task's slots end missed, each one a
+// goroutine that waits up to a lease, and a fleet of one-second tasks
+// would pile up thousands. 64 per max_hooks (512 by default), at most
+// 65,536.
+const (
+	hookWaitsPerHook = 64
+	maxHookWaits     = 1 << 16
+)
+
 // failed starts e's hook, if its task has one, on a goroutine the loop
-// waits for at shutdown.
+// waits for at shutdown; beyond the slot ends already on their way to a
+// hook (hookWaits) it is dropped, as one beyond max_hooks is.
 func (l *loop) failed(e slotEnd) {
 	if e.t.OnFailure == nil {
+		return
+	}
+	select {
+	case l.s.hookWaits <- struct{}{}:
+	default:
+		l.s.stats.Notifications.Add(stats.NotifyDropped)
+		l.s.log.Warn("on_failure hook dropped: too many slot ends already on their way to a hook here; left to a peer",
+			"task", e.t.Name, "slot", e.slot.ID, "failure", e.kind, "waiting", cap(l.s.hookWaits))
 		return
 	}
 	l.workers.Add(1)
 	go func() {
 		defer l.workers.Done()
+		defer func() { <-l.s.hookWaits }()
 		l.s.notify(l.hard, e)
 	}()
 }

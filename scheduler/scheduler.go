@@ -74,8 +74,10 @@ type Scheduler struct {
 	// (Redlock): then no task is paused, triggered or held to a
 	// concurrency policy.
 	controls lock.Controls
-	// hooks holds a token per on_failure hook running (WithMaxHooks).
+	// hooks holds a token per on_failure hook running (WithMaxHooks);
+	// hookWaits one per slot end on its way to a hook (notify.go).
 	hooks     chan struct{}
+	hookWaits chan struct{}
 	announced bool // set by Run before the clock loop starts: the clock check renews the presence
 	// firstStart is the fleet's first start as the store recorded it, set
 	// by Run before the loop starts (zero if unknown); logged only.
@@ -163,6 +165,7 @@ func New(tasks []Task, store lock.Store, opts ...Option) *Scheduler {
 	for _, o := range opts {
 		o(s)
 	}
+	s.hookWaits = make(chan struct{}, min(hookWaitsPerHook*cap(s.hooks), maxHookWaits))
 	s.instance = newInstance()
 	s.owner = lock.OwnerID(s.replica, s.instance)
 	s.fleet, _ = store.(lock.Fleet)
