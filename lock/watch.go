@@ -108,9 +108,8 @@ type Peeker interface {
 // peers, in one write per fire time, that every claim it sent of its
 // slots due then was answered won, held or done: a deferring replica
 // whose own sum over the slots it left to that claimant matches reads
-// none of them (see package scheduler's tally.go). Redis, etcd and the
-// memory store implement it; on ZooKeeper every deferring replica reads
-// every slot it deferred.
+// none of them (see package scheduler's tally.go). Redis, etcd, ZooKeeper
+// and the memory store implement it.
 type Tallier interface {
 	// Tally records replica's sum for the slots due at at, for ttl.
 	Tally(ctx context.Context, at time.Time, replica string, sum uint64, ttl time.Duration) error

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"path"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -139,6 +141,11 @@ func harness(t *testing.T, s *zklock.Store) locktest.Harness {
 				out[p] = max(zklock.NoticeTTL-at.Sub(time.UnixMilli(st.Mtime)), time.Millisecond)
 			case p == s.Root()+"/.clock":
 				out[p] = zklock.ClockTTL - at.Sub(time.UnixMilli(st.Mtime))
+			case path.Dir(p) == s.Root()+"/.tally":
+				// a replica's tallies: a TTL node, its TTL on the first line
+				ms, _, _ := strings.Cut(string(data), "\n")
+				n, _ := strconv.ParseInt(ms, 10, 64)
+				out[p] = time.Duration(n)*time.Millisecond - at.Sub(time.UnixMilli(st.Mtime))
 			case kvTTL(s, p, data, st, at) != 0:
 				out[p] = kvTTL(s, p, data, st, at)
 			case zklock.SlotTTL(data, st, at) != 0:
@@ -177,7 +184,7 @@ func harness(t *testing.T, s *zklock.Store) locktest.Harness {
 		Now:   now,
 		Expire: func(d time.Duration) {
 			for p, ttl := range ttls() {
-				if ttl <= d && (path.Base(p) == "run" || path.Dir(path.Dir(p)) == s.Root()+"/.kv") {
+				if ttl <= d && (path.Base(p) == "run" || path.Dir(path.Dir(p)) == s.Root()+"/.kv" || path.Dir(p) == s.Root()+"/.tally") {
 					if err := c.Delete(p, -1); err != nil && err != zk.ErrNoNode {
 						t.Fatalf("expire %s: %v", p, err)
 					}

@@ -62,6 +62,7 @@ type Store struct {
 
 	watch watcher
 	rels  releases // the release notices' watch (releases.go)
+	tally tallyLog // this process's recent tallies, each replica's node's data (tally.go)
 
 	// doubt holds, by run node path, each claim whose outcome was unknown
 	// (an error after its multi-op was sent), until a later claim of the
