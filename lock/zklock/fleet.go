@@ -124,21 +124,11 @@ func (z zkKV) List(ctx context.Context, dir string) (map[string]kv.Entry, error)
 	if err != nil {
 		return nil, fmt.Errorf("zklock: list %s: %w", p, err)
 	}
-	// The reads go out together: one session pipelines them.
 	entries := make([]kv.Entry, len(names))
-	errs := make([]error, len(names))
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, listFan)
-	for i, n := range names {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			entries[i], _, _, errs[i] = z.read(ctx, p+"/"+n)
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := readAll(len(names), func(i int) (err error) {
+		entries[i], _, _, err = z.read(ctx, p+"/"+names[i])
+		return err
+	}); err != nil {
 		return nil, err
 	}
 	out := make(map[string]kv.Entry, len(names))
@@ -151,8 +141,26 @@ func (z zkKV) List(ctx context.Context, dir string) (map[string]kv.Entry, error)
 	return out, nil
 }
 
-// listFan is how many of a directory's nodes List reads at once.
+// listFan is how many nodes readAll reads at once.
 const listFan = 64
+
+// readAll calls read for 0 to n-1, listFan at a time, and joins their
+// errors: the reads go out together, and one session pipelines them.
+func readAll(n int, read func(i int) error) error {
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, listFan)
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			errs[i] = read(i)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
 
 // afterPutRead, set by a test, runs in Put between its read of a present
 // node and its write: where the server's sweep of an expired TTL node may

@@ -110,20 +110,11 @@ func (s *Store) Tally(ctx context.Context, at time.Time, replica string, sum uin
 // (one session pipelines them).
 func (s *Store) Tallies(ctx context.Context, at time.Time, replicas []string) ([]uint64, error) {
 	sums := make([]uint64, len(replicas))
-	errs := make([]error, len(replicas))
 	ms := at.UnixMilli()
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, listFan)
-	for i, id := range replicas {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			sums[i], errs[i] = s.readTally(ctx, s.tallyPath(id), ms)
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := readAll(len(replicas), func(i int) (err error) {
+		sums[i], err = s.readTally(ctx, s.tallyPath(replicas[i]), ms)
+		return err
+	}); err != nil {
 		return nil, err
 	}
 	return sums, nil
