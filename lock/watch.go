@@ -102,16 +102,13 @@ type Peeker interface {
 	// status but "done" or "running": its reader then claims it, and the
 	// claim reports what is wrong.
 	Peek(ctx context.Context, slots []Slot, ttl []bool) ([]State, error)
-}
 
-// Tallier is a Peeker on which a slot's preferred claimant tells its
-// peers, in one write per fire time, that every claim it sent of its
-// slots due then was answered won, held or done: a deferring replica
-// whose own sum over the slots it left to that claimant matches reads
-// none of them (see package scheduler's tally.go). Redis, etcd, ZooKeeper
-// and the memory store implement it.
-type Tallier interface {
-	// Tally records replica's sum for the slots due at at, for ttl.
+	// Tally records replica's tally of its slots due at at, for ttl: as
+	// their preferred claimant, it got every claim it sent of them
+	// answered won, held or done, and sum is over those slots. A
+	// deferring replica whose own sum over the slots it left to that
+	// claimant matches reads none of them (see package scheduler's
+	// tally.go).
 	Tally(ctx context.Context, at time.Time, replica string, sum uint64, ttl time.Duration) error
 	// Tallies reads the sums recorded for at by each of replicas, in
 	// their order: 0 where none is.

@@ -14,7 +14,7 @@ import (
 // fleet grows (5,000 slots/s: 24.5 µs a slot at 3 replicas, 32.2 at 12;
 // with no read at all, 23.0 and 22.2).
 //
-// On a store that keeps tallies (lock.Tallier) the preferred claimant
+// On a store that batches deferrals (lock.Peeker) the preferred claimant
 // says in one write per fire time what it claimed: once every claim it
 // sent at once of its slots due then is answered won, held or done, it
 // writes the sum of those slots' hashes (slotHash). A deferring replica
@@ -76,7 +76,7 @@ type expected struct {
 
 // tallies is a loop's state for them, nil maps if the store keeps none.
 type tallies struct {
-	tallier lock.Tallier
+	tallier lock.Peeker // the loop's peeker; nil: tallies not kept (tests of the read alone)
 	own     map[int64]*ownTally
 	expect  map[tallyKey]*expected
 	// heard: release notices of slots not listed, until when each is
@@ -90,13 +90,9 @@ type tallies struct {
 // slotHash is a slot's term in a tally.
 func slotHash(slot lock.Slot) uint64 { return mix(fnv1a(fnvOffset, slot.Task, ":", slot.ID)) }
 
-// startTallies keeps tallies if the store can (with deferrals batched).
+// startTallies keeps tallies: deferrals are batched (l.peeker is set).
 func (l *loop) startTallies() {
-	tl, ok := l.s.store.(lock.Tallier)
-	if !ok || l.byName == nil {
-		return
-	}
-	l.tally = tallies{tallier: tl, own: map[int64]*ownTally{}, expect: map[tallyKey]*expected{}, heard: map[slotName]time.Time{}}
+	l.tally = tallies{tallier: l.peeker, own: map[int64]*ownTally{}, expect: map[tallyKey]*expected{}, heard: map[slotName]time.Time{}}
 }
 
 // tallySent counts a claim of slot this replica sends at once as its
@@ -251,7 +247,7 @@ func (l *loop) tallyAsks(d *deferral) []tallyAsk {
 // readTallies reads asks' tallies, one read per fire time, and reports
 // the slots their claimants' tallies cover (none if the store could not
 // answer: then they are read).
-func readTallies(ctx context.Context, tl lock.Tallier, asks []tallyAsk, n int) []bool {
+func readTallies(ctx context.Context, tl lock.Peeker, asks []tallyAsk, n int) []bool {
 	covered := make([]bool, n)
 	byTime := map[int64][]int{}
 	var times []int64

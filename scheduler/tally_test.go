@@ -18,7 +18,7 @@ func tallyLoop(t *testing.T, n int) (*loop, *askedPeeks, []*Task, time.Time) {
 	store := &askedPeeks{Store: memlock.New(time.Now)}
 	l, ts := batchLoop(t, store, n, func(task *Task) { task.Lease = 2 * time.Hour })
 	if l.tally.tallier == nil {
-		t.Fatal("no tallies kept on a store with lock.Tallier")
+		t.Fatal("no tallies kept on a store with lock.Peeker")
 	}
 	at := time.Now().Truncate(time.Hour)
 	for _, task := range ts {

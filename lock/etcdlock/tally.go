@@ -12,7 +12,7 @@ import (
 	"github.com/slotd/slotd/lock"
 )
 
-var _ lock.Tallier = (*Store)(nil)
+var _ lock.Peeker = (*Store)(nil)
 
 // talliesPerRead bounds the tallies one read of a fire time takes: one
 // per live replica, so far more than a fleet has.
@@ -24,7 +24,7 @@ func (s *Store) tallyPrefix(at time.Time) string {
 	return s.prefix + ":tally:" + strconv.FormatInt(at.UnixMilli(), 10) + ":"
 }
 
-// Tally implements lock.Tallier: one Put, on the expiry bucket's lease
+// Tally implements lock.Peeker: one Put, on the expiry bucket's lease
 // of ttl (kept at least ttl, and a little longer).
 func (s *Store) Tally(ctx context.Context, at time.Time, replica string, sum uint64, ttl time.Duration) error {
 	key := s.tallyPrefix(at) + replica
@@ -40,7 +40,7 @@ func (s *Store) Tally(ctx context.Context, at time.Time, replica string, sum uin
 	return nil
 }
 
-// Tallies implements lock.Tallier: one range read of the fire time's
+// Tallies implements lock.Peeker: one range read of the fire time's
 // tallies, bounded by talliesPerRead.
 func (s *Store) Tallies(ctx context.Context, at time.Time, replicas []string) ([]uint64, error) {
 	if len(replicas) == 0 {

@@ -147,13 +147,13 @@ func testPeek(t *testing.T, h Harness) {
 	}
 }
 
-// A store that keeps tallies (lock.Tallier) reads back each replica's sum
+// A store that peeks (lock.Peeker) keeps tallies too: it reads back each replica's sum
 // for one fire time, 0 for a replica that wrote none or for another time,
 // the latest of two writes, and none once its TTL has passed.
 func testTally(t *testing.T, h Harness) {
-	tl, ok := h.Store.(lock.Tallier)
+	tl, ok := h.Store.(lock.Peeker)
 	if !ok {
-		t.Skip("the store has no lock.Tallier")
+		t.Skip("the store has no lock.Peeker")
 	}
 	ctx := context.Background()
 	at := UniqueSlot(t, h).Time

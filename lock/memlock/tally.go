@@ -9,7 +9,7 @@ import (
 	"github.com/slotd/slotd/lock/internal/schema"
 )
 
-// Tally implements lock.Tallier, as the Redis store does: a key with a TTL.
+// Tally implements lock.Peeker, as the Redis store does: a key with a TTL.
 func (m *Store) Tally(ctx context.Context, at time.Time, replica string, sum uint64, ttl time.Duration) error {
 	k := schema.TallyKey("slotd", at, replica)
 	if err := ctx.Err(); err != nil {
@@ -21,7 +21,7 @@ func (m *Store) Tally(ctx context.Context, at time.Time, replica string, sum uin
 	return nil
 }
 
-// Tallies implements lock.Tallier.
+// Tallies implements lock.Peeker.
 func (m *Store) Tallies(ctx context.Context, at time.Time, replicas []string) ([]uint64, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("lock: read tallies: %w", err)

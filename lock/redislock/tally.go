@@ -12,7 +12,7 @@ import (
 	"github.com/slotd/slotd/lock/internal/schema"
 )
 
-// Tally implements lock.Tallier: one SET with its TTL.
+// Tally implements lock.Peeker: one SET with its TTL.
 func (r *Store) Tally(ctx context.Context, at time.Time, replica string, sum uint64, ttl time.Duration) error {
 	k := schema.TallyKey(r.prefix, at, replica)
 	p := r.rdb.Pipeline()
@@ -23,7 +23,7 @@ func (r *Store) Tally(ctx context.Context, at time.Time, replica string, sum uin
 	return nil
 }
 
-// Tallies implements lock.Tallier: one MGET, whose keys share their fire
+// Tallies implements lock.Peeker: one MGET, whose keys share their fire
 // time's hash tag (one shard of a Cluster).
 func (r *Store) Tallies(ctx context.Context, at time.Time, replicas []string) ([]uint64, error) {
 	if len(replicas) == 0 {

@@ -14,7 +14,7 @@ import (
 	"github.com/slotd/slotd/lock"
 )
 
-var _ lock.Tallier = (*Store)(nil)
+var _ lock.Peeker = (*Store)(nil)
 
 // Tallies on ZooKeeper: one TTL node per replica id,
 // <root>/.tally/<replica>, whose data is its TTL in ms on the first line
@@ -47,7 +47,7 @@ func (s *Store) tallyDir() string { return s.root + "/.tally" }
 
 func (s *Store) tallyPath(replica string) string { return s.tallyDir() + "/" + escape(replica) }
 
-// Tally implements lock.Tallier: the replica's node rewritten with its
+// Tally implements lock.Peeker: the replica's node rewritten with its
 // latest tallies, created as a TTL node of ttl if it is missing.
 func (s *Store) Tally(ctx context.Context, at time.Time, replica string, sum uint64, ttl time.Duration) error {
 	s.tally.mu.Lock()
@@ -106,7 +106,7 @@ func (s *Store) Tally(ctx context.Context, at time.Time, replica string, sum uin
 	}
 }
 
-// Tallies implements lock.Tallier: each replica's node, read together
+// Tallies implements lock.Peeker: each replica's node, read together
 // (one session pipelines them).
 func (s *Store) Tallies(ctx context.Context, at time.Time, replicas []string) ([]uint64, error) {
 	sums := make([]uint64, len(replicas))

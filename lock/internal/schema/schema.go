@@ -90,7 +90,7 @@ func ControlKeys(prefix, task string) (triggers, paused, running, notice string)
 func ReplacedKey(running string) string { return running + ":replaced" }
 
 // TallyKey is the key of replica's tally of its slots due at at (see
-// lock.Tallier). The hash tag is the fire time's, so that the tallies a
+// lock.Peeker). The hash tag is the fire time's, so that the tallies a
 // deferring replica reads for one fire time share a Cluster shard.
 func TallyKey(prefix string, at time.Time, replica string) string {
 	return prefix + ":tally:{" + strconv.FormatInt(at.UnixMilli(), 10) + "}:" + replica
