@@ -45,7 +45,8 @@ func BenchmarkFireDeferred(b *testing.B) {
 		at = time.Now().Truncate(time.Hour)
 		l.fires = l.fires[:0]
 		for _, f := range fires {
-			f.next, f.due = at, at
+			f.next = at
+			f.setDue(at)
 			l.fires = append(l.fires, f)
 		}
 		heap.Init(&l.fires)

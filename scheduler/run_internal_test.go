@@ -330,3 +330,26 @@ func TestLateFailedClaimReplyEndsAfterTheLag(t *testing.T) {
 		}
 	}
 }
+
+// The fire loop's slot ids are the schedule's, however the tasks due at
+// one instant share them: per resolution, and anew for each instant.
+func TestFiredSlotIDsAreTheSchedules(t *testing.T) {
+	var ids idCache
+	hourly, err := schedule.Parse("0 0 * * * *", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	secondly, err := schedule.Parse("* * * * * *", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2024, 1, 15, 14, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		s  *schedule.Schedule
+		at time.Time
+	}{{hourly, at}, {secondly, at}, {hourly, at}, {secondly, at.Add(time.Second)}, {hourly, at.Add(time.Hour)}, {secondly, at.Add(time.Second + time.Millisecond)}} {
+		if got, want := ids.id(c.s, c.at), c.s.SlotID(c.at); got != want {
+			t.Errorf("id of %v at %s resolution: %q, want %q", c.at, c.s.Resolution(), got, want)
+		}
+	}
+}

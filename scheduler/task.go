@@ -161,7 +161,17 @@ var ErrBadSlot = errors.New("scheduler: not a slot of the task")
 
 // Slot returns the slot of t that fires at at, a fire time of its schedule.
 func (t *Task) Slot(at time.Time) lock.Slot {
-	return lock.Slot{Task: t.Name, ID: t.Schedule.SlotID(at), Time: at.UTC(), Deadline: t.SlotDeadline(at).UTC()}
+	return t.slotOf(at, t.SlotDeadline(at), t.Schedule.SlotID(at))
+}
+
+// slotOf is Slot(at), given the schedule's Following(at) (or anything,
+// with a Deadline) and the slot id.
+func (t *Task) slotOf(at, following time.Time, id string) lock.Slot {
+	deadline := following
+	if t.Deadline > 0 {
+		deadline = at.Add(t.Deadline)
+	}
+	return lock.Slot{Task: t.Name, ID: id, Time: at.UTC(), Deadline: deadline.UTC()}
 }
 
 // ParseSlot returns t's slot whose id is id, or ErrBadSlot if no fire time

@@ -145,6 +145,17 @@ func (s *Schedule) Following(t time.Time) time.Time {
 	return unionNext(s.parts, t)
 }
 
+// Step returns Next(t) and Following(t), with one search where they are
+// the same (a schedule not combined from parts): the fire loop needs both
+// of every fire time, the next one to fire and the slot's window end.
+func (s *Schedule) Step(t time.Time) (next, following time.Time) {
+	next = s.Next(t)
+	if s.parts == nil {
+		return next, next
+	}
+	return next, unionNext(s.parts, t)
+}
+
 // Bounds returns the bounds of the schedule; zero for one from Parse.
 func (s *Schedule) Bounds() Bounds { return s.bounds }
 

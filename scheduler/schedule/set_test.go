@@ -107,6 +107,15 @@ func TestCombineBounds(t *testing.T) {
 	if f := s.Following(until); !f.Equal(utc("2024-03-04T09:00:00Z")) {
 		t.Errorf("Following(until) = %v: the last slot's window ends where the spec would fire next", f)
 	}
+	for _, at := range []time.Time{from, utc("2024-03-02T09:00:00Z"), until} {
+		if n, f := s.Step(at); !n.Equal(s.Next(at)) || !f.Equal(s.Following(at)) {
+			t.Errorf("Step(%v) = %v, %v; want Next %v, Following %v", at, n, f, s.Next(at), s.Following(at))
+		}
+	}
+	plain := combine(t, Bounds{}, "", "0 9 * * *")
+	if n, f := plain.Step(until); !n.Equal(plain.Next(until)) || !f.Equal(n) {
+		t.Errorf("unbounded Step(%v) = %v, %v; want Next twice, %v", until, n, f, plain.Next(until))
+	}
 	if s.Resolution() != Day || s.MaxGap() != 24*time.Hour {
 		t.Errorf("Resolution %v, MaxGap %v: bounds change neither", s.Resolution(), s.MaxGap())
 	}
