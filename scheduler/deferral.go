@@ -284,8 +284,13 @@ func (l *loop) read(d *deferral) {
 				rest = append(rest, i)
 			}
 		}
-		if waiting == left {
-			// No tally in yet: the whole deferral waits for its limit.
+		if waiting > 0 && len(rest) == 0 {
+			// A tally not in yet, and nothing else to read: the whole
+			// deferral waits for its limit, listed where it is, and its
+			// tallies are read again then (one read per fire time). With
+			// a dozen claimants some tallies are in and some are not at
+			// the first look; settling the covered slots now would move
+			// each to another deferral, an entry's cost per slot.
 			inbox.post(event{kind: checked, deferral: d, done: true})
 			return
 		}
@@ -312,8 +317,9 @@ func (l *loop) onChecked(d *deferral, states []lock.State, err error, later bool
 		return
 	}
 	if later {
-		// None of its slots was read, and no tally covered any: all are
-		// looked at again at its limit, listed where they are.
+		// None of its slots was read, and a tally that would cover some
+		// was not in yet: all are looked at again at its limit, listed
+		// where they are.
 		if allGone(d) {
 			return
 		}
@@ -348,39 +354,30 @@ func (l *loop) onChecked(d *deferral, states []lock.State, err error, later bool
 		if states != nil {
 			st = states[i]
 		}
-		delete(l.byName, slotName{x.slot.Task, x.slot.ID})
+		// Each slot is listed again (its name's entry rewritten in place)
+		// or forgotten.
+		name := slotName{x.slot.Task, x.slot.ID}
 		if l.current[x.t.Name] == nil {
+			delete(l.byName, name)
 			continue // a reload removed the task: it claims nothing more
 		}
-		// keep lists x, unread, until its deadline: only a release notice
+		// keep: listed, unread, until its deadline: only a release notice
 		// (a rerun of a done slot; a failure, or a shutdown, of a holder
 		// whose lease outlasts the window) claims it meanwhile.
-		keep := func() {
-			if !storeNow.Before(x.slot.Deadline) {
-				return
-			}
-			if settled == nil {
-				settled = &deferral{index: -1, settled: true}
-			}
-			if at := now.Add(x.slot.Deadline.Sub(storeNow)); at.After(settled.checkAt) {
-				settled.checkAt, settled.until = at, at
-			}
-			l.byName[slotName{x.slot.Task, x.slot.ID}] = deferRef{d: settled, i: len(settled.slots)}
-			settled.slots = append(settled.slots, x)
-		}
+		keep := false
 		switch {
 		case states != nil && st.Status == "done":
-			keep()
+			keep = true
 		case states != nil && st.Status == "running" && x.outlasts:
-			keep() // its TTL was not read: it ends past the deadline
+			keep = true // its TTL was not read: it ends past the deadline
 		case states != nil && st.Status == "running" && st.TTL > 0:
-			if !storeNow.Add(st.TTL).Before(x.slot.Deadline) {
-				// The lease outlasts the window: if the holder lives it
-				// reports for itself; if it releases, a peer retries.
-				keep()
+			// A lease that outlasts the window: if the holder lives it
+			// reports for itself; if it releases, a peer retries.
+			keep = !storeNow.Add(st.TTL).Before(x.slot.Deadline)
+			if !keep {
+				holds = append(holds, held{x, st.TTL}) // listed below
 				continue
 			}
-			holds = append(holds, held{x, st.TTL})
 		case states != nil && st.Status == "free" && !d.final && now.Before(d.until):
 			// Its preferred claimant's claim may be late rather than never
 			// coming: on a loaded machine claims take longer than
@@ -389,11 +386,26 @@ func (l *loop) onChecked(d *deferral, states []lock.State, err error, later bool
 			if again == nil {
 				again = &deferral{index: -1, start: d.start, checkAt: d.until, until: d.until, final: true}
 			}
-			l.byName[slotName{x.slot.Task, x.slot.ID}] = deferRef{d: again, i: len(again.slots)}
+			l.byName[name] = deferRef{d: again, i: len(again.slots)}
 			again.slots = append(again.slots, x)
+			continue
 		default:
+			delete(l.byName, name)
 			l.advance(l.newSlotRun(x.t, x.slot), false)
+			continue
 		}
+		if !storeNow.Before(x.slot.Deadline) {
+			delete(l.byName, name) // its window has closed
+			continue
+		}
+		if settled == nil {
+			settled = &deferral{index: -1, settled: true}
+		}
+		if at := now.Add(x.slot.Deadline.Sub(storeNow)); at.After(settled.checkAt) {
+			settled.checkAt, settled.until = at, at
+		}
+		l.byName[name] = deferRef{d: settled, i: len(settled.slots)}
+		settled.slots = append(settled.slots, x)
 	}
 	d.slots, d.gone = nil, 0
 	if again != nil {

@@ -105,6 +105,48 @@ func TestSlotsTheirClaimantDidNotTallyAreRead(t *testing.T) {
 	}
 }
 
+// With two claimants, one's tally in at the first look and the other's
+// not yet: the deferral waits whole for its limit, its slots listed where
+// they are and none read, and then both tallies cover their slots, which
+// settle unread. Settling the covered half at once would move each of its
+// slots to another deferral.
+func TestDeferralWaitsWholeForTheTallyNotInYet(t *testing.T) {
+	store := &askedPeeks{Store: memlock.New(time.Now)}
+	l, ts := batchLoop(t, store, 8, func(task *Task) { task.Lease = 2 * time.Hour })
+	l.s.setLive([]string{"peer-a", "peer-b"})
+	at := time.Now().Truncate(time.Hour)
+	mine := map[string][]*Task{}
+	for _, task := range ts {
+		by, _ := l.s.claimant(task.Slot(at))
+		mine[by] = append(mine[by], task)
+		l.onFire(task, at)
+	}
+	l.closeFiring()
+	if len(mine["peer-a"]) == 0 || len(mine["peer-b"]) == 0 {
+		t.Fatalf("claimants %v: want both peers to have slots", mine)
+	}
+	sumA := claimAs(t, store, "peer-a", mine["peer-a"], at)
+	sumB := claimAs(t, store, "peer-b", mine["peer-b"], at)
+	if err := store.Tally(context.Background(), at, "peer-a", sumA, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	d := checkNow(t, l)
+	handleUntil(t, l, "the read's answer", func() bool { return d.index >= 0 })
+	if len(store.asked) != 0 || len(l.checks) != 1 || l.checks[0] != d || !d.final || !d.checkAt.Equal(d.until) || len(d.slots) != len(ts) {
+		t.Fatalf("first look: slots read %v, %d deferrals, %d slots in it; want none read, all %d looked at again at the limit",
+			store.asked, len(l.checks), len(d.slots), len(ts))
+	}
+	if err := store.Tally(context.Background(), at, "peer-b", sumB, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	checkNow(t, l) // at the limit
+	handleUntil(t, l, "the second look's answer", func() bool { return readDone(d) })
+	if len(store.asked) != 0 || len(l.claims) != 0 || len(l.checks) != 1 || l.checks[0] != d || !d.settled || len(l.byName) != len(ts) {
+		t.Fatalf("at the limit: slots read %v, %d claims, %d deferrals; want none read or claimed, the deferral settled where it is",
+			store.asked, len(l.claims), len(l.checks))
+	}
+}
+
 // A release heard before its slot is listed (this replica fired it late)
 // has the slot claimed when it fires, not listed: the tally that covers
 // it was written before the release, and its notice will not come again.
