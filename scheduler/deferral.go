@@ -266,23 +266,22 @@ func (l *loop) read(d *deferral) {
 			return
 		}
 		covered := readTallies(cctx, tl, asks, len(listed))
-		states := make([]lock.State, len(listed))
 		var rest []int
-		waiting, left := 0, 0
+		waiting := 0
 		for i := range listed {
-			if gone[i] {
-				continue // a release started its run: not read
-			}
-			left++
 			switch {
-			case covered[i]:
-				states[i].Status = "running"
+			case gone[i] || covered[i]: // gone: a release started its run; not read
 			case later && asked[i]:
-				states[i].Status = "free"
 				waiting++
 			default:
 				rest = append(rest, i)
 			}
+		}
+		if waiting == 0 && len(rest) == 0 {
+			// The common case: every slot held by its claimant, as its
+			// tally says. No state is made per slot for it.
+			inbox.post(event{kind: checked, deferral: d, covered: true})
+			return
 		}
 		if waiting > 0 && len(rest) == 0 {
 			// A tally not in yet, and nothing else to read: the whole
@@ -293,6 +292,14 @@ func (l *loop) read(d *deferral) {
 			// each to another deferral, an entry's cost per slot.
 			inbox.post(event{kind: checked, deferral: d, done: true})
 			return
+		}
+		states := make([]lock.State, len(listed))
+		for i := range listed {
+			if covered[i] {
+				states[i].Status = "running"
+			} else if later && asked[i] {
+				states[i].Status = "free"
+			}
 		}
 		if len(rest) > 0 {
 			sts, err := peek(rest)
@@ -311,7 +318,10 @@ func (l *loop) read(d *deferral) {
 // onChecked acts on the read of d's slots: states in their order, or nil
 // with err if the store could not answer, and then every slot is claimed
 // (each claim retries as a run's does).
-func (l *loop) onChecked(d *deferral, states []lock.State, err error, later bool) {
+//
+// covered: nothing was read, as every slot's claimant's tally covers it;
+// each is held past its window (its lease outlasts the window).
+func (l *loop) onChecked(d *deferral, states []lock.State, err error, later, covered bool) {
 	if l.stopping {
 		l.unlist(d)
 		return
@@ -327,6 +337,16 @@ func (l *loop) onChecked(d *deferral, states []lock.State, err error, later bool
 		heap.Push(&l.checks, d)
 		return
 	}
+	now, storeNow := l.s.clock.Now(), l.s.now()
+	if covered {
+		if l.settleWhole(d, nil, now, storeNow) {
+			return
+		}
+		states = make([]lock.State, len(d.slots))
+		for i := range states {
+			states[i].Status = "running"
+		}
+	}
 	if len(states) != len(d.slots) {
 		if err == nil { // cannot happen: every store answers each slot
 			err = errors.New("lock: a States read answered for another number of slots")
@@ -335,8 +355,7 @@ func (l *loop) onChecked(d *deferral, states []lock.State, err error, later bool
 			"slots", len(d.slots), "err", err)
 		states = nil
 	}
-	now, storeNow := l.s.clock.Now(), l.s.now()
-	if states != nil && l.settleWhole(d, states, now, storeNow) {
+	if states != nil && !covered && l.settleWhole(d, states, now, storeNow) {
 		return
 	}
 	type held struct {
@@ -436,14 +455,20 @@ func (l *loop) onChecked(d *deferral, states []lock.State, err error, later bool
 // settleWhole settles d where it is, if every slot it still lists is one
 // that onChecked would keep listed until its deadline (read done, or held
 // past its window): the common case, a turn's slots all taken by their
-// claimants, costs no slot's entry moved to another deferral.
+// claimants, costs no slot's entry moved to another deferral. nil states:
+// every slot is covered by its claimant's tally (held, its lease
+// outlasting its window).
 func (l *loop) settleWhole(d *deferral, states []lock.State, now, storeNow time.Time) bool {
 	var last time.Time
+	held := lock.State{Status: "running"}
 	for i, x := range d.slots {
 		if x.gone {
 			continue
 		}
-		st := states[i]
+		st := held
+		if states != nil {
+			st = states[i]
+		}
 		switch {
 		case l.current[x.t.Name] == nil || !storeNow.Before(x.slot.Deadline):
 			return false

@@ -213,7 +213,7 @@ func (l *loop) handle(e event) {
 	case backfilled:
 		l.onBackfill(e.backfill)
 	case checked:
-		l.onChecked(e.deferral, e.states, e.reply.Err, e.done)
+		l.onChecked(e.deferral, e.states, e.reply.Err, e.done, e.covered)
 	case releaseNoticed:
 		l.onReleaseNotice(e.name)
 	}
@@ -387,9 +387,11 @@ type event struct {
 	backfill *backfill
 	// entry: attempted, when the attempt failed: its history entry.
 	entry *HistoryEntry
-	// deferral and states: checked's deferral and what the read said.
+	// deferral and states: checked's deferral and what the read said;
+	// covered: none was read, as their claimants' tallies cover them all.
 	deferral *deferral
 	states   []lock.State
+	covered  bool
 	// name: releaseNoticed's slot.
 	name slotName
 }
