@@ -65,13 +65,13 @@ type ownTally struct {
 	sum            uint64
 	sent, answered int
 	bad            bool
-	seen           time.Time // local clock: its last claim sent
+	seen           time.Time // local clock: its first claim sent
 }
 
 // expected is what this replica expects of a claimant's tally.
 type expected struct {
 	sum  uint64
-	seen time.Time // local clock: its last slot listed
+	seen time.Time // local clock: its first slot listed (a clock read per slot cost 5% of a deferred slot)
 }
 
 // tallies is a loop's state for them, nil maps if the store keeps none.
@@ -101,11 +101,10 @@ func (l *loop) tallySent(slot lock.Slot) {
 	at := slot.Time.UnixMilli()
 	o := l.tally.own[at]
 	if o == nil {
-		o = &ownTally{}
+		o = &ownTally{seen: l.s.clock.Now()}
 		l.tally.own[at] = o
 	}
 	o.sent++
-	o.seen = l.s.clock.Now()
 }
 
 // tallyAnswered counts the answer to such a claim: taken (won, held or
@@ -153,11 +152,10 @@ func (l *loop) tallyDeferred(slot lock.Slot, by string) bool {
 	k := tallyKey{slot.Time.UnixMilli(), by}
 	e := l.tally.expect[k]
 	if e == nil {
-		e = &expected{}
+		e = &expected{seen: l.s.clock.Now()}
 		l.tally.expect[k] = e
 	}
 	e.sum += slotHash(slot)
-	e.seen = l.s.clock.Now()
 	return true
 }
 
@@ -182,7 +180,7 @@ func (l *loop) heardUnlisted(name slotName) {
 	l.tally.heard[name] = now.Add(t.Lease + t.Tolerance)
 }
 
-// pruneTallies forgets the tallies last added to tallyTTL ago and the
+// pruneTallies forgets the tallies first added to tallyTTL ago and the
 // notices past their time, at most once a second unless forced.
 func (l *loop) pruneTallies(now time.Time, force bool) {
 	if !force && now.Sub(l.tally.pruned) < time.Second {
