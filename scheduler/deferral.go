@@ -143,7 +143,7 @@ func (l *loop) deferSlot(t *Task, slot lock.Slot, by string) {
 	if d == nil {
 		now := l.s.clock.Now()
 		d = &deferral{index: -1, start: now, checkAt: now.Add(min(preferWait, limit)), until: now.Add(limit),
-			slots: make([]deferredSlot, 0, l.lastFiring)}
+			slots: l.newList(l.lastFiring)}
 		l.firing = d
 	} else if until := d.start.Add(limit); until.Before(d.until) {
 		d.until = until
@@ -426,7 +426,7 @@ func (l *loop) onChecked(d *deferral, states []lock.State, err error, later, cov
 		l.byName[name] = deferRef{d: settled, i: len(settled.slots)}
 		settled.slots = append(settled.slots, x)
 	}
-	d.slots, d.gone = nil, 0
+	l.recycle(d)
 	if again != nil {
 		heap.Push(&l.checks, again)
 	}
@@ -526,7 +526,35 @@ func (l *loop) unlist(d *deferral) {
 			delete(l.byName, slotName{x.slot.Task, x.slot.ID})
 		}
 	}
+	l.recycle(d)
+}
+
+// spareLists bounds the slot lists kept for reuse (loop.spare): a
+// one-second task's turn's list lives a second, so two or three are in
+// use at a time.
+const spareLists = 4
+
+// recycle empties d, keeping its list for a later turn's deferral: a
+// list entry is 112 B a slot, on every deferring replica every second,
+// the most a deferred slot allocated. No read of d is in flight (its
+// answer was handled, or it was never read) and no name refers to it.
+func (l *loop) recycle(d *deferral) {
+	if cap(d.slots) > 0 && len(l.spare) < spareLists {
+		clear(d.slots) // let its tasks and strings go
+		l.spare = append(l.spare, d.slots[:0])
+	}
 	d.slots, d.gone = nil, 0
+}
+
+// newList is an empty slot list with room for n, a spare one if any.
+func (l *loop) newList(n int) []deferredSlot {
+	if k := len(l.spare); k > 0 {
+		list := l.spare[k-1]
+		l.spare[k-1] = nil
+		l.spare = l.spare[:k-1]
+		return list
+	}
+	return make([]deferredSlot, 0, n)
 }
 
 // dropChecks forgets every deferral: shutting down, nothing more is

@@ -53,6 +53,7 @@ type loop struct {
 	firing     *deferral
 	lastFiring int
 	heldChecks []*deferral
+	spare      [][]deferredSlot // emptied deferrals' lists, for reuse (recycle)
 	byName     map[slotName]deferRef
 	peeker     lock.Peeker
 	tally      tallies // what preferred claimants tell of their claims (tally.go)
