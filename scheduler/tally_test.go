@@ -238,3 +238,44 @@ func TestTallyInByTheLimitSparesTheRead(t *testing.T) {
 		t.Fatalf("slots read %v, %d claims, %d deferrals; want none read or claimed, one settled", store.asked, len(l.claims), len(l.checks))
 	}
 }
+
+// A deferral's list, emptied at its slots' deadline, is the next turn's:
+// a release of a slot no longer listed touches none of the new turn's,
+// and a release of one of them is claimed.
+func TestReusedListHoldsOnlyItsTurnsSlots(t *testing.T) {
+	l, store, ts, at := tallyLoop(t, 3)
+	sum := claimAs(t, store, "peer", ts, at)
+	if err := store.Tally(context.Background(), at, "peer", sum, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	d := checkNow(t, l)
+	handleUntil(t, l, "the read's answer", func() bool { return readDone(d) })
+	checkNow(t, l) // the settled deferral's deadline: its slots are forgotten
+	if len(l.byName) != 0 || len(l.spare) != 1 {
+		t.Fatalf("after the deadline: %d listed, %d spare lists; want none listed, its list spare", len(l.byName), len(l.spare))
+	}
+	next := at.Add(time.Hour)
+	for _, task := range ts {
+		l.onFire(task, next)
+	}
+	l.closeFiring()
+	d2 := l.checks[0]
+	if len(l.spare) != 0 || len(d2.slots) != len(ts) || len(l.byName) != len(ts) {
+		t.Fatalf("the next turn: %d spare lists, %d slots in its deferral, %d listed; want its list reused for all %d",
+			len(l.spare), len(d2.slots), len(l.byName), len(ts))
+	}
+	if err := store.Release(context.Background(), ts[0].Slot(at), lock.Owner{ID: "peer#1", Attempt: 1}); err != nil {
+		t.Fatal(err)
+	}
+	handleUntil(t, l, "the old slot's release notice", func() bool { return len(l.tally.heard) == 1 })
+	if len(l.claims) != 0 || d2.gone != 0 {
+		t.Fatalf("an unlisted slot's release: %d claims, %d of the new turn's slots gone; want none", len(l.claims), d2.gone)
+	}
+	// The next hour's slots cannot be claimed yet, so their release is
+	// the notice the store's release channel would post.
+	slot := ts[1].Slot(next)
+	l.onReleaseNotice(slotName{slot.Task, slot.ID})
+	if len(l.claims) != 1 || l.claims[0].slot != slot || d2.gone != 1 {
+		t.Fatalf("after the release: %d claims, %d gone; want %s's claim, 1", len(l.claims), d2.gone, slot)
+	}
+}
