@@ -90,7 +90,7 @@ type idCache [schedule.Second + 1]struct {
 // id is s.SlotID(at), formatted once per resolution and instant.
 func (c *idCache) id(s *schedule.Schedule, at time.Time) string {
 	res := s.Resolution()
-	if res < 0 || int(res) >= len(c) || at.Nanosecond() != 0 {
+	if uint(res) >= uint(len(c)) || at.Nanosecond() != 0 {
 		return s.SlotID(at)
 	}
 	e := &c[res]
