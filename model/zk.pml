@@ -11,7 +11,7 @@
  *              and its version sn_ver (every multi-op checks it)
  *   run node   ephemeral, "run:<owner>:<attempt>\n<lease ms>": run_own,
  *              run_att, its session run_ses, the lease left by its mtime
- *              (run_left, value.go leaseLeft), and the ticks its session
+ *              (run_left, value.go Store.leaseLeft), and the ticks its session
  *              has left without a ping (run_sest)
  * A replica is one process: its main loop (scheduler run states, lock.Lease
  * Complete/Release/finish), its lease watchdog, its task. Its Store keeps
@@ -203,7 +203,7 @@ inline zk_claim(i) {
   :: dbt[i] > 0 && !run_on && sn_ver > dver[i] -> dbt[i] = 0
   :: else -> skip
   fi;
-  /* decide 291-325 */
+  /* decide 292-339 (the second reading of 303-313 changes nothing here: see docs/model.md, Not modelled) */
   if
 #ifndef M_DOUBT_ANY
   :: run_on && dbt[i] > 0 && run_own == i + 1 && run_att == dbt[i] && run_ses == gen[i] -> h_take = true /* 301-305 */
@@ -211,8 +211,8 @@ inline zk_claim(i) {
   :: run_on && dbt[i] > 0 -> h_take = true
 #endif
 #ifndef M_CLAIM_NO_COMPARE
-  :: run_on && !(dbt[i] > 0 && run_own == i + 1 && run_att == dbt[i] && run_ses == gen[i]) && run_left == 0 -> h_exp = true /* 306-314 */
-  :: run_held && !(dbt[i] > 0 && run_own == i + 1 && run_att == dbt[i] && run_ses == gen[i]) -> h_res = R_HELD; h_w = run_left; goto cdone /* 315-323 */
+  :: run_on && !(dbt[i] > 0 && run_own == i + 1 && run_att == dbt[i] && run_ses == gen[i]) && run_left == 0 -> h_exp = true /* 319-328 */
+  :: run_held && !(dbt[i] > 0 && run_own == i + 1 && run_att == dbt[i] && run_ses == gen[i]) -> h_res = R_HELD; h_w = run_left; goto cdone /* 329-337 */
 #else
   :: run_on && !(dbt[i] > 0 && run_own == i + 1 && run_att == dbt[i] && run_ses == gen[i]) -> h_exp = true
 #endif
@@ -236,8 +236,8 @@ inline zk_claim(i) {
   :: else -> skip
   fi;
   if
-  :: sn_done -> h_res = R_DONE                                     /* 330-334 */
-  :: !sn_done && closed -> h_res = R_LATE                          /* 347-350 */
+  :: sn_done -> h_res = R_DONE                                     /* 344-348 */
+  :: !sn_done && closed -> h_res = R_LATE                          /* 361-364 */
   :: !sn_done && !closed && sn_att >= CAP -> h_res = R_EXH         /* 352-354 */
   :: !sn_done && !closed && sn_att < CAP ->
      /* 207-253 (write): delete the expired node (if any), count, create the run node */
@@ -469,7 +469,7 @@ end:
        if
        :: run_on ->
 #ifndef M_NO_RUN_EXPIRY
-          if :: run_left > 0 -> run_left-- :: else fi;             /* value.go 118-124 */
+          if :: run_left > 0 -> run_left-- :: else fi;             /* value.go 127-139 */
           /* a claim in doubt not taken up within its lease is a peer's to
            * take over (claim.go 306-314): P6 excuses the attempt */
           if :: run_left == 0 && dbt[holder] == run_att -> excuse = true :: else fi;

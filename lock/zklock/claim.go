@@ -235,7 +235,7 @@ func (s *Store) write(ctx context.Context, slot lock.Slot, replica string, p loc
 	s.doubt.Delete(path) // an earlier claim in doubt checked an older version
 	st := res[len(res)-2].Stat
 	at := time.UnixMilli(st.Mtime).UTC()
-	s.note(reading{mtime: at, sent: msent, recv: time.Now()})
+	s.note(reading{mtime: at, sent: msent, recv: time.Now(), epoch: epochOf(st.Mzxid)})
 	return s.landed(ctx, slot, p, sent, next, d, st.Version, 0, rd, at, st.Mzxid)
 }
 
@@ -281,6 +281,7 @@ func (s *Store) landed(ctx context.Context, slot lock.Slot, p lock.Policy, sent 
 // attempt ran, and its release failed) is held, as anybody's: its
 // attempt number must not run twice.
 func (s *Store) decide(ctx context.Context, slot lock.Slot, inDoubt string, p lock.Policy) (c lock.Claim, sn, run node, d slotData, err error) {
+	readAt := time.Now()
 	sn, run, err = s.read(ctx, slot)
 	if err != nil {
 		return c, sn, run, d, err
@@ -296,9 +297,21 @@ func (s *Store) decide(ctx context.Context, slot lock.Slot, inDoubt string, p lo
 		if err != nil || st.Status != "running" {
 			return c, sn, run, d, fmt.Errorf("zklock: claim %s: run node %w: %q", slot, lock.ErrForeign, run.data)
 		}
-		left, recorded := leaseLeft(run, lo)
+		left, recorded := s.leaseLeft(run, lo)
+		mine := inDoubt != "" && rd.value == inDoubt && run.stat.EphemeralOwner == s.conn.SessionID()
+		if !mine && recorded && left <= 0 {
+			// Run out by a reading that may be older than the node's
+			// read, and so blind to an election since, which gives the
+			// holder a new lease (leaseLeft): judged again by a reading
+			// taken after the read.
+			if lo, hi, err = s.nowAfter(ctx, readAt); err != nil {
+				return c, sn, run, d, fmt.Errorf("zklock: claim %s: %w", slot, err)
+			}
+			c.Now = lo
+			left, recorded = s.leaseLeft(run, lo)
+		}
 		switch {
-		case inDoubt != "" && rd.value == inDoubt && run.stat.EphemeralOwner == s.conn.SessionID():
+		case mine:
 			if d, err = decodeSlot(sn.data); err != nil || !sn.exists || d.attempts != st.Attempt {
 				return c, sn, run, d, fmt.Errorf("zklock: claim %s: run node of attempt %d beside slot node %q: %w", slot, st.Attempt, sn.data, lock.ErrForeign)
 			}
@@ -307,7 +320,8 @@ func (s *Store) decide(ctx context.Context, slot lock.Slot, inDoubt string, p lo
 			// The lease ran out by the leader's clock: the holder's
 			// watchdog has cancelled its task, though its session may live
 			// on (a holder frozen for less than the session timeout). The
-			// slot is free; the claim deletes the node.
+			// slot is free; the claim deletes the node, unless renewed or
+			// completed since (its multi-op checks the node's version).
 			run.expired = true
 			if d, err = decodeSlot(sn.data); err != nil || !sn.exists {
 				return c, sn, run, d, fmt.Errorf("zklock: claim %s: run node of attempt %d beside slot node %q: %w", slot, st.Attempt, sn.data, lock.ErrForeign)

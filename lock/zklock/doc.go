@@ -70,7 +70,13 @@
 // lower bound of the leader's clock is free, and a claim deletes it in its
 // own multi-op, under a check of the version read, so a renewal that
 // landed first wins. A holder awake to find its lease lost releases the
-// slot, which deletes the node at once (lock.Lease.Release).
+// slot, which deletes the node at once (lock.Lease.Release). While there
+// is no leader nobody renews, and a new leader gives every session a fresh
+// timeout: a run node last written under an older leader counts its lease
+// from the earliest stamp this store has seen of the newest leader, and a
+// claim that finds a lease run out judges it again by a reading of the
+// clock taken after its read (Store.leaseLeft), so that a completion
+// retried through an election lands before any peer takes the slot.
 //
 // # Clock
 //

@@ -88,3 +88,83 @@ func TestClaimInDoubtFoundPastItsLease(t *testing.T) {
 		t.Fatalf("peer's claim after the claim in doubt was found = %+v, %v; want held by a for most of a lease", got, err)
 	}
 }
+
+// A holder whose task succeeded completes its slot although the quorum is
+// lost for longer than its lease, and a peer that claims before the
+// holder is back never wins it: the holder's session outlives the election
+// (a new leader gives every session a fresh timeout), and its run node,
+// last written under the old leader, counts its lease from when the peer
+// first saw the new leader, not from its mtime. So the holder's
+// completion, retried past its lease, lands first; the peer finds the slot
+// held, then done by attempt 1. (Before, the peer judged the node's lease
+// run out by its mtime the moment the quorum was back and ran the slot
+// again: 30 slots twice in CI's TestZooKeeperLeaderKilledInBurst, whose
+// election took longer than the lease.)
+func TestCompletionOutlastsQuorumLoss(t *testing.T) {
+	zktest.WithoutRace(t)
+	e := zktest.Start(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var cut cutter
+	a := dialWith(t, e, zklock.Options{Dialer: cut.dial})
+	b := dialWith(t, e, zklock.Options{})
+	p := lock.Policy{Lease: 2 * time.Second, DoneTTL: time.Hour, MaxAttempts: 3}
+	slot := openSlot(ctx, t, a, "1")
+	// The peer has read the leader's clock before the loss, as a replica
+	// that claims has.
+	if _, err := b.Time(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c, err := a.Claim(ctx, slot, "a", p)
+	if err != nil || c.Result != lock.Won {
+		t.Fatalf("claim = %+v, %v", c, err)
+	}
+	l := lock.Hold(ctx, a, slot, "a", c, p.Lease, lock.LeaseHooks{})
+	// The quorum goes as the task ends: two of three members down. The
+	// holder stays cut off until the peer has claimed once after the
+	// quorum is back, so that the peer looks first.
+	down := e.Members[1:]
+	for _, m := range down {
+		m.Stop()
+	}
+	cut.set(true)
+	stopped := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- l.Complete(ctx, p.DoneTTL) }()
+	select {
+	case err := <-done:
+		t.Fatalf("completion ended %v into the quorum loss: %v", time.Since(stopped), err)
+	case <-time.After(2 * p.Lease):
+	}
+	for _, m := range down {
+		m.Start()
+	}
+	back := time.Now()
+	held := 0
+	for {
+		got, err := b.Claim(ctx, slot, "b", p)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			t.Fatalf("peer's claim %v after the quorum came back: %v", time.Since(back), err)
+		case err != nil:
+		case got.Result == lock.Held && got.Holder == "a":
+			if held++; held == 1 {
+				t.Logf("the peer's first answer, %v after the quorum came back: held by a, %v left", time.Since(back), got.Wait)
+				cut.set(false)
+			}
+		case got.Result == lock.Done && got.Holder == "a" && got.Attempt == 1 && held > 0:
+			if err := <-done; err != nil {
+				t.Fatalf("the holder's completion: %v", err)
+			}
+			if !l.Lost() {
+				t.Errorf("the lease was not lost during a %v quorum loss: the test shows nothing", back.Sub(stopped))
+			}
+			t.Logf("quorum lost %v; the peer found the slot held %d times, then done %v after the quorum came back",
+				back.Sub(stopped), held, time.Since(back))
+			return
+		default:
+			t.Fatalf("peer's claim %v after the quorum came back = %+v; want held by a, then done by a, attempt 1", time.Since(back), got)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

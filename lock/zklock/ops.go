@@ -212,7 +212,7 @@ func (s *Store) Rerun(ctx context.Context, slot lock.Slot, force bool) (lock.Rer
 			if err != nil {
 				return lock.Rerun{}, fmt.Errorf("zklock: rerun %s: %w", slot, err)
 			}
-			if left, ok := leaseLeft(run, lo); ok {
+			if left, ok := s.leaseLeft(run, lo); ok {
 				// A run node whose lease ran out holds nothing (see
 				// runData): it goes as a free slot's would have.
 				ttl, run.expired = left, left <= 0
@@ -312,7 +312,7 @@ func (s *Store) decodeState(slot lock.Slot, sn, run node, now time.Time) (lock.S
 			errs = append(errs, fmt.Errorf("zklock: state %s: %w", slot, err))
 		}
 	}
-	left, recorded := leaseLeft(run, now)
+	left, recorded := s.leaseLeft(run, now)
 	switch {
 	case run.exists && recorded && left <= 0:
 		// The lease ran out: free, as a Redis key would have expired

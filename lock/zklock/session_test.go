@@ -410,5 +410,5 @@ func TestFailedReleaseFreedByNextClaim(t *testing.T) {
 // race detector when the package is built with it (zktest.WithoutRace
 // says why); without it they run where they stand.
 func TestZooKeeperKillsWithoutRace(t *testing.T) {
-	zktest.RunWithoutRace(t, `^TestDoneMarkerSurvivesLeaderKill$`)
+	zktest.RunWithoutRace(t, `^(TestDoneMarkerSurvivesLeaderKill|TestCompletionOutlastsQuorumLoss)$`)
 }

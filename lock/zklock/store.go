@@ -56,9 +56,14 @@ type Store struct {
 	granted chan struct{}
 	log     *slog.Logger
 
-	clock   sync.Mutex
-	seen    reading    // the last reading of the leader's clock
-	reading sync.Mutex // held while a claim takes a new reading: one at a time
+	clock sync.Mutex
+	seen  reading // the last reading of the leader's clock
+	// epoch is the newest leader's epoch this store has had a write
+	// stamped by, and epochSince the earliest stamp it has seen of that
+	// leader's: the leader took over no later than that (leaseLeft).
+	epoch      int64
+	epochSince time.Time
+	reading    sync.Mutex // held while a claim takes a new reading: one at a time
 
 	watch watcher
 	rels  releases // the release notices' watch (releases.go)
@@ -82,11 +87,17 @@ type Store struct {
 }
 
 // reading is one reading of the leader's clock: the mtime of a write,
-// with the local monotonic times the write was sent and answered.
+// with the local monotonic times the write was sent and answered, and the
+// epoch of the leader that stamped it (the high half of the write's zxid).
 type reading struct {
 	mtime      time.Time
 	sent, recv time.Time
+	epoch      int64
 }
+
+// epochOf is the leader epoch of a zxid: its high 32 bits, which every
+// newly elected leader increments.
+func epochOf(zxid int64) int64 { return zxid >> 32 }
 
 // Dial connects to the ensemble and waits, within ctx, for a session.
 func Dial(ctx context.Context, o Options) (*Store, error) {
@@ -288,7 +299,7 @@ func (s *Store) Time(ctx context.Context) (time.Time, error) {
 		sent := time.Now()
 		st, err := call(ctx, func() (*zk.Stat, error) { return s.conn.Set(path, nil, -1) })
 		if err == nil {
-			r := reading{mtime: time.UnixMilli(st.Mtime).UTC(), sent: sent, recv: time.Now()}
+			r := reading{mtime: time.UnixMilli(st.Mtime).UTC(), sent: sent, recv: time.Now(), epoch: epochOf(st.Mzxid)}
 			s.note(r)
 			return r.mtime, nil
 		}
@@ -301,11 +312,18 @@ func (s *Store) Time(ctx context.Context) (time.Time, error) {
 	}
 }
 
-// note keeps r as the latest reading of the leader's clock.
+// note keeps r as the latest reading of the leader's clock, and its
+// leader's epoch if it is the newest seen.
 func (s *Store) note(r reading) {
 	s.clock.Lock()
 	if r.recv.After(s.seen.recv) {
 		s.seen = r
+	}
+	switch {
+	case r.epoch > s.epoch:
+		s.epoch, s.epochSince = r.epoch, r.mtime
+	case r.epoch == s.epoch && r.mtime.Before(s.epochSince):
+		s.epochSince = r.mtime
 	}
 	s.clock.Unlock()
 }
@@ -320,16 +338,26 @@ const readingMaxAge = 30 * time.Second
 // reading (taken anew if older than readingMaxAge) and the monotonic time
 // elapsed since.
 func (s *Store) now(ctx context.Context) (lo, hi time.Time, err error) {
+	return s.nowAfter(ctx, time.Time{})
+}
+
+// nowAfter is now by a reading whose write was sent at or after t (by the
+// local monotonic clock), taken anew if the latest is older: one that
+// knows of every election before t (see leaseLeft).
+func (s *Store) nowAfter(ctx context.Context, t time.Time) (lo, hi time.Time, err error) {
 	last := func() reading {
 		s.clock.Lock()
 		defer s.clock.Unlock()
 		return s.seen
 	}
+	stale := func(r reading) bool {
+		return r.recv.IsZero() || time.Since(r.recv) > readingMaxAge || r.sent.Before(t)
+	}
 	r := last()
-	if r.recv.IsZero() || time.Since(r.recv) > readingMaxAge {
+	if stale(r) {
 		// The claims of a burst share one new reading.
 		s.reading.Lock()
-		if r = last(); r.recv.IsZero() || time.Since(r.recv) > readingMaxAge {
+		if r = last(); stale(r) {
 			if _, err := s.Time(ctx); err != nil {
 				s.reading.Unlock()
 				return time.Time{}, time.Time{}, err

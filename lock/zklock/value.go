@@ -113,12 +113,27 @@ func decodeRun(b []byte) runData {
 }
 
 // leaseLeft is what is left, at now by the leader's clock, of the lease of
-// the run node read as run (mtime: the leader's stamp of the claim or of
-// its last renewal); ok is false if the node records no lease.
-func leaseLeft(run node, now time.Time) (left time.Duration, ok bool) {
+// the run node read as run; ok is false if the node records no lease. The
+// lease counts from the node's mtime: the leader's stamp of the claim or
+// of its last renewal. A node last written under an older leader than the
+// newest this store has seen counts it from that leader's earliest stamp
+// seen here, if later: while there was no leader the holder could neither
+// renew nor complete, and its session was given a fresh timeout by the new
+// one, so its lease is not judged run out before it has had a whole one
+// under the new leader (a completion retried past its lease lands first).
+// The stamp seen is never earlier than the new leader's start, so the
+// holder gets no less; a holder frozen through an election is taken over
+// at most a lease later than it would have been.
+func (s *Store) leaseLeft(run node, now time.Time) (left time.Duration, ok bool) {
 	r := decodeRun(run.data)
 	if r.lease <= 0 || run.stat == nil {
 		return 0, false
 	}
-	return time.UnixMilli(run.stat.Mtime).Add(r.lease).Sub(now), true
+	from := time.UnixMilli(run.stat.Mtime)
+	s.clock.Lock()
+	if epochOf(run.stat.Mzxid) < s.epoch && s.epochSince.After(from) {
+		from = s.epochSince
+	}
+	s.clock.Unlock()
+	return from.Add(r.lease).Sub(now), true
 }

@@ -428,7 +428,7 @@ func (w *watcher) takenBy(ctx context.Context, key string) bool {
 	if err != nil {
 		return false
 	}
-	if left, ok := leaseLeft(run, lo); run.exists && (!ok || left > 0) {
+	if left, ok := w.s.leaseLeft(run, lo); run.exists && (!ok || left > 0) {
 		w.notify(key, lock.Taken)
 	}
 	return true
