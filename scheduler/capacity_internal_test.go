@@ -65,8 +65,9 @@ func TestCappedTransitions(t *testing.T) {
 }
 
 // A capped run whose window closes is missed for capacity, once the lag
-// for a notice on its way has passed without one; in the lag it claims
-// nothing, even with room.
+// for a notice on its way has passed without one and the store has the
+// slot neither done nor running; in the lag it claims nothing, even with
+// room.
 func TestCappedRunMissedForCapacity(t *testing.T) {
 	l := testLoop(t, memlock.New(time.Now))
 	l.s.maxRunning = 1
@@ -88,7 +89,12 @@ func TestCappedRunMissedForCapacity(t *testing.T) {
 	if r.state != capped || len(l.claims) != 0 {
 		t.Fatalf("admitted in the lag: state %v, %d claims; want capped, none", r.state, len(l.claims))
 	}
-	l.onWake(r) // the lag is over, no notice came
+	l.onWake(r) // the lag is over, no notice came: the store is asked
+	if r.state != capped || st.Missed.Load() != 0 {
+		t.Fatalf("at the lag's end: state %v, missed %d; want capped, 0 until the store answers", r.state, st.Missed.Load())
+	}
+	l.sendConfirms()
+	handleUntil(t, l, "the read of the slot's state", func() bool { return r.state == ended })
 	if r.state != ended || st.Missed.Load() != 1 || st.MissedCapacity.Load() != 1 {
 		t.Errorf("state %v, missed %d, for capacity %d; want ended, 1, 1", r.state, st.Missed.Load(), st.MissedCapacity.Load())
 	}

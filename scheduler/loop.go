@@ -35,7 +35,13 @@ type loop struct {
 	fires   fireHeap         // tasks by next fire time, on the store's clock
 	wakes   wakeHeap         // waiting, handing-off and settled runs by wake time, on the local clock
 	claims  []*run           // runs whose claim goes out at the end of this turn
-	live    int              // runs not ended
+	// confirms: lagged runs whose slots' states are read at the end of
+	// this turn, before any is called missed (confirmMiss).
+	confirms []*run
+	// unconfirmedUntil: a read of confirms failed; until then the
+	// lagged runs are counted missed without one (onConfirmed).
+	unconfirmedUntil time.Time
+	live             int // runs not ended
 	// pending: claims sent and not yet answered. deferred: deferring runs
 	// whose wait was extended because claims were pending; they look again
 	// soon after none are (releaseDeferred). lastTaken: when the last
@@ -125,6 +131,7 @@ func (l *loop) run() {
 	for {
 		l.closeFiring()
 		l.sendClaims()
+		l.sendConfirms()
 		if l.stopping && l.live == 0 {
 			break
 		}
@@ -217,6 +224,8 @@ func (l *loop) handle(e event) {
 		l.onChecked(e.deferral, e.states, e.reply.Err, e.done, e.covered)
 	case releaseNoticed:
 		l.onReleaseNotice(e.name)
+	case confirmed:
+		l.onConfirmed(e.runs, e.states, e.reply.Err)
 	}
 }
 
@@ -370,6 +379,7 @@ const (
 	reloaded                            // Reload's new tasks
 	backfilled                          // an operator's backfill request (backfill.go); run is nil
 	checked                             // a deferral's read (deferral.go): states, or reply.Err; run is nil
+	confirmed                           // the read of lagged runs' slots (confirmMiss): runs, states, or reply.Err; run is nil
 	releaseNoticed                      // a release of the slot name names (deferral.go); run is nil
 )
 
@@ -393,6 +403,8 @@ type event struct {
 	deferral *deferral
 	states   []lock.State
 	covered  bool
+	// runs: confirmed's runs, in the order of states.
+	runs []*run
 	// name: releaseNoticed's slot.
 	name slotName
 }

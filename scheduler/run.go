@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"strconv"
@@ -103,6 +104,7 @@ type run struct {
 	wakeAt     time.Time // in the wake heap: when onWake is due
 	listed     bool      // in the loop's capped list (capacity.go)
 	lagged     bool      // its window closed unsettled: it waits missLag for news on its way
+	asked      bool      // lagged, no news in missLag: its slot's state is read before it is called missed (confirmMiss)
 	tallied    bool      // its claim's answer goes to this replica's tally (tally.go)
 	index      int       // in the wake heap; -1 if not in it
 	log        *slog.Logger
@@ -487,6 +489,16 @@ func (l *loop) over(r *run, isSettled bool) bool {
 				l.schedule(r, missLag)
 				return true
 			}
+			// No news in missLag: the store's answer decides
+			// (onConfirmed), and until it comes nothing else does —
+			// unless such a read failed lately: then it is not asked.
+			if r.asked {
+				return true
+			}
+			if !l.s.clock.Now().Before(l.unconfirmedUntil) {
+				l.confirmMiss(r)
+				return true
+			}
 			l.missed(r)
 		}
 		l.uncap(r)
@@ -518,6 +530,94 @@ func (l *loop) missed(r *run) {
 		r.logger(l.s).Warn("slot window closed without a success", "deadline", r.slot.Deadline)
 	}
 	l.runFailed(r, end)
+}
+
+// confirmMiss queues a read of lagged r's slot: a run that heard of no
+// holder and no success by missLag after its deadline is called missed
+// only if the store agrees. The news may be later still (the store's
+// replies and notices lag under load: a ZooKeeper ensemble behind a burst
+// had each replica call thousands of slots missed that a peer had run),
+// or lost (notices are hints). The runs lagged in one turn are read
+// together, in one Peek (or States) call.
+func (l *loop) confirmMiss(r *run) {
+	r.asked = true
+	l.unschedule(r)
+	l.confirms = append(l.confirms, r)
+}
+
+// unconfirmedFor is how long after a read of lagged runs' slots failed the
+// next lagged runs are counted missed without a read, as before there was
+// one.
+const unconfirmedFor = 5 * time.Second
+
+// sendConfirms sends the read of the queued lagged runs' slots.
+func (l *loop) sendConfirms() {
+	if len(l.confirms) == 0 {
+		return
+	}
+	runs := l.confirms
+	l.confirms = nil
+	slots := make([]lock.Slot, len(runs))
+	lease := runs[0].t.Lease
+	for i, r := range runs {
+		slots[i] = r.slot
+		lease = min(lease, r.t.Lease)
+	}
+	store, pk, inbox := l.s.store, l.peeker, &l.inbox
+	l.workers.Add(1)
+	go func() {
+		defer l.workers.Done()
+		cctx, cancel := context.WithTimeout(l.ctx, lease/3)
+		defer cancel()
+		var states []lock.State
+		var err error
+		if pk != nil {
+			// Done or running is all it needs: no lease is read (on
+			// ZooKeeper a done slot is one request, not two).
+			states, err = pk.Peek(cctx, slots, make([]bool, len(slots)))
+		} else {
+			states, err = store.States(cctx, slots)
+		}
+		inbox.post(event{kind: confirmed, runs: runs, states: states, reply: lock.ClaimReply{Err: err}})
+	}()
+}
+
+// onConfirmed acts on the read of lagged runs' slots (states in their
+// order; nil with err if the store could not answer): a slot done or
+// running was not missed — a peer ran it, or runs it and reports for
+// itself; any other, or one the store could not read, is missed, as
+// before the read. A run that ended meanwhile (a notice came) is left.
+func (l *loop) onConfirmed(runs []*run, states []lock.State, err error) {
+	if err != nil && states == nil && l.ctx.Err() == nil {
+		// A store that cannot answer is not asked again for a while: the
+		// reads would only add to what it cannot keep up with (a
+		// ZooKeeper ensemble behind a burst ran a fifth fewer slots when
+		// every replica read every slot whose claims had timed out).
+		l.unconfirmedUntil = l.s.clock.Now().Add(unconfirmedFor)
+		r := runs[0]
+		r.logger(l.s).Warn("the states of slots past their deadline could not be read: they, and for a while the next ones, are counted missed without asking",
+			"slots", len(runs), "for", unconfirmedFor, "err", err)
+	}
+	for i, r := range runs {
+		if r.state == ended {
+			continue
+		}
+		var status string
+		if len(states) == len(runs) {
+			status = states[i].Status
+		}
+		switch {
+		case l.ctx.Err() != nil:
+		case status == "done" || status == "running":
+			if l.s.log.Enabled(l.ctx, slog.LevelDebug) {
+				r.logger(l.s).Debug("no news of the slot by its deadline, but the store has it "+status+": not missed", "deadline", r.slot.Deadline)
+			}
+		default:
+			l.missed(r)
+		}
+		l.uncap(r)
+		l.end(r)
+	}
 }
 
 // end finishes r: it stops watching the slot and leaves the wake heap.

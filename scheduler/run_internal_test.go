@@ -298,8 +298,9 @@ func TestClaimRetryJitteredAfterNoQuorum(t *testing.T) {
 // Passwords are never quoted in errors.
 
 // A claim whose failed reply comes after the deadline leaves its run
-// waiting out the lag for news, in the wake heap: the lag's end reports
-// the slot missed and ends the run, and a shutdown in the lag ends it too
+// waiting out the lag for news, in the wake heap: at the lag's end the
+// store is asked, and as it has the slot free the slot is reported missed
+// and the run ends, and a shutdown in the lag ends it too
 // (a run left in its claiming state kept a stopping loop alive for ever).
 func TestLateFailedClaimReplyEndsAfterTheLag(t *testing.T) {
 	for _, stop := range []bool{false, true} {
@@ -316,6 +317,8 @@ func TestLateFailedClaimReplyEndsAfterTheLag(t *testing.T) {
 			l.onShutdown()
 		} else {
 			l.onWake(r)
+			l.sendConfirms() // the store, asked, has the slot free
+			handleUntil(t, l, "the read of the slot's state", func() bool { return r.state == ended })
 		}
 		st := l.s.stats.Task(r.t.Name)
 		if r.state != ended || l.live != 0 {
@@ -350,6 +353,96 @@ func TestFiredSlotIDsAreTheSchedules(t *testing.T) {
 	}{{hourly, at}, {secondly, at}, {hourly, at}, {secondly, at.Add(time.Second)}, {hourly, at.Add(time.Hour)}, {secondly, at.Add(time.Second + time.Millisecond)}} {
 		if got, want := ids.id(c.s, c.at), c.s.SlotID(c.at); got != want {
 			t.Errorf("id of %v at %s resolution: %q, want %q", c.at, c.s.Resolution(), got, want)
+		}
+	}
+}
+
+// statesFail is a store whose States cannot answer.
+type statesFail struct{ lock.Store }
+
+func (statesFail) States(context.Context, []lock.Slot) ([]lock.State, error) {
+	return nil, errors.New("injected: no answer")
+}
+
+// A run that heard of no holder and no success by missLag after its
+// deadline asks the store before it calls the slot missed, in one read
+// for the runs lagged together: a slot a peer ran, or still runs, was not
+// missed; a free one was. (Before, a replica whose notices lagged — a
+// ZooKeeper ensemble behind a 10,000-slot burst — counted thousands of
+// slots missed that its peers had run.) A slot the store cannot read is
+// counted missed, as before the read, and so for a while are the next
+// lagged runs, unread: a store behind its load is not given more. The
+// read is a Peek where the store has one (done or running is all it
+// needs), else States.
+func TestLaggedRunAsksTheStoreBeforeMissed(t *testing.T) {
+	ctx := context.Background()
+	for _, unreadable := range []bool{false, true} {
+		mem := memlock.New(time.Now)
+		store := lock.Store(mem)
+		if unreadable {
+			store = statesFail{mem}
+		}
+		l := testLoop(t, store)
+		if !unreadable {
+			t.Cleanup(l.watchReleases()) // read with Peek, as a loop does on every store but Redlock
+		}
+		task := &l.s.Tasks()[0]
+		now := time.Now()
+		slot := func(id string) lock.Slot {
+			return lock.Slot{Task: task.Name, ID: id, Time: now.Add(-time.Second), Deadline: now.Add(time.Hour)}
+		}
+		// A peer ran "done" and runs "held"; nobody claimed "free".
+		c, err := mem.Claim(ctx, slot("done"), "peer#1", task.Policy)
+		if err != nil || c.Result != lock.Won {
+			t.Fatalf("peer's claim: %+v, %v", c, err)
+		}
+		if err := mem.Complete(ctx, slot("done"), lock.Owner{ID: "peer#1", Attempt: c.Attempt}, task.DoneTTL); err != nil {
+			t.Fatal(err)
+		}
+		if c, err := mem.Claim(ctx, slot("held"), "peer#1", task.Policy); err != nil || c.Result != lock.Won {
+			t.Fatalf("peer's claim: %+v, %v", c, err)
+		}
+		runs := map[string]*run{}
+		for _, id := range []string{"done", "held", "free"} {
+			// Its claim failed, and the window closed before it heard more.
+			r := l.newSlotRun(task, slot(id))
+			r.slot.Deadline = now.Add(-time.Millisecond)
+			r.state = claiming
+			l.onClaimReply(r, lock.ClaimReply{Err: errors.New("connection closed")})
+			l.onWake(r) // the lag is over, no notice came
+			runs[id] = r
+		}
+		st := l.s.stats.Task(task.Name)
+		if len(l.confirms) != 3 || st.Missed.Load() != 0 {
+			t.Fatalf("unreadable %v: at the lag's end %d runs to read, missed %d; want 3, 0", unreadable, len(l.confirms), st.Missed.Load())
+		}
+		l.sendConfirms()
+		handleUntil(t, l, "the read of the slots' states", func() bool { return l.live == 0 })
+		want := uint64(1)
+		if unreadable {
+			want = 3
+		}
+		if got := st.Missed.Load(); got != want {
+			t.Errorf("unreadable %v: missed %d, want %d", unreadable, got, want)
+		}
+		for id, r := range runs {
+			if r.state != ended {
+				t.Errorf("unreadable %v: run of %s %v, want ended", unreadable, id, r.state)
+			}
+		}
+		// After a read that failed, the next lagged run is counted
+		// missed without one for a while; after one that answered, it
+		// is read.
+		r := l.newSlotRun(task, slot("later"))
+		r.slot.Deadline = now.Add(-time.Millisecond)
+		r.state = claiming
+		l.onClaimReply(r, lock.ClaimReply{Err: errors.New("connection closed")})
+		l.onWake(r)
+		if asked := len(l.confirms) == 1; asked == unreadable {
+			t.Errorf("unreadable %v: the next lagged run read = %v, want %v", unreadable, asked, !unreadable)
+		}
+		if unreadable && (r.state != ended || st.Missed.Load() != want+1) {
+			t.Errorf("after a failed read: next lagged run %v, missed %d; want ended, %d", r.state, st.Missed.Load(), want+1)
 		}
 	}
 }
