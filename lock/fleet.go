@@ -41,10 +41,10 @@ type Presence struct {
 	Other string        // "": the caller holds the id; else the instance that does
 	TTL   time.Duration // how long the holder's claim lasts without renewal
 	// Live lists the replica ids announced and not expired or withdrawn,
-	// the caller's included, in no particular order — on a store that
-	// sends Taken notices (Redis, unless WithMinReplicasAck; it starts
-	// sending them with its first Announce; etcd; ZooKeeper), so that a
-	// replica may leave a slot to its preferred claimant among them. nil
-	// on any other store (Redlock, Memory).
+	// the caller's included, in no particular order — on a store whose
+	// replicas defer to a preferred claimant (Redis, unless
+	// WithMinReplicasAck; etcd; ZooKeeper), so that a replica may leave a
+	// slot to its preferred claimant among them. nil on any other store
+	// (Redlock, Memory).
 	Live []string
 }

@@ -17,10 +17,10 @@ const (
 	// Completed: the holder marked the slot done.
 	Completed
 	// Taken: a claim of the slot was won (by any replica, the watcher's own
-	// included). A hint, sent by Redis once it has announced a replica
-	// (one notice per round trip of claims, naming every slot it won: see
-	// package redislock), by etcd and by ZooKeeper (which may also send
-	// it for a renewal).
+	// included). A hint, sent by etcd and by ZooKeeper (which may also
+	// send it for a renewal); Redis sends none (its deferring replicas
+	// read the slots they left in batches), though it still understands
+	// the notices of a replica from before 2026-11-30.
 	Taken
 )
 

@@ -3,7 +3,6 @@ package redislock
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -49,13 +48,6 @@ type batcher struct {
 	rdb  Client
 	fuse bool // send the calls of one fusable script as one EVALSHA (not on a Cluster)
 	co   *coalesce.Coalescer[scriptReq, *redis.Cmd]
-	// takenCh: the channel claim.lua publishes won claims on (the done
-	// channel); "" for none (a Redlock node, WithMinReplicasAck). Set
-	// before the first call.
-	takenCh string
-	// announcing: publish on takenCh. Off until the store announces a
-	// replica (Fleet.Announce): only a fleet's replicas defer to each other.
-	announcing atomic.Bool
 }
 
 // scriptReq is one script invocation.
@@ -163,19 +155,6 @@ func (b *batcher) exec(ctx context.Context, batch []*scriptCall) {
 	for i, s := range sends {
 		s.answer(cmds[i])
 	}
-}
-
-// takenChannel is the channel claim.lua announces won claims on, for the
-// replicas that defer their claims to a slot's preferred claimant (see
-// Taken), or "" for none: before the store announces a replica, or on a
-// Redlock node. The script publishes one notice per call, in the same
-// step as the claims, so the notice leaves before the claims' reply;
-// nobody waits for it, and a notice lost costs only an extra claim.
-func (b *batcher) takenChannel() string {
-	if b.takenCh == "" || !b.announcing.Load() {
-		return ""
-	}
-	return b.takenCh
 }
 
 // pipeline sends each of sends as one EVALSHA, all in one pipeline, and

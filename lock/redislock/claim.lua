@@ -19,10 +19,12 @@
 --            of the slot's window; the completion does not touch it
 -- ARGV[a+7]  taken channel, or "" for none: the won slots' state keys are
 --            published on it, one message per channel and call ("taken",
---            then the keys, one a line), so that the replicas deferring to
---            a slot's preferred claimant (scheduler/prefer.go) hear it was
---            taken before the winner even has its reply. A hint, not part
---            of the slot protocol (model/slot.pml does not mirror it).
+--            then the keys, one a line). A hint, not part of the slot
+--            protocol (model/slot.pml does not mirror it). slotd sends ""
+--            since 2026-11-30 (redislock.claimArgs): the replicas that
+--            defer to a slot's preferred claimant read the slots they left
+--            it in batches. The branch is left in place: removing it and
+--            its argument would change every claim's layout for no gain.
 -- ARGV[a+8]  "" or, when the caller's last claim of this slot is in doubt
 --            (sent, its reply lost), the least attempt it may take over:
 --            one above every attempt the caller was answered won for. A

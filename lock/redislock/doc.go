@@ -23,7 +23,7 @@
 //	slotd:probe:{<replica>}            the replica id, written by Probe with a TTL
 //	slotd:released                     pub/sub channel: a slot was released or rerun; message = state key
 //	slotd:done                         pub/sub channel: slots were marked done; message = state keys, one a line;
-//	                                   or claims were won: "taken", then state keys, one a line
+//	                                   (a replica from before 2026-11-30 also sent won claims: "taken", then state keys)
 //	slotd:fleet                        see fleet.go
 //	slotd:replica:{<replica id>}       see fleet.go
 //	slotd:first-start                  see fleet.go

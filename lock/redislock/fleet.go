@@ -42,10 +42,9 @@ func (r *Store) Announce(ctx context.Context, replica, instance string, ttl time
 		return lock.Presence{}, fmt.Errorf("lock: announce replica %q: TTL %v must be positive", replica, ttl)
 	}
 	p, err := r.announce(ctx, replica, instance, ttl.Milliseconds())
-	if err != nil || r.batch.takenCh == "" {
+	if err != nil || !r.defers {
 		return p, err
 	}
-	r.batch.announcing.Store(true)
 	live, err := r.live(ctx, replica, ttl.Milliseconds())
 	if err != nil {
 		return p, err

@@ -136,7 +136,7 @@ func TestFleetRedlock(t *testing.T) {
 // Announce lists the live replica ids on Redis: those announced and not
 // withdrawn or expired, the caller's included; the set key expires with its
 // last member. A withdrawal by an instance that no longer holds the id
-// leaves the id live. Redlock lists none (it sends no Taken notices).
+// leaves the id live. Redlock lists none (it has no preferred claimant).
 func TestFleetLive(t *testing.T) {
 	srv := redistest.Start(t)
 	r := redislock.New(srv.Client(), "slotd")

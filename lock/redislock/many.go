@@ -15,9 +15,8 @@ func (r *Store) ClaimMany(ctx context.Context, reqs []lock.ClaimRequest, f func(
 		return
 	}
 	sreqs := make([]scriptReq, len(reqs))
-	taken := r.batch.takenChannel()
 	for i, q := range reqs {
-		keys, args := r.claimArgs(q.Slot, q.Owner, q.Policy, taken)
+		keys, args := r.claimArgs(q.Slot, q.Owner, q.Policy)
 		sreqs[i] = scriptReq{script: claimScript, keys: keys, args: args}
 	}
 	sent := time.Now()
@@ -28,7 +27,7 @@ func (r *Store) ClaimMany(ctx context.Context, reqs []lock.ClaimRequest, f func(
 		rep.Claim, rep.Err, again = r.claimReply(wait(c), reqs[i].Slot, reqs[i].Owner, sent)
 		if again { // found held by its own lost claim: once more, asking for it
 			q := reqs[i]
-			keys, args := r.claimArgs(q.Slot, q.Owner, q.Policy, taken)
+			keys, args := r.claimArgs(q.Slot, q.Owner, q.Policy)
 			resent := time.Now()
 			rep.Claim, rep.Err, _ = r.claimReply(r.batch.run(ctx, claimScript, keys, args...), q.Slot, q.Owner, resent)
 		}

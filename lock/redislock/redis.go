@@ -49,12 +49,16 @@ type Store struct {
 	rdb     Client
 	prefix  string
 	channel string   // releases and reruns
-	doneCh  string   // completions, and won claims (see claim.lua and batcher.takenChannel)
+	doneCh  string   // completions (and, from slotd before 2026-11-30, won claims: see claim.lua)
 	batch   *batcher // claims, renewals, completions and releases
 
 	sub *redisx.Subscription // releases, reruns and completions; started by the first Watch
 
 	ack replicasAck // WithMinReplicasAck; zero: no WAIT
+	// defers: Announce lists the live set, so that replicas defer to a
+	// slot's preferred claimant (not under WithMinReplicasAck, nor on a
+	// Redlock node).
+	defers bool
 
 	doubt doubts // claims sent whose reply was lost (doubt.go)
 }
@@ -72,9 +76,10 @@ func New(rdb Client, prefix string, opts ...Option) *Store {
 	for _, o := range opts {
 		o(r)
 	}
-	if r.ack.n == 0 { // under WithMinReplicasAck claims bypass the batcher: no notices
-		r.batch.takenCh = r.doneCh
-	}
+	// Replicas defer to a slot's preferred claimant among the live set
+	// (Fleet.Announce), except under WithMinReplicasAck, whose claims
+	// bypass the batcher and its batched reads.
+	r.defers = r.ack.n == 0
 	return r
 }
 
@@ -84,7 +89,7 @@ func (r *Store) Claim(ctx context.Context, slot lock.Slot, replica string, p loc
 		return r.claimAcked(ctx, slot, replica, p)
 	}
 	for try := 0; ; try++ {
-		keys, args := r.claimArgs(slot, replica, p, r.batch.takenChannel())
+		keys, args := r.claimArgs(slot, replica, p)
 		sent := time.Now()
 		c, err, again := r.claimReply(r.batch.run(ctx, claimScript, keys, args...), slot, replica, sent)
 		if !again || try > 0 {
@@ -115,11 +120,14 @@ func (r *Store) claimReply(cmd *redis.Cmd, slot lock.Slot, owner string, sent ti
 	return c, nil, again
 }
 
-// claimArgs are claim.lua's keys (state, attempts, base) and arguments;
-// taken is the channel a won claim is announced on, "" for none. It counts
+// claimArgs are claim.lua's keys (state, attempts, base) and arguments,
+// with no channel to announce a won claim on: the replicas that defer to
+// a slot's preferred claimant read the slots they left it in batches
+// (Peek, tallies) and hear its releases, and a Taken notice per won key
+// cost every replica a message to decode and Redis the PUBLISH. It counts
 // the claim in flight, which claimReply must answer, and takes the slot's
 // record of a claim in doubt, if any, into the arguments (doubt.go).
-func (r *Store) claimArgs(slot lock.Slot, replica string, p lock.Policy, taken string) ([]string, []any) {
+func (r *Store) claimArgs(slot lock.Slot, replica string, p lock.Policy) ([]string, []any) {
 	state, attempts := Keys(r.prefix, slot)
 	inDoubt := r.doubt.send(state, replica, slot.Deadline)
 	return []string{state, attempts, schema.BaseKey(state)}, []any{
@@ -129,7 +137,7 @@ func (r *Store) claimArgs(slot lock.Slot, replica string, p lock.Policy, taken s
 		slot.Time.Add(-p.Tolerance).UnixMilli(),
 		slot.Deadline.UnixMilli(),
 		p.DoneTTL.Milliseconds(),
-		taken,
+		"",
 		inDoubt,
 	}
 }

@@ -82,7 +82,7 @@ func NewRedlock(nodes []Client, prefix string, opts ...RedlockOption) (*Redlock,
 			return nil, fmt.Errorf("lock: redlock store: node %d is nil", i)
 		}
 		n := New(c, prefix)
-		n.batch.takenCh = "" // one node's won claim is not the quorum's: no Taken notices
+		n.defers = false // Redlock has no preferred claimant: no live set
 		r.nodes = append(r.nodes, n)
 	}
 	for _, o := range opts {

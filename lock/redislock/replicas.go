@@ -121,7 +121,7 @@ func (r *Store) claimAcked(ctx context.Context, slot lock.Slot, replica string, 
 		return lock.Claim{}, redisErr(fmt.Errorf("lock: claim %s: %w", slot, err))
 	}
 	defer conn.Close()
-	keys, args := r.claimArgs(slot, replica, p, "") // no Taken notices under WithMinReplicasAck
+	keys, args := r.claimArgs(slot, replica, p)
 	cmd := runOne(ctx, conn, claimScript, keys, args...)
 	// A claim found held by its own lost one is in doubt for the next
 	// claim (not sent again here: a WAIT follows each claim on this path).
