@@ -80,7 +80,10 @@ func checkNow(t *testing.T, l *loop) *deferral {
 // once.
 func TestDeferredSlotsAreReadInOneBatch(t *testing.T) {
 	store := memlock.New(time.Now)
-	l, ts := batchLoop(t, store, 3, nil)
+	// Windows of 2 h from the hour: with the hourly window, in an hour's
+	// last 15 s d1's lease would outlast it, and in its last 2 s the free
+	// d2's claim at the limit would come late.
+	l, ts := batchLoop(t, store, 3, func(t *Task) { t.Deadline = 2 * time.Hour })
 	at := time.Now().Truncate(time.Hour)
 	for _, task := range ts {
 		l.onFire(task, at)
