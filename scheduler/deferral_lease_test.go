@@ -61,15 +61,8 @@ func (p *askedPeeks) Peek(ctx context.Context, slots []lock.Slot, ttl []bool) ([
 func TestDeferralReadsOnlyTheLeasesThatMayEndInTheWindow(t *testing.T) {
 	store := &askedPeeks{Store: memlock.New(time.Now)}
 	l, ts := batchLoop(t, store, 2, nil)
-	l.tally = tallies{} // the read itself, as on a store that keeps no tallies
-	// Windows of 2 h from the hour, so that d1's 15 s lease ends within
-	// its window whenever the test runs (with the hourly window it did
-	// not in an hour's last 15 s, and d1 was settled too); d0's lease
-	// outlasts the window.
-	for _, task := range ts {
-		task.Deadline = 2 * time.Hour
-	}
-	ts[0].Lease = 3 * time.Hour
+	l.tally = tallies{}         // the read itself, as on a store that keeps no tallies
+	ts[0].Lease = 3 * time.Hour // past the slot's deadline (2 h from the hour)
 	at := time.Now().Truncate(time.Hour)
 	for _, task := range ts {
 		l.onFire(task, at)

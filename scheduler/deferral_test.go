@@ -80,10 +80,7 @@ func checkNow(t *testing.T, l *loop) *deferral {
 // once.
 func TestDeferredSlotsAreReadInOneBatch(t *testing.T) {
 	store := memlock.New(time.Now)
-	// Windows of 2 h from the hour: with the hourly window, in an hour's
-	// last 15 s d1's lease would outlast it, and in its last 2 s the free
-	// d2's claim at the limit would come late.
-	l, ts := batchLoop(t, store, 3, func(t *Task) { t.Deadline = 2 * time.Hour })
+	l, ts := batchLoop(t, store, 3, nil)
 	at := time.Now().Truncate(time.Hour)
 	for _, task := range ts {
 		l.onFire(task, at)
@@ -349,9 +346,9 @@ func benchDeferral(b *testing.B, store lock.Store) {
 	for i := range tasks {
 		tasks[i] = testLoop(&testing.T{}, store).s.Tasks()[0]
 		tasks[i].Name = fmt.Sprintf("b%04d", i)
-		// A lease past the hourly window, as a one-second task's 15 s
+		// A lease past the 2 h window, as a one-second task's 15 s
 		// lease is past its window: a tally covers such slots.
-		tasks[i].Lease = 2 * time.Hour
+		tasks[i].Lease = 3 * time.Hour
 		sem <- struct{}{}
 		go func(task Task) {
 			defer func() { <-sem }()
@@ -465,7 +462,7 @@ func TestDeferredSlotHeldPastItsWindowIsClaimedOnRelease(t *testing.T) {
 	l.closeFiring()
 	slot := ts[0].Slot(at)
 	p := ts[0].Policy
-	p.Lease = 2 * time.Hour // past the hourly slot's deadline
+	p.Lease = 3 * time.Hour // past the slot's deadline (2 h from the hour)
 	ctx := context.Background()
 	c, err := store.Claim(ctx, slot, "peer#1", p)
 	if err != nil || c.Result != lock.Won {

@@ -24,8 +24,13 @@ func testLoop(t *testing.T, store lock.Store) *loop {
 	}
 	task := Task{
 		Name: "report", Spec: "0 * * * *", Plugin: "test", Params: map[string]any{},
-		Policy:   lock.Policy{Lease: 15 * time.Second, DoneTTL: 48 * time.Hour, MaxAttempts: 3},
-		Timeout:  time.Hour,
+		Policy:  lock.Policy{Lease: 15 * time.Second, DoneTTL: 48 * time.Hour, MaxAttempts: 3},
+		Timeout: time.Hour,
+		// A window of 2 h from the hour: the tests fire the current
+		// hour's slot, and with the hourly window one that runs in an
+		// hour's last seconds would find a lease outlasting it, or a claim
+		// late (two deferral tests failed so at 02:00:00).
+		Deadline: 2 * time.Hour,
 		Catchup:  CatchupLatest,
 		Schedule: sched,
 		Job:      tasks.TaskFunc(func(context.Context) error { return nil }),

@@ -11,12 +11,12 @@ import (
 )
 
 // tallyLoop is batchLoop on a store that records its peeks, with n tasks
-// whose lease outlasts their hourly window, all fired at the hour's start
+// whose lease outlasts their 2 h window, all fired at the hour's start
 // and left to "peer".
 func tallyLoop(t *testing.T, n int) (*loop, *askedPeeks, []*Task, time.Time) {
 	t.Helper()
 	store := &askedPeeks{Store: memlock.New(time.Now)}
-	l, ts := batchLoop(t, store, n, func(task *Task) { task.Lease = 2 * time.Hour })
+	l, ts := batchLoop(t, store, n, func(task *Task) { task.Lease = 3 * time.Hour })
 	if l.tally.tallier == nil {
 		t.Fatal("no tallies kept on a store with lock.Peeker")
 	}
@@ -112,7 +112,7 @@ func TestSlotsTheirClaimantDidNotTallyAreRead(t *testing.T) {
 // slots to another deferral.
 func TestDeferralWaitsWholeForTheTallyNotInYet(t *testing.T) {
 	store := &askedPeeks{Store: memlock.New(time.Now)}
-	l, ts := batchLoop(t, store, 8, func(task *Task) { task.Lease = 2 * time.Hour })
+	l, ts := batchLoop(t, store, 8, func(task *Task) { task.Lease = 3 * time.Hour })
 	l.s.setLive([]string{"peer-a", "peer-b"})
 	at := time.Now().Truncate(time.Hour)
 	mine := map[string][]*Task{}
@@ -152,7 +152,7 @@ func TestDeferralWaitsWholeForTheTallyNotInYet(t *testing.T) {
 // it was written before the release, and its notice will not come again.
 func TestReleaseHeardBeforeTheFireIsClaimed(t *testing.T) {
 	store := memlock.New(time.Now)
-	l, ts := batchLoop(t, store, 2, func(task *Task) { task.Lease = 2 * time.Hour })
+	l, ts := batchLoop(t, store, 2, func(task *Task) { task.Lease = 3 * time.Hour })
 	at := time.Now().Truncate(time.Hour)
 	claimAs(t, store, "peer", ts, at)
 	if err := store.Release(context.Background(), ts[0].Slot(at), lock.Owner{ID: "peer#1", Attempt: 1}); err != nil {
