@@ -152,7 +152,7 @@ byte reruns = RERUNS;
 #define key_run         (kttl > 0 && !kdone)
 #define key_mine(i)     (key_run && kown == (i) + 1 && katt == att[i])
 #define running(i)      (tk[i] == T_RUN)
-/* claim.lua 80-91: replica i's claim with in-doubt argument d takes the
+/* claim.lua 139-150: replica i's claim with in-doubt argument d takes the
  * key over: its own value, of an attempt it was never answered won for */
 #ifdef M_TAKEOVER_ANY_OWNER
 #define TAKEOVER(i, d)  ((d) > 0 && katt >= (d) && !closed)
@@ -216,35 +216,37 @@ inline publish(kind) {
   od
 }
 
-/* claim.lua lines 76-158 (one slot): state first, then the clock, the
+/* claim.lua lines 123-187 (one slot): state first, then the clock, the
  * deadline, the cap, then the counter (SET NX PX of the first attempt, or
- * GET and SET PX of the next) + SET PX. A replica's own "run:" value,
+ * GET and SET PX of the next) + SET PX. The script checks a free state
+ * inside the window by writing it (SET NX PX, 132-135) before it counts,
+ * and deletes it again if it may not (106-121): one atomic step, the same
+ * outcome as this order. A replica's own "run:" value,
  * when its last claim got no reply (d > 0: doubt.go), is taken over if
  * its attempt is one it was never answered won for (katt >= d):
  * its lease set again, won with the attempt it holds (katt). The script reads the base key
  * only beside a counter; here base is 0 whenever cnt is (the rerun sets
- * it from cnt), so skipping that read changes nothing modelled.
- * Its PUBLISH of the won keys (the Taken hint) is not modelled: it writes no key. */
+ * it from cnt), so skipping that read changes nothing modelled. */
 inline claim_lua(i, res, w, d) {
   if
-  :: kdone -> res = R_DONE                                 /* 94-96 */
-  :: key_run && TAKEOVER(i, d) -> kttl = LEASE; res = R_WON  /* 80-91: its own claim in doubt */
-  :: key_run && !TAKEOVER(i, d) -> res = R_HELD; w = kttl  /* 92 */
+  :: kdone -> res = R_DONE                                 /* 153-155 */
+  :: key_run && TAKEOVER(i, d) -> kttl = LEASE; res = R_WON  /* 140-150: its own claim in doubt */
+  :: key_run && !TAKEOVER(i, d) -> res = R_HELD; w = kttl  /* 151 */
 #ifndef M_CLAIM_NO_BACKOFF
-  :: knb > 0 -> res = R_EARLY; w = knb                     /* 97-110: a retry backoff */
+  :: knb > 0 -> res = R_EARLY; w = knb                     /* 156-169: a retry backoff */
 #endif
   :: else ->
      if
 #ifndef M_CLAIM_NO_CLOCK
-     :: to_slot > 0 -> res = R_EARLY; w = to_slot          /* 113-116 */
+     :: to_slot > 0 -> res = R_EARLY; w = to_slot          /* 172-174 */
 #endif
-     :: closed -> res = R_LATE                              /* 117-119 */
+     :: closed -> res = R_LATE                              /* 175-177 */
 #ifndef M_NO_CAP
-     :: (cnt >= base && cnt - base >= CAP) || cnt >= MAXN -> res = R_EXH /* 143-145 */
+     :: (cnt >= base && cnt - base >= CAP) || cnt >= MAXN -> res = R_EXH /* 95-97 */
 #else
      :: cnt >= MAXN -> res = R_EXH
 #endif
-     :: else ->                                             /* 121-157 */
+     :: else ->                                             /* 75-121, 178-186 */
         cnt++;
         assert(knb == 0);                                   /* (g) */
         kown = i + 1; katt = cnt; kdone = false; kttl = LEASE; knb = 0;

@@ -1,10 +1,10 @@
 -- claim.lua: try to take N slots, in one round trip. The keys and
--- arguments are N single-slot claims laid end to end (3 keys and 8
+-- arguments are N single-slot claims laid end to end (3 keys and 7
 -- arguments each); the batcher fuses concurrent claims into one call this
 -- way, since a Lua call costs Redis more than the few commands each slot
 -- needs.
 --
--- For slot i (0-based), k = 3i and a = 8i:
+-- For slot i (0-based), k = 3i and a = 7i:
 -- KEYS[k+1]  state key     slotd:{task:slotid}
 -- KEYS[k+2]  attempts key  slotd:{task:slotid}:attempts
 -- KEYS[k+3]  base key      slotd:{task:slotid}:base (attempts counted before the last rerun)
@@ -17,15 +17,7 @@
 --            if any) lives this long from the claim, and at least until
 --            the deadline, so that it outlives every claim, retry and rerun
 --            of the slot's window; the completion does not touch it
--- ARGV[a+7]  taken channel, or "" for none: the won slots' state keys are
---            published on it, one message per channel and call ("taken",
---            then the keys, one a line). A hint, not part of the slot
---            protocol (model/slot.pml does not mirror it). slotd sends ""
---            since 2026-11-30 (redislock.claimArgs): the replicas that
---            defer to a slot's preferred claimant read the slots they left
---            it in batches. The branch is left in place: removing it and
---            its argument would change every claim's layout for no gain.
--- ARGV[a+8]  "" or, when the caller's last claim of this slot is in doubt
+-- ARGV[a+7]  "" or, when the caller's last claim of this slot is in doubt
 --            (sent, its reply lost), the least attempt it may take over:
 --            one above every attempt the caller was answered won for. A
 --            "run:" value of the caller's own with such an attempt is that
@@ -58,7 +50,12 @@
 -- The cap applies to the attempts since the last rerun (attempt - base);
 -- attempt numbers themselves only grow, so fencing tokens never repeat, and
 -- stop at 999, the most a token can encode.
--- The state is checked before the clock so that a finished slot reads as done.
+-- The state is checked before the clock so that a finished slot reads as
+-- done. Inside the window a free slot, the common case, is one where the
+-- state key does not exist, so the state is first written with SET NX PX
+-- as attempt 1's, which is that check: a state that exists is left as it
+-- was and read (GET) as before. The claim then counts the attempt, and
+-- takes the state back (DEL) if it may not (foreign, exhausted, an error).
 -- TIME is read once for all N slots: the script runs atomically. A
 -- slot's first claim, the common case, creates its counter with SET NX PX
 -- (one command where a GET, an INCR and a PEXPIRE were); a later one reads
@@ -75,14 +72,74 @@ local function won(n, base, lease)
   return {'won', n, tonumber(lease), now, '', base}
 end
 
+-- count takes the next attempt of a slot in its window whose state is
+-- free: n and the base, or a reply that it may not. ttl is the counter's.
+local function count(k, a, ttl)
+  if redis.call('SET', KEYS[k + 2], '1', 'NX', 'PX', ttl) then
+    return 1, 0
+  end
+  -- The base key lives exactly as long as the counter (rerun.lua sets it
+  -- only beside one, and every claim gives both the same expiry), so a
+  -- slot without a counter, the common case, has none to read: its first
+  -- attempt (max attempts is at least 1) takes the counter at once.
+  local c = redis.call('GET', KEYS[k + 2])
+  local n = tonumber(c)
+  if not n then
+    return {'foreign', 0, 0, now, c, 0}
+  end
+  local b = redis.call('GET', KEYS[k + 3])
+  local base = tonumber(b or '0')
+  if not base then
+    return {'foreign', 0, 0, now, b, 0}
+  end
+  if n - base >= tonumber(ARGV[a + 3]) or n >= 999 then
+    return {'exhausted', n, 0, now, '', base}
+  end
+  n = n + 1
+  redis.call('SET', KEYS[k + 2], n, 'PX', ttl)
+  if base > 0 then
+    redis.call('PEXPIRE', KEYS[k + 3], ttl)
+  end
+  return n, base
+end
+
+-- counted finishes a claim whose state key holds attempt 1's value (or
+-- nothing, if set) once count has answered ok, r, base: the reply.
+local function counted(k, a, ok, r, base)
+  local state = KEYS[k + 1]
+  if not ok or type(r) == 'table' then
+    redis.call('DEL', state)
+    if not ok then
+      error(r, 0) -- as raised, without this line's position
+    end
+    return r
+  end
+  if r > 1 then
+    redis.call('SET', state, 'run:' .. ARGV[a + 1] .. ':' .. r, 'PX', ARGV[a + 2])
+  end
+  return won(r, base, ARGV[a + 2])
+end
+
 local function claim(k, a)
   local state = KEYS[k + 1]
+  local earliest, deadline = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
+  -- The done TTL as sent, a string (a number would be formatted again for
+  -- SET, with printf), unless the rest of the window is longer.
+  local ttl = ARGV[a + 6]
+  if deadline - now > tonumber(ttl) then
+    ttl = deadline - now
+  end
+  local open = now >= earliest and now < deadline
+  if open and redis.call('SET', state, 'run:' .. ARGV[a + 1] .. ':1', 'NX', 'PX', ARGV[a + 2]) then
+    return counted(k, a, pcall(count, k, a, ttl))
+  end
+
   local v = redis.call('GET', state)
   if v then
     if string.sub(v, 1, 4) == 'run:' then
       local mine = 'run:' .. ARGV[a + 1] .. ':'
-      local n = ARGV[a + 8] ~= '' and string.sub(v, 1, #mine) == mine and tonumber(string.match(string.sub(v, #mine + 1), '^%d+$') or '')
-      if n and n >= tonumber(ARGV[a + 8]) and now < tonumber(ARGV[a + 5]) then
+      local n = ARGV[a + 7] ~= '' and string.sub(v, 1, #mine) == mine and tonumber(string.match(string.sub(v, #mine + 1), '^%d+$') or '')
+      if n and n >= tonumber(ARGV[a + 7]) and now < deadline then
         local b = redis.call('GET', KEYS[k + 3])
         local base = tonumber(b or '0')
         if not base then
@@ -104,7 +161,7 @@ local function claim(k, a)
     -- its end, and none at all if it ends at or after the deadline. The
     -- key expires at that end; until then it is the slot's state.
     nb = tonumber(nb)
-    if nb >= tonumber(ARGV[a + 5]) then
+    if nb >= deadline then
       return {'late', 0, 0, now, v, 0}
     end
     if now < nb then
@@ -112,70 +169,29 @@ local function claim(k, a)
     end
   end
 
-  local earliest, deadline = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
   if now < earliest then
     return {'early', 0, earliest - now, now, '', 0}
   end
   if now >= deadline then
     return {'late', 0, 0, now, '', 0}
   end
-
-  -- The done TTL as sent, a string (a number would be formatted again for
-  -- SET, with printf), unless the rest of the window is longer.
-  local ttl = ARGV[a + 6]
-  if deadline - now > tonumber(ttl) then
-    ttl = deadline - now
+  -- A retry backoff that has ended by this clock but not yet expired:
+  -- counted first, then written over, so that a claim that may not
+  -- leaves it as it was.
+  local n, base = count(k, a, ttl)
+  if type(n) == 'table' then
+    return n
   end
-  local n, base = 1, 0
-  -- The base key lives exactly as long as the counter (rerun.lua sets it
-  -- only beside one, and every claim gives both the same expiry), so a
-  -- slot without a counter, the common case, has none to read: its first
-  -- attempt (max attempts is at least 1) takes the counter at once.
-  if not redis.call('SET', KEYS[k + 2], '1', 'NX', 'PX', ttl) then
-    local c = redis.call('GET', KEYS[k + 2])
-    n = tonumber(c)
-    if not n then
-      return {'foreign', 0, 0, now, c, 0}
-    end
-    local b = redis.call('GET', KEYS[k + 3])
-    base = tonumber(b or '0')
-    if not base then
-      return {'foreign', 0, 0, now, b, 0}
-    end
-    if n - base >= tonumber(ARGV[a + 3]) or n >= 999 then
-      return {'exhausted', n, 0, now, '', base}
-    end
-    n = n + 1
-    redis.call('SET', KEYS[k + 2], n, 'PX', ttl)
-    if base > 0 then
-      redis.call('PEXPIRE', KEYS[k + 3], ttl)
-    end
-  end
-  local owner = 'run:' .. ARGV[a + 1] .. ':1'
-  if n > 1 then
-    owner = 'run:' .. ARGV[a + 1] .. ':' .. n
-  end
-  redis.call('SET', state, owner, 'PX', ARGV[a + 2])
+  redis.call('SET', state, 'run:' .. ARGV[a + 1] .. ':' .. n, 'PX', ARGV[a + 2])
   return won(n, base, ARGV[a + 2])
 end
 
 local out = {}
-local taken = {} -- channel -> state keys of the won slots
 for i = 0, #KEYS / 3 - 1 do
-  local ok, r = pcall(claim, 3 * i, 8 * i)
+  local ok, r = pcall(claim, 3 * i, 7 * i)
   if not ok then
     r = {err = tostring(r)}
-  elseif ARGV[8 * i + 7] ~= '' and (type(r) == 'number' or r[1] == 'won') then
-    local keys = taken[ARGV[8 * i + 7]]
-    if not keys then
-      keys = {}
-      taken[ARGV[8 * i + 7]] = keys
-    end
-    keys[#keys + 1] = KEYS[3 * i + 1]
   end
   out[i + 1] = r
-end
-for channel, keys in pairs(taken) do
-  redis.call('PUBLISH', channel, 'taken\n' .. table.concat(keys, '\n'))
 end
 return out

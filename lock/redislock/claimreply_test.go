@@ -2,10 +2,13 @@ package redislock_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/slotd/slotd/lock"
+	"github.com/slotd/slotd/lock/redislock"
 )
 
 // A won first attempt comes back from claim.lua as one integer (the
@@ -39,4 +42,52 @@ func TestWonClaimCarriesAttemptAndServerClock(t *testing.T) {
 	if c := claimWon(t, s, slot, "b", p); c.Attempt != 2 || c.Now.Before(before.Truncate(time.Millisecond)) {
 		t.Errorf("second claim = attempt %d at %v; want 2, at the server's clock", c.Attempt, c.Now)
 	}
+}
+
+// Inside its window a claim writes a free slot's state before it counts
+// the attempt (claim.lua), so a claim that may not take one takes the
+// state back: the slot is free again, whatever stopped it — a counter of
+// the wrong type (the slot's error reply), one that is not a number
+// (foreign), or the cap reached after a release without backoff.
+func TestRefusedClaimLeavesAFreeSlotFree(t *testing.T) {
+	s, _, srv := opened(t)
+	rdb := srv.Client()
+	ctx := context.Background()
+	p := lock.Policy{Lease: 5 * time.Second, DoneTTL: time.Minute, MaxAttempts: 1}
+	free := func(t *testing.T, slot lock.Slot) {
+		t.Helper()
+		state, _ := redislock.Keys("slotd", slot)
+		if n, err := rdb.Exists(ctx, state).Result(); err != nil || n != 0 {
+			t.Errorf("state key %s after a refused claim: exists %d (%v), want gone", state, n, err)
+		}
+	}
+	t.Run("counter of the wrong type", func(t *testing.T) {
+		slot := openSlot(t, s)
+		_, attempts := redislock.Keys("slotd", slot)
+		rdb.RPush(ctx, attempts, "x")
+		if _, err := s.Claim(ctx, slot, "a", p); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+			t.Errorf("claim: %v, want WRONGTYPE", err)
+		}
+		free(t, slot)
+	})
+	t.Run("foreign counter", func(t *testing.T) {
+		slot := openSlot(t, s)
+		_, attempts := redislock.Keys("slotd", slot)
+		rdb.Set(ctx, attempts, "x", time.Minute)
+		if _, err := s.Claim(ctx, slot, "a", p); !errors.Is(err, lock.ErrForeign) {
+			t.Errorf("claim: %v, want ErrForeign", err)
+		}
+		free(t, slot)
+	})
+	t.Run("exhausted", func(t *testing.T) {
+		slot := openSlot(t, s)
+		claimWon(t, s, slot, "a", p)
+		if err := s.Release(ctx, slot, lock.Owner{ID: "a", Attempt: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if c, err := s.Claim(ctx, slot, "b", p); err != nil || c.Result != lock.Exhausted || c.Attempt != 1 {
+			t.Errorf("claim = %+v, %v; want exhausted after attempt 1", c, err)
+		}
+		free(t, slot)
+	})
 }

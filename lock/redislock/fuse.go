@@ -28,7 +28,7 @@ type arity struct{ keys, args int }
 
 // fusable lists the scripts that take N slots in one call.
 var fusable = map[*redis.Script]arity{
-	claimScript:          {keys: 3, args: 8},
+	claimScript:          {keys: 3, args: 7},
 	renewScript:          {keys: 1, args: 2},
 	completeScript:       {keys: 2, args: 4},
 	completeRecordScript: {keys: 2, args: 7 + len(entryNames)},

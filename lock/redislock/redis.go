@@ -120,11 +120,11 @@ func (r *Store) claimReply(cmd *redis.Cmd, slot lock.Slot, owner string, sent ti
 	return c, nil, again
 }
 
-// claimArgs are claim.lua's keys (state, attempts, base) and arguments,
-// with no channel to announce a won claim on: the replicas that defer to
-// a slot's preferred claimant read the slots they left it in batches
-// (Peek, tallies) and hear its releases, and a Taken notice per won key
-// cost every replica a message to decode and Redis the PUBLISH. It counts
+// claimArgs are claim.lua's keys (state, attempts, base) and arguments.
+// A won claim is announced to nobody: the replicas that defer to a slot's
+// preferred claimant read the slots they left it in batches (Peek,
+// tallies) and hear its releases, and a Taken notice per won key cost
+// every replica a message to decode and Redis the PUBLISH. It counts
 // the claim in flight, which claimReply must answer, and takes the slot's
 // record of a claim in doubt, if any, into the arguments (doubt.go).
 func (r *Store) claimArgs(slot lock.Slot, replica string, p lock.Policy) ([]string, []any) {
@@ -137,7 +137,6 @@ func (r *Store) claimArgs(slot lock.Slot, replica string, p lock.Policy) ([]stri
 		slot.Time.Add(-p.Tolerance).UnixMilli(),
 		slot.Deadline.UnixMilli(),
 		p.DoneTTL.Milliseconds(),
-		"",
 		inDoubt,
 	}
 }

@@ -347,3 +347,45 @@ func BenchmarkRedisCPUAtScale(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkRedisCPUPerArgument prices one argument of a fused script call
+// on Redis's CPU: calls of 256 slots to a script that reads none of its
+// arguments, each slot bringing 0, 10 or 20 of them (strings the length
+// of a state key). Redis turns every argument into a string and into
+// ARGV's Lua table before the script runs, so a slot's argument count is
+// a cost of its own, beside the commands the script calls:
+//
+//	go test -run '^$' -bench RedisCPUPerArgument -benchtime 2000x ./lock/redislock/
+//
+// redis-µs/arg is the difference between 20 and 0 arguments, per argument.
+func BenchmarkRedisCPUPerArgument(b *testing.B) {
+	rdb, _, _ := benchEnv(b)
+	ctx := context.Background()
+	const slots = 256
+	script := redis.NewScript("return 1")
+	if err := script.Load(ctx, rdb).Err(); err != nil {
+		b.Fatal(err)
+	}
+	perSlot := map[int]float64{}
+	for _, n := range []int{0, 10, 20} {
+		b.Run(fmt.Sprintf("args-%d", n), func(b *testing.B) {
+			args := make([]any, slots*n)
+			for i := range args {
+				args[i] = "slotd:{task1234:2026113004}:" + strconv.Itoa(i)
+			}
+			before := serverCPU(b, rdb)
+			b.ResetTimer()
+			for range b.N {
+				if err := script.EvalSha(ctx, rdb, nil, args...).Err(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			perSlot[n] = (serverCPU(b, rdb) - before) / float64(b.N*slots) * 1e6
+			b.ReportMetric(perSlot[n], "redis-µs/slot")
+			if n == 20 {
+				b.ReportMetric((perSlot[20]-perSlot[0])/20, "redis-µs/arg")
+			}
+		})
+	}
+}
