@@ -198,7 +198,7 @@ func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 }
 
 // claimArgs is claim.lua's arguments per slot.
-const claimArgs = 8
+const claimArgs = 7
 
 func noteClaim(cmd redis.Cmder) {
 	if cmd.Err() != nil && !errors.Is(cmd.Err(), redis.Nil) {
@@ -208,7 +208,7 @@ func noteClaim(cmd redis.Cmder) {
 	if name != "evalsha" && name != "eval" {
 		return
 	}
-	// The batcher fuses concurrent claims into one call: 3 keys and 8
+	// The batcher fuses concurrent claims into one call: 3 keys and 7
 	// arguments per slot, laid end to end (lock/redislock/claim.lua's
 	// header). A call of another shape is not a claim; one whose keys look
 	// like a claim's but whose arguments do not means the layout changed
