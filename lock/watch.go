@@ -14,7 +14,10 @@ const (
 	// Released: the holder released the slot after a failure, or an
 	// operator reran it: it may be claimed again now.
 	Released Change = iota + 1
-	// Completed: the holder marked the slot done.
+	// Completed: the holder marked the slot done. A hint, sent by etcd,
+	// ZooKeeper and Memory; Redis sends none since 2026-11-30 (every
+	// replica received every completion's, which grew with the fleet),
+	// though it still understands the notices of a replica from before.
 	Completed
 	// Taken: a claim of the slot was won (by any replica, the watcher's own
 	// included). A hint, sent by etcd and by ZooKeeper (which may also
@@ -53,8 +56,9 @@ func (w *Watch) Stop() { w.stop() }
 // already pending on C stays there. f runs on the store's notification
 // goroutine while it holds the store's lock: it must return quickly and
 // must not call the store (Stop included). Completed and Taken are hints:
-// a Redlock store never reports either (one node's state is not a
-// quorum's), nor does Memory report Taken (it has one process).
+// a Redis or Redlock store reports neither (a Redlock node's state is not
+// a quorum's), nor does Memory report Taken (it has one process); a
+// watcher learns such a slot's end when it claims it again.
 func (w *Watch) OnChange(f func(Change)) { w.fn.Store(&f) }
 
 // Notify delivers a change of the watched slot: Released (a release or an

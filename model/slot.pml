@@ -286,23 +286,25 @@ inline release_lua(i, a) {
   fi
 }
 
-/* complete.lua lines 86-118: SET done if the value is the caller's, and its
- * slot named in the call's one done message (lines 72-77, 88-90); 1 also
+/* complete.lua lines 88-111: SET done if the value is the caller's; 1 also
  * when already done by the caller. The history entry it may append in the
- * same step (lines 41-57, 79-81) writes no slot key: not modelled. */
+ * same step (lines 48-86, 102-104) writes no slot key: not modelled. It
+ * publishes nothing since 2026-11-30; a completer from before named the
+ * slot in the call's one done message. A fleet mid-upgrade has both, so
+ * either may happen here, beside a notice lost as a fault. */
 inline complete_lua(i, a, ok) {
   if
   :: key_run && kown == i + 1 && katt == a ->
-     kdone = true; kttl = 0;                                /* 66-81 */
+     kdone = true; kttl = 0;                                /* 95-104 */
      assert(done_att == 0 || done_att == a);                /* (b): one success */
      done_att = a; ok = true;
-     publish(DONE)
-  :: kdone && kown == i + 1 && katt == a -> ok = true       /* 82-83 */
+     if :: publish(DONE) :: skip fi                         /* before 2026-11-30; now none */
+  :: kdone && kown == i + 1 && katt == a -> ok = true       /* 105-106 */
 #ifdef M_COMPLETE_NO_OWNER
   :: else ->
      kown = i + 1; katt = a; kdone = true; kttl = 0;
      assert(done_att == 0 || done_att == a);
-     done_att = a; ok = true; publish(DONE)
+     done_att = a; ok = true; if :: publish(DONE) :: skip fi
 #else
   :: else -> ok = false                                     /* (d) */
 #endif

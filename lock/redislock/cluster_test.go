@@ -3,6 +3,7 @@ package redislock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -438,5 +439,62 @@ func TestClusterHistoryAppendsAcrossShards(t *testing.T) {
 	}
 	if ttl := rdb.PTTL(ctx, redislock.HistoryKey("slotd", "fresh")).Val(); ttl <= 0 {
 		t.Errorf("the stream made after SCRIPT FLUSH has no TTL (%v)", ttl)
+	}
+}
+
+// With min_replicas_ack every replica claims each slot (no preferred
+// claimant), and those that lost the race settle on a done notice, which
+// complete.lua no longer sends: the acknowledged completion sends it. A
+// peer's watch hears Completed; without the ack, it would hear nothing.
+func TestMinReplicasAckCompletionNotice(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	redistest.StartReplica(t, srv)
+	rdb := srv.Client()
+	for _, acked := range []bool{true, false} {
+		var opts []redislock.Option
+		if acked {
+			opts = append(opts, redislock.WithMinReplicasAck(1, 5*time.Second))
+		}
+		r, now := subscribed(t, rdb, opts...)
+		peer, _ := subscribed(t, rdb)
+		ctx := context.Background()
+		slot := lock.Slot{Task: fmt.Sprintf("acked-%v", acked), ID: "1", Time: now.Add(-time.Second), Deadline: now.Add(time.Hour)}
+		w := peer.Watch(slot)
+		notices := make(chan lock.Change, 4)
+		w.OnChange(func(c lock.Change) { notices <- c })
+		c, err := r.Claim(ctx, slot, "a", policy)
+		if err != nil || c.Result != lock.Won {
+			t.Fatalf("claim = %v, %v; want won", c.Result, err)
+		}
+		if err := r.Complete(ctx, slot, lock.Owner{ID: "a", Attempt: c.Attempt}, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		// A release of another watched slot, after the completion, is the
+		// notice awaited: a done notice would be queued ahead of it.
+		after := slot
+		after.ID = "2"
+		w2 := peer.Watch(after)
+		c2, err := r.Claim(ctx, after, "a", policy)
+		if err != nil || c2.Result != lock.Won {
+			t.Fatalf("claim = %v, %v; want won", c2.Result, err)
+		}
+		if err := r.Release(ctx, after, lock.Owner{ID: "a", Attempt: c2.Attempt}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-w2.C():
+		case <-time.After(10 * time.Second):
+			t.Fatal("release not heard")
+		}
+		w2.Stop()
+		w.Stop()
+		var got []lock.Change
+		for len(notices) > 0 {
+			got = append(got, <-notices)
+		}
+		if want := map[bool][]lock.Change{true: {lock.Completed}, false: nil}[acked]; !slices.Equal(got, want) {
+			t.Errorf("acked %v: the peer heard %v, want %v", acked, got, want)
+		}
 	}
 }

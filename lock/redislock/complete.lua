@@ -3,7 +3,7 @@
 -- arguments are N single-slot completions laid end to end.
 --
 -- For slot i (0-based), k = 2i and a = wi, where w, the arguments of one
--- slot, is 4 when no slot of the call brings an entry, else 18 (the
+-- slot, is 3 when no slot of the call brings an entry, else 17 (the
 -- batcher fuses only calls of one shape):
 -- KEYS[k+1]  state key
 -- KEYS[k+2]  the task's history stream, or the state key again for no
@@ -15,16 +15,12 @@
 --            gave it (and the base, if any) a TTL that outlives the window
 --            (claim.lua), and past the window nothing claims the slot while
 --            the marker lives
--- ARGV[a+4]  done channel (one per prefix): watchers learn the slot is done
---            without claiming it again. One message per channel per call,
---            naming the state keys it marked done, one a line: a PUBLISH
---            per slot cost Redis more than the rest of the completion.
--- and, where w is 18:
--- ARGV[a+5]  the stream's MAXLEN, approximate
--- ARGV[a+6]  the stream's TTL, ms
--- ARGV[a+7]  "1": renew the stream's TTL with this entry; else only if the
+-- and, where w is 17:
+-- ARGV[a+4]  the stream's MAXLEN, approximate
+-- ARGV[a+5]  the stream's TTL, ms
+-- ARGV[a+6]  "1": renew the stream's TTL with this entry; else only if the
 --            entry creates the stream (it never exists without its TTL)
--- ARGV[a+8..a+18]  the entry's values, in the order of NAMES (the history's
+-- ARGV[a+7..a+17]  the entry's values, in the order of NAMES (the history's
 --            entryNames); "output" and "backfilled" are left out when "".
 --            The names are the script's, not arguments: every argument
 --            costs Redis a string, and a fused call brings one per slot.
@@ -37,8 +33,14 @@
 -- appended (the stream key holds another type), 0 when the caller does not
 -- hold the slot, or an error reply for that slot alone (a state key of the
 -- wrong type). TIME is read once, by the first slot that needs it.
+--
+-- No one is told: a watcher of the slot learns that it is done when it
+-- claims it again (a Completed notice is a hint, which a Redlock store
+-- never sent either). Until 2026-11-30 the call published the state keys
+-- it marked on a done channel, and every replica received and decoded
+-- every completion's: the one cost of a slot that grew with the fleet,
+-- on Redis and on every replica.
 local now
-local done = {} -- channel -> state keys marked done
 
 local NAMES = {'slot', 'slot_time', 'attempt', 'token', 'replica', 'outcome',
   'started', 'duration_ms', 'error', 'output', 'backfilled'}
@@ -48,18 +50,18 @@ local NAMES = {'slot', 'slot_time', 'attempt', 'token', 'replica', 'outcome',
 -- entries have neither output nor backfilled: they are one call with the
 -- names in place, no table built for them.
 local function xadd(stream, a, mk)
-  local v = a + 7
+  local v = a + 6
   if ARGV[v + 10] == '' and ARGV[v + 11] == '' then
     if mk then
-      return redis.call('XADD', stream, 'MAXLEN', '~', ARGV[a + 5], '*',
+      return redis.call('XADD', stream, 'MAXLEN', '~', ARGV[a + 4], '*',
         'slot', ARGV[v + 1], 'slot_time', ARGV[v + 2], 'attempt', ARGV[v + 3], 'token', ARGV[v + 4], 'replica', ARGV[v + 5],
         'outcome', ARGV[v + 6], 'started', ARGV[v + 7], 'duration_ms', ARGV[v + 8], 'error', ARGV[v + 9])
     end
-    return redis.call('XADD', stream, 'NOMKSTREAM', 'MAXLEN', '~', ARGV[a + 5], '*',
+    return redis.call('XADD', stream, 'NOMKSTREAM', 'MAXLEN', '~', ARGV[a + 4], '*',
       'slot', ARGV[v + 1], 'slot_time', ARGV[v + 2], 'attempt', ARGV[v + 3], 'token', ARGV[v + 4], 'replica', ARGV[v + 5],
       'outcome', ARGV[v + 6], 'started', ARGV[v + 7], 'duration_ms', ARGV[v + 8], 'error', ARGV[v + 9])
   end
-  local args = {'MAXLEN', '~', ARGV[a + 5], '*'}
+  local args = {'MAXLEN', '~', ARGV[a + 4], '*'}
   if not mk then
     table.insert(args, 1, 'NOMKSTREAM')
   end
@@ -74,13 +76,13 @@ end
 
 local function record(k, a)
   local stream = KEYS[k + 2]
-  if ARGV[a + 7] ~= '1' and xadd(stream, a, false) then
+  if ARGV[a + 6] ~= '1' and xadd(stream, a, false) then
     return
   end
   -- The TTL is due, or the stream had gone (NOMKSTREAM added nothing):
   -- append, creating it if need be, and give it its TTL.
   xadd(stream, a, true)
-  redis.call('PEXPIRE', stream, ARGV[a + 6])
+  redis.call('PEXPIRE', stream, ARGV[a + 5])
 end
 
 local out = {}
@@ -96,14 +98,8 @@ for i = 0, #KEYS / 2 - 1 do
       now = tostring(tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
     end
     redis.call('SET', KEYS[k + 1], ARGV[a + 2] .. now, 'PX', ARGV[a + 3])
-    local keys = done[ARGV[a + 4]]
-    if not keys then
-      keys = {}
-      done[ARGV[a + 4]] = keys
-    end
-    keys[#keys + 1] = KEYS[k + 1]
     out[#out + 1] = 1
-    if w > 4 and KEYS[k + 2] ~= KEYS[k + 1] and not pcall(record, k, a) then
+    if w > 3 and KEYS[k + 2] ~= KEYS[k + 1] and not pcall(record, k, a) then
       out[#out] = 2
     end
   elseif v and string.sub(v, 1, string.len(ARGV[a + 2])) == ARGV[a + 2] then
@@ -111,8 +107,5 @@ for i = 0, #KEYS / 2 - 1 do
   else
     out[#out + 1] = 0
   end
-end
-for channel, keys in pairs(done) do
-  redis.call('PUBLISH', channel, table.concat(keys, '\n'))
 end
 return out

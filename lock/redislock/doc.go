@@ -22,8 +22,10 @@
 //	slotd:{<task>:<slot id>}:once:<event>  a one-time marker (see OnceKey)
 //	slotd:probe:{<replica>}            the replica id, written by Probe with a TTL
 //	slotd:released                     pub/sub channel: a slot was released or rerun; message = state key
-//	slotd:done                         pub/sub channel: slots were marked done; message = state keys, one a line;
-//	                                   (a replica from before 2026-11-30 also sent won claims: "taken", then state keys)
+//	slotd:done                         pub/sub channel: "fleet" (the live set changed, fleet.go); under
+//	                                   WithMinReplicasAck, a slot was marked done (message = its state key);
+//	                                   a replica from before 2026-11-30 also sent every completion's state
+//	                                   keys, one a line, and won claims ("taken", then state keys)
 //	slotd:fleet                        see fleet.go
 //	slotd:replica:{<replica id>}       see fleet.go
 //	slotd:first-start                  see fleet.go

@@ -30,8 +30,8 @@ type arity struct{ keys, args int }
 var fusable = map[*redis.Script]arity{
 	claimScript:          {keys: 3, args: 7},
 	renewScript:          {keys: 1, args: 2},
-	completeScript:       {keys: 2, args: 4},
-	completeRecordScript: {keys: 2, args: 7 + len(entryNames)},
+	completeScript:       {keys: 2, args: 3},
+	completeRecordScript: {keys: 2, args: 6 + len(entryNames)},
 	releaseScript:        {keys: 1, args: 3},
 }
 

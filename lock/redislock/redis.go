@@ -49,10 +49,10 @@ type Store struct {
 	rdb     Client
 	prefix  string
 	channel string   // releases and reruns
-	doneCh  string   // completions (and, from slotd before 2026-11-30, won claims: see claim.lua)
+	doneCh  string   // the live set's changes (live.lua); from slotd before 2026-11-30 also completions and won claims
 	batch   *batcher // claims, renewals, completions and releases
 
-	sub *redisx.Subscription // releases, reruns and completions; started by the first Watch
+	sub *redisx.Subscription // releases, reruns, the live set's changes; started by the first Watch
 
 	ack replicasAck // WithMinReplicasAck; zero: no WAIT
 	// defers: Announce lists the live set, so that replicas defer to a
@@ -209,15 +209,15 @@ func (r *Store) completeArgs(slot lock.Slot, owner lock.Owner, doneTTL time.Dura
 	state, _ := Keys(r.prefix, slot)
 	keys := []string{state, state}
 	if rec == nil {
-		return keys, []any{schema.Run(owner), schema.DonePrefix(owner), doneTTL.Milliseconds(), r.doneCh}
+		return keys, []any{schema.Run(owner), schema.DonePrefix(owner), doneTTL.Milliseconds()}
 	}
 	keys[1] = rec.stream
 	renew := "0"
 	if rec.renew {
 		renew = "1"
 	}
-	args := make([]any, 0, 7+len(entryNames))
-	args = append(args, schema.Run(owner), schema.DonePrefix(owner), doneTTL.Milliseconds(), r.doneCh, rec.maxLen, rec.ttl.Milliseconds(), renew)
+	args := make([]any, 0, 6+len(entryNames))
+	args = append(args, schema.Run(owner), schema.DonePrefix(owner), doneTTL.Milliseconds(), rec.maxLen, rec.ttl.Milliseconds(), renew)
 	return keys, append(args, rec.values[:]...)
 }
 

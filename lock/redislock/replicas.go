@@ -153,7 +153,11 @@ func (r *Store) claimAcked(ctx context.Context, slot lock.Slot, replica string, 
 }
 
 // completeAcked is Complete under WithMinReplicasAck: the complete script,
-// and if it succeeded, WAIT, on one pinned connection.
+// and if it succeeded, a done notice and WAIT, on one pinned connection.
+// complete.lua tells no one; here every replica claims each slot (there is
+// no preferred claimant), and the peers that lost the race settle on the
+// notice, so that a failover that then loses an unacknowledged marker
+// finds no peer about to claim the slot again (docs/stores.md).
 func (r *Store) completeAcked(ctx context.Context, slot lock.Slot, owner lock.Owner, doneTTL time.Duration) error {
 	keys, args := r.completeArgs(slot, owner, doneTTL, nil)
 	conn, err := r.pinned(ctx, keys[0])
@@ -169,6 +173,8 @@ func (r *Store) completeAcked(ctx context.Context, slot lock.Slot, owner lock.Ow
 	if n != 1 {
 		return fmt.Errorf("lock: complete %s attempt %d: %w", slot, owner.Attempt, lock.ErrNotHeld)
 	}
+	// A hint: a peer that misses it claims the slot when its lease ends.
+	conn.Publish(ctx, r.doneCh, keys[0])
 	acks, waited, err := r.wait(ctx, conn, r.ack.timeout)
 	if err != nil {
 		return notReplicated(fmt.Errorf("lock: complete %s attempt %d: done on the master; %w: wait: %v", slot, owner.Attempt, ErrNotReplicated, err))

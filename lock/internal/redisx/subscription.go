@@ -48,7 +48,7 @@ const TakenLine = "taken\n"
 type Subscription struct {
 	Clients  []Client
 	Channels []string
-	DoneCh   string        // messages on it report completions and won claims ("" if none)
+	DoneCh   string        // messages on it report the live set's changes, and from slotd before 2026-11-30 completions and won claims ("" if none)
 	Timeout  time.Duration // bounds each connection's confirmation (0: ctx alone)
 	Owner    string        // "store" or "locker", for errors
 
@@ -157,7 +157,8 @@ func (s *Subscription) run(subs []*redis.PubSub) {
 
 // deliver wakes the watchers of the key a message names, or, on the done
 // channel, of each of the keys it names, one a line (keys hold no newline:
-// task names cannot): completed, or, after a first line TakenLine, taken.
+// task names cannot): completed, or, after a first line TakenLine, taken
+// (a replica from before 2026-11-30 sends these; this one sends neither).
 func (s *Subscription) deliver(channel, payload string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
