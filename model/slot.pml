@@ -152,7 +152,7 @@ byte reruns = RERUNS;
 #define key_run         (kttl > 0 && !kdone)
 #define key_mine(i)     (key_run && kown == (i) + 1 && katt == att[i])
 #define running(i)      (tk[i] == T_RUN)
-/* claim.lua 139-150: replica i's claim with in-doubt argument d takes the
+/* claim.lua 141-152: replica i's claim with in-doubt argument d takes the
  * key over: its own value, of an attempt it was never answered won for */
 #ifdef M_TAKEOVER_ANY_OWNER
 #define TAKEOVER(i, d)  ((d) > 0 && katt >= (d) && !closed)
@@ -216,11 +216,12 @@ inline publish(kind) {
   od
 }
 
-/* claim.lua lines 123-187 (one slot): state first, then the clock, the
+/* claim.lua lines 125-185 (one slot): state first, then the clock, the
  * deadline, the cap, then the counter (SET NX PX of the first attempt, or
  * GET and SET PX of the next) + SET PX. The script checks a free state
- * inside the window by writing it (SET NX PX, 132-135) before it counts,
- * and deletes it again if it may not (106-121): one atomic step, the same
+ * inside the window by writing it (SET NX PX, 134-137; an ended backoff
+ * is written over alike, 183-184) before it counts,
+ * and deletes it again if it may not (107-123): one atomic step, the same
  * outcome as this order. A replica's own "run:" value,
  * when its last claim got no reply (d > 0: doubt.go), is taken over if
  * its attempt is one it was never answered won for (katt >= d):
@@ -229,24 +230,24 @@ inline publish(kind) {
  * it from cnt), so skipping that read changes nothing modelled. */
 inline claim_lua(i, res, w, d) {
   if
-  :: kdone -> res = R_DONE                                 /* 153-155 */
-  :: key_run && TAKEOVER(i, d) -> kttl = LEASE; res = R_WON  /* 140-150: its own claim in doubt */
-  :: key_run && !TAKEOVER(i, d) -> res = R_HELD; w = kttl  /* 151 */
+  :: kdone -> res = R_DONE                                 /* 155-157 */
+  :: key_run && TAKEOVER(i, d) -> kttl = LEASE; res = R_WON  /* 142-152: its own claim in doubt */
+  :: key_run && !TAKEOVER(i, d) -> res = R_HELD; w = kttl  /* 153 */
 #ifndef M_CLAIM_NO_BACKOFF
-  :: knb > 0 -> res = R_EARLY; w = knb                     /* 156-169: a retry backoff */
+  :: knb > 0 -> res = R_EARLY; w = knb                     /* 158-171: a retry backoff */
 #endif
   :: else ->
      if
 #ifndef M_CLAIM_NO_CLOCK
-     :: to_slot > 0 -> res = R_EARLY; w = to_slot          /* 172-174 */
+     :: to_slot > 0 -> res = R_EARLY; w = to_slot          /* 174-176 */
 #endif
-     :: closed -> res = R_LATE                              /* 175-177 */
+     :: closed -> res = R_LATE                              /* 177-179 */
 #ifndef M_NO_CAP
-     :: (cnt >= base && cnt - base >= CAP) || cnt >= MAXN -> res = R_EXH /* 95-97 */
+     :: (cnt >= base && cnt - base >= CAP) || cnt >= MAXN -> res = R_EXH /* 96-98 */
 #else
      :: cnt >= MAXN -> res = R_EXH
 #endif
-     :: else ->                                             /* 75-121, 178-186 */
+     :: else ->                                             /* 76-123, 180-184 */
         cnt++;
         assert(knb == 0);                                   /* (g) */
         kown = i + 1; katt = cnt; kdone = false; kttl = LEASE; knb = 0;

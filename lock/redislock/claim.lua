@@ -54,8 +54,9 @@
 -- done. Inside the window a free slot, the common case, is one where the
 -- state key does not exist, so the state is first written with SET NX PX
 -- as attempt 1's, which is that check: a state that exists is left as it
--- was and read (GET) as before. The claim then counts the attempt, and
--- takes the state back (DEL) if it may not (foreign, exhausted, an error).
+-- was and read (GET) as before; a retry backoff found ended is written
+-- over the same way. The claim then counts the attempt, and takes the
+-- state back (DEL) if it may not (foreign, exhausted, an error).
 -- TIME is read once for all N slots: the script runs atomically. A
 -- slot's first claim, the common case, creates its counter with SET NX PX
 -- (one command where a GET, an INCR and a PEXPIRE were); a later one reads
@@ -103,8 +104,9 @@ local function count(k, a, ttl)
   return n, base
 end
 
--- counted finishes a claim whose state key holds attempt 1's value (or
--- nothing, if set) once count has answered ok, r, base: the reply.
+-- counted finishes a claim that has written attempt 1's value to the
+-- state key, once count has answered ok, r, base: the reply. A claim that
+-- may not count deletes the state again.
 local function counted(k, a, ok, r, base)
   local state = KEYS[k + 1]
   if not ok or type(r) == 'table' then
@@ -175,15 +177,11 @@ local function claim(k, a)
   if now >= deadline then
     return {'late', 0, 0, now, '', 0}
   end
-  -- A retry backoff that has ended by this clock but not yet expired:
-  -- counted first, then written over, so that a claim that may not
-  -- leaves it as it was.
-  local n, base = count(k, a, ttl)
-  if type(n) == 'table' then
-    return n
-  end
-  redis.call('SET', state, 'run:' .. ARGV[a + 1] .. ':' .. n, 'PX', ARGV[a + 2])
-  return won(n, base, ARGV[a + 2])
+  -- A retry backoff that has ended by this clock but not yet expired: as
+  -- a free slot (a claim that may not count leaves it deleted, as it
+  -- would be at its expiry).
+  redis.call('SET', state, 'run:' .. ARGV[a + 1] .. ':1', 'PX', ARGV[a + 2])
+  return counted(k, a, pcall(count, k, a, ttl))
 end
 
 local out = {}
