@@ -34,7 +34,7 @@ const claimLua = `
 local won = 0
 for i = 1, #KEYS, 2 do
   local a = 3 * (i - 1) / 2
-  local n = 1
+  local n = '1'
   if not redis.call('SET', KEYS[i + 1], '1', 'NX', 'PX', ARGV[a + 3]) then
     n = redis.call('INCR', KEYS[i + 1])
   end
@@ -52,7 +52,7 @@ for i = 1, #KEYS, 2 do
   local a = 12 * (i - 1) / 2
   if redis.call('GET', KEYS[i]) == ARGV[a + 1] then
     redis.call('SET', KEYS[i], ARGV[a + 2], 'PX', ARGV[a + 3])
-    redis.call('XADD', KEYS[i + 1], 'NOMKSTREAM', 'MAXLEN', '~', 1000, '*',
+    redis.call('XADD', KEYS[i + 1], 'NOMKSTREAM', 'MAXLEN', '~', '1000', '*',
       'slot', ARGV[a + 4], 'slot_time', ARGV[a + 5], 'attempt', ARGV[a + 6], 'token', ARGV[a + 7], 'replica', ARGV[a + 8],
       'outcome', ARGV[a + 9], 'started', ARGV[a + 10], 'duration_ms', ARGV[a + 11], 'error', ARGV[a + 12])
     done = done + 1
