@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slotd/slotd/internal/redisfloor"
+	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/redislock"
 	"github.com/slotd/slotd/scheduler/history"
@@ -281,71 +282,147 @@ func BenchmarkRedisCPUFloor(b *testing.B) {
 // ratio-to-floor is slotd's redis-µs/slot over the floor's in the same run.
 func BenchmarkRedisCPUAtScale(b *testing.B) {
 	rdb, _, p := benchEnv(b)
-	ctx := context.Background()
-	const tasks, batch = 10000, 256
-	// run claims b.N fresh slots batch at a time and completes each batch
-	// half a second of slots later (redisfloor.Lagged); it returns Redis's
-	// CPU per slot.
-	run := func(b *testing.B, claim, complete func(redisfloor.Slots) error) float64 {
-		b.Helper()
-		if err := rdb.FlushAll(ctx).Err(); err != nil {
-			b.Fatal(err)
-		}
-		if err := redisfloor.Streams(ctx, rdb, "slotd", tasks); err != nil {
-			b.Fatal(err)
-		}
-		before := serverCPU(b, rdb)
-		b.ResetTimer()
-		if err := redisfloor.Lagged("slotd", b.N, tasks, batch, claim, complete); err != nil {
-			b.Fatal(err)
-		}
-		b.StopTimer()
-		return perSlotCPU(b, rdb, before)
-	}
 	var floor float64
-	b.Run("floor", func(b *testing.B) {
-		floor = run(b, func(s redisfloor.Slots) error { return s.Claim(ctx, rdb, p.Lease, p.DoneTTL) },
-			func(s redisfloor.Slots) error { return s.Complete(ctx, rdb, p.DoneTTL) })
-	})
-	b.Run("slotd", func(b *testing.B) {
-		rs, rh := redislock.Open(rdb, redislock.Config{Prefix: "slotd", HistoryTTL: time.Hour})
-		defer rs.Close()
-		defer rh.Close()
-		us := run(b, func(s redisfloor.Slots) error {
-			slots := s.List()
-			reqs := make([]lock.ClaimRequest, len(slots))
-			for i, slot := range slots {
-				reqs[i] = lock.ClaimRequest{Slot: slot, Owner: "r", Policy: p}
+	for _, proto := range scaleProtocols(rdb, p) {
+		b.Run(proto.name, func(b *testing.B) {
+			claim, complete, done := proto.open()
+			defer done()
+			scaleStart(b, rdb)
+			before := serverCPU(b, rdb)
+			b.ResetTimer()
+			if err := redisfloor.Lagged("slotd", b.N, scaleTasks, scaleBatch, claim, complete); err != nil {
+				b.Fatal(err)
 			}
-			var errs []error
-			rs.ClaimMany(ctx, reqs, func(i int, rep lock.ClaimReply) {
-				if rep.Err != nil || rep.Claim.Result != lock.Won {
-					errs = append(errs, fmt.Errorf("claim %s: %+v", slots[i], rep))
-				}
-			})
-			return errors.Join(errs...)
-		}, func(s redisfloor.Slots) error {
-			slots := s.List()
-			errs := make(chan error, len(slots))
-			for _, slot := range slots {
-				go func() {
-					recorded, err := rh.CompleteRecorded(ctx, rs, slot, lock.Owner{ID: "r", Attempt: 1}, p.DoneTTL, successOf(slot))
-					if err == nil && !recorded {
-						err = fmt.Errorf("complete %s: not recorded", slot)
-					}
-					errs <- err
-				}()
+			b.StopTimer()
+			us := perSlotCPU(b, rdb, before)
+			if proto.name == "floor" {
+				floor = us
+			} else if floor > 0 {
+				b.ReportMetric(us/floor, "ratio-to-floor")
 			}
-			var all []error
-			for range slots {
-				all = append(all, <-errs)
-			}
-			return errors.Join(all...)
 		})
-		if floor > 0 {
-			b.ReportMetric(us/floor, "ratio-to-floor")
-		}
-	})
+	}
+}
+
+// BenchmarkRedisInstructionsAtScale runs BenchmarkRedisCPUAtScale's slots
+// on a redis-server under valgrind's callgrind, and reports the
+// instructions Redis executed per slot, the floor's and slotd's: a count
+// that the machine's load does not move, so that a change to a script is
+// priced exactly, run to run (CPU time is not: it moves by half between
+// runs here). Each protocol first claims and completes one slot of every
+// task, uncounted, so that slotd's history has renewed each stream's TTL,
+// as it does once in five minutes in a fleet. Needs valgrind; about a
+// minute for 20,000 slots:
+//
+//	go test -run '^$' -bench RedisInstructionsAtScale -benchtime 20000x ./lock/redislock/
+//
+// ratio-to-floor is slotd's instr/slot over the floor's in the same run.
+func BenchmarkRedisInstructionsAtScale(b *testing.B) {
+	srv := redistest.StartCallgrind(b)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
+	b.Cleanup(func() { rdb.Close() })
+	p := lock.Policy{Lease: 10 * time.Second, DoneTTL: time.Minute, MaxAttempts: 3}
+	var floor float64
+	for _, proto := range scaleProtocols(rdb, p) {
+		b.Run(proto.name, func(b *testing.B) {
+			claim, complete, done := proto.open()
+			defer done()
+			scaleStart(b, rdb)
+			at := time.Now()
+			for off := 0; off < scaleTasks; off += scaleBatch {
+				s := redisfloor.Fresh("slotd", at, 1e9+off, min(scaleBatch, scaleTasks-off), scaleTasks)
+				if err := errors.Join(claim(s), complete(s)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var err error
+			n := srv.Instructions(b, func() {
+				b.ResetTimer()
+				err = redisfloor.Lagged("slotd", b.N, scaleTasks, scaleBatch, claim, complete)
+				b.StopTimer()
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			per := float64(n) / float64(b.N)
+			b.ReportMetric(per, "instr/slot")
+			if proto.name == "floor" {
+				floor = per
+			} else if floor > 0 {
+				b.ReportMetric(per/floor, "ratio-to-floor")
+			}
+		})
+	}
+}
+
+// The at-scale benchmarks' fleet: 10,000 tasks, 256 slots a call.
+const scaleTasks, scaleBatch = 10000, 256
+
+// scaleStart empties the server and makes each task's history stream.
+func scaleStart(b *testing.B, rdb *redis.Client) {
+	b.Helper()
+	ctx := context.Background()
+	if err := rdb.FlushAll(ctx).Err(); err != nil {
+		b.Fatal(err)
+	}
+	if err := redisfloor.Streams(ctx, rdb, "slotd", scaleTasks); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// scaleProtocol is a way to claim and complete slots: the floor's, then
+// slotd's. open returns its claim and completion of a batch, and what
+// closes what it opened.
+type scaleProtocol struct {
+	name string
+	open func() (claim, complete func(redisfloor.Slots) error, done func())
+}
+
+func scaleProtocols(rdb *redis.Client, p lock.Policy) []scaleProtocol {
+	ctx := context.Background()
+	return []scaleProtocol{
+		{"floor", func() (claim, complete func(redisfloor.Slots) error, done func()) {
+			return func(s redisfloor.Slots) error { return s.Claim(ctx, rdb, p.Lease, p.DoneTTL) },
+				func(s redisfloor.Slots) error { return s.Complete(ctx, rdb, p.DoneTTL) },
+				func() {}
+		}},
+		{"slotd", func() (claim, complete func(redisfloor.Slots) error, done func()) {
+			rs, rh := redislock.Open(rdb, redislock.Config{Prefix: "slotd", HistoryTTL: time.Hour})
+			claim = func(s redisfloor.Slots) error {
+				slots := s.List()
+				reqs := make([]lock.ClaimRequest, len(slots))
+				for i, slot := range slots {
+					reqs[i] = lock.ClaimRequest{Slot: slot, Owner: "r", Policy: p}
+				}
+				var errs []error
+				rs.ClaimMany(ctx, reqs, func(i int, rep lock.ClaimReply) {
+					if rep.Err != nil || rep.Claim.Result != lock.Won {
+						errs = append(errs, fmt.Errorf("claim %s: %+v", slots[i], rep))
+					}
+				})
+				return errors.Join(errs...)
+			}
+			complete = func(s redisfloor.Slots) error {
+				slots := s.List()
+				errs := make(chan error, len(slots))
+				for _, slot := range slots {
+					go func() {
+						recorded, err := rh.CompleteRecorded(ctx, rs, slot, lock.Owner{ID: "r", Attempt: 1}, p.DoneTTL, successOf(slot))
+						if err == nil && !recorded {
+							err = fmt.Errorf("complete %s: not recorded", slot)
+						}
+						errs <- err
+					}()
+				}
+				var all []error
+				for range slots {
+					all = append(all, <-errs)
+				}
+				return errors.Join(all...)
+			}
+			return claim, complete, func() { rh.Close(); rs.Close() }
+		}},
+	}
 }
 
 // BenchmarkRedisCPUPerArgument prices one argument of a fused script call
