@@ -64,6 +64,31 @@
 -- GET first: SET NX does not look at an existing key's type).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now1 = now * 1000 + 1 -- won as attempt 1 (base 0), the common reply
+
+-- What the slots of one call share (their window, policy and replica,
+-- mostly) is turned into what the commands take once per call, by value:
+-- tonumber of a string is two strtod calls, and a number given to SET is
+-- formatted with printf first, where a table lookup by a string uses the
+-- hash its interning computed. nums[s] or num(s) is tonumber(s);
+-- firsts[id] or first(id) attempt 1's state value; rests[d] or
+-- rest(d, deadline) the rest of the window, as SET takes it.
+local nums, firsts, rests = {}, {}, {}
+local function num(s)
+  local v = tonumber(s)
+  nums[s] = v
+  return v
+end
+local function rest(s, deadline)
+  local v = tostring(deadline - now)
+  rests[s] = v
+  return v
+end
+local function first(id)
+  local v = 'run:' .. id .. ':1'
+  firsts[id] = v
+  return v
+end
 
 -- won is the reply of a won slot: attempt n, base as read (see above).
 local function won(n, base, lease)
@@ -74,26 +99,22 @@ local function won(n, base, lease)
 end
 
 -- count takes the next attempt of a slot in its window whose state is
--- free: n and the base, or a reply that it may not. ttl is the counter's.
+-- free and whose counter exists: n and the base, or a reply that it may
+-- not. ttl is the counter's.
 local function count(k, a, ttl)
-  if redis.call('SET', KEYS[k + 2], '1', 'NX', 'PX', ttl) then
-    return 1, 0
-  end
-  -- The base key lives exactly as long as the counter (rerun.lua sets it
-  -- only beside one, and every claim gives both the same expiry), so a
-  -- slot without a counter, the common case, has none to read: its first
-  -- attempt (max attempts is at least 1) takes the counter at once.
   local c = redis.call('GET', KEYS[k + 2])
   local n = tonumber(c)
   if not n then
     return {'foreign', 0, 0, now, c, 0}
   end
+  -- The base key lives exactly as long as the counter (rerun.lua sets it
+  -- only beside one, and every claim gives both the same expiry).
   local b = redis.call('GET', KEYS[k + 3])
   local base = tonumber(b or '0')
   if not base then
     return {'foreign', 0, 0, now, b, 0}
   end
-  if n - base >= tonumber(ARGV[a + 3]) or n >= 999 then
+  if n - base >= (nums[ARGV[a + 3]] or num(ARGV[a + 3])) or n >= 999 then
     return {'exhausted', n, 0, now, '', base}
   end
   n = n + 1
@@ -124,72 +145,87 @@ end
 
 local function claim(k, a)
   local state = KEYS[k + 1]
-  local earliest, deadline = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
-  -- The done TTL as sent, a string (a number would be formatted again for
-  -- SET, with printf), unless the rest of the window is longer.
+  local earliest, deadline = nums[ARGV[a + 4]] or num(ARGV[a + 4]), nums[ARGV[a + 5]] or num(ARGV[a + 5])
+  -- The done TTL as sent, unless the rest of the window is longer.
   local ttl = ARGV[a + 6]
-  if deadline - now > tonumber(ttl) then
-    ttl = deadline - now
+  if deadline - now > (nums[ttl] or num(ttl)) then
+    ttl = rests[ARGV[a + 5]] or rest(ARGV[a + 5], deadline)
   end
-  local open = now >= earliest and now < deadline
-  if open and redis.call('SET', state, 'run:' .. ARGV[a + 1] .. ':1', 'NX', 'PX', ARGV[a + 2]) then
-    return counted(k, a, pcall(count, k, a, ttl))
-  end
-
-  local v = redis.call('GET', state)
-  if v then
-    if string.sub(v, 1, 4) == 'run:' then
-      local mine = 'run:' .. ARGV[a + 1] .. ':'
-      local n = ARGV[a + 7] ~= '' and string.sub(v, 1, #mine) == mine and tonumber(string.match(string.sub(v, #mine + 1), '^%d+$') or '')
-      if n and n >= tonumber(ARGV[a + 7]) and now < deadline then
-        local b = redis.call('GET', KEYS[k + 3])
-        local base = tonumber(b or '0')
-        if not base then
-          return {'foreign', 0, 0, now, b, 0}
+  local value = firsts[ARGV[a + 1]] or first(ARGV[a + 1])
+  if not (now >= earliest and now < deadline and redis.call('SET', state, value, 'NX', 'PX', ARGV[a + 2])) then
+    local v = redis.call('GET', state)
+    if v then
+      if string.sub(v, 1, 4) == 'run:' then
+        local mine = 'run:' .. ARGV[a + 1] .. ':'
+        local n = ARGV[a + 7] ~= '' and string.sub(v, 1, #mine) == mine and tonumber(string.match(string.sub(v, #mine + 1), '^%d+$') or '')
+        if n and n >= tonumber(ARGV[a + 7]) and now < deadline then
+          local b = redis.call('GET', KEYS[k + 3])
+          local base = tonumber(b or '0')
+          if not base then
+            return {'foreign', 0, 0, now, b, 0}
+          end
+          redis.call('SET', state, v, 'PX', ARGV[a + 2])
+          return won(n, base, ARGV[a + 2])
         end
-        redis.call('SET', state, v, 'PX', ARGV[a + 2])
-        return won(n, base, ARGV[a + 2])
+        return {'held', 0, redis.call('PTTL', state), now, v, 0}
       end
-      return {'held', 0, redis.call('PTTL', state), now, v, 0}
+      if string.sub(v, 1, 5) == 'done:' then
+        return {'done', 0, 0, now, v, 0}
+      end
+      local nb = string.match(v, '^backoff:(%d+)$')
+      if not nb then
+        return {'foreign', 0, 0, now, v, 0}
+      end
+      -- A failed attempt's retry backoff (release.lua): no attempt before
+      -- its end, and none at all if it ends at or after the deadline. The
+      -- key expires at that end; until then it is the slot's state.
+      nb = tonumber(nb)
+      if nb >= deadline then
+        return {'late', 0, 0, now, v, 0}
+      end
+      if now < nb then
+        return {'early', 0, nb - now, now, v, 0}
+      end
     end
-    if string.sub(v, 1, 5) == 'done:' then
-      return {'done', 0, 0, now, v, 0}
+    if now < earliest then
+      return {'early', 0, earliest - now, now, '', 0}
     end
-    local nb = string.match(v, '^backoff:(%d+)$')
-    if not nb then
-      return {'foreign', 0, 0, now, v, 0}
+    if now >= deadline then
+      return {'late', 0, 0, now, '', 0}
     end
-    -- A failed attempt's retry backoff (release.lua): no attempt before
-    -- its end, and none at all if it ends at or after the deadline. The
-    -- key expires at that end; until then it is the slot's state.
-    nb = tonumber(nb)
-    if nb >= deadline then
-      return {'late', 0, 0, now, v, 0}
-    end
-    if now < nb then
-      return {'early', 0, nb - now, now, v, 0}
-    end
+    -- A retry backoff that has ended by this clock but not yet expired: as
+    -- a free slot (a claim that may not count leaves it deleted, as it
+    -- would be at its expiry).
+    redis.call('SET', state, value, 'PX', ARGV[a + 2])
   end
-
-  if now < earliest then
-    return {'early', 0, earliest - now, now, '', 0}
+  -- The state is attempt 1's. A slot without a counter, the common case,
+  -- is attempt 1: the counter's SET NX PX cannot fail (SET does not look
+  -- at a key's type, and Redis refuses a script's write for memory, a disk
+  -- error or missing replicas before its first write only, which the
+  -- state's was), so only a counter that exists is counted under pcall,
+  -- for counted to undo the state if the claim may not count.
+  if redis.call('SET', KEYS[k + 2], '1', 'NX', 'PX', ttl) then
+    return now1
   end
-  if now >= deadline then
-    return {'late', 0, 0, now, '', 0}
-  end
-  -- A retry backoff that has ended by this clock but not yet expired: as
-  -- a free slot (a claim that may not count leaves it deleted, as it
-  -- would be at its expiry).
-  redis.call('SET', state, 'run:' .. ARGV[a + 1] .. ':1', 'PX', ARGV[a + 2])
   return counted(k, a, pcall(count, k, a, ttl))
 end
 
-local out = {}
-for i = 0, #KEYS / 3 - 1 do
-  local ok, r = pcall(claim, 3 * i, 7 * i)
-  if not ok then
-    r = {err = tostring(r)}
+-- The slots are claimed in one protected run, not one pcall each: a slot
+-- that raises (a key of the wrong type) ends the run with its error as its
+-- reply, and a new run goes on from the next slot. Its writes before the
+-- error stay, as they would under a pcall of its own.
+local out, slots, i = {}, #KEYS / 3, 0
+local function run()
+  while i < slots do
+    out[i + 1] = claim(3 * i, 7 * i)
+    i = i + 1
   end
-  out[i + 1] = r
+end
+while i < slots do
+  local ok, r = pcall(run)
+  if not ok then
+    out[i + 1] = {err = tostring(r)}
+    i = i + 1
+  end
 end
 return out

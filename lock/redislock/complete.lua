@@ -74,38 +74,55 @@ local function xadd(stream, a, mk)
   return redis.call('XADD', stream, unpack(args))
 end
 
-local function record(k, a)
-  local stream = KEYS[k + 2]
-  if ARGV[a + 6] ~= '1' and xadd(stream, a, false) then
-    return
-  end
-  -- The TTL is due, or the stream had gone (NOMKSTREAM added nothing):
-  -- append, creating it if need be, and give it its TTL.
+-- record appends slot a's entry to stream where the common append (an
+-- XADD NOMKSTREAM, in the run below) did not: the stream's TTL is due, or the
+-- stream had gone. It appends, creating the stream if need be, and gives
+-- it its TTL.
+local function record(stream, a)
   xadd(stream, a, true)
   redis.call('PEXPIRE', stream, ARGV[a + 5])
 end
 
-local out = {}
-local w = #ARGV / (#KEYS / 2)
-for i = 0, #KEYS / 2 - 1 do
-  local k, a = 2 * i, w * i
-  local ok, v = pcall(redis.call, 'GET', KEYS[k + 1])
+-- The slots are completed in one protected run, not one pcall each: a
+-- slot that raises (a state key of the wrong type) ends the run with its
+-- error as its reply, and a new run goes on from the next slot. A slot's
+-- reply is 2 while its entry is appended, so that an entry that raises
+-- (a stream key of another type) leaves the slot done and answered 2.
+local out, w, i = {}, #ARGV / (#KEYS / 2), 0
+local slots = #KEYS / 2
+local function run()
+  while i < slots do
+    local k, a = 2 * i, w * i
+    local v = redis.call('GET', KEYS[k + 1])
+    if v == ARGV[a + 1] then
+      if not now then -- a string: formatting a number is printf's work, once
+        local t = redis.call('TIME')
+        now = tostring(tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+      end
+      redis.call('SET', KEYS[k + 1], ARGV[a + 2] .. now, 'PX', ARGV[a + 3])
+      local stream = KEYS[k + 2]
+      if w > 3 and stream ~= KEYS[k + 1] then
+        out[i + 1] = 2
+        if not (ARGV[a + 6] ~= '1' and xadd(stream, a, false)) then
+          record(stream, a)
+        end
+      end
+      out[i + 1] = 1
+    elseif v and string.sub(v, 1, string.len(ARGV[a + 2])) == ARGV[a + 2] then
+      out[i + 1] = 1
+    else
+      out[i + 1] = 0
+    end
+    i = i + 1
+  end
+end
+while i < slots do
+  local ok, r = pcall(run)
   if not ok then
-    out[#out + 1] = {err = tostring(v)}
-  elseif v == ARGV[a + 1] then
-    if not now then -- a string: formatting a number is printf's work, once
-      local t = redis.call('TIME')
-      now = tostring(tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+    if out[i + 1] ~= 2 then
+      out[i + 1] = {err = tostring(r)}
     end
-    redis.call('SET', KEYS[k + 1], ARGV[a + 2] .. now, 'PX', ARGV[a + 3])
-    out[#out + 1] = 1
-    if w > 3 and KEYS[k + 2] ~= KEYS[k + 1] and not pcall(record, k, a) then
-      out[#out] = 2
-    end
-  elseif v and string.sub(v, 1, string.len(ARGV[a + 2])) == ARGV[a + 2] then
-    out[#out + 1] = 1
-  else
-    out[#out + 1] = 0
+    i = i + 1
   end
 end
 return out

@@ -12,6 +12,7 @@ import (
 	"github.com/slotd/slotd/internal/redistest"
 	"github.com/slotd/slotd/lock"
 	"github.com/slotd/slotd/lock/internal/schema"
+	"github.com/slotd/slotd/scheduler/history"
 )
 
 // fusedBurst makes n concurrent calls of op (slot i is batchSlot(100+i))
@@ -238,5 +239,76 @@ func TestFusedCallOfWrongArityFailsAlone(t *testing.T) {
 	}
 	if evalsha != 1 {
 		t.Errorf("%d EVALSHA for the two well-formed releases, want 1", evalsha)
+	}
+}
+
+// One fused call of recorded completions answers each slot its own way,
+// in order: a state key of the wrong type is that slot's error, a stream
+// key of another type leaves that slot done and answered 2, a slot the
+// caller does not hold is 0, and the slots after each are completed and
+// recorded (complete.lua's protected runs).
+func TestFusedRecordedCompletionAnswersEachSlot(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	s, h := Open(rdb, Config{Prefix: "slotd", HistoryTTL: time.Hour})
+	t.Cleanup(func() { h.Close(); s.Close() })
+	ctx := context.Background()
+	p := lock.Policy{Lease: time.Minute, DoneTTL: time.Hour, MaxAttempts: 3}
+	now := time.Now()
+	owner := lock.Owner{ID: "r", Attempt: 1}
+	const wrongState, wrongStream, notHeld = 0, 2, 4
+	var keys []string
+	var args []any
+	for i := range 6 {
+		slot := lock.Slot{Task: "fused" + string(rune('a'+i)), ID: "1", Time: now.Add(-time.Second), Deadline: now.Add(time.Hour)}
+		if i != notHeld {
+			if c, err := s.Claim(ctx, slot, "r", p); err != nil || c.Result != lock.Won {
+				t.Fatalf("claim %s: %v %v", slot, c.Result, err)
+			}
+		}
+		state, _ := Keys("slotd", slot)
+		switch i {
+		case wrongState:
+			rdb.Del(ctx, state)
+			rdb.HSet(ctx, state, "f", "v")
+		case wrongStream:
+			rdb.Set(ctx, HistoryKey("slotd", slot.Task), "x", time.Hour)
+		}
+		e := history.Entry{Slot: slot.ID, SlotTime: slot.Time, Attempt: 1, Replica: "r", Outcome: "success", Started: now}
+		rec := &record{stream: HistoryKey("slotd", slot.Task), maxLen: history.MaxLen, ttl: time.Hour, values: entryValues(e)}
+		k, a := s.completeArgs(slot, owner, p.DoneTTL, rec)
+		keys, args = append(keys, k...), append(args, a...)
+	}
+	replies := splitReply(completeRecordScript.Run(ctx, rdb, keys, args...), 6)
+	for i, r := range replies {
+		n, err := r.Int()
+		stream := HistoryKey("slotd", "fused"+string(rune('a'+i)))
+		switch i {
+		case wrongState:
+			if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+				t.Errorf("slot %d, state key a hash: %d, %v; want WRONGTYPE", i, n, err)
+			}
+		case wrongStream:
+			if err != nil || n != 2 {
+				t.Errorf("slot %d, stream key a string: %d, %v; want 2", i, n, err)
+			}
+		case notHeld:
+			if err != nil || n != 0 {
+				t.Errorf("slot %d, not held: %d, %v; want 0", i, n, err)
+			}
+		default:
+			if err != nil || n != 1 {
+				t.Errorf("slot %d: %d, %v; want 1", i, n, err)
+			}
+			if l := rdb.XLen(ctx, stream).Val(); l != 1 {
+				t.Errorf("slot %d: %d entries in its stream, want 1", i, l)
+			}
+		}
+		if i != wrongState && i != notHeld {
+			state, _ := Keys("slotd", lock.Slot{Task: "fused" + string(rune('a'+i)), ID: "1"})
+			if v := rdb.Get(ctx, state).Val(); !strings.HasPrefix(v, "done:r:1:") {
+				t.Errorf("slot %d: state %q, want done by r", i, v)
+			}
+		}
 	}
 }
