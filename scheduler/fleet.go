@@ -160,6 +160,11 @@ func (s *Scheduler) watchFleet(ctx context.Context) {
 		}
 	})
 	defer stop()
+	// A change between announce's read of the set and this registration
+	// told no one here: a peer started with this replica announced then,
+	// and each would take itself for the preferred claimant of the other's
+	// share until the next clock check. Read the set once more now.
+	changed <- struct{}{}
 	for {
 		select {
 		case <-ctx.Done():
