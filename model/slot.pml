@@ -152,7 +152,7 @@ byte reruns = RERUNS;
 #define key_run         (kttl > 0 && !kdone)
 #define key_mine(i)     (key_run && kown == (i) + 1 && katt == att[i])
 #define running(i)      (tk[i] == T_RUN)
-/* claim.lua 161-171: replica i's claim with in-doubt argument d takes the
+/* claim.lua 166-176: replica i's claim with in-doubt argument d takes the
  * key over: its own value, of an attempt it was never answered won for */
 #ifdef M_TAKEOVER_ANY_OWNER
 #define TAKEOVER(i, d)  ((d) > 0 && katt >= (d) && !closed)
@@ -216,12 +216,12 @@ inline publish(kind) {
   od
 }
 
-/* claim.lua lines 148-213 (one slot): state first, then the clock, the
+/* claim.lua lines 153-218 (one slot): state first, then the clock, the
  * deadline, the cap, then the counter (SET NX PX of the first attempt, or
  * GET and SET PX of the next) + SET PX. The script checks a free state
- * inside the window by writing it (SET NX PX, 157; an ended backoff
- * is written over alike, 201) before it counts (209-212),
- * and deletes it again if it may not (106-146): one atomic step, the same
+ * inside the window by writing it (SET NX PX, 162; an ended backoff
+ * is written over alike, 206) before it counts (214-217),
+ * and deletes it again if it may not (111-151): one atomic step, the same
  * outcome as this order. A replica's own "run:" value,
  * when its last claim got no reply (d > 0: doubt.go), is taken over if
  * its attempt is one it was never answered won for (katt >= d):
@@ -287,9 +287,9 @@ inline release_lua(i, a) {
   fi
 }
 
-/* complete.lua lines 93-118: SET done if the value is the caller's; 1 also
+/* complete.lua lines 118-146: SET done if the value is the caller's; 1 also
  * when already done by the caller. The history entry it may append in the
- * same step (lines 52-84, 104-109) writes no slot key: not modelled. It
+ * same step (lines 77-109, 131-135) writes no slot key: not modelled. It
  * publishes nothing since 2026-11-30; a completer from before named the
  * slot in the call's one done message. A fleet mid-upgrade has both, so
  * either may happen here, beside a notice lost as a fault. */

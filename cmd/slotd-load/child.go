@@ -162,7 +162,7 @@ func newProbe(params map[string]any, _ *slog.Logger) (tasks.Task, error) {
 // counter is the go-redis hook: every Process is one round trip of one
 // command, every ProcessPipeline one round trip of len(cmds) commands. A
 // claim is recognised by claim.lua's shape (3 keys, the second ending in
-// ":attempts", and 7 arguments per slot); each slot's answer time is
+// ":attempts", and 4 arguments per slot); each slot's answer time is
 // recorded.
 type counter struct {
 	trips, cmds atomic.Int64
@@ -198,7 +198,7 @@ func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 }
 
 // claimArgs is claim.lua's arguments per slot.
-const claimArgs = 7
+const claimArgs = 4
 
 func noteClaim(cmd redis.Cmder) {
 	if cmd.Err() != nil && !errors.Is(cmd.Err(), redis.Nil) {
@@ -208,7 +208,7 @@ func noteClaim(cmd redis.Cmder) {
 	if name != "evalsha" && name != "eval" {
 		return
 	}
-	// The batcher fuses concurrent claims into one call: 3 keys and 7
+	// The batcher fuses concurrent claims into one call: 3 keys and 4
 	// arguments per slot, laid end to end (lock/redislock/claim.lua's
 	// header). A call of another shape is not a claim; one whose keys look
 	// like a claim's but whose arguments do not means the layout changed

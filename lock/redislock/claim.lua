@@ -1,23 +1,25 @@
 -- claim.lua: try to take N slots, in one round trip. The keys and
--- arguments are N single-slot claims laid end to end (3 keys and 7
+-- arguments are N single-slot claims laid end to end (3 keys and 4
 -- arguments each); the batcher fuses concurrent claims into one call this
 -- way, since a Lua call costs Redis more than the few commands each slot
 -- needs.
 --
--- For slot i (0-based), k = 3i and a = 7i:
+-- For slot i (0-based), k = 3i and a = 4i:
 -- KEYS[k+1]  state key     slotd:{task:slotid}
 -- KEYS[k+2]  attempts key  slotd:{task:slotid}:attempts
 -- KEYS[k+3]  base key      slotd:{task:slotid}:base (attempts counted before the last rerun)
--- ARGV[a+1]  replica id
--- ARGV[a+2]  lease, ms
--- ARGV[a+3]  max attempts
--- ARGV[a+4]  earliest start, unix ms (slot time minus tolerance)
--- ARGV[a+5]  deadline, unix ms (end of the slot window)
--- ARGV[a+6]  attempts TTL, ms (the done TTL): the counter (and the base,
---            if any) lives this long from the claim, and at least until
---            the deadline, so that it outlives every claim, retry and rerun
---            of the slot's window; the completion does not touch it
--- ARGV[a+7]  "" or, when the caller's last claim of this slot is in doubt
+-- ARGV[a+1]  the claimant and its policy, "<lease>:<max>:<ttl>:<replica>":
+--            the lease, ms; the max attempts; the attempts TTL, ms (the
+--            done TTL: the counter, and the base if any, lives this long
+--            from the claim, and at least until the deadline, so that it
+--            outlives every claim, retry and rerun of the slot's window;
+--            the completion does not touch it); the replica id. One
+--            argument, the same for most slots of a call and parsed once
+--            a call, where four cost Redis about 1,000 instructions each
+--            to parse and hand to Lua (docs/performance.md)
+-- ARGV[a+2]  earliest start, unix ms (slot time minus tolerance)
+-- ARGV[a+3]  deadline, unix ms (end of the slot window)
+-- ARGV[a+4]  "" or, when the caller's last claim of this slot is in doubt
 --            (sent, its reply lost), the least attempt it may take over:
 --            one above every attempt the caller was answered won for. A
 --            "run:" value of the caller's own with such an attempt is that
@@ -66,14 +68,24 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local now1 = now * 1000 + 1 -- won as attempt 1 (base 0), the common reply
 
--- What the slots of one call share (their window, policy and replica,
+-- What the slots of one call share (their claimant, policy and window,
 -- mostly) is turned into what the commands take once per call, by value:
 -- tonumber of a string is two strtod calls, and a number given to SET is
 -- formatted with printf first, where a table lookup by a string uses the
--- hash its interning computed. nums[s] or num(s) is tonumber(s);
--- firsts[id] or first(id) attempt 1's state value; rests[d] or
--- rest(d, deadline) the rest of the window, as SET takes it.
-local nums, firsts, rests = {}, {}, {}
+-- hash its interning computed. claimants[s] or claimant(s) is ARGV[a+1]
+-- read: {lease, max, ttl, ttln, id, first}, first attempt 1's state
+-- value; nums[s] or num(s) is tonumber(s); rests[d] or rest(d, deadline)
+-- the rest of the window, as SET takes it.
+local claimants, nums, rests = {}, {}, {}
+local function claimant(s)
+  local lease, max, ttl, id = string.match(s, '^(%-?%d+):(%-?%d+):(%-?%d+):(.*)$')
+  if not id then
+    error('slotd: claim argument ' .. s .. ' is not <lease>:<max>:<ttl>:<replica>', 0)
+  end
+  local c = {lease = lease, max = tonumber(max), ttl = ttl, ttln = tonumber(ttl), id = id, first = 'run:' .. id .. ':1'}
+  claimants[s] = c
+  return c
+end
 local function num(s)
   local v = tonumber(s)
   nums[s] = v
@@ -82,11 +94,6 @@ end
 local function rest(s, deadline)
   local v = tostring(deadline - now)
   rests[s] = v
-  return v
-end
-local function first(id)
-  local v = 'run:' .. id .. ':1'
-  firsts[id] = v
   return v
 end
 
@@ -100,12 +107,12 @@ end
 
 -- count takes the next attempt of a slot in its window whose state is
 -- free and whose counter exists: n and the base, or a reply that it may
--- not. ttl is the counter's.
-local function count(k, a, ttl)
-  local c = redis.call('GET', KEYS[k + 2])
-  local n = tonumber(c)
+-- not. c is the claimant (ARGV[a+1] read), ttl the counter's.
+local function count(k, c, ttl)
+  local cv = redis.call('GET', KEYS[k + 2])
+  local n = tonumber(cv)
   if not n then
-    return {'foreign', 0, 0, now, c, 0}
+    return {'foreign', 0, 0, now, cv, 0}
   end
   -- The base key lives exactly as long as the counter (rerun.lua sets it
   -- only beside one, and every claim gives both the same expiry).
@@ -114,7 +121,7 @@ local function count(k, a, ttl)
   if not base then
     return {'foreign', 0, 0, now, b, 0}
   end
-  if n - base >= (nums[ARGV[a + 3]] or num(ARGV[a + 3])) or n >= 999 then
+  if n - base >= c.max or n >= 999 then
     return {'exhausted', n, 0, now, '', base}
   end
   n = n + 1
@@ -128,7 +135,7 @@ end
 -- counted finishes a claim that has written attempt 1's value to the
 -- state key, once count has answered ok, r, base: the reply. A claim that
 -- may not count deletes the state again.
-local function counted(k, a, ok, r, base)
+local function counted(k, c, ok, r, base)
   local state = KEYS[k + 1]
   if not ok or type(r) == 'table' then
     redis.call('DEL', state)
@@ -138,34 +145,34 @@ local function counted(k, a, ok, r, base)
     return r
   end
   if r > 1 then
-    redis.call('SET', state, 'run:' .. ARGV[a + 1] .. ':' .. r, 'PX', ARGV[a + 2])
+    redis.call('SET', state, 'run:' .. c.id .. ':' .. r, 'PX', c.lease)
   end
-  return won(r, base, ARGV[a + 2])
+  return won(r, base, c.lease)
 end
 
 local function claim(k, a)
   local state = KEYS[k + 1]
-  local earliest, deadline = nums[ARGV[a + 4]] or num(ARGV[a + 4]), nums[ARGV[a + 5]] or num(ARGV[a + 5])
+  local c = claimants[ARGV[a + 1]] or claimant(ARGV[a + 1])
+  local earliest, deadline = nums[ARGV[a + 2]] or num(ARGV[a + 2]), nums[ARGV[a + 3]] or num(ARGV[a + 3])
   -- The done TTL as sent, unless the rest of the window is longer.
-  local ttl = ARGV[a + 6]
-  if deadline - now > (nums[ttl] or num(ttl)) then
-    ttl = rests[ARGV[a + 5]] or rest(ARGV[a + 5], deadline)
+  local ttl = c.ttl
+  if deadline - now > c.ttln then
+    ttl = rests[ARGV[a + 3]] or rest(ARGV[a + 3], deadline)
   end
-  local value = firsts[ARGV[a + 1]] or first(ARGV[a + 1])
-  if not (now >= earliest and now < deadline and redis.call('SET', state, value, 'NX', 'PX', ARGV[a + 2])) then
+  if not (now >= earliest and now < deadline and redis.call('SET', state, c.first, 'NX', 'PX', c.lease)) then
     local v = redis.call('GET', state)
     if v then
       if string.sub(v, 1, 4) == 'run:' then
-        local mine = 'run:' .. ARGV[a + 1] .. ':'
-        local n = ARGV[a + 7] ~= '' and string.sub(v, 1, #mine) == mine and tonumber(string.match(string.sub(v, #mine + 1), '^%d+$') or '')
-        if n and n >= tonumber(ARGV[a + 7]) and now < deadline then
+        local mine = 'run:' .. c.id .. ':'
+        local n = ARGV[a + 4] ~= '' and string.sub(v, 1, #mine) == mine and tonumber(string.match(string.sub(v, #mine + 1), '^%d+$') or '')
+        if n and n >= tonumber(ARGV[a + 4]) and now < deadline then
           local b = redis.call('GET', KEYS[k + 3])
           local base = tonumber(b or '0')
           if not base then
             return {'foreign', 0, 0, now, b, 0}
           end
-          redis.call('SET', state, v, 'PX', ARGV[a + 2])
-          return won(n, base, ARGV[a + 2])
+          redis.call('SET', state, v, 'PX', c.lease)
+          return won(n, base, c.lease)
         end
         return {'held', 0, redis.call('PTTL', state), now, v, 0}
       end
@@ -196,7 +203,7 @@ local function claim(k, a)
     -- A retry backoff that has ended by this clock but not yet expired: as
     -- a free slot (a claim that may not count leaves it deleted, as it
     -- would be at its expiry).
-    redis.call('SET', state, value, 'PX', ARGV[a + 2])
+    redis.call('SET', state, c.first, 'PX', c.lease)
   end
   -- The state is attempt 1's. A slot without a counter, the common case,
   -- is attempt 1: the counter's SET NX PX cannot fail (SET does not look
@@ -207,7 +214,7 @@ local function claim(k, a)
   if redis.call('SET', KEYS[k + 2], '1', 'NX', 'PX', ttl) then
     return now1
   end
-  return counted(k, a, pcall(count, k, a, ttl))
+  return counted(k, c, pcall(count, k, c, ttl))
 end
 
 -- The slots are claimed in one protected run, not one pcall each: a slot
@@ -217,7 +224,7 @@ end
 local out, slots, i = {}, #KEYS / 3, 0
 local function run()
   while i < slots do
-    out[i + 1] = claim(3 * i, 7 * i)
+    out[i + 1] = claim(3 * i, 4 * i)
     i = i + 1
   end
 end

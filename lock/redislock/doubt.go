@@ -21,7 +21,7 @@ import (
 // answered won for (go-redis resent it after a network error, and the
 // first send had landed). Either way it may have counted an attempt that
 // nobody runs. The next claim of the slot tells claim.lua so (its
-// ARGV[a+7]: the least attempt it may take over), which then takes this
+// ARGV[a+4]: the least attempt it may take over), which then takes this
 // owner's own "run:" value over as this claim — won, with the attempt it
 // counted — instead of answering held and leaving the slot to wait out a
 // lease, and costing an attempt (with max_attempts = 1, the slot). etcd
@@ -95,7 +95,7 @@ func (d *doubts) record(k doubtKey, deadline time.Time) *doubt {
 }
 
 // send counts owner's claim of state, whose slot ends at deadline, in
-// flight, and returns its ARGV[a+7]: "" unless a claim of it is in doubt,
+// flight, and returns its ARGV[a+4]: "" unless a claim of it is in doubt,
 // none is in flight and none asked before, else the least attempt it may
 // take over (one above any answered won), and the doubt is cleared.
 func (d *doubts) send(state, owner string, deadline time.Time) string {

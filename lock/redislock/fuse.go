@@ -28,10 +28,10 @@ type arity struct{ keys, args int }
 
 // fusable lists the scripts that take N slots in one call.
 var fusable = map[*redis.Script]arity{
-	claimScript:          {keys: 3, args: 7},
+	claimScript:          {keys: 3, args: 4},
 	renewScript:          {keys: 1, args: 2},
-	completeScript:       {keys: 2, args: 3},
-	completeRecordScript: {keys: 2, args: 6 + len(entryNames)},
+	completeScript:       {keys: 2, args: 2},
+	completeRecordScript: {keys: 2, args: 2 + len(entryNames)},
 	releaseScript:        {keys: 1, args: 3},
 }
 

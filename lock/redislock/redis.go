@@ -131,14 +131,27 @@ func (r *Store) claimArgs(slot lock.Slot, replica string, p lock.Policy) ([]stri
 	state, attempts := Keys(r.prefix, slot)
 	inDoubt := r.doubt.send(state, replica, slot.Deadline)
 	return []string{state, attempts, schema.BaseKey(state)}, []any{
-		replica,
-		p.Lease.Milliseconds(),
-		p.MaxAttempts,
+		claimant(replica, p),
 		slot.Time.Add(-p.Tolerance).UnixMilli(),
 		slot.Deadline.UnixMilli(),
-		p.DoneTTL.Milliseconds(),
 		inDoubt,
 	}
+}
+
+// claimant is claim.lua's first argument of a slot, the replica and its
+// policy in one string, "<lease ms>:<max attempts>:<done TTL ms>:<replica>",
+// which the script reads once a call: the slots of a call mostly share it,
+// and every argument costs Redis about 1,000 instructions to parse and
+// hand to Lua.
+func claimant(replica string, p lock.Policy) string {
+	b := make([]byte, 0, 32+len(replica))
+	b = strconv.AppendInt(b, p.Lease.Milliseconds(), 10)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, int64(p.MaxAttempts), 10)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, p.DoneTTL.Milliseconds(), 10)
+	b = append(b, ':')
+	return string(append(b, replica...))
 }
 
 // decodeClaim turns claim.lua's reply to one slot into a Claim.
@@ -209,15 +222,23 @@ func (r *Store) completeArgs(slot lock.Slot, owner lock.Owner, doneTTL time.Dura
 	state, _ := Keys(r.prefix, slot)
 	keys := []string{state, state}
 	if rec == nil {
-		return keys, []any{schema.Run(owner), schema.DonePrefix(owner), doneTTL.Milliseconds()}
+		return keys, []any{schema.Run(owner), doneTTL.Milliseconds()}
 	}
 	keys[1] = rec.stream
-	renew := "0"
+	// "<done TTL>:<maxlen>:<stream TTL>:<renew>", one argument (complete.lua)
+	b := make([]byte, 0, 48)
+	b = strconv.AppendInt(b, doneTTL.Milliseconds(), 10)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, rec.maxLen, 10)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, rec.ttl.Milliseconds(), 10)
 	if rec.renew {
-		renew = "1"
+		b = append(b, ":1"...)
+	} else {
+		b = append(b, ":0"...)
 	}
-	args := make([]any, 0, 6+len(entryNames))
-	args = append(args, schema.Run(owner), schema.DonePrefix(owner), doneTTL.Milliseconds(), rec.maxLen, rec.ttl.Milliseconds(), renew)
+	args := make([]any, 0, 2+len(entryNames))
+	args = append(args, schema.Run(owner), string(b))
 	return keys, append(args, rec.values[:]...)
 }
 

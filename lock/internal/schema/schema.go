@@ -48,8 +48,8 @@ func OnceKey(prefix string, slot lock.Slot, event string) string {
 // Run is the state value of owner's running attempt.
 func Run(owner lock.Owner) string { return lock.Value{Owner: owner}.String() }
 
-// DonePrefix is owner's done value without its time, which the complete
-// script appends (the store's clock).
+// DonePrefix is owner's done value without its time, to which a completion
+// appends the store's clock (complete.lua makes it from the owner value).
 func DonePrefix(owner lock.Owner) string {
 	return strings.TrimSuffix(lock.Value{Owner: owner, Done: true, Finished: time.UnixMilli(0)}.String(), "0")
 }
