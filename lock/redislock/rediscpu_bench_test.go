@@ -282,26 +282,11 @@ func BenchmarkRedisCPUFloor(b *testing.B) {
 // ratio-to-floor is slotd's redis-µs/slot over the floor's in the same run.
 func BenchmarkRedisCPUAtScale(b *testing.B) {
 	rdb, _, p := benchEnv(b)
-	var floor float64
-	for _, proto := range scaleProtocols(rdb, p) {
-		b.Run(proto.name, func(b *testing.B) {
-			claim, complete, done := proto.open()
-			defer done()
-			scaleStart(b, rdb)
-			before := serverCPU(b, rdb)
-			b.ResetTimer()
-			if err := redisfloor.Lagged("slotd", b.N, scaleTasks, scaleBatch, claim, complete); err != nil {
-				b.Fatal(err)
-			}
-			b.StopTimer()
-			us := perSlotCPU(b, rdb, before)
-			if proto.name == "floor" {
-				floor = us
-			} else if floor > 0 {
-				b.ReportMetric(us/floor, "ratio-to-floor")
-			}
-		})
-	}
+	atScale(b, rdb, p, false, func(b *testing.B, run func()) float64 {
+		before := serverCPU(b, rdb)
+		run()
+		return perSlotCPU(b, rdb, before)
+	})
 }
 
 // BenchmarkRedisInstructionsAtScale runs BenchmarkRedisCPUAtScale's slots
@@ -322,6 +307,19 @@ func BenchmarkRedisInstructionsAtScale(b *testing.B) {
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
 	b.Cleanup(func() { rdb.Close() })
 	p := lock.Policy{Lease: 10 * time.Second, DoneTTL: time.Minute, MaxAttempts: 3}
+	atScale(b, rdb, p, true, func(b *testing.B, run func()) float64 {
+		per := float64(srv.Instructions(b, run)) / float64(b.N)
+		b.ReportMetric(per, "instr/slot")
+		return per
+	})
+}
+
+// atScale runs the at-scale benchmarks' sub-benchmarks, the floor's then
+// slotd's, each on an emptied server: measure prices b.N slots that run
+// claims and completes (redisfloor.Lagged), and slotd's price is reported
+// as a ratio to the floor's. With warm, one slot of every task is claimed
+// and completed first, unmeasured.
+func atScale(b *testing.B, rdb *redis.Client, p lock.Policy, warm bool, measure func(b *testing.B, run func()) float64) {
 	var floor float64
 	for _, proto := range scaleProtocols(rdb, p) {
 		b.Run(proto.name, func(b *testing.B) {
@@ -329,23 +327,20 @@ func BenchmarkRedisInstructionsAtScale(b *testing.B) {
 			defer done()
 			scaleStart(b, rdb)
 			at := time.Now()
-			for off := 0; off < scaleTasks; off += scaleBatch {
+			for off := 0; warm && off < scaleTasks; off += scaleBatch {
 				s := redisfloor.Fresh("slotd", at, 1e9+off, min(scaleBatch, scaleTasks-off), scaleTasks)
 				if err := errors.Join(claim(s), complete(s)); err != nil {
 					b.Fatal(err)
 				}
 			}
-			var err error
-			n := srv.Instructions(b, func() {
+			per := measure(b, func() {
 				b.ResetTimer()
-				err = redisfloor.Lagged("slotd", b.N, scaleTasks, scaleBatch, claim, complete)
+				err := redisfloor.Lagged("slotd", b.N, scaleTasks, scaleBatch, claim, complete)
 				b.StopTimer()
+				if err != nil {
+					b.Fatal(err)
+				}
 			})
-			if err != nil {
-				b.Fatal(err)
-			}
-			per := float64(n) / float64(b.N)
-			b.ReportMetric(per, "instr/slot")
 			if proto.name == "floor" {
 				floor = per
 			} else if floor > 0 {
