@@ -208,6 +208,17 @@ func (b *browser) try(session, method string, params any, out any) error {
 // promise, and decodes its value into out (if not nil).
 func (b *browser) eval(js string, out any) {
 	b.t.Helper()
+	if err := b.tryEval(js, out); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+// navigated is Chromium's answer to an evaluation that a navigation of the
+// page cut short.
+const navigated = "Inspected target navigated or closed"
+
+// tryEval is eval, returning what went wrong.
+func (b *browser) tryEval(js string, out any) error {
 	var res struct {
 		Result struct {
 			Value json.RawMessage `json:"value"`
@@ -219,15 +230,18 @@ func (b *browser) eval(js string, out any) {
 			} `json:"exception"`
 		} `json:"exceptionDetails"`
 	}
-	b.call(b.session, "Runtime.evaluate", map[string]any{"expression": js, "returnByValue": true, "awaitPromise": true}, &res)
+	if err := b.try(b.session, "Runtime.evaluate", map[string]any{"expression": js, "returnByValue": true, "awaitPromise": true}, &res); err != nil {
+		return fmt.Errorf("chromium Runtime.evaluate: %w", err)
+	}
 	if e := res.ExceptionDetails; e != nil {
-		b.t.Fatalf("evaluating %s: %s %s", js, e.Text, e.Exception.Description)
+		return fmt.Errorf("evaluating %s: %s %s", js, e.Text, e.Exception.Description)
 	}
 	if out != nil {
 		if err := json.Unmarshal(res.Result.Value, out); err != nil {
-			b.t.Fatalf("evaluating %s: %v (%s)", js, err, res.Result.Value)
+			return fmt.Errorf("evaluating %s: %v (%s)", js, err, res.Result.Value)
 		}
 	}
+	return nil
 }
 
 // text is eval of an expression whose value is a string.
@@ -272,8 +286,12 @@ func (b *browser) await(what, js string) {
 	b.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
+		// An evaluation that the awaited navigation cuts short is a "not
+		// yet".
 		var ok bool
-		b.eval("!!("+js+")", &ok)
+		if err := b.tryEval("!!("+js+")", &ok); err != nil && !strings.Contains(err.Error(), navigated) {
+			b.t.Fatal(err)
+		}
 		if ok {
 			return
 		}
