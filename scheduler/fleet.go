@@ -163,8 +163,12 @@ func (s *Scheduler) watchFleet(ctx context.Context) {
 	// A change between announce's read of the set and this registration
 	// told no one here: a peer started with this replica announced then,
 	// and each would take itself for the preferred claimant of the other's
-	// share until the next clock check. Read the set once more now.
-	changed <- struct{}{}
+	// share until the next clock check. Read the set once more now (unless
+	// a notice since the registration has asked for a read already).
+	select {
+	case changed <- struct{}{}:
+	default:
+	}
 	for {
 		select {
 		case <-ctx.Done():
