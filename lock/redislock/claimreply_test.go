@@ -91,3 +91,47 @@ func TestRefusedClaimLeavesAFreeSlotFree(t *testing.T) {
 		free(t, slot)
 	})
 }
+
+// claim.lua reads a slot's replica and policy from one argument,
+// "<lease>:<max>:<ttl>:<replica>", and complete.lua makes the done marker
+// from the owner value: a replica id with colons of its own (any string
+// is one) keeps its lease, its cap and its name through both.
+func TestReplicaIDWithColonsKeepsItsPolicy(t *testing.T) {
+	s, _, srv := opened(t)
+	ctx := context.Background()
+	const id = "host:8080:a"
+	p := lock.Policy{Lease: 5 * time.Second, DoneTTL: time.Minute, MaxAttempts: 2}
+	slot := openSlot(t, s)
+	state, _ := redislock.Keys("slotd", slot)
+	c := claimWon(t, s, slot, id, p)
+	if v := srv.Client().Get(ctx, state).Val(); v != "run:"+id+":1" {
+		t.Fatalf("state %q, want run:%s:1", v, id)
+	}
+	if ttl := srv.Client().PTTL(ctx, state).Val(); ttl <= 4*time.Second || ttl > p.Lease {
+		t.Errorf("lease %v, want %v", ttl, p.Lease)
+	}
+	if h, err := s.Claim(ctx, slot, "peer", p); err != nil || h.Result != lock.Held || h.Holder != id {
+		t.Fatalf("a peer's claim: %v by %q, %v; want held by %q", h.Result, h.Holder, err, id)
+	}
+	if err := s.Release(ctx, slot, lock.Owner{ID: id, Attempt: c.Attempt}); err != nil {
+		t.Fatal(err)
+	}
+	c2 := claimWon(t, s, slot, id, p)
+	if err := s.Release(ctx, slot, lock.Owner{ID: id, Attempt: c2.Attempt}); err != nil {
+		t.Fatal(err)
+	}
+	if e, err := s.Claim(ctx, slot, id, p); err != nil || e.Result != lock.Exhausted {
+		t.Fatalf("a third attempt with max_attempts 2: %v, %v; want exhausted", e.Result, err)
+	}
+	// A fresh slot, completed: the marker names the replica whole.
+	slot2 := openSlot(t, s)
+	slot2.ID = "2"
+	c3 := claimWon(t, s, slot2, id, p)
+	if err := s.Complete(ctx, slot2, lock.Owner{ID: id, Attempt: c3.Attempt}, p.DoneTTL); err != nil {
+		t.Fatal(err)
+	}
+	st, err := lock.ReadState(ctx, s, slot2)
+	if err != nil || st.Status != "done" || st.Holder != id {
+		t.Fatalf("state %+v, %v; want done by %q", st, err, id)
+	}
+}

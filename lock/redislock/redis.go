@@ -144,14 +144,18 @@ func (r *Store) claimArgs(slot lock.Slot, replica string, p lock.Policy) ([]stri
 // and every argument costs Redis about 1,000 instructions to parse and
 // hand to Lua.
 func claimant(replica string, p lock.Policy) string {
-	b := make([]byte, 0, 32+len(replica))
-	b = strconv.AppendInt(b, p.Lease.Milliseconds(), 10)
-	b = append(b, ':')
-	b = strconv.AppendInt(b, int64(p.MaxAttempts), 10)
-	b = append(b, ':')
-	b = strconv.AppendInt(b, p.DoneTTL.Milliseconds(), 10)
-	b = append(b, ':')
-	return string(append(b, replica...))
+	return joined(replica, p.Lease.Milliseconds(), int64(p.MaxAttempts), p.DoneTTL.Milliseconds())
+}
+
+// joined is ns in decimal and last, each followed by the next after a
+// colon: the one argument that stands for several in claim.lua and
+// complete.lua.
+func joined(last string, ns ...int64) string {
+	b := make([]byte, 0, 20*len(ns)+len(last))
+	for _, n := range ns {
+		b = append(strconv.AppendInt(b, n, 10), ':')
+	}
+	return string(append(b, last...))
 }
 
 // decodeClaim turns claim.lua's reply to one slot into a Claim.
@@ -225,20 +229,14 @@ func (r *Store) completeArgs(slot lock.Slot, owner lock.Owner, doneTTL time.Dura
 		return keys, []any{schema.Run(owner), doneTTL.Milliseconds()}
 	}
 	keys[1] = rec.stream
-	// "<done TTL>:<maxlen>:<stream TTL>:<renew>", one argument (complete.lua)
-	b := make([]byte, 0, 48)
-	b = strconv.AppendInt(b, doneTTL.Milliseconds(), 10)
-	b = append(b, ':')
-	b = strconv.AppendInt(b, rec.maxLen, 10)
-	b = append(b, ':')
-	b = strconv.AppendInt(b, rec.ttl.Milliseconds(), 10)
+	renew := "0"
 	if rec.renew {
-		b = append(b, ":1"...)
-	} else {
-		b = append(b, ":0"...)
+		renew = "1"
 	}
+	// "<done TTL>:<maxlen>:<stream TTL>:<renew>", one argument (complete.lua)
+	shared := joined(renew, doneTTL.Milliseconds(), rec.maxLen, rec.ttl.Milliseconds())
 	args := make([]any, 0, 2+len(entryNames))
-	args = append(args, schema.Run(owner), string(b))
+	args = append(args, schema.Run(owner), shared)
 	return keys, append(args, rec.values[:]...)
 }
 
